@@ -1,0 +1,36 @@
+"""Shared fixtures: the repository root, a throwaway run, and ../shared/data when present."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = (ROOT / ".." / "shared" / "data").resolve()
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """../shared/data (real MPQA, prices, BizFinBench); skip when a user's clone has none."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real test data not available at {SHARED_DATA} (only in the developers' workspace and CI)")
+    return SHARED_DATA
+
+
+@pytest.fixture()
+def tmp_run(tmp_path: Path):
+    """A RunConfig rooted in a temporary copy of params/, so tests never touch real run outputs."""
+    from finlib.config import load_run
+
+    root = tmp_path / "repo"
+    (root / "params").mkdir(parents=True)
+    for f in (ROOT / "params").glob("*.yaml"):
+        shutil.copy(f, root / "params" / f.name)
+    (root / "pyproject.toml").write_text("[project]\nname='tmp'\n")
+    return load_run("smoke", root=root)

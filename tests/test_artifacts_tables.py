@@ -1,0 +1,51 @@
+"""Artifacts round-trip atomically; tables come out in three formats with the caveat."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from finlib.artifacts import MissingArtifactError, read_frame, read_json, write_frame, write_json
+from finlib.schema import SYNTHETIC_CAVEAT
+from finlib.tables import PAPER_TABLES, paper_table, write_table
+
+
+def test_frame_roundtrip_and_no_temp_files_left(tmp_run):
+    df = pd.DataFrame({"report_id": ["a", "b"], "car": [0.1, -0.2]})
+    write_frame(tmp_run, "labels", df)
+    pd.testing.assert_frame_equal(read_frame(tmp_run, "labels"), df)
+    assert not [p for p in tmp_run.processed_dir.iterdir() if p.name.startswith(".")]
+
+
+def test_missing_artifact_names_the_producing_stage(tmp_run):
+    with pytest.raises(MissingArtifactError, match=r"run stage 01 first"):
+        read_frame(tmp_run, "labels")
+    with pytest.raises(MissingArtifactError, match=r"stage 00"):
+        read_json(tmp_run, "data_report")
+
+
+def test_json_roundtrip(tmp_run):
+    write_json(tmp_run, "data_report", {"n": 3, "excluded": {"empty_text": 1}})
+    assert read_json(tmp_run, "data_report")["excluded"] == {"empty_text": 1}
+
+
+def test_write_table_three_formats_with_synthetic_caveat(tmp_run):
+    df = pd.DataFrame({"sector": ["Energy", "Utilities"], "share": [12.3456, 7.0]})
+    paths = write_table(tmp_run, "t", df, "Shares by sector")
+    assert set(paths) == {"csv", "md", "tex"}
+    assert pd.read_csv(paths["csv"])["share"].tolist() == [12.3456, 7.0]  # full precision kept
+    md = paths["md"].read_text()
+    assert "12.35" in md and SYNTHETIC_CAVEAT in md
+    tex = paths["tex"].read_text()
+    assert "\\begin{table}" in tex and "Shares by sector" in tex
+
+
+def test_every_paper_table_is_carried_and_matches_its_printed_totals():
+    for key in PAPER_TABLES:
+        assert len(paper_table(key)) > 0, key
+    t2 = paper_table("finbias_table2")
+    assert t2.loc[t2.sector == "Total", "num"].item() == 8868
+    assert t2.loc[t2.sector != "Total", "num"].sum() == 8868
+    t4 = paper_table("finbias_table4")
+    assert t4.model.nunique() == 19 and t4.sector.nunique() == 10
+    with pytest.raises(KeyError, match="unknown paper table"):
+        paper_table("finbias_table99")

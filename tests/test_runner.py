@@ -1,0 +1,97 @@
+"""The papermill runner: stages in order, a stage rerun alone, and the manifest."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from finlib.runner import discover_stages, run_pipeline, select_stages
+
+PARAMS_CELL = 'run_name = "smoke"\nparams_file = None\n'
+WRITER = (
+    "import pandas as pd\nfrom finlib.config import load_run\nfrom finlib.artifacts import write_frame\n"
+    "cfg = load_run(run_name, params_file)\n"
+    "write_frame(cfg, 'reports', pd.DataFrame({'report_id': ['r1', 'r2'], 'n': [cfg.seed, 2]}))\n"
+)
+READER = (
+    "from finlib.config import load_run\nfrom finlib.artifacts import read_frame, write_frame\n"
+    "cfg = load_run(run_name, params_file)\n"
+    "df = read_frame(cfg, 'reports')\n"
+    "write_frame(cfg, 'labels', df.assign(label='bullish'))\n"
+)
+
+
+def _notebook(path: Path, body: str) -> None:
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell(PARAMS_CELL)
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [nbformat.v4.new_markdown_cell("# test stage"), params, nbformat.v4.new_code_cell(body)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+
+
+@pytest.fixture()
+def mini_repo(tmp_path: Path, repo_root: Path, monkeypatch) -> Path:
+    root = tmp_path / "repo"
+    (root / "notebooks").mkdir(parents=True)
+    shutil.copytree(repo_root / "params", root / "params")
+    (root / "pyproject.toml").write_text("[project]\nname='mini'\n")
+    _notebook(root / "notebooks" / "00_write.ipynb", WRITER)
+    _notebook(root / "notebooks" / "01_read.ipynb", READER)
+    monkeypatch.chdir(root)
+    return root
+
+
+def test_select_stages():
+    available = {"00": Path("a"), "01": Path("b"), "02": Path("c")}
+    assert select_stages(available) == ["00", "01", "02"]
+    assert select_stages(available, only=["2", "00"]) == ["00", "02"]
+    assert select_stages(available, start="01") == ["01", "02"]
+    with pytest.raises(SystemExit, match="unknown stage"):
+        select_stages(available, only=["07"])
+
+
+def test_repository_notebooks_are_numbered_stages(repo_root: Path):
+    stages = discover_stages(repo_root / "notebooks")
+    assert list(stages) == sorted(stages)
+    assert all(len(k) == 2 and k.isdigit() for k in stages)
+
+
+@pytest.mark.slow
+def test_pipeline_then_stage_alone_reads_previous_artifacts(mini_repo: Path):
+    manifest = run_pipeline("smoke")
+    processed = mini_repo / "data" / "processed" / "smoke"
+    assert (processed / "labels.parquet").is_file()
+    first_end = manifest["stages"]["01"]["ended"]
+
+    # Stage 01 alone: reads 00's artifact from disk; the manifest keeps 00's entry.
+    manifest = run_pipeline("smoke", stages=["01"])
+    on_disk = json.loads((mini_repo / "runs" / "smoke" / "manifest.json").read_text())
+    assert on_disk["stages"]["00"]["status"] == "ok" and on_disk["stages"]["01"]["status"] == "ok"
+    assert on_disk["stages"]["01"]["ended"] >= first_end
+    assert "data/processed/smoke/labels.parquet" in on_disk["stages"]["01"]["artifacts"]
+    assert len(on_disk["stages"]["01"]["artifacts"]["data/processed/smoke/labels.parquet"]) == 64
+    assert (mini_repo / "runs" / "smoke" / "notebooks" / "01_read.ipynb").is_file()
+
+    # The manifest records how the numbers were made.
+    assert on_disk["params"]["data"]["synthetic"]["n_reports"] == 12
+    assert "params/smoke.yaml" in on_disk["inputs"]
+    assert on_disk["packages"]["pandas"] and on_disk["python"]
+    assert set(on_disk["git"]) == {"commit", "dirty"}
+
+    # Executed notebooks carry only the run name and params path as parameters.
+    executed = nbformat.read(mini_repo / "runs" / "smoke" / "notebooks" / "01_read.ipynb", as_version=4)
+    injected = [c for c in executed.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert len(injected) == 1
+    assert "run_name = \"smoke\"" in injected[0].source and "params_file" in injected[0].source
+
+
+@pytest.mark.slow
+def test_stage_alone_without_predecessor_fails_and_says_which_stage(mini_repo: Path):
+    with pytest.raises(Exception, match="run stage 00 first"):
+        run_pipeline("smoke", stages=["01"])
+    manifest = json.loads((mini_repo / "runs" / "smoke" / "manifest.json").read_text())
+    assert manifest["stages"]["01"]["status"] == "failed"
