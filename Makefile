@@ -39,8 +39,10 @@ stage: $(STAMP) ## rerun one stage alone: make stage STAGE=01 [RUN=default]
 figures: $(STAMP) ## regenerate tables and figures from cached artifacts (stage 04 onwards)
 	$(PY) -m finlib.runner --run $(RUN) --from 04
 
+# pytest exits 5 when it collected nothing: that fails here like any other error.
 test: $(STAMP) ## unit tests + every notebook executed on params/smoke.yaml (nbval)
-	$(PY) -m pytest tests notebooks --nbval-lax -p no:cacheprovider
+	$(PY) -m pytest tests notebooks --nbval-lax -p no:cacheprovider; rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$rc
 
 unit: $(STAMP) ## unit tests only (fast)
 	$(PY) -m pytest tests -p no:cacheprovider
