@@ -18,7 +18,7 @@ from finlib.config import RunConfig
 PRODUCERS: dict[str, str] = {
     "reports": "00", "prices": "00", "market": "00", "truth": "00", "data_report": "00",
     "labels": "01", "labels_report": "01",
-    "conditions": "02", "lexicon_stats": "02",
+    "conditions": "02", "lexicon_stats": "02", "perturb_report": "02",
     "predictions": "03", "inference_report": "03",
     "metrics": "04",
 }

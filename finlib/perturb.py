@@ -1,0 +1,774 @@
+"""Stage 02: the four report conditions of Fin-Bias (Sections 3 and 5.1, Appendix A.3).
+
+- original:    the cleaned report.
+- no_rating:   the first sentence (where the analyst states the rating) removed; every other
+               byte unchanged.
+- fake_rating: the rating word(s) of the first sentence swapped for a different rating of the
+               same vocabulary family (Buy -> Sell, Outperform -> Underperform, Bullish ->
+               Bearish), articles fixed ("a Buy" -> "an Underperform"), the rest byte-for-byte.
+- no_opinion:  the no_rating text minus every sentence that contains an MPQA strongsubj word.
+
+Rating extraction policy (used by stage 00 too, so analyst_rating and the perturbations agree)
+----------------------------------------------------------------------------------------------
+Only the FIRST sentence is read. Vocabulary is `finlib.schema.RATING_SYNONYMS` (one source of
+truth), matched case-insensitively as whole words, longest phrase first, hyphen or space
+between the words of a phrase ("Market-Perform" = "market perform"). A mention counts only
+when it is used as a rating; the vocabulary has three tiers because some rating words are
+also ordinary English:
+
+- tier A, unambiguous (bullish, bearish, outperform, overweight, equal-weight, market
+  perform, strong buy, ...): always a rating.
+- tier B, rating words that are also common verbs/adjectives (buy, sell, hold, accumulate,
+  neutral): a rating when capitalised ("Buy", "BUY"; capitalisation is no evidence in a
+  Title-Case or ALL-CAPS headline), or in a rating slot (below), or right after
+  "is/are/remain/stay/be/turn/become" ("shares are a buy", "we remain neutral").
+  "Oracle agreed to buy Cerner" is not a rating.
+- tier C, words that are mostly ordinary (add, reduce, positive, negative, in line): only in
+  a rating slot. "We reduce our estimate", "a positive quarter", "in line with consensus"
+  are not ratings; "Rating: Positive", "upgrade to Add", "Maintain Reduce", "an In-Line
+  rating" are.
+
+A *rating slot* is: directly followed by rating/recommendation/opinion/call/-rated
+("our BUY rating", "(buy) opinion"); directly after ':' '=' or '(' ("Rating: Buy", "(Buy)");
+or within 7 words after a rating cue (rate/rating/recommend/maintain/reiterate/reaffirm/
+initiate/upgrade/downgrade/assign/resume/keep) with the word right before the mention one of
+to/at/from/as/a/an/is/of/with/on or the cue itself ("rates ORCL a BUY", "initiate coverage of
+Oracle with an Outperform", "Maintain Hold").
+
+Mentions that do not assert the current rating are set aside:
+- negated: "not", "no", "never", "nor" or an "n't" word within the 3 words before
+  ("we are not bullish", "no longer a Buy");
+- previous: after "from", "previously", "formerly", "prior", "was/were" (skipping a/an/our/
+  its/the/rated/rating/of): in "upgraded from Hold to Buy" or "to Buy from Hold" the current
+  rating is Buy.
+- hyphen compounds: "buy-back", "sell-side", "market-neutral" (but "Buy-rated" counts).
+
+The rating is the one rating all remaining mentions agree on; none, or two different ones
+("Buy/Hold/Sell", "Buy on ORCL, Sell on SAP") -> None (counted as "no rating", never guessed).
+
+Fake ratings
+------------
+Every *current* mention is replaced by the same family's word for the new rating (families in
+`_FAMILIES`), letter case kept (BUY -> SELL, Market Perform -> Market Underperform) and a
+preceding a/an fixed. Previous and negated mentions are left alone, so "upgrade from Hold to
+Buy" with fake Sell becomes "upgrade from Hold to Sell" (the verb is not rewritten: a known
+oddity, like the paper's arbitrary fakes). "outperform" used as a verb ("shares should
+outperform") gets the sell-side verb "market-perform" for neutral. The fake is drawn per report
+from a generator seeded by (run seed, CRC32 of report_id); `perturb.fake_rating: both` makes
+one row per alternative (item_id `<report_id>:fake_rating:<rating>`).
+
+Reports whose first sentence states no rating
+---------------------------------------------
+They are counted (perturb_report.json) and get a *skipped* row for every condition with the
+reason, including original: herding is measured against the analyst rating, and keeping them
+out of all conditions keeps every comparison on the same set of reports.
+"""
+from __future__ import annotations
+
+import html
+import re
+import zlib
+from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from finlib.artifacts import read_frame, write_frame, write_json
+from finlib.config import RunConfig
+from finlib.lexicon import TOKEN, Lexicon, LexiconUnavailable, load_lexicon, missing_message
+from finlib.schema import CONDITIONS, RATING_SYNONYMS, RATINGS, Condition, Rating
+from finlib.sentences import first_sentence_span, iter_sentence_spans, sentence_spans, split_sentences
+
+# Tiers (normalised phrases: lowercase, single spaces). Everything not listed is tier A.
+TIER_B: frozenset[str] = frozenset({"buy", "sell", "hold", "accumulate", "neutral"})
+TIER_C: frozenset[str] = frozenset({"add", "reduce", "positive", "negative", "in line"})
+
+_HYPHENS = r"\-\u2010\u2011\u2012\u2013"
+_SEP = rf"[\s{_HYPHENS}]+"
+_CUE = re.compile(
+    r"^(?:rat(?:e|es|ed|ing|ings)|recommend\w*|maintain\w*|reiterat\w*|reaffirm\w*|"
+    r"initiat\w*|upgrad\w*|downgrad\w*|assign\w*|resum\w*|keep|keeps|kept|keeping)$"
+)
+_SLOT_PREDECESSORS = frozenset({"to", "at", "from", "as", "a", "an", "is", "of", "with", "on"})
+_STANCE_VERBS = frozenset({"is", "are", "remain", "remains", "stay", "stays", "be", "turn", "turns",
+                           "turned", "become", "becomes", "we're", "we\u2019re"})
+_NEGATORS = frozenset({"not", "no", "never", "nor", "cannot"})
+_PREVIOUS = frozenset({"from", "previously", "formerly", "prior", "was", "were", "earlier"})
+_SKIPPABLE = frozenset({"a", "an", "our", "its", "the", "their", "rated", "rating", "of"})
+_WORD = re.compile(r"[A-Za-z0-9'\u2019]+")
+_AFTER_NOUN = re.compile(rf"\s*\)?\s*(?:[{_HYPHENS}]\s*)?(?:rating|recommendation|opinion|call|rated)\b",
+                         re.IGNORECASE)
+_OPEN_SLOT = re.compile(r"[:=(]\s*$")
+_VOWELS = "aeiouAEIOU"
+
+
+def _normalise(phrase: str) -> str:
+    return " ".join(re.split(_SEP, phrase.strip().lower()))
+
+
+@lru_cache(maxsize=1)
+def _vocabulary() -> dict[str, Rating]:
+    """Normalised phrase -> rating, from RATING_SYNONYMS (refuses a phrase under two ratings)."""
+    vocab: dict[str, Rating] = {}
+    for rating, phrases in RATING_SYNONYMS.items():
+        for phrase in phrases:
+            key = _normalise(phrase)
+            if vocab.get(key, rating) is not rating:
+                raise ValueError(f"RATING_SYNONYMS lists '{phrase}' under two ratings")
+            vocab[key] = rating
+    return vocab
+
+
+@lru_cache(maxsize=1)
+def _mention_regex() -> re.Pattern[str]:
+    keys = sorted(_vocabulary(), key=lambda k: (-len(k), k))
+    alts = "|".join(_SEP.join(re.escape(w) for w in k.split()) for k in keys)
+    # not inside a word or a hyphen compound; "-rated" may follow ("Buy-rated")
+    return re.compile(rf"(?<![\w{_HYPHENS}])(?:{alts})(?!\w)(?![{_HYPHENS}](?!rated\b)\w)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class RatingMention:
+    """One rating word in a sentence and how it is read."""
+
+    start: int        # offsets into the text that was searched
+    end: int
+    surface: str      # as written ("BUY", "Market-Perform")
+    phrase: str       # normalised vocabulary key ("buy", "market perform")
+    rating: Rating
+    role: str         # current | previous | negated | not_a_rating
+
+
+def _capitals_are_evidence(sentence: str) -> bool:
+    """False for Title-Case / ALL-CAPS headlines, where a capital 'Buy' says nothing.
+
+    A headline is a sentence of >= 3 words longer than three letters, all capitalised.
+    """
+    words = [w for w in re.findall(r"[A-Za-z]+", sentence) if len(w) > 3]
+    return len(words) < 3 or any(w[0].islower() for w in words)
+
+
+def _is_rating_use(phrase: str, surface: str, tokens: list[str], before: str, after: str,
+                   capitals: bool) -> bool:
+    """Is this vocabulary match used as a rating (tiers A/B/C, see the module docstring)?"""
+    if phrase not in TIER_B and phrase not in TIER_C:
+        return True
+    if _AFTER_NOUN.match(after) or _OPEN_SLOT.search(before):
+        return True
+    pred = tokens[-1] if tokens else ""
+    if any(_CUE.match(t) for t in tokens[-8:]) and (pred in _SLOT_PREDECESSORS or _CUE.match(pred)):
+        return True
+    if phrase in TIER_B:
+        stance = tokens[-2] if pred in ("a", "an") and len(tokens) > 1 else pred
+        return stance in _STANCE_VERBS or (capitals and surface[:1].isupper())
+    return False
+
+
+def _role(phrase: str, surface: str, before: str, after: str, capitals: bool) -> str:
+    tokens = [t.lower() for t in _WORD.findall(before)]
+    if not _is_rating_use(phrase, surface, tokens, before, after, capitals):
+        return "not_a_rating"
+    if any(t in _NEGATORS or t.endswith(("n't", "n\u2019t")) for t in tokens[-3:]):
+        return "negated"
+    rest = list(tokens)
+    while rest and rest[-1] in _SKIPPABLE:
+        rest.pop()
+    if rest and rest[-1] in _PREVIOUS:
+        return "previous"
+    return "current"
+
+
+def find_rating_mentions(sentence: str) -> list[RatingMention]:
+    """Every vocabulary match in `sentence`, each classified (see the module docstring)."""
+    vocab = _vocabulary()
+    capitals = _capitals_are_evidence(sentence)
+    out = []
+    for m in _mention_regex().finditer(sentence):
+        phrase = _normalise(m.group(0))
+        role = _role(phrase, m.group(0), sentence[:m.start()], sentence[m.end():], capitals)
+        out.append(RatingMention(m.start(), m.end(), m.group(0), phrase, vocab[phrase], role))
+    return out
+
+
+def rating_of_sentence(sentence: str) -> Rating | None:
+    """The one rating the current mentions agree on; None when there is none or a conflict."""
+    found = {m.rating for m in find_rating_mentions(sentence) if m.role == "current"}
+    return found.pop() if len(found) == 1 else None
+
+
+def extract_analyst_rating(text: str) -> Rating | None:
+    """The analyst rating stated in the first sentence of a report, or None (never guessed)."""
+    if not isinstance(text, str):
+        return None
+    span = first_sentence_span(text)
+    return None if span is None else rating_of_sentence(text[span[0]:span[1]])
+
+
+def remove_rating_sentence(text: str) -> str:
+    """The report without its first sentence: the text from the second sentence on, unchanged.
+
+    The whitespace between the first and second sentence goes with the first sentence.
+    """
+    spans = list(islice(iter_sentence_spans(text), 2))
+    if not spans:
+        raise ValueError("empty report: there is no first sentence to remove")
+    return text[spans[1][0]:] if len(spans) > 1 else ""
+
+
+# ---- fake ratings -------------------------------------------------------------------------
+
+# Vocabulary families: a phrase is replaced by the same family's word for the new rating,
+# so "Outperform" becomes "Underperform", not "Sell". (bullish, neutral, bearish) per family.
+_FAMILIES: dict[str, tuple[str, str, str]] = {
+    "bullish": ("bullish", "neutral", "bearish"),
+    "neutral": ("bullish", "neutral", "bearish"),
+    "bearish": ("bullish", "neutral", "bearish"),
+    "buy": ("buy", "hold", "sell"),
+    "hold": ("buy", "hold", "sell"),
+    "sell": ("buy", "hold", "sell"),
+    "strong buy": ("strong buy", "hold", "strong sell"),
+    "strong sell": ("strong buy", "hold", "strong sell"),
+    "accumulate": ("accumulate", "hold", "reduce"),
+    "add": ("add", "hold", "reduce"),
+    "reduce": ("add", "hold", "reduce"),
+    "outperform": ("outperform", "market perform", "underperform"),
+    "underperform": ("outperform", "market perform", "underperform"),
+    "market perform": ("outperform", "market perform", "underperform"),
+    "market outperform": ("market outperform", "market perform", "market underperform"),
+    "market underperform": ("market outperform", "market perform", "market underperform"),
+    "sector outperform": ("sector outperform", "sector perform", "sector underperform"),
+    "sector perform": ("sector outperform", "sector perform", "sector underperform"),
+    "sector underperform": ("sector outperform", "sector perform", "sector underperform"),
+    "peer perform": ("outperform", "peer perform", "underperform"),
+    "in line": ("outperform", "in-line", "underperform"),
+    "overweight": ("overweight", "equal-weight", "underweight"),
+    "underweight": ("overweight", "equal-weight", "underweight"),
+    "equal weight": ("overweight", "equal-weight", "underweight"),
+    "positive": ("positive", "neutral", "negative"),
+    "negative": ("positive", "neutral", "negative"),
+}
+# "shares should outperform the market": as a verb the neutral counterpart is the sell-side
+# verb "market-perform" (still rating vocabulary, so the fake reads back).
+_VERB_FAMILY = ("outperform", "market-perform", "underperform")
+_MODAL = re.compile(r"\b(?:to|will|should|could|may|might|would|can|shall)\s*$", re.IGNORECASE)
+
+
+def _family(mention: RatingMention, before: str) -> tuple[str, str, str]:
+    if mention.phrase in ("outperform", "underperform") and _MODAL.search(before):
+        return _VERB_FAMILY
+    try:
+        return _FAMILIES[mention.phrase]
+    except KeyError:  # a synonym added to schema without a family: fail loudly, not silently
+        raise KeyError(f"no replacement family for rating phrase '{mention.phrase}'; "
+                       "add it to finlib.perturb._FAMILIES") from None
+
+
+def _match_case(word: str, like: str) -> str:
+    """Write `word` in the letter case of `like` (BUY -> SELL, Market-Perform -> Market Underperform)."""
+    letters = [c for c in like if c.isalpha()]
+    if letters and all(c.isupper() for c in letters) and len(letters) > 1:
+        return word.upper()
+    if like[:1].isupper():
+        parts = re.split(r"([\s-])", word)
+        every = all(p[:1].isupper() for p in re.split(r"[\s-]+", like) if p)
+        if every:
+            return "".join(p[:1].upper() + p[1:] for p in parts)
+        return word[:1].upper() + word[1:]
+    return word
+
+
+def _fix_article(prefix: str, replacement: str) -> str:
+    """Adjust a trailing 'a'/'an' in `prefix` to the replacement's first sound ("a Buy" -> "an Add")."""
+    m = re.search(r"(?<![\w])(a|an|A|An|AN)(\s+)$", prefix)
+    if not m:
+        return prefix
+    art = m.group(1)
+    new = "an" if replacement[:1] in _VOWELS else "a"
+    if art == "AN" or (art == "A" and replacement.isupper() and len(replacement) > 1):
+        new = new.upper()
+    elif art[:1].isupper():
+        new = new.capitalize()
+    return prefix[:m.start(1)] + new + m.group(2)
+
+
+def replace_rating_in_sentence(sentence: str, new: Rating) -> str:
+    """Replace every current rating mention in `sentence` by `new` in the same vocabulary family."""
+    mentions = [m for m in find_rating_mentions(sentence) if m.role == "current"]
+    if not mentions:
+        raise ValueError(f"no rating to replace in sentence: {sentence[:120]!r}")
+    idx = RATINGS.index(Rating(new))
+    out, pos = [], 0
+    for m in mentions:
+        prefix = sentence[pos:m.start]
+        word = _match_case(_family(m, sentence[:m.start])[idx], m.surface)
+        out.append(_fix_article(prefix, word))
+        out.append(word)
+        pos = m.end
+    out.append(sentence[pos:])
+    return "".join(out)
+
+
+def replace_rating(text: str, new: Rating) -> str:
+    """The report with its first-sentence rating replaced by `new`; all other bytes unchanged.
+
+    Raises ValueError when the first sentence states no (unambiguous) rating or already
+    states `new`: a fake rating must differ from the analyst's.
+    """
+    span = first_sentence_span(text)
+    if span is None:
+        raise ValueError("empty report: no first sentence")
+    sentence = text[span[0]:span[1]]
+    current = rating_of_sentence(sentence)
+    if current is None:
+        raise ValueError(f"first sentence states no unambiguous rating: {sentence[:120]!r}")
+    if current is Rating(new):
+        raise ValueError(f"the fake rating must differ from the analyst rating ({current.value})")
+    return text[:span[0]] + replace_rating_in_sentence(sentence, new) + text[span[1]:]
+
+
+# ---- no_opinion: MPQA strongsubj sentence filter -------------------------------------------
+
+@dataclass
+class SubjectivityStats:
+    """What the strongsubj filter removed from one text (words = alphabetic tokens, numbers excluded)."""
+
+    n_sentences: int
+    n_sentences_removed: int
+    n_words: int
+    n_words_removed: int
+    triggers: Counter            # lowercase token -> occurrences (in removed sentences)
+    trigger_entries: dict        # lowercase token -> the lexicon word it matched
+
+
+def _join_kept(text: str, spans: list[tuple[int, int]], keep: list[int]) -> str:
+    """The kept sentences, byte for byte, each followed by the strongest whitespace gap
+    (most newlines) among the gaps it had up to the next kept sentence, so paragraph breaks
+    survive the removal of the sentence that preceded them. Nothing removed -> `text`."""
+    if not keep:
+        return ""
+    out = [text[:spans[0][0]]] if keep[0] == 0 else []
+    for j, i in enumerate(keep):
+        out.append(text[spans[i][0]:spans[i][1]])
+        if j + 1 < len(keep):
+            gaps = [text[spans[k][1]:spans[k + 1][0]] for k in range(i, keep[j + 1])]
+            out.append(max(gaps, key=lambda g: g.count("\n")))
+        elif i == len(spans) - 1:
+            out.append(text[spans[i][1]:])
+    return "".join(out)
+
+
+def remove_subjective_sentences(text: str, lexicon: Lexicon) -> tuple[str, SubjectivityStats]:
+    """`text` minus every sentence containing an MPQA strongsubj word (Fin-Bias Section 5.1).
+
+    Kept sentences keep their bytes; between two kept sentences goes the strongest whitespace
+    gap of the stretch removed between them (paragraph breaks survive). Tokens are looked up through the
+    lexicon's per-word memo, so the cost is one regex pass and one dict lookup per word.
+    """
+    spans = sentence_spans(text)
+    keep: list[int] = []
+    triggers: Counter = Counter()
+    entries: dict[str, str] = {}
+    n_words = n_removed_words = 0
+    lookup = lexicon.match
+    for i, (a, b) in enumerate(spans):
+        words = TOKEN.findall(text, a, b)
+        n_words += len(words)
+        hits = [(w, h) for w in words if (h := lookup(w))]
+        if hits:
+            n_removed_words += len(words)
+            for w, h in hits:
+                low = w.lower()
+                triggers[low] += 1
+                entries[low] = h
+        else:
+            keep.append(i)
+    out = _join_kept(text, spans, keep)
+    stats = SubjectivityStats(len(spans), len(spans) - len(keep), n_words, n_removed_words, triggers, entries)
+    return out, stats
+
+
+# ---- the stage: conditions artifact -----------------------------------------------------------
+
+CONDITION_COLUMNS = ("item_id", "report_id", "condition", "text", "analyst_rating", "fake_rating",
+                     "reference_rating", "status", "skip_reason")
+SKIP_NO_RATING = ("first sentence states no analyst rating: report left out of every condition, "
+                  "so that all conditions compare the same reports")
+SKIP_EMPTY_NO_RATING = "report has no sentence besides the rating sentence"
+SKIP_ALL_SUBJECTIVE = "every sentence after the rating sentence contains an MPQA strongsubj word"
+FAKE_MODES = ("one", "both")
+
+
+def fake_ratings_for(report_id: str, rating: Rating, seed: int, mode: str) -> list[Rating]:
+    """The fake rating(s) for one report: a seeded draw of one of the two others, or both.
+
+    The generator is seeded by (run seed, CRC32 of the report id), so a report's fake does
+    not depend on which other reports are in the run or on their order.
+    """
+    others = [r for r in RATINGS if r is not Rating(rating)]
+    if mode == "both":
+        return others
+    if mode != "one":
+        raise ValueError(f"perturb.fake_rating must be one of {FAKE_MODES}, got {mode!r}")
+    rng = np.random.default_rng([int(seed), zlib.crc32(str(report_id).encode("utf-8"))])
+    return [others[int(rng.integers(len(others)))]]
+
+
+def _row(report_id: str, condition: Condition, text: str | None, analyst: Rating | None,
+         fake: Rating | None = None, skip: str | None = None, item_suffix: str = "") -> dict:
+    reference = fake if condition is Condition.FAKE_RATING else analyst
+    return {
+        "item_id": f"{report_id}:{condition.value}{item_suffix}", "report_id": report_id,
+        "condition": condition.value, "text": None if skip else text,
+        "analyst_rating": None if analyst is None else analyst.value,
+        "fake_rating": None if fake is None else fake.value,
+        "reference_rating": None if reference is None else reference.value,
+        "status": "skipped" if skip else "ok", "skip_reason": skip,
+    }
+
+
+def report_conditions(report_id: str, text: str, seed: int, mode: str, lexicon: Lexicon | None,
+                      lexicon_reason: str | None = None) -> tuple[list[dict], SubjectivityStats | None]:
+    """All condition rows of one report (ok or skipped with a reason) and its filter stats."""
+    rating = extract_analyst_rating(text)
+    if rating is None:
+        rows = [_row(report_id, c, None, None, skip=SKIP_NO_RATING) for c in CONDITIONS]
+        return rows, None
+    rows = [_row(report_id, Condition.ORIGINAL, text, rating)]
+    rest = remove_rating_sentence(text)
+    rows.append(_row(report_id, Condition.NO_RATING, rest, rating, skip=None if rest.strip() else SKIP_EMPTY_NO_RATING))
+    fakes = fake_ratings_for(report_id, rating, seed, mode)
+    for fake in fakes:
+        suffix = f":{fake.value}" if mode == "both" else ""
+        rows.append(_row(report_id, Condition.FAKE_RATING, replace_rating(text, fake), rating, fake, item_suffix=suffix))
+    stats = None
+    if lexicon is None:
+        rows.append(_row(report_id, Condition.NO_OPINION, None, rating, skip=lexicon_reason or "no lexicon"))
+    elif not rest.strip():
+        rows.append(_row(report_id, Condition.NO_OPINION, None, rating, skip=SKIP_EMPTY_NO_RATING))
+    else:
+        filtered, stats = remove_subjective_sentences(rest, lexicon)
+        rows.append(_row(report_id, Condition.NO_OPINION, filtered, rating,
+                         skip=None if filtered.strip() else SKIP_ALL_SUBJECTIVE))
+    return rows, stats
+
+
+def _stats_row(report_id: str, stats: SubjectivityStats | None, reason: str | None) -> dict:
+    if stats is None:
+        return {"report_id": report_id, "n_sentences": pd.NA, "n_sentences_removed": pd.NA, "n_words": pd.NA,
+                "n_words_removed": pd.NA, "share_words_removed": np.nan, "n_trigger_tokens": pd.NA,
+                "top_triggers": None, "status": "skipped", "skip_reason": reason}
+    top = ";".join(w for w, _ in stats.triggers.most_common(5))
+    return {"report_id": report_id, "n_sentences": stats.n_sentences,
+            "n_sentences_removed": stats.n_sentences_removed, "n_words": stats.n_words,
+            "n_words_removed": stats.n_words_removed,
+            "share_words_removed": stats.n_words_removed / stats.n_words if stats.n_words else np.nan,
+            "n_trigger_tokens": sum(stats.triggers.values()), "top_triggers": top or None,
+            "status": "ok", "skip_reason": None}
+
+
+@dataclass
+class StageResult:
+    """Everything stage 02 produces, in memory, before it is written."""
+
+    conditions: pd.DataFrame
+    lexicon_stats: pd.DataFrame
+    triggers: pd.DataFrame
+    report: dict
+    lexicon: Lexicon | None = None
+
+
+def build_conditions(reports: pd.DataFrame, seed: int, mode: str = "one", lexicon: Lexicon | None = None,
+                     lexicon_reason: str | None = None, source: str = "reports.parquet") -> StageResult:
+    """The conditions artifact for a reports frame (columns report_id, text[, analyst_rating]).
+
+    When the frame carries stage 00's `analyst_rating`, it must equal what the extractor reads
+    now (same function): a difference means stale artifacts, and is an error naming the report.
+    """
+    for col in ("report_id", "text"):
+        if col not in reports.columns:
+            raise ValueError(f"{source}: missing column '{col}'")
+    rows: list[dict] = []
+    stats_rows: list[dict] = []
+    occurrences: Counter = Counter()
+    in_reports: Counter = Counter()
+    entries: dict[str, str] = {}
+    has_stage00 = "analyst_rating" in reports.columns
+    for i, rec in enumerate(reports.itertuples(index=False)):
+        rid, text = str(rec.report_id), rec.text
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"{source}: row {i} (report_id {rid!r}), field 'text': empty or missing")
+        r_rows, stats = report_conditions(rid, text, seed, mode, lexicon, lexicon_reason)
+        if has_stage00:
+            given = rec.analyst_rating if isinstance(rec.analyst_rating, str) else None
+            read = r_rows[0]["analyst_rating"]
+            if given != read:
+                raise ValueError(f"{source}: row {i} (report_id {rid!r}), field 'analyst_rating': stage 00 says "
+                                 f"{given!r} but the first sentence reads {read!r}; rerun stage 00")
+        rows.extend(r_rows)
+        reason = r_rows[-1]["skip_reason"]
+        stats_rows.append(_stats_row(rid, stats, reason))
+        if stats is not None:
+            occurrences.update(stats.triggers)
+            in_reports.update(stats.triggers.keys())
+            entries.update(stats.trigger_entries)
+    conditions = pd.DataFrame(rows, columns=list(CONDITION_COLUMNS)).astype("str")  # None stays missing
+    lexicon_stats = pd.DataFrame(stats_rows)
+    lexicon_stats[["top_triggers", "skip_reason"]] = lexicon_stats[["top_triggers", "skip_reason"]].astype("str")
+    for col in ("n_sentences", "n_sentences_removed", "n_words", "n_words_removed", "n_trigger_tokens"):
+        lexicon_stats[col] = lexicon_stats[col].astype("Int64")
+    polarity = {} if lexicon is None else {e.word: e.polarity for e in lexicon.entries if e.type == "strongsubj"}
+    triggers = pd.DataFrame(
+        [(w, entries[w], polarity.get(entries[w], ""), n, in_reports[w]) for w, n in occurrences.most_common()],
+        columns=["trigger", "lexicon_word", "prior_polarity", "occurrences", "reports"])
+    report = stage_report(conditions, lexicon, lexicon_reason, mode, len(reports))
+    return StageResult(conditions, lexicon_stats, triggers, report, lexicon)
+
+
+def stage_report(conditions: pd.DataFrame, lexicon: Lexicon | None, lexicon_reason: str | None,
+                 mode: str, n_reports: int) -> dict:
+    """Counts and exclusions by reason, for perturb_report.json."""
+    orig = conditions[conditions["condition"] == Condition.ORIGINAL.value]
+    skipped = conditions[conditions["status"] == "skipped"]
+    out = {
+        "n_reports": int(n_reports),
+        "n_reports_without_rating": int((orig["skip_reason"] == SKIP_NO_RATING).sum()),
+        "fake_rating_mode": mode,
+        "n_rows": int(len(conditions)),
+        "n_ok_by_condition": {k: int(v) for k, v in
+                              conditions[conditions["status"] == "ok"].groupby("condition").size().items()},
+        "skipped_by_condition_and_reason": {f"{c} | {r}": int(n) for (c, r), n in
+                                            skipped.groupby(["condition", "skip_reason"]).size().items()},
+        "lexicon": None if lexicon is None else {
+            "source": lexicon.source, "entries": len(lexicon.entries),
+            "strongsubj_entries": sum(e.type == "strongsubj" for e in lexicon.entries),
+            "strongsubj_words": len(lexicon.strong_words),
+            "tolerated_tokens_without_equals": [f"line {n}: {t!r}" for n, t in lexicon.report.tokens_without_equals],
+            "tolerated_unknown_keys": dict(lexicon.report.unknown_keys),
+            "odd_stemmed_values_read_as_n": [f"line {n}: {v!r}" for n, v in lexicon.report.odd_stemmed],
+        },
+        "lexicon_unavailable": lexicon_reason,
+    }
+    return out
+
+
+def resolve_lexicon(cfg: RunConfig) -> tuple[Lexicon | None, str | None]:
+    """The lexicon at `perturb.lexicon_path`, or (None, reason) for a synthetic run without it.
+
+    Nothing slow is tried here (no download): a real-data run without the lexicon raises the
+    error that says where to get it; the synthetic default run marks no_opinion skipped.
+    """
+    path = cfg.path(cfg["perturb"]["lexicon_path"])
+    if path.is_file():
+        lexicon = load_lexicon(path)
+        lexicon.source = str(cfg["perturb"]["lexicon_path"])  # repo-relative: no machine paths in reports
+        return lexicon, None
+    message = missing_message(path, cfg["perturb"].get("lexicon_url"))
+    if cfg.is_synthetic:
+        return None, message
+    raise LexiconUnavailable(message)
+
+
+def run_stage(cfg: RunConfig) -> StageResult:
+    """Stage 02: read reports.parquet, write conditions / lexicon_stats / perturb_report."""
+    params = cfg["perturb"]
+    mode = params.get("fake_rating", "one")
+    if mode not in FAKE_MODES:
+        raise ValueError(f"{cfg.params_file}: perturb.fake_rating must be one of {FAKE_MODES}, got {mode!r}")
+    lexicon, reason = resolve_lexicon(cfg)
+    reports = read_frame(cfg, "reports")
+    result = build_conditions(reports, cfg.seed, mode, lexicon, reason,
+                              source=str(cfg.processed_dir / "reports.parquet"))
+    write_frame(cfg, "conditions", result.conditions)
+    write_frame(cfg, "lexicon_stats", result.lexicon_stats)
+    write_json(cfg, "perturb_report", result.report)
+    return result
+
+
+# ---- validation, tables and the side-by-side example (notebook 02) ---------------------------
+
+def validate_conditions(conditions: pd.DataFrame, lexicon: Lexicon | None = None) -> pd.DataFrame:
+    """Check the Appendix A.3 invariants on every ok report; one row per check with failures.
+
+    - no_rating is the original from its second sentence on (only the first sentence differs);
+    - fake_rating differs from the original, only in the first sentence, names a rating other
+      than the analyst's, and the extractor reads the fake rating back;
+    - no_opinion keeps only sentences of no_rating, none with a strongsubj word (with a lexicon).
+    """
+    ok = conditions[conditions["status"] == "ok"]
+    failures: dict[str, list[str]] = {k: [] for k in (
+        "no_rating = original minus first sentence", "fake differs from original",
+        "fake: only the first sentence differs", "fake rating != analyst rating",
+        "extractor reads the fake rating back", "no_opinion: sentences of no_rating only",
+        "no_opinion: no strongsubj word left")}
+    checked: Counter = Counter()
+    for rid, group in ok.groupby("report_id", sort=False):
+        by = {c: g for c, g in group.groupby("condition")}
+        if Condition.ORIGINAL.value not in by:
+            continue
+        orig = by[Condition.ORIGINAL.value]["text"].iloc[0]
+        o_spans = list(islice(iter_sentence_spans(orig), 2))
+        after_first = orig[o_spans[0][1]:]
+        if Condition.NO_RATING.value in by:
+            checked["no_rating = original minus first sentence"] += 1
+            if len(o_spans) < 2 or by[Condition.NO_RATING.value]["text"].iloc[0] != orig[o_spans[1][0]:]:
+                failures["no_rating = original minus first sentence"].append(rid)
+        for rec in by.get(Condition.FAKE_RATING.value, pd.DataFrame()).itertuples():
+            fake = rec.text
+            for k in ("fake differs from original", "fake: only the first sentence differs",
+                      "fake rating != analyst rating", "extractor reads the fake rating back"):
+                checked[k] += 1
+            f_end = next(iter_sentence_spans(fake))[1]
+            if fake == orig:
+                failures["fake differs from original"].append(rid)
+            if fake[f_end:] != after_first or not fake.startswith(orig[:o_spans[0][0]]):
+                failures["fake: only the first sentence differs"].append(rid)
+            if rec.fake_rating == rec.analyst_rating:
+                failures["fake rating != analyst rating"].append(rid)
+            read = extract_analyst_rating(fake)
+            if read is None or read.value != rec.fake_rating:
+                failures["extractor reads the fake rating back"].append(rid)
+        if Condition.NO_OPINION.value in by and Condition.NO_RATING.value in by:
+            kept = split_sentences(by[Condition.NO_OPINION.value]["text"].iloc[0])
+            pool = split_sentences(by[Condition.NO_RATING.value]["text"].iloc[0])
+            checked["no_opinion: sentences of no_rating only"] += 1
+            it = iter(pool)
+            if not all(any(s == p for p in it) for s in kept):  # ordered subsequence
+                failures["no_opinion: sentences of no_rating only"].append(rid)
+            if lexicon is not None:
+                checked["no_opinion: no strongsubj word left"] += 1
+                text = by[Condition.NO_OPINION.value]["text"].iloc[0]
+                if any(lexicon.match(w) for w in TOKEN.findall(text)):
+                    failures["no_opinion: no strongsubj word left"].append(rid)
+    return pd.DataFrame([{"check": k, "n_checked": checked[k], "n_failed": len(v),
+                          "first_failures": ", ".join(v[:5])} for k, v in failures.items()])
+
+
+def raise_on_failures(checks: pd.DataFrame) -> None:
+    """Stop the stage when any validation check failed (the table says which reports)."""
+    bad = checks[checks["n_failed"] > 0]
+    if len(bad):
+        lines = "; ".join(f"{r.check}: {r.n_failed} (e.g. {r.first_failures})" for r in bad.itertuples())
+        raise AssertionError(f"stage 02 validation failed: {lines}")
+
+
+def conditions_summary(conditions: pd.DataFrame) -> pd.DataFrame:
+    """Per condition: items ok / skipped, mean words and characters of the ok texts."""
+    rows = []
+    for cond in CONDITIONS:
+        g = conditions[conditions["condition"] == cond.value]
+        ok = g[g["status"] == "ok"]
+        words = ok["text"].map(lambda t: len(TOKEN.findall(t))) if len(ok) else pd.Series(dtype=float)
+        reasons = g.loc[g["status"] == "skipped", "skip_reason"].value_counts()
+        rows.append({"condition": cond.value, "items_ok": len(ok), "items_skipped": int(len(g) - len(ok)),
+                     "mean_words": float(words.mean()) if len(ok) else np.nan,
+                     "mean_chars": float(ok["text"].str.len().mean()) if len(ok) else np.nan,
+                     "skip_reasons": "; ".join(f"{r} ({n})" for r, n in reasons.items()) or ""})
+    return pd.DataFrame(rows)
+
+
+def removal_summary(lexicon_stats: pd.DataFrame) -> pd.DataFrame:
+    """Distribution over reports of the sentences and words the strongsubj filter removed."""
+    ok = lexicon_stats[lexicon_stats["status"] == "ok"]
+    cols = ["n_sentences", "n_sentences_removed", "n_words", "n_words_removed", "share_words_removed"]
+    if ok.empty:
+        return pd.DataFrame({"statistic": ["reports"], **{c: [0.0] for c in cols}})
+    desc = ok[cols].astype(float).describe(percentiles=[0.5]).loc[["count", "mean", "min", "50%", "max"]]
+    return desc.rename(index={"50%": "median", "count": "reports"}).reset_index(names="statistic")
+
+
+def _mark(text: str, spans: list[tuple[int, int, str]]) -> str:
+    """HTML-escape `text`, wrapping each (start, end, tag) span in <tag>."""
+    out, pos = [], 0
+    for a, b, tag in sorted(spans):
+        out += [html.escape(text[pos:a]), f"<{tag}>", html.escape(text[a:b]), f"</{tag}>"]
+        pos = b
+    out.append(html.escape(text[pos:]))
+    return "".join(out).replace("\n", "<br>")
+
+
+def example_html(conditions: pd.DataFrame, report_id: str, caption: str = "") -> str:
+    """One report in all four conditions side by side, changed parts marked (paper Figs. 2-5).
+
+    original: the rating words highlighted; no_rating: the removed first sentence struck
+    through; fake_rating: the replaced words marked; no_opinion: the removed subjective
+    sentences struck through.
+    """
+    g = conditions[(conditions["report_id"] == report_id) & (conditions["status"] == "ok")]
+    text = {c: t for c, t in zip(g["condition"], g["text"])}
+    orig = text[Condition.ORIGINAL.value]
+    first = next(iter_sentence_spans(orig))
+    rating_marks = [(first[0] + m.start, first[0] + m.end, "mark")
+                    for m in find_rating_mentions(orig[first[0]:first[1]]) if m.role == "current"]
+    cols = [("Original (Fig. 2)", _mark(orig, rating_marks))]
+    if Condition.NO_RATING.value in text:
+        cols.append(("Rating sentence removed (Fig. 3)", _mark(orig, [(first[0], first[1], "del")])))
+    if Condition.FAKE_RATING.value in text:
+        fake = text[Condition.FAKE_RATING.value]
+        f_first = next(iter_sentence_spans(fake))
+        marks = [(f_first[0] + m.start, f_first[0] + m.end, "ins")
+                 for m in find_rating_mentions(fake[f_first[0]:f_first[1]]) if m.role == "current"]
+        cols.append((f"Fake rating: {g.loc[g['condition'] == 'fake_rating', 'fake_rating'].iloc[0]} (Fig. 4)",
+                     _mark(fake, marks)))
+    if Condition.NO_OPINION.value in text and Condition.NO_RATING.value in text:
+        rest = text[Condition.NO_RATING.value]
+        kept = set(split_sentences(text[Condition.NO_OPINION.value]))
+        gone = [(a, b, "del") for a, b in sentence_spans(rest) if rest[a:b] not in kept]
+        cols.append(("Subjective sentences removed (Fig. 5)", _mark(rest, gone)))
+    head = "".join(f"<th>{html.escape(t)}</th>" for t, _ in cols)
+    body = "".join(f"<td>{c}</td>" for _, c in cols)
+    style = ("table{border-collapse:collapse;font:12px sans-serif}td{vertical-align:top;width:25%;"
+             "border:1px solid #ccc;padding:6px}del{color:#b00;background:#fee}ins{background:#cfc;"
+             "text-decoration:none;font-weight:bold}mark{background:#ff8;font-weight:bold}")
+    cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
+    return (f"<!doctype html><meta charset='utf-8'><style>{style}</style>"
+            f"<table>{cap}<tr>{head}</tr><tr>{body}</tr></table>")
+
+
+def save_example(cfg: RunConfig, conditions: pd.DataFrame, report_id: str | None = None) -> Path:
+    """Write the side-by-side example for one report to figures/<run>/example_conditions.html.
+
+    Default report: the first one (sorted id) with all four conditions ok.
+    """
+    ok = conditions[conditions["status"] == "ok"]
+    if report_id is None:
+        full = ok.groupby("report_id")["condition"].nunique()
+        candidates = sorted(full[full == full.max()].index) if len(full) else []
+        if not candidates:
+            raise ValueError("no report has an ok original condition to show")
+        report_id = candidates[0]
+    caption = f"Report {report_id} in each condition"
+    if cfg.is_synthetic:
+        caption += " (synthetic data)"
+    path = cfg.figures_dir / "example_conditions.html"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(example_html(conditions, report_id, caption), encoding="utf-8")
+    return path
+
+
+def removal_figure(cfg: RunConfig, lexicon_stats: pd.DataFrame) -> list[Path]:
+    """Histogram of the share of words removed per report (PNG + PDF under figures/<run>/)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = lexicon_stats[lexicon_stats["status"] == "ok"]
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    if len(ok):
+        ax.hist(ok["share_words_removed"].astype(float) * 100, bins=20, color="#4a7", edgecolor="white")
+    else:
+        ax.text(0.5, 0.5, "no_opinion skipped (no lexicon)", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("words removed by the strongsubj filter (% of no_rating text)")
+    ax.set_ylabel("reports")
+    title = "MPQA strongsubj filter, per report"
+    ax.set_title(title + (" (synthetic data)" if cfg.is_synthetic else ""), fontsize=10)
+    fig.tight_layout()
+    paths = [cfg.figures_dir / f"fig_strongsubj_removed.{ext}" for ext in ("png", "pdf")]
+    for p in paths:
+        fig.savefig(p)
+    plt.close(fig)
+    return paths
