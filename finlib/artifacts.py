@@ -20,7 +20,7 @@ PRODUCERS: dict[str, str] = {
     "labels": "01", "labels_report": "01",
     "conditions": "02", "lexicon_stats": "02", "perturb_report": "02",
     "predictions": "03", "inference_report": "03",
-    "metrics": "04",
+    "metrics": "04", "paired_tests": "04", "scoring_report": "04",
 }
 
 

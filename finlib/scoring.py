@@ -1,0 +1,1157 @@
+"""Stage 04: turn model outputs into ratings, score herding and accuracy, write Tables 4-7.
+
+Three layers, each a set of small pure functions:
+
+1. Parsing (`parse_rating`, `answer_from_probs`): a model's text becomes a `Rating` or
+   `None` (unparsed). Unparsed is never turned into "neutral": a default answer would
+   silently move herding and accuracy towards whatever the default happens to be.
+2. Metrics (`herding_score`, `accuracy`, `macro_f1`, `confusion`, `metrics_long`): Fin-Bias
+   Section 4.1 plus the extras the issue asks for, by sector and overall, with cluster
+   bootstrap intervals over firms from `finlib.stats`.
+3. The stage (`score_run`): reads the stage 00-03 artifacts, writes `metrics.parquet`,
+   `paired_tests.parquet`, `scoring_report.json` and Tables 4-7 beside the paper's numbers.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import pandas as pd
+
+from finlib import stats
+from finlib.artifacts import read_frame, write_frame, write_json
+from finlib.config import RunConfig
+from finlib.schema import RATING_SYNONYMS, RATINGS, SECTORS, Condition, Rating
+from finlib.tables import paper_table, write_table
+
+# --------------------------------------------------------------------------------------
+# 1. Parsing
+# --------------------------------------------------------------------------------------
+
+# Synonyms that are also everyday English ("add", "positive", "hold", "buy" in "buy back",
+# "in line with"): trusted only inside an explicit rating slot (JSON `answer`, "Answer: …",
+# "I would rate this a …") or as the whole reply, never when merely mentioned in prose.
+WEAK_TERMS = frozenset({"buy", "sell", "hold", "add", "reduce", "accumulate", "positive",
+                        "negative", "in line", "in-line"})
+
+_TERM_TO_RATING: dict[str, Rating] = {
+    term: rating for rating, terms in RATING_SYNONYMS.items() for term in terms
+}
+
+
+def _term_regex(terms: Iterable[str]) -> str:
+    """Alternation of terms, longest first, with spaces/hyphens interchangeable."""
+    parts = []
+    for t in sorted(set(terms), key=len, reverse=True):
+        parts.append(r"[\s\-]+".join(re.escape(w) for w in re.split(r"[\s\-]+", t)))
+    return "(?:" + "|".join(parts) + ")"
+
+
+_ALL_TERMS = _term_regex(_TERM_TO_RATING)
+_STRONG_TERMS = _term_regex(t for t in _TERM_TO_RATING if t not in WEAK_TERMS)
+# A term must not be glued to letters or hyphen-words ("sell-side", "buyback", "holdings").
+_B, _E = r"(?<![\w\-])", r"(?![\w]|-\w)"
+_NEG = r"(?:not|n't|no\s+longer|never|hardly|cannot\s+be|can't\s+be)"
+_NEG_BEFORE = re.compile(_NEG + r"\s+(?:(?:be|a|an|really|very|too|so|overly|particularly|yet)\s+){0,2}$")
+
+# "Answer: X", "final rating is X", "recommendation - X" (priority 0 beats 1: a model that
+# quotes the analyst's "rating is Buy" and then says "Final answer: Neutral" answered neutral).
+_SLOT_SEP = r"(?:\s*(?:[:=>\-–—]|\bis\b|\bwould\s+be\b|\bwill\s+be\b|\bshould\s+be\b|\bremains\b|\bof\b))+\s*"
+_ARTICLE = r"(?:(?:a|an)\s+)?"
+_CUES: tuple[tuple[int, re.Pattern], ...] = (
+    (0, re.compile(r"\b(?:final\s+(?:answer|rating|recommendation|verdict|call)|answer)\b"
+                   + _SLOT_SEP + r"[\"']?\s*" + _ARTICLE + r"(?P<neg>" + _NEG + r"\s+" + _ARTICLE + r")?"
+                   + _B + r"(?P<term>" + _ALL_TERMS + r")" + _E)),
+    (1, re.compile(r"\b(?:rating|recommendation|verdict|decision|conclusion|classification|prediction|"
+                   r"stance|call|view|assessment)\b"
+                   + _SLOT_SEP + r"[\"']?\s*" + _ARTICLE + r"(?P<neg>" + _NEG + r"\s+" + _ARTICLE + r")?"
+                   + _B + r"(?P<term>" + _ALL_TERMS + r")" + _E)),
+    (1, re.compile(r"\b(?:rate|classify|consider|label|recommend|assign|give|call)\b\s+"
+                   r"(?:(?:this|it|the|stock|company|firm|shares|report|as|a|an|rating|of|with|overall)\s+){0,4}"
+                   r"(?P<neg>" + _NEG + r"\s+" + _ARTICLE + r")?"
+                   + _B + r"(?P<term>" + _ALL_TERMS + r")" + _E)),
+    (1, re.compile(r"\b(?:i\s+am|i'm|we\s+are|we're|i\s+remain|we\s+remain|i\s+would\s+be|i'd\s+be)\s+"
+                   r"(?P<neg>" + _NEG + r"\s+)?" + _B + r"(?P<term>" + _STRONG_TERMS + r")" + _E)),
+)
+# "bullish or neutral", "neutral/bullish", "neutral to bullish", "bullish and bearish": a hedge.
+_HEDGE_AFTER = re.compile(r"^\s*(?:or|/|to|and|\\|-|–|versus|vs\.?)\s*" + _ARTICLE + _B
+                          + r"(?P<term>" + _ALL_TERMS + r")" + _E)
+_HEDGE_BEFORE = re.compile(_B + r"(?P<term>" + _ALL_TERMS + r")" + _E
+                           + r"\s*(?:or|/|to|and|\\|-|–|versus|vs\.?)\s*" + _ARTICLE + r"$")
+_STRONG_RE = re.compile(_B + r"(?P<term>" + _STRONG_TERMS + r")" + _E)
+_WHOLE_RE = re.compile(r"^\s*(?:" + _ARTICLE + r")(?P<term>" + _ALL_TERMS + r")(?:\s+rating)?\s*[.!]?\s*$")
+_ANSWER_KEY_RE = re.compile(
+    r"[\"'](?:final_answer|answer)[\"']\s*:\s*(?:\"(?P<dq>[^\"\n]{0,80})(?P<dqend>\")?"
+    r"|'(?P<sq>[^'\n]{0,80})(?P<sqend>')?|(?P<bare>[A-Za-z][A-Za-z \-]{0,40}))",
+    re.IGNORECASE)
+_REASON_KEY_RE = re.compile(r"[\"']\s*(?:reason|reasoning|rationale|analysis)\s*[\"']\s*:", re.IGNORECASE)
+MAX_PARSE_CHARS = 20_000  # model replies are short; bounding the work keeps hostile input cheap
+
+
+def _normalise(text: str) -> str:
+    """Lowercase and drop markdown emphasis and typographic quotes, so "**Buy**" reads as "buy"."""
+    t = text.replace("\u2019", "'").replace("\u2018", "'").replace("\u201c", '"').replace("\u201d", '"')
+    t = re.sub(r"[*_`#]+", " ", t)
+    return re.sub(r"\s+", " ", t).lower()
+
+
+def _rating_of(term: str) -> Rating:
+    key = re.sub(r"[\s\-]+", " ", term.strip().lower())
+    for cand in (key, key.replace(" ", "-")):
+        if cand in _TERM_TO_RATING:
+            return _TERM_TO_RATING[cand]
+    raise KeyError(term)  # unreachable for terms matched by _ALL_TERMS
+
+
+def _hedged(text: str, start: int, end: int, rating: Rating) -> bool:
+    """True when the term at [start, end) is joined to a *different* rating ("bullish or neutral")."""
+    after = _HEDGE_AFTER.match(text[end:end + 40])
+    before = _HEDGE_BEFORE.search(text[max(0, start - 40):start])
+    return any(m is not None and _rating_of(m.group("term")) != rating for m in (after, before))
+
+
+def _negated(text: str, start: int) -> bool:
+    return _NEG_BEFORE.search(text[max(0, start - 40):start]) is not None
+
+
+def rating_from_value(value: Any) -> Rating | None:
+    """The rating named in an answer slot (JSON value or "Answer: …"); None if absent or hedged.
+
+    Inside a slot weak synonyms count ("Buy", "Hold"), but two different ratings ("Neutral to
+    Bullish") or a negation ("not bullish") make the slot ambiguous.
+    """
+    if not isinstance(value, str):
+        return None
+    t = _normalise(value)
+    found: set[Rating] = set()
+    for m in re.finditer(_B + r"(?P<term>" + _ALL_TERMS + r")" + _E, t):
+        if _negated(t, m.start()):
+            return None
+        found.add(_rating_of(m.group("term")))
+    return found.pop() if len(found) == 1 else None
+
+
+def _json_objects(text: str) -> list[dict]:
+    """Every top-level JSON-ish object in `text` (strict JSON first, then Python-dict syntax
+    with single quotes / trailing commas). Objects nested in strings are not visited."""
+    out: list[dict] = []
+    dec = json.JSONDecoder()
+    i = text.find("{")
+    while i != -1:
+        obj, end = None, None
+        try:
+            obj, end = dec.raw_decode(text, i)
+        except ValueError:
+            block_end = _matching_brace(text, i)
+            if block_end is not None:
+                block = re.sub(r",\s*([}\]])", r"\1", text[i:block_end + 1])
+                for loader in (json.loads, _literal):
+                    try:
+                        obj = loader(block)
+                        end = block_end + 1
+                        break
+                    except Exception:  # noqa: BLE001 - any failure just means "not this block"
+                        obj = None
+        if isinstance(obj, dict):
+            out.append(obj)
+            i = text.find("{", end)
+        else:
+            i = text.find("{", i + 1)
+    return out
+
+
+def _literal(block: str) -> Any:
+    block = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", re.sub(r"\bnull\b", "None", block)))
+    return ast.literal_eval(block)
+
+
+def _matching_brace(text: str, start: int) -> int | None:
+    """Index of the `}` closing the `{` at `start`, skipping quoted strings of either kind."""
+    depth, quote, esc = 0, None, False
+    for j in range(start, min(len(text), start + MAX_PARSE_CHARS)):
+        ch = text[j]
+        if quote:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == quote:
+                quote = None
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return j
+    return None
+
+
+def _answer_values(obj: Any, depth: int = 0) -> list[Any]:
+    """Values of `answer`/`final_answer` keys (case-insensitive), searching one nesting level."""
+    if not isinstance(obj, dict) or depth > 1:
+        return []
+    vals = [v for k, v in obj.items() if isinstance(k, str) and k.strip().lower() in ("answer", "final_answer")]
+    if vals:
+        return vals
+    return [v for sub in obj.values() for v in _answer_values(sub, depth + 1)]
+
+
+def _from_json(text: str) -> tuple[bool, Rating | None]:
+    """(found an answer slot?, its rating). A found slot is decisive even when unreadable."""
+    values = [v for obj in _json_objects(text) for v in _answer_values(obj)]
+    if not values:  # broken JSON: read the `answer` key directly (e.g. cut off inside `reason`)
+        for m in _ANSWER_KEY_RE.finditer(text):
+            if m.group("dq") is not None:
+                v, closed = m.group("dq"), m.group("dqend") is not None
+            elif m.group("sq") is not None:
+                v, closed = m.group("sq"), m.group("sqend") is not None
+            else:
+                v, closed = m.group("bare"), True
+            if not closed and _WHOLE_RE.match(_normalise(v)) is None:
+                continue  # '{"answer": "bull' (cut inside the value): not an answer
+            values.append(v)
+        if not values:
+            return False, None
+    ratings = {rating_from_value(v) for v in values}
+    return True, (ratings.pop() if len(ratings) == 1 else None)
+
+
+ECHO_WINDOW = 40  # chars of reply before a rating phrase that, found verbatim in the input, mark an echo
+
+
+def _echoed(t: str, start: int, end: int, context: str | None) -> bool:
+    """True when the phrase at [start, end) with its left context is copied from the input text.
+
+    Small models often copy the report ("…(FNYL) with a Bullish rating."); without this guard
+    the copied analyst rating would parse as the model's answer and inflate herding.
+    """
+    if not context:
+        return False
+    window = t[max(0, start - ECHO_WINDOW):end]
+    return len(window) >= 20 and window in context
+
+
+def _from_statements(text: str, context: str | None = None) -> tuple[Rating | None, str]:
+    """Plain-text fallbacks: explicit rating slots first, then the whole reply, then strong words."""
+    t = _normalise(text)
+    ctx = _normalise(context) if isinstance(context, str) else None
+    whole = _WHOLE_RE.match(re.sub(r"[\"'()\[\]{}]", " ", t))
+    if whole:
+        return _rating_of(whole.group("term")), "whole_reply"
+    hits: dict[int, list[Rating | None]] = {}
+    echoes = 0
+    for priority, pat in _CUES:
+        for m in pat.finditer(t):
+            if _echoed(t, m.start(), m.end(), ctx):
+                echoes += 1
+                continue
+            r = _rating_of(m.group("term"))
+            ok = m.group("neg") is None and not _hedged(t, m.start("term"), m.end("term"), r)
+            hits.setdefault(priority, []).append(r if ok else None)
+    if hits:
+        asserted = set(hits[min(hits)])
+        return (asserted.pop(), "statement") if len(asserted) == 1 and None not in asserted else (None, "ambiguous")
+    found: set[Rating | None] = set()
+    for m in _STRONG_RE.finditer(t):
+        if _echoed(t, m.start(), m.end(), ctx):
+            echoes += 1
+            continue
+        r = _rating_of(m.group("term"))
+        neg = _negated(t, m.start()) or _hedged(t, m.start(), m.end(), r)
+        found.add(None if neg else r)
+    if len(found) == 1 and None not in found:
+        return found.pop(), "rating_word"
+    if found:
+        return None, "ambiguous"
+    return None, ("echo_of_input" if echoes else "no_rating_found")
+
+
+def parse_rating_detail(text: Any, context: str | None = None) -> tuple[Rating | None, str]:
+    """`parse_rating` plus why: json | json_unreadable | json_without_answer | statement |
+    whole_reply | rating_word | ambiguous | echo_of_input | no_rating_found | empty."""
+    if not isinstance(text, str) or not text.strip():
+        return None, "empty"
+    text = text[:MAX_PARSE_CHARS]
+    found, rating = _from_json(text)
+    if found:
+        return rating, ("json" if rating is not None else "json_unreadable")
+    if _REASON_KEY_RE.search(text):
+        return None, "json_without_answer"  # cut off before its answer: words in `reason` are not the answer
+    return _from_statements(text, context)
+
+
+def parse_rating(text: Any, context: str | None = None) -> Rating | None:
+    """A model's reply as a `Rating`, or None when it is empty, ambiguous or unreadable.
+
+    Order: a JSON object's `answer` (fences, single quotes, trailing commas, text around it and
+    a truncated `reason` are tolerated); then plain statements ("Answer: Bullish", "my rating is
+    **neutral**", "I would rate this a Buy"). Two different ratings asserted, a hedge ("bullish
+    or neutral") or a negation ("not bullish") give None: never a default. With `context` (the
+    text the model was shown), statements copied verbatim from it are ignored (echoes).
+    """
+    return parse_rating_detail(text, context)[0]
+
+
+def answer_from_probs(p_bullish: float, p_neutral: float, p_bearish: float) -> Rating | None:
+    """Argmax label of a label-scored row; None when a probability is missing or the top two tie."""
+    p = np.array([p_bullish, p_neutral, p_bearish], dtype=float)
+    if not np.all(np.isfinite(p)):
+        return None
+    order = np.argsort(-p, kind="stable")
+    if p[order[0]] == p[order[1]]:
+        return None
+    return RATINGS[int(order[0])]
+
+
+def parse_predictions(pred: pd.DataFrame, contexts: dict[str, str] | None = None) -> pd.DataFrame:
+    """Add `answer` (str|None), `parsed` (bool) and `parse_note` (why, for the stage report).
+
+    Mode "score" takes the argmax of the label probabilities, "generate" goes through the parser
+    (with the item's input text, when given, to ignore copied statements). Rows whose inference
+    status is not "ok" stay unparsed ("skipped" rows are set aside later by `score_frame`).
+    """
+    out = pred.copy()
+    answers: list[str | None] = []
+    notes: list[str] = []
+    contexts = contexts or {}
+    for row in out.itertuples(index=False):
+        if getattr(row, "status", "ok") != "ok":
+            r, note = None, f"inference_{getattr(row, 'status', 'error')}"
+        elif getattr(row, "mode", "generate") == "score":
+            r = answer_from_probs(row.p_bullish, row.p_neutral, row.p_bearish)
+            probs = np.array([row.p_bullish, row.p_neutral, row.p_bearish], dtype=float)
+            note = "argmax" if r is not None else ("probabilities_missing" if not np.isfinite(probs).all()
+                                                   else "tied_probabilities")
+        else:
+            r, note = parse_rating_detail(row.raw_text, contexts.get(row.item_id))
+        answers.append(None if r is None else r.value)
+        notes.append(note)
+    out["answer"] = pd.Series(answers, index=out.index, dtype=object)
+    out["parsed"] = out["answer"].notna()
+    out["parse_note"] = notes
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# 2. Joining the artifacts
+# --------------------------------------------------------------------------------------
+
+PRED_COLUMNS = ("item_id", "report_id", "condition", "model", "mode", "raw_text",
+                "p_bullish", "p_neutral", "p_bearish", "status")
+COND_COLUMNS = ("item_id", "report_id", "condition", "analyst_rating", "fake_rating",
+                "reference_rating", "status", "skip_reason")
+PROB_COLUMNS = {Rating.BULLISH: "p_bullish", Rating.NEUTRAL: "p_neutral", Rating.BEARISH: "p_bearish"}
+POOLED, SECTOR_MEAN = "Average (pooled)", "Mean of sectors"
+
+
+def require_columns(df: pd.DataFrame, columns: Iterable[str], artifact: str) -> None:
+    """Fail with the artifact and the missing field names instead of a KeyError deep inside."""
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"{artifact}.parquet lacks column(s) {missing}; has {list(df.columns)}")
+
+
+def _check_ratings(df: pd.DataFrame, column: str, artifact: str) -> None:
+    allowed = {r.value for r in RATINGS}
+    bad = df[df[column].notna() & ~df[column].isin(allowed)]
+    if len(bad):
+        row = bad.index[0]
+        raise ValueError(f"{artifact}.parquet row {row}: field '{column}' = {bad[column].iloc[0]!r} "
+                         f"is not one of {sorted(allowed)}")
+
+
+@dataclass
+class Scored:
+    """One row per (model, item) that was run, with everything the metrics need."""
+
+    rows: pd.DataFrame
+    skipped: pd.DataFrame          # model, condition, reason, n
+    counts: dict = field(default_factory=dict)
+
+
+def label_model_modes(pred: pd.DataFrame) -> pd.DataFrame:
+    """Name a model run in two modes as two rows ("m [score]", "m [generate]"): label scoring and
+    free generation are different measurements and must never be pooled into one score."""
+    modes = pred.groupby("model")["mode"].nunique()
+    multi = set(modes[modes > 1].index)
+    if not multi:
+        return pred
+    out = pred.copy()
+    hit = out["model"].isin(multi)
+    out.loc[hit, "model"] = out.loc[hit, "model"] + " [" + out.loc[hit, "mode"] + "]"
+    return out
+
+
+def score_frame(predictions: pd.DataFrame, conditions: pd.DataFrame, labels: pd.DataFrame,
+                reports: pd.DataFrame) -> Scored:
+    """Parse answers and attach reference rating, sector, firm and return-based label.
+
+    Skipped items (condition or inference status "skipped") are set aside with their reason:
+    they are not zeros. Predictions for items missing from conditions/reports are an error.
+    """
+    require_columns(predictions, PRED_COLUMNS, "predictions")
+    require_columns(conditions, COND_COLUMNS, "conditions")
+    require_columns(labels, ("report_id", "label"), "labels")
+    require_columns(reports, ("report_id", "ticker", "sector", "analyst_rating"), "reports")
+    for frame, col, name in ((conditions, "reference_rating", "conditions"), (labels, "label", "labels"),
+                             (reports, "analyst_rating", "reports")):
+        _check_ratings(frame, col, name)
+    texts = conditions["text"] if "text" in conditions.columns else pd.Series(dtype=object)
+    contexts = {k: v for k, v in zip(conditions["item_id"], texts) if isinstance(v, str)}
+    pred = label_model_modes(parse_predictions(predictions, contexts))
+    cond = conditions[list(COND_COLUMNS)].rename(columns={"status": "condition_status",
+                                                          "condition": "condition_c", "report_id": "report_id_c"})
+    rows = pred.merge(cond, on="item_id", how="left", validate="many_to_one", indicator=True)
+    orphan = rows[rows["_merge"] == "left_only"]
+    if len(orphan):
+        raise ValueError(f"predictions.parquet: {len(orphan)} item_id(s) not in conditions.parquet, "
+                         f"e.g. row {orphan.index[0]} item_id={orphan['item_id'].iloc[0]!r} (predictions made from "
+                         "older conditions? rerun stage 03 after stage 02)")
+    mismatch = rows[(rows["condition"] != rows["condition_c"]) | (rows["report_id"] != rows["report_id_c"])]
+    if len(mismatch):
+        raise ValueError(f"predictions.parquet row {mismatch.index[0]}: condition/report_id disagree with "
+                         f"conditions.parquet for item_id={mismatch['item_id'].iloc[0]!r}")
+    rows = rows.drop(columns=["_merge", "condition_c", "report_id_c"])
+    rows = rows.merge(reports[["report_id", "ticker", "sector"]], on="report_id", how="left",
+                      validate="many_to_one", indicator=True)
+    orphan = rows[rows["_merge"] == "left_only"]
+    if len(orphan):
+        raise ValueError(f"conditions/predictions: report_id={orphan['report_id'].iloc[0]!r} not in reports.parquet")
+    rows = rows.drop(columns="_merge").merge(labels[["report_id", "label"]], on="report_id", how="left",
+                                             validate="many_to_one")
+    skip_mask = (rows["status"] == "skipped") | (rows["condition_status"] == "skipped")
+    reason = rows["skip_reason"].where(rows["condition_status"] == "skipped")
+    if "error" in rows.columns:
+        reason = reason.fillna(rows["error"].where(rows["status"] == "skipped"))
+    reason = reason.fillna("skipped (no reason recorded)")
+    skipped = (rows[skip_mask].assign(reason=reason[skip_mask])
+               .groupby(["model", "condition", "reason"], as_index=False).size().rename(columns={"size": "n"}))
+    kept = rows[~skip_mask].reset_index(drop=True)
+    notes = kept.groupby(["model", "condition", "parse_note"]).size()
+    counts = {
+        "parse_notes": [{"model": m, "condition": c, "parse_note": n, "n": int(v)} for (m, c, n), v in notes.items()],
+        "predictions": int(len(rows)),
+        "skipped": int(skip_mask.sum()),
+        "scored_rows": int(len(kept)),
+        "inference_errors_counted_unparsed": int((kept["status"] == "error").sum()),
+        "unparsed": int((~kept["parsed"]).sum()),
+        "rows_without_label": int(kept["label"].isna().sum()),
+        "rows_without_reference_rating": int(kept["reference_rating"].isna().sum()),
+        "rows_outside_paper_sectors": int((~kept["sector"].isin(SECTORS)).sum()),
+    }
+    return Scored(kept, skipped, counts)
+
+
+def analyst_rows(reports: pd.DataFrame, labels: pd.DataFrame) -> pd.DataFrame:
+    """The analyst as a pseudo-model on `original`: the baseline row of Tables 6 and 7.
+
+    Its "parse rate" is the share of labelled reports whose first sentence carries a rating.
+    """
+    df = reports[["report_id", "ticker", "sector", "analyst_rating"]].merge(
+        labels[["report_id", "label"]], on="report_id", how="inner")
+    return pd.DataFrame({
+        "model": "Analyst", "mode": "analyst", "condition": Condition.ORIGINAL.value,
+        "report_id": df["report_id"], "ticker": df["ticker"], "sector": df["sector"],
+        "answer": df["analyst_rating"].astype(object), "parsed": df["analyst_rating"].notna(),
+        "reference_rating": df["analyst_rating"].astype(object), "label": df["label"],
+        "p_bullish": np.nan, "p_neutral": np.nan, "p_bearish": np.nan,
+    })
+
+
+# --------------------------------------------------------------------------------------
+# 3. Metrics
+# --------------------------------------------------------------------------------------
+
+def _eq(a: pd.Series, b: pd.Series) -> np.ndarray:
+    """Elementwise equality where a missing value on either side is False (never a match)."""
+    return (a.notna() & b.notna() & (a.astype(object) == b.astype(object))).to_numpy(bool)
+
+
+def herding_score(answers: pd.Series, reference: pd.Series) -> float:
+    """Share of parsed answers equal to the reference rating (Fin-Bias eq. 1); NaN if none parsed."""
+    ok = answers.notna() & reference.notna()
+    return float(_eq(answers[ok], reference[ok]).mean()) if ok.any() else float("nan")
+
+
+def herding_score_all(answers: pd.Series, reference: pd.Series) -> float:
+    """Variant over all rows with a reference: an unparsed answer counts as not herding."""
+    ok = reference.notna()
+    return float(_eq(answers[ok], reference[ok]).mean()) if ok.any() else float("nan")
+
+
+def accuracy(answers: pd.Series, labels: pd.Series) -> float:
+    """Share of parsed answers equal to the return-based label (rows without a label excluded)."""
+    return herding_score(answers, labels)
+
+
+def confusion(answers: pd.Series, labels: pd.Series) -> pd.DataFrame:
+    """3x3 counts, rows = return-based label, columns = answer, over parsed & labelled rows."""
+    names = [r.value for r in RATINGS]
+    ok = answers.notna() & labels.notna()
+    tab = pd.crosstab(pd.Categorical(labels[ok], categories=names),
+                      pd.Categorical(answers[ok], categories=names), dropna=False)
+    tab.index.name, tab.columns.name = "label", "answer"
+    return tab.reindex(index=names, columns=names, fill_value=0)
+
+
+def macro_f1(answers: pd.Series, labels: pd.Series) -> float:
+    """Macro-F1 over the classes present in labels or answers (see stats.macro_f1_from_confusion)."""
+    return float(stats.macro_f1_from_confusion(confusion(answers, labels).to_numpy(float).ravel()))
+
+
+def _one_hot_confusion(answers: pd.Series, labels: pd.Series) -> np.ndarray:
+    names = [r.value for r in RATINGS]
+    a = answers.map({n: i for i, n in enumerate(names)}).to_numpy()
+    t = labels.map({n: i for i, n in enumerate(names)}).to_numpy()
+    out = np.zeros((len(a), 9))
+    ok = ~(pd.isna(a) | pd.isna(t))
+    out[np.flatnonzero(ok), (t[ok].astype(int) * 3 + a[ok].astype(int))] = 1.0
+    return out
+
+
+def _ref_prob(df: pd.DataFrame, column: str = "reference_rating") -> np.ndarray:
+    """Probability the model gave to `column`'s rating (renormalised over the three labels)."""
+    p = df[[PROB_COLUMNS[r] for r in RATINGS]].to_numpy(float)
+    p = p / p.sum(axis=1, keepdims=True)
+    idx = df[column].map({r.value: i for i, r in enumerate(RATINGS)}).to_numpy()
+    out = np.full(len(df), np.nan)
+    ok = ~pd.isna(idx)
+    out[ok] = p[np.flatnonzero(ok), idx[ok].astype(int)]
+    return out
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """A metric as (rows it is defined on, per-row summable columns, statistic of the sums)."""
+
+    name: str
+    eligible: Callable[[pd.DataFrame], np.ndarray]
+    values: Callable[[pd.DataFrame], np.ndarray]
+    k: int
+    statistic: str  # "ratio" | "macro_f1"
+
+
+def _specs() -> tuple[MetricSpec, ...]:
+    def ones(d: pd.DataFrame) -> np.ndarray:
+        return np.ones(len(d))
+
+    def col(x: np.ndarray) -> np.ndarray:
+        return np.asarray(x, dtype=float)
+
+    def has(c: str) -> Callable[[pd.DataFrame], np.ndarray]:
+        return lambda d: d[c].notna().to_numpy()
+
+    def probs_ok(d: pd.DataFrame) -> np.ndarray:
+        p = d[[PROB_COLUMNS[r] for r in RATINGS]].to_numpy(float)
+        return (d["mode"] == "score").to_numpy() & np.isfinite(p).all(axis=1) & d["reference_rating"].notna().to_numpy()
+
+    specs = [
+        MetricSpec("parse_rate", lambda d: np.ones(len(d), bool),
+                   lambda d: np.c_[col(d["parsed"]), ones(d)], 2, "ratio"),
+        MetricSpec("herding", has("reference_rating"),
+                   lambda d: np.c_[col(_eq(d["answer"], d["reference_rating"])), col(d["parsed"])], 2, "ratio"),
+        MetricSpec("herding_all", has("reference_rating"),
+                   lambda d: np.c_[col(_eq(d["answer"], d["reference_rating"])), ones(d)], 2, "ratio"),
+        MetricSpec("accuracy", has("label"),
+                   lambda d: np.c_[col(_eq(d["answer"], d["label"])), col(d["parsed"])], 2, "ratio"),
+        MetricSpec("accuracy_all", has("label"),
+                   lambda d: np.c_[col(_eq(d["answer"], d["label"])), ones(d)], 2, "ratio"),
+        MetricSpec("macro_f1", lambda d: (d["label"].notna() & d["parsed"]).to_numpy(),
+                   lambda d: _one_hot_confusion(d["answer"], d["label"]), 9, "macro_f1"),
+        MetricSpec("prob_herding", probs_ok, lambda d: np.c_[_ref_prob(d), ones(d)], 2, "ratio"),
+    ]
+    for r in RATINGS:  # the answer distribution: a model that always says "bullish" shows here
+        specs.append(MetricSpec(f"share_{r.value}", lambda d: d["parsed"].to_numpy(bool),
+                                lambda d, r=r: np.c_[col(d["answer"] == r.value), ones(d)], 2, "ratio"))
+    return tuple(specs)
+
+
+METRIC_SPECS = _specs()
+
+
+def _statistic(kind: str) -> stats.Statistic:
+    return stats.ratio if kind == "ratio" else stats.macro_f1_from_confusion
+
+
+def _denominator(sums: np.ndarray, kind: str) -> int:
+    return int(round(sums[:, 1].sum())) if kind == "ratio" else int(round(sums.sum()))
+
+
+def _subset_sums(codes: np.ndarray, values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Cluster sums over the rows in `mask`, with only the clusters present there (so that a
+    sector's bootstrap resamples that sector's firms, not empty ones)."""
+    if not mask.any():
+        return np.zeros((0, values.shape[1]))
+    uniq, inv = np.unique(codes[mask], return_inverse=True)
+    return stats.sums_by_code(inv, len(uniq), values[mask])
+
+
+def _estimate_rows(df: pd.DataFrame, values: np.ndarray, kind: str, k: int, reps: int, seed: int,
+                   ci: float) -> list[dict]:
+    """Per sector, pooled and mean-of-sectors estimates of one metric on rows `df`."""
+    stat = _statistic(kind)
+    codes = pd.factorize(df["ticker"].to_numpy(dtype=object))[0]
+    if (codes < 0).any():
+        raise ValueError("a scored row has no ticker: cannot cluster the bootstrap by firm")
+    sec_idx = df["sector"].map({s: i for i, s in enumerate(SECTORS)}).to_numpy(dtype=float)
+    out = []
+
+    def add(label: str, sums: np.ndarray, statistic, n: int) -> None:
+        est = stats.bootstrap_ci(sums, statistic, reps, seed, ci)
+        out.append({"sector": label, "value": est.value if n else np.nan, "ci_low": est.ci_low,
+                    "ci_high": est.ci_high, "n": n})
+
+    for i, sector in enumerate(SECTORS):
+        sums = _subset_sums(codes, values, sec_idx == i)
+        add(sector, sums, stat, _denominator(sums, kind))
+    pooled = _subset_sums(codes, values, np.ones(len(df), bool))
+    add(POOLED, pooled, stat, _denominator(pooled, kind))
+    # Mean of sectors: each row's values go to its sector's block of columns.
+    in_paper = np.isfinite(sec_idx)
+    wide = np.zeros((len(df), len(SECTORS) * k))
+    rows_i = np.flatnonzero(in_paper)
+    base = sec_idx[in_paper].astype(int) * k
+    for j in range(k):
+        wide[rows_i, base + j] = values[in_paper, j]
+    wsums = _subset_sums(codes, wide, in_paper)
+    add(SECTOR_MEAN, wsums, stats.mean_over_groups(stat, len(SECTORS), k),
+        _denominator(_subset_sums(codes, values, in_paper), kind))
+    return out
+
+
+def _parse_rates(df: pd.DataFrame) -> dict[str, float]:
+    """Parse rate per sector / pooled / mean-of-sectors label, over the rows a metric uses."""
+    parsed = df["parsed"].to_numpy(bool)
+    sector = df["sector"].to_numpy(dtype=object)
+    rates = {}
+    for s in SECTORS:
+        m = sector == s
+        rates[s] = float(parsed[m].mean()) if m.any() else np.nan
+    rates[POOLED] = float(parsed.mean()) if len(df) else np.nan
+    vals = [rates[s] for s in SECTORS if np.isfinite(rates[s])]
+    rates[SECTOR_MEAN] = float(np.mean(vals)) if vals else np.nan
+    return rates
+
+
+def metrics_long(rows: pd.DataFrame, reps: int, seed: int, ci: float = 0.95,
+                 specs: Iterable[MetricSpec] = METRIC_SPECS) -> pd.DataFrame:
+    """Every metric x model x condition x sector (+ pooled + mean of sectors) with cluster CIs.
+
+    Long format: model, condition, sector, metric, value, ci_low, ci_high, n, parse_rate.
+    `n` is the metric's denominator (parsed rows for herding/accuracy, all eligible rows for
+    the `_all` variants); `parse_rate` is the share parsed among the rows the metric is defined on.
+    """
+    records = []
+    for (model, condition), g in rows.groupby(["model", "condition"], sort=True):
+        g = g.reset_index(drop=True)
+        for spec in specs:
+            mask = np.asarray(spec.eligible(g), dtype=bool)
+            if not mask.any():
+                continue
+            d = g[mask].reset_index(drop=True)
+            vals = np.asarray(spec.values(d), dtype=float).reshape(len(d), spec.k)
+            # macro-F1 and answer shares are defined on parsed rows only: report the parse rate
+            # of the rows they could have used (labelled rows / all rows) instead of a trivial 100 %
+            base = g[g["label"].notna()] if spec.name == "macro_f1" else g if spec.name.startswith("share_") \
+                else g[mask]
+            rates = _parse_rates(base)
+            for rec in _estimate_rows(d, vals, spec.statistic, spec.k, reps, seed, ci):
+                records.append({"model": model, "condition": condition, "metric": spec.name,
+                                "parse_rate": rates[rec["sector"]], **rec})
+    cols = ["model", "condition", "sector", "metric", "value", "ci_low", "ci_high", "n", "parse_rate"]
+    return pd.DataFrame.from_records(records, columns=cols)
+
+
+KL_PAIRS: tuple[tuple[Condition, Condition], ...] = (
+    (Condition.ORIGINAL, Condition.NO_RATING),
+    (Condition.NO_RATING, Condition.NO_OPINION),
+    (Condition.ORIGINAL, Condition.NO_OPINION),
+    (Condition.ORIGINAL, Condition.FAKE_RATING),
+)
+
+
+def kl_divergence(p: np.ndarray, q: np.ndarray, eps: float = 1e-12) -> np.ndarray:
+    """Row-wise KL(p || q) in nats for probability rows (renormalised; eps guards log 0)."""
+    p = np.clip(np.asarray(p, float), eps, None)
+    q = np.clip(np.asarray(q, float), eps, None)
+    p = p / p.sum(axis=-1, keepdims=True)
+    q = q / q.sum(axis=-1, keepdims=True)
+    return (p * np.log(p / q)).sum(axis=-1)
+
+
+def paired_rows(rows: pd.DataFrame, model: str, cond_a: str, cond_b: str) -> pd.DataFrame:
+    """Rows of `cond_a` joined to the same report's `cond_b` row (suffixes _a, _b).
+
+    With two fake ratings per report each fake item is paired with the one original row.
+    """
+    a = rows[(rows["model"] == model) & (rows["condition"] == cond_a)]
+    b = rows[(rows["model"] == model) & (rows["condition"] == cond_b)]
+    keep = ["report_id", "ticker", "sector", "answer", "parsed", "reference_rating", "label",
+            "p_bullish", "p_neutral", "p_bearish"]
+    dup_a, dup_b = a["report_id"].duplicated().any(), b["report_id"].duplicated().any()
+    if dup_a and dup_b:
+        raise ValueError(f"{model}: both {cond_a} and {cond_b} have several rows per report; cannot pair them")
+    if dup_b:  # e.g. (original, fake_rating) with two fakes per report: one original row per fake item
+        merged = b[keep].merge(a[keep].drop(columns=["ticker", "sector"]), on="report_id", suffixes=("_b", "_a"))
+    else:
+        merged = a[keep].merge(b[keep].drop(columns=["ticker", "sector"]), on="report_id", suffixes=("_a", "_b"))
+    return merged.reset_index(drop=True)
+
+
+def kl_metrics(rows: pd.DataFrame, reps: int, seed: int, ci: float = 0.95) -> pd.DataFrame:
+    """Mean per-report KL(P_a || P_b) between two conditions' label distributions (score mode).
+
+    A herding-free model would give the same distribution whether or not the rating is shown
+    (KL 0); the mean KL measures how far one sentence moves the model's belief.
+    """
+    records = []
+    probs = [PROB_COLUMNS[r] for r in RATINGS]
+    for model in sorted(rows.loc[rows["mode"] == "score", "model"].unique()):
+        for ca, cb in KL_PAIRS:
+            pr = paired_rows(rows, model, ca.value, cb.value)
+            if pr.empty:
+                continue
+            pa, pb = pr[[f"{c}_a" for c in probs]].to_numpy(float), pr[[f"{c}_b" for c in probs]].to_numpy(float)
+            ok = np.isfinite(pa).all(axis=1) & np.isfinite(pb).all(axis=1)
+            if not ok.any():
+                continue
+            d = pr[ok].reset_index(drop=True)
+            vals = np.c_[kl_divergence(pa[ok], pb[ok]), np.ones(ok.sum())]
+            for rec in _estimate_rows(d, vals, "ratio", 2, reps, seed, ci):
+                records.append({"model": model, "condition": f"{ca.value}||{cb.value}", "metric": "kl_divergence",
+                                "parse_rate": np.nan, **rec})
+    cols = ["model", "condition", "sector", "metric", "value", "ci_low", "ci_high", "n", "parse_rate"]
+    return pd.DataFrame.from_records(records, columns=cols)
+
+
+def fake_transitions(rows: pd.DataFrame) -> pd.DataFrame:
+    """Counts of original analyst rating -> fake rating shown -> model answer (fake_rating rows).
+
+    Shows whether herding is asymmetric, e.g. a model that follows a fake "bullish" but not a
+    fake "bearish". Unparsed answers appear as "unparsed", not dropped.
+    """
+    f = rows[rows["condition"] == Condition.FAKE_RATING.value]
+    if f.empty:
+        return pd.DataFrame(columns=["model", "analyst_rating", "fake_rating", "answer", "n", "share"])
+    f = f.assign(answer=f["answer"].fillna("unparsed"))
+    t = f.groupby(["model", "analyst_rating", "fake_rating", "answer"], as_index=False).size()
+    t = t.rename(columns={"size": "n"})
+    t["share"] = t["n"] / t.groupby(["model", "analyst_rating", "fake_rating"])["n"].transform("sum")
+    return t.sort_values(["model", "analyst_rating", "fake_rating", "answer"]).reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------------------
+# 4. Paired tests between conditions (same reports)
+# --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PairedTest:
+    """Which binary outcome (or answer shift) is compared between two conditions."""
+
+    name: str
+    cond_a: Condition
+    cond_b: Condition
+    kind: str                      # "mcnemar" | "stuart_maxwell"
+    outcome: str = ""              # "herding" | "fake_herding" | "accuracy"
+
+
+PAIRED_TESTS: tuple[PairedTest, ...] = (
+    PairedTest("herding_with_vs_without", Condition.ORIGINAL, Condition.NO_RATING, "mcnemar", "herding"),
+    PairedTest("fake_herding_fake_vs_original", Condition.FAKE_RATING, Condition.ORIGINAL, "mcnemar",
+               "fake_herding"),
+    PairedTest("accuracy_with_vs_without", Condition.ORIGINAL, Condition.NO_RATING, "mcnemar", "accuracy"),
+    PairedTest("accuracy_no_opinion_vs_no_rating", Condition.NO_OPINION, Condition.NO_RATING, "mcnemar",
+               "accuracy"),
+    PairedTest("answer_shift_with_vs_without", Condition.ORIGINAL, Condition.NO_RATING, "stuart_maxwell"),
+    PairedTest("answer_shift_no_opinion_vs_no_rating", Condition.NO_OPINION, Condition.NO_RATING,
+               "stuart_maxwell"),
+    PairedTest("answer_shift_fake_vs_original", Condition.FAKE_RATING, Condition.ORIGINAL, "stuart_maxwell"),
+)
+
+
+def _outcomes(pr: pd.DataFrame, outcome: str) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """Pairs where both answers parsed (and the target exists) and the two binary outcomes.
+
+    fake_herding: does the answer equal the *fake* rating, when it is shown (a) vs on the
+    original report (b)? An increase is herding towards the fake, not mere agreement.
+    """
+    target = {"herding": "reference_rating_a", "fake_herding": "reference_rating_a", "accuracy": "label_a"}[outcome]
+    ok = pr["parsed_a"] & pr["parsed_b"] & pr[target].notna()
+    d = pr[ok].reset_index(drop=True)
+    return d, _eq(d["answer_a"], d[target]), _eq(d["answer_b"], d[target])
+
+
+def paired_tests(rows: pd.DataFrame, tests: Iterable[PairedTest] = PAIRED_TESTS, reps: int = 0,
+                 seed: int = 0, ci: float = 0.95) -> pd.DataFrame:
+    """Every paired test per model, pooled and by sector, with Holm across models.
+
+    Holm's family is one test x one sector across all models (the paper's claims are per
+    table and column: "does *each* model herd?"). Pairs need both answers parsed. McNemar rows
+    also carry the paired difference rate_a - rate_b with a cluster-bootstrap CI (reps > 0).
+    """
+    names = [r.value for r in RATINGS]
+    records = []
+    models = sorted(m for m in rows["model"].unique() if m != "Analyst")
+    for t in tests:
+        for model in models:
+            pr = paired_rows(rows, model, t.cond_a.value, t.cond_b.value)
+            if pr.empty:
+                continue
+            for sector in (POOLED, *SECTORS):
+                sub = pr if sector == POOLED else pr[pr["sector"] == sector]
+                rec = {"test": t.name, "model": model, "condition_a": t.cond_a.value,
+                       "condition_b": t.cond_b.value, "sector": sector}
+                if t.kind == "mcnemar":
+                    d, xa, xb = _outcomes(sub, t.outcome)
+                    r = stats.mcnemar_exact(xa, xb)
+                    diff = stats.Estimate(np.nan, np.nan, np.nan, 0)
+                    if len(d) and reps > 0:
+                        _, sums = stats.cluster_sums(d["ticker"], np.c_[xa.astype(float) - xb, np.ones(len(d))])
+                        diff = stats.bootstrap_ci(sums, stats.ratio, reps, seed, ci)
+                    rec.update(diff=diff.value, diff_ci_low=diff.ci_low, diff_ci_high=diff.ci_high)
+                    rec.update(method="exact McNemar", n_pairs=r.n_pairs, rate_a=float(xa.mean()) if len(d) else np.nan,
+                               rate_b=float(xb.mean()) if len(d) else np.nan, only_a=r.only_a, only_b=r.only_b,
+                               statistic=r.statistic, df=np.nan, pvalue=r.pvalue if len(d) else np.nan, note="")
+                else:
+                    d = sub[sub["parsed_a"] & sub["parsed_b"]]
+                    r = stats.stuart_maxwell(d["answer_a"], d["answer_b"], names) if len(d) else None
+                    rec.update(diff=np.nan, diff_ci_low=np.nan, diff_ci_high=np.nan)
+                    rec.update(method="Stuart-Maxwell", n_pairs=len(d), rate_a=np.nan, rate_b=np.nan,
+                               only_a=np.nan, only_b=np.nan,
+                               statistic=r.statistic if r else np.nan, df=r.df if r else np.nan,
+                               pvalue=r.pvalue if r else np.nan, note=r.note if r else "no parsed pairs")
+                records.append(rec)
+    out = pd.DataFrame.from_records(records)
+    if out.empty:
+        return out
+    out["p_holm"] = np.nan
+    for _, idx in out.groupby(["test", "sector"]).groups.items():
+        out.loc[idx, "p_holm"] = stats.holm(out.loc[idx, "pvalue"].to_numpy())
+    out["marker"] = out["p_holm"].map(stats.significance_marker)
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# 5. Tables 4-7 in the paper's layout, with the published numbers beside ours
+# --------------------------------------------------------------------------------------
+
+OURS, PAPER = "ours", "Fin-Bias (published)"
+SIGNIF_NOTE = ("Markers: exact McNemar on paired reports (both answers parsed), Holm-adjusted across "
+               "models per column: * p<0.05, ** p<0.01, *** p<0.001.")
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One of the paper's Tables 4-7: which metric and conditions fill the cells."""
+
+    name: str
+    paper_key: str
+    metric: str
+    conditions: tuple[Condition, ...]       # one (single value) or two ("with/without")
+    paper_columns: tuple[str, ...]
+    test: str                               # PairedTest.name giving the marker
+    analyst_row: bool
+    caption: str
+    paper_digits: int = 1                   # decimals as printed (T4/T6: 1, T5/T7: 2)
+
+
+TABLE_SPECS: tuple[TableSpec, ...] = (
+    TableSpec("table4_herding_with_without", "finbias_table4", "herding",
+              (Condition.ORIGINAL, Condition.NO_RATING), ("with_rating", "without_rating"),
+              "herding_with_vs_without", False,
+              "Table 4: herding score (%) with/without the analyst rating in the report"),
+    TableSpec("table5_herding_fake", "finbias_table5", "herding", (Condition.FAKE_RATING,),
+              ("herding_fake",), "fake_herding_fake_vs_original", False,
+              "Table 5: herding score (%) towards a fake rating that replaces the analyst's", 2),
+    TableSpec("table6_accuracy_with_without", "finbias_table6", "accuracy",
+              (Condition.ORIGINAL, Condition.NO_RATING), ("with_rating", "without_rating"),
+              "accuracy_with_vs_without", True,
+              "Table 6: accuracy (%) against return-based labels with/without the analyst rating"),
+    TableSpec("table7_accuracy_no_opinion", "finbias_table7", "accuracy", (Condition.NO_OPINION,),
+              ("accuracy",), "accuracy_no_opinion_vs_no_rating", True,
+              "Table 7: accuracy (%) with MPQA strong-subjective sentences (and the rating) removed", 2),
+)
+
+
+def _fmt(v: float, digits: int = 1) -> str:
+    return "–" if v is None or not np.isfinite(v) else f"{100 * v:.{digits}f}"
+
+
+def _cell(metrics: pd.DataFrame, model: str, conds: tuple[Condition, ...], metric: str, sector: str,
+          skipped: dict[tuple[str, str], str]) -> str:
+    parts = []
+    for c in conds:
+        if (model, c.value) in skipped:
+            parts.append("skipped")
+            continue
+        hit = metrics[(metrics["model"] == model) & (metrics["condition"] == c.value)
+                      & (metrics["metric"] == metric) & (metrics["sector"] == sector)]
+        parts.append(_fmt(hit["value"].iloc[0]) if len(hit) else "–")
+    return "/".join(parts)
+
+
+def _skip_map(skipped: pd.DataFrame, rows: pd.DataFrame, partial: bool = False) -> dict[tuple[str, str], str]:
+    """(model, condition) -> "reason (n)" for conditions where *nothing* was scored for the model
+    (or, with `partial`, where some items were skipped and the rest scored)."""
+    out: dict[tuple[str, str], str] = {}
+    if skipped.empty:
+        return out
+    scored = set(zip(rows["model"], rows["condition"]))
+    for (model, cond), g in skipped.groupby(["model", "condition"]):
+        if ((model, cond) in scored) == partial:
+            out[(model, cond)] = "; ".join(f"{r} ({n})" for r, n in zip(g["reason"], g["n"]))
+    return out
+
+
+def paper_rows(spec: TableSpec) -> pd.DataFrame:
+    """The published rows of a table, reshaped to our layout (cells as printed, e.g. '82.7/70.2')."""
+    p = paper_table(spec.paper_key)
+    cols = list(spec.paper_columns)
+
+    def fmt(row: pd.Series) -> str:
+        return "/".join("" if pd.isna(row[c]) else f"{float(row[c]):.{spec.paper_digits}f}"
+                        for c in cols).rstrip("/")
+
+    p = p.assign(cell=p.apply(fmt, axis=1))
+    wide = p.pivot(index="model", columns="sector", values="cell")
+    order = list(dict.fromkeys(p["model"]))
+    wide = wide.reindex(order)
+    out = pd.DataFrame({"Source": PAPER, "Model": wide.index})
+    for s in SECTORS:
+        out[s] = wide[s].to_numpy()
+    out[POOLED], out[SECTOR_MEAN] = "", ""
+    out["Average (printed)"] = wide["Average"].to_numpy()
+    return out
+
+
+def build_table(spec: TableSpec, metrics: pd.DataFrame, tests: pd.DataFrame, rows: pd.DataFrame,
+                skipped: pd.DataFrame) -> pd.DataFrame:
+    """Model rows x sector columns (+ both averages, parse rate, N, notes), then the paper's rows.
+
+    Our cells are percentages, "with/without" where the paper has two numbers; the marker
+    after a cell is the paired test of the table (Holm across models). Skipped conditions
+    read "skipped" with the reason in Notes, never 0.
+    """
+    skip = _skip_map(skipped, rows)
+    partial = _skip_map(skipped, rows, partial=True)
+    models = sorted(m for m in set(rows["model"]) | {m for m, _ in skip} if m != "Analyst")
+    if spec.analyst_row:
+        models.append("Analyst")
+    paper_names = {m.lower() for m in paper_rows(spec)["Model"]}
+    records = []
+    for model in models:
+        conds = (Condition.ORIGINAL,) if model == "Analyst" else spec.conditions
+        rec = {"Source": OURS if model != "Analyst" else f"{OURS} (analyst baseline)", "Model": model}
+        for sector in (*SECTORS, POOLED, SECTOR_MEAN):
+            cell = _cell(metrics, model, conds, spec.metric, sector, skip)
+            if model != "Analyst" and not tests.empty and sector != SECTOR_MEAN:
+                hit = tests[(tests["test"] == spec.test) & (tests["model"] == model) & (tests["sector"] == sector)]
+                cell += hit["marker"].iloc[0] if len(hit) else ""
+            rec[sector] = cell
+        rec["Average (printed)"] = ""
+        pr = []
+        ns = []
+        for c in conds:
+            hit = metrics[(metrics["model"] == model) & (metrics["condition"] == c.value)
+                          & (metrics["metric"] == spec.metric) & (metrics["sector"] == POOLED)]
+            pr.append(_fmt(hit["parse_rate"].iloc[0]) if len(hit) else "–")
+            ns.append(str(int(hit["n"].iloc[0])) if len(hit) else "0")
+        rec["Parse rate %"] = "/".join(pr)
+        rec["N"] = "/".join(ns)
+        notes = [f"{c.value} skipped: {skip[(model, c.value)]}" for c in conds if (model, c.value) in skip]
+        notes += [f"{c.value}: some items skipped, {partial[(model, c.value)]}" for c in conds
+                  if (model, c.value) in partial]
+        if model.lower() in paper_names and model != "Analyst":
+            notes.append("also in the paper (see published rows)")
+        rec["Notes"] = "; ".join(notes)
+        records.append(rec)
+    ours = pd.DataFrame.from_records(records)
+    if ours.empty:
+        ours = pd.DataFrame(columns=["Source", "Model", *SECTORS, POOLED, SECTOR_MEAN, "Average (printed)",
+                                     "Parse rate %", "N", "Notes"])
+    paper = paper_rows(spec).assign(**{"Parse rate %": "", "N": "", "Notes": "published, as printed"})
+    return pd.concat([ours, paper[ours.columns]], ignore_index=True)
+
+
+def ci_table(spec: TableSpec, metrics: pd.DataFrame) -> pd.DataFrame:
+    """Long companion of a table: every cell's value, 95 % cluster-bootstrap CI, N and parse rate."""
+    conds = {c.value for c in spec.conditions} | ({Condition.ORIGINAL.value} if spec.analyst_row else set())
+    m = metrics[(metrics["metric"].isin([spec.metric, f"{spec.metric}_all"]))
+                & metrics["condition"].isin(conds)]
+    if not spec.analyst_row:
+        m = m[m["model"] != "Analyst"]
+    out = m.assign(**{c: 100 * m[c] for c in ("value", "ci_low", "ci_high", "parse_rate")})
+    return out.sort_values(["model", "metric", "condition", "sector"]).reset_index(drop=True)
+
+
+def caption_for(spec: TableSpec, averaging_note: str) -> str:
+    return (f"{spec.caption}. Our rows: '{POOLED}' pools all reports, '{SECTOR_MEAN}' is the unweighted "
+            f"mean over the nine sectors; the paper's printed Average is neither ({averaging_note}). "
+            f"Cells are %, '–' = no rows; parse rate and N per condition. {SIGNIF_NOTE} "
+            "95 % CIs (cluster bootstrap over firms) in the companion *_ci table.")
+
+
+# --------------------------------------------------------------------------------------
+# 6. The stage
+# --------------------------------------------------------------------------------------
+
+AVERAGING_NOTE = "it lies within the sectors' range but matches neither the plain nor the count-weighted mean"
+
+
+@dataclass
+class ScoringResult:
+    """Everything stage 04 produced, for the notebook to display."""
+
+    rows: pd.DataFrame
+    metrics: pd.DataFrame
+    tests: pd.DataFrame
+    tables: dict[str, pd.DataFrame]
+    transitions: pd.DataFrame
+    confusion: pd.DataFrame
+    report: dict
+
+
+def confusion_long(rows: pd.DataFrame) -> pd.DataFrame:
+    """Confusion matrices (label x answer counts) per model x condition, parsed & labelled rows."""
+    recs = []
+    for (model, cond), g in rows.groupby(["model", "condition"], sort=True):
+        tab = confusion(g["answer"], g["label"])
+        for lab in tab.index:
+            recs.append({"model": model, "condition": cond, "label": lab, **tab.loc[lab].to_dict()})
+    return pd.DataFrame.from_records(recs)
+
+
+def score_all(predictions: pd.DataFrame, conditions: pd.DataFrame, labels: pd.DataFrame,
+              reports: pd.DataFrame, reps: int, seed: int, ci: float = 0.95) -> ScoringResult:
+    """Pure core of the stage (no disk): parse, score, test and lay out the tables."""
+    scored = score_frame(predictions, conditions, labels, reports)
+    analyst = analyst_rows(reports, labels)
+    all_rows = pd.concat([scored.rows, analyst], ignore_index=True)
+    metrics = pd.concat([metrics_long(all_rows, reps, seed, ci), kl_metrics(scored.rows, reps, seed, ci)],
+                        ignore_index=True)
+    tests = paired_tests(scored.rows, reps=reps, seed=seed, ci=ci)
+    tables = {}
+    for spec in TABLE_SPECS:
+        tables[spec.name] = build_table(spec, metrics, tests, all_rows, scored.skipped)
+        tables[f"{spec.name}_ci"] = ci_table(spec, metrics)
+    parse = (scored.rows.groupby(["model", "condition"])["parsed"].agg(["size", "mean"])
+             .rename(columns={"size": "n", "mean": "parse_rate"}).reset_index())
+    report = {**scored.counts, "bootstrap_reps": reps, "ci": ci, "seed": seed,
+              "skipped": scored.skipped.to_dict(orient="records"),
+              "parse_rate": parse.to_dict(orient="records"),
+              "analyst_reports_with_label": int(len(analyst)),
+              "averages": f"tables show both '{POOLED}' and '{SECTOR_MEAN}'"}
+    return ScoringResult(all_rows, metrics, tests, tables, fake_transitions(scored.rows),
+                         confusion_long(all_rows), report)
+
+
+def score_run(cfg: RunConfig) -> ScoringResult:
+    """Stage 04 entry: read the 00-03 artifacts, score, write metrics/tests/report and Tables 4-7."""
+    sc = cfg["scoring"]
+    res = score_all(read_frame(cfg, "predictions"), read_frame(cfg, "conditions"), read_frame(cfg, "labels"),
+                    read_frame(cfg, "reports"), reps=int(sc["bootstrap_reps"]), seed=cfg.seed,
+                    ci=float(sc.get("ci", 0.95)))
+    write_frame(cfg, "metrics", res.metrics)
+    write_frame(cfg, "paired_tests", res.tests)
+    write_json(cfg, "scoring_report", res.report)
+    for spec in TABLE_SPECS:
+        write_table(cfg, spec.name, res.tables[spec.name], caption_for(spec, AVERAGING_NOTE))
+        write_table(cfg, f"{spec.name}_ci", res.tables[f"{spec.name}_ci"],
+                    f"{spec.caption}: values, 95 % cluster-bootstrap CIs over firms, N and parse rate (long form)")
+    write_table(cfg, "table5_fake_transitions", res.transitions,
+                "Fake-rating transitions: analyst rating -> fake rating shown -> model answer (counts, shares)")
+    write_table(cfg, "table_paired_tests", res.tests,
+                "Paired tests between conditions on the same reports (exact McNemar with the paired difference "
+                "rate_a - rate_b and its cluster-bootstrap CI; Stuart-Maxwell; p_holm: Holm across models)",
+                float_format="{:.4g}")
+    extra = res.metrics[res.metrics["metric"].isin(["prob_herding", "kl_divergence"])]
+    write_table(cfg, "table_prob_herding_kl", extra,
+                "Beyond the paper (label-scored models): mean probability on the reference rating per condition, "
+                "and mean per-report KL divergence between conditions' label distributions", float_format="{:.4f}")
+    write_table(cfg, "table_confusion", res.confusion, "Confusion matrices: return-based label (rows) x answer")
+    return res
+
+
+# --------------------------------------------------------------------------------------
+# 7. Notebook helpers (display only)
+# --------------------------------------------------------------------------------------
+
+PLUMBING_MODELS = ("smollm2",)
+
+
+def caveat_banner(cfg: RunConfig, res: ScoringResult) -> str:
+    """Markdown warning shown above the tables: synthetic data, plumbing model(s)."""
+    lines = []
+    if cfg.is_synthetic:
+        lines.append("**Synthetic data.** These numbers come from the seeded synthetic market and synthetic "
+                     "reports: they test the pipeline, they are not research results.")
+    plumbing = sorted(m for m in res.rows["model"].unique() if any(p in m.lower() for p in PLUMBING_MODELS))
+    if plumbing:
+        lines.append(f"**Plumbing model: {', '.join(plumbing)}.** SmolLM2-135M prefers 'bullish' almost "
+                     "regardless of the report (≈0.96 on clearly bearish text), so its herding and accuracy "
+                     "mostly reflect the share of bullish analyst ratings and labels, not herding. "
+                     "Free generation rarely yields a parseable answer.")
+    return "\n\n".join(f"> ⚠️ {line}" for line in lines) or "(real data, no plumbing model)"
+
+
+def parse_rate_table(res: ScoringResult) -> pd.DataFrame:
+    """Parse rate and row counts per model x condition (skipped conditions listed with reason)."""
+    pr = pd.DataFrame(res.report["parse_rate"])
+    if pr.empty:
+        pr = pd.DataFrame(columns=["model", "condition", "n", "parse_rate"])
+    sk = pd.DataFrame(res.report["skipped"])
+    if not sk.empty:
+        sk = sk.rename(columns={"n": "n_skipped", "reason": "skip_reason"})
+        pr = pr.merge(sk, on=["model", "condition"], how="outer")
+    return pr.sort_values(["model", "condition"]).reset_index(drop=True)
+
+
+def parse_note_table(res: ScoringResult) -> pd.DataFrame:
+    """How each model x condition's answers were read (json, statement, echo, ambiguous, …)."""
+    notes = pd.DataFrame(res.report.get("parse_notes", []))
+    if notes.empty:
+        return notes
+    return notes.pivot_table(index=["model", "condition"], columns="parse_note", values="n",
+                             fill_value=0, aggfunc="sum").reset_index()
+
+
+def plot_herding(cfg: RunConfig, res: ScoringResult):
+    """Pooled herding (and accuracy) per condition with 95 % CIs; PNG + PDF under figures/<run>/."""
+    import matplotlib
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    m = res.metrics[(res.metrics["sector"] == POOLED) & res.metrics["metric"].isin(["herding", "accuracy"])
+                    & (res.metrics["model"] != "Analyst")]
+    models = sorted(m["model"].unique())
+    conds = [c.value for c in CONDITIONS_ORDER]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+    width = 0.8 / max(len(models), 1)
+    for ax, metric in zip(axes, ["herding", "accuracy"]):
+        for i, model in enumerate(models):
+            d = m[(m["model"] == model) & (m["metric"] == metric)].set_index("condition").reindex(conds)
+            x = np.arange(len(conds)) + i * width
+            err = np.vstack([d["value"] - d["ci_low"], d["ci_high"] - d["value"]]).clip(min=0)
+            ax.bar(x, 100 * d["value"], width, yerr=100 * np.nan_to_num(err), label=model, capsize=3)
+        ax.set_xticks(np.arange(len(conds)) + width * (len(models) - 1) / 2, conds, rotation=20)
+        ax.set_title(f"{metric} (pooled, 95 % cluster-bootstrap CI)")
+        ax.set_ylabel("%")
+    axes[0].legend(fontsize=7)
+    title = "Herding and accuracy by condition"
+    if cfg.is_synthetic:
+        title += " — synthetic data, plumbing model: not a research result"
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    cfg.figures_dir.mkdir(parents=True, exist_ok=True)
+    for ext in ("png", "pdf"):
+        fig.savefig(cfg.figures_dir / f"fig_herding_accuracy.{ext}", dpi=150)
+    return fig
+
+
+CONDITIONS_ORDER = (Condition.ORIGINAL, Condition.NO_RATING, Condition.NO_OPINION, Condition.FAKE_RATING)

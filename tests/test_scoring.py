@@ -1,0 +1,353 @@
+"""Stage 04 metrics on a hand-made fixture whose every number is worked out in comments.
+
+Five reports, two generate-mode answers per condition written as text, one label-scored model
+with hand-picked probabilities; no_opinion is skipped (lexicon unavailable).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import entropy
+
+from finlib import scoring
+from finlib.schema import SECTORS
+
+NAN = np.nan
+# report, ticker, sector, analyst rating, return-based label
+REPORTS = [
+    ("r1", "T1", "Technology", "bullish", "bullish"),
+    ("r2", "T1", "Technology", "bearish", "neutral"),
+    ("r3", "T2", "Energy", "neutral", "neutral"),
+    ("r4", "T3", "Energy", "bullish", "bearish"),
+    ("r5", "T4", "Utilities", None, "bullish"),
+]
+FAKES = {"r1": "neutral", "r2": "bullish", "r3": "bearish", "r4": "neutral"}
+GEN = {  # model "gen", free text
+    "original": {"r1": '{"answer": "bullish"}', "r2": "Answer: Bearish", "r3": "bullish or neutral",
+                 "r4": '{"answer": "Buy"}', "r5": "Neutral."},
+    "no_rating": {"r1": "Bearish", "r2": '{"answer": "bearish"}', "r3": "my rating is **neutral**",
+                  "r4": "I cannot tell.", "r5": "Answer: bullish"},
+    "fake_rating": {"r1": '{"answer": "neutral"}', "r2": "Bearish", "r3": "Final answer: bearish",
+                    "r4": '{"reason": "The outlook'},
+}
+SCORE = {  # model "sc", label probabilities (bullish, neutral, bearish); None = inference error
+    "original": {"r1": (0.6, 0.3, 0.1), "r2": (0.2, 0.2, 0.6), "r3": (0.4, 0.4, 0.2),
+                 "r4": (0.5, 0.3, 0.2), "r5": (0.1, 0.8, 0.1)},
+    "no_rating": {"r1": (0.5, 0.25, 0.25), "r2": (0.5, 0.25, 0.25), "r3": (0.2, 0.6, 0.2),
+                  "r4": None, "r5": (0.3, 0.3, 0.4)},
+}
+
+
+def frames():
+    reports = pd.DataFrame([{"report_id": r, "ticker": t, "company": t, "sector": s, "analyst_rating": a}
+                            for r, t, s, a, _ in REPORTS])
+    labels = pd.DataFrame([{"report_id": r, "label": lab, "car": 0.0, "excluded_reason": None}
+                           for r, *_, lab in REPORTS])
+    cond = []
+    for r, _, _, a, _ in REPORTS:
+        for c in ("original", "no_rating", "no_opinion"):
+            cond.append({"item_id": f"{r}:{c}", "report_id": r, "condition": c, "text": "t",
+                         "analyst_rating": a, "fake_rating": None, "reference_rating": a,
+                         "status": "skipped" if c == "no_opinion" else "ok",
+                         "skip_reason": "lexicon unavailable" if c == "no_opinion" else None})
+        if r in FAKES:
+            cond.append({"item_id": f"{r}:fake_rating", "report_id": r, "condition": "fake_rating", "text": "t",
+                         "analyst_rating": a, "fake_rating": FAKES[r], "reference_rating": FAKES[r],
+                         "status": "ok", "skip_reason": None})
+    conditions = pd.DataFrame(cond)
+    preds = []
+    base = {"input_tokens": 1, "output_tokens": 1, "cost_usd": 0.0, "latency_s": 0.0, "truncated": False,
+            "cache_key": "k"}
+    for row in cond:
+        c, r = row["condition"], row["report_id"]
+        skipped = row["status"] == "skipped"
+        preds.append({**base, "item_id": row["item_id"], "report_id": r, "condition": c, "model": "gen",
+                      "mode": "generate", "raw_text": None if skipped else GEN[c][r],
+                      "p_bullish": NAN, "p_neutral": NAN, "p_bearish": NAN,
+                      "status": "skipped" if skipped else "ok", "error": None})
+        if c in SCORE:
+            p = SCORE[c][r]
+            preds.append({**base, "item_id": row["item_id"], "report_id": r, "condition": c, "model": "sc",
+                          "mode": "score", "raw_text": None,
+                          "p_bullish": NAN if p is None else p[0], "p_neutral": NAN if p is None else p[1],
+                          "p_bearish": NAN if p is None else p[2],
+                          "status": "error" if p is None else "ok", "error": "timeout" if p is None else None})
+    return pd.DataFrame(preds), conditions, labels, reports
+
+
+@pytest.fixture(scope="module")
+def result():
+    return scoring.score_all(*frames(), reps=50, seed=7)
+
+
+def value(res, model, cond, metric, sector=scoring.POOLED, col="value"):
+    m = res.metrics
+    hit = m[(m.model == model) & (m.condition == cond) & (m.metric == metric) & (m.sector == sector)]
+    assert len(hit) == 1, (model, cond, metric, sector, len(hit))
+    return hit[col].iloc[0]
+
+
+# ------------------------------------------------------------------- primitives
+
+
+def test_herding_and_accuracy_primitives_by_hand():
+    ans = pd.Series(["bullish", None, "neutral", "bearish"])
+    ref = pd.Series(["bullish", "bullish", "bearish", None])
+    assert scoring.herding_score(ans, ref) == pytest.approx(1 / 2)       # parsed with ref: rows 0, 2
+    assert scoring.herding_score_all(ans, ref) == pytest.approx(1 / 3)   # rows with ref: 0, 1, 2
+    assert scoring.accuracy(ans, ref) == pytest.approx(1 / 2)
+    assert np.isnan(scoring.herding_score(pd.Series([None, None]), pd.Series(["bullish", "neutral"])))
+    assert scoring.herding_score_all(pd.Series([None, None]), pd.Series(["bullish", "neutral"])) == 0.0
+
+
+def test_confusion_and_macro_f1_by_hand():
+    ans = pd.Series(["bullish", "bullish", "neutral", "bullish", None])
+    lab = pd.Series(["bullish", "neutral", "neutral", "bearish", "bearish"])
+    conf = scoring.confusion(ans, lab)
+    assert conf.loc["bullish", "bullish"] == 1 and conf.loc["neutral", "bullish"] == 1
+    assert conf.loc["bearish", "bullish"] == 1 and conf.to_numpy().sum() == 4   # unparsed row left out
+    # F1 bull = 2*1/(1+3) = .5, neutral = 2*1/(2+1) = 2/3, bearish = 0 (support 1, predicted 0)
+    assert scoring.macro_f1(ans, lab) == pytest.approx((0.5 + 2 / 3 + 0) / 3)
+
+
+def test_kl_divergence_against_scipy():
+    p, q = np.array([[0.6, 0.3, 0.1]]), np.array([[0.5, 0.25, 0.25]])
+    assert scoring.kl_divergence(p, q)[0] == pytest.approx(entropy(p[0], q[0]))
+    assert scoring.kl_divergence(p, p)[0] == pytest.approx(0.0)
+
+
+# ------------------------------------------------------------------- the fixture
+
+
+def test_skipped_condition_is_set_aside_with_reason(result):
+    assert "no_opinion" not in set(result.rows.loc[result.rows.model != "Analyst", "condition"])
+    assert result.report["skipped"] and all(s["reason"] == "lexicon unavailable" for s in result.report["skipped"])
+    assert result.report["inference_errors_counted_unparsed"] == 1
+
+
+def test_generate_model_original(result):
+    assert value(result, "gen", "original", "parse_rate") == pytest.approx(4 / 5)  # r3 hedged
+    assert value(result, "gen", "original", "herding") == pytest.approx(3 / 3)     # r1, r2, r4 herd
+    assert value(result, "gen", "original", "herding", col="n") == 3
+    assert value(result, "gen", "original", "herding", col="parse_rate") == pytest.approx(3 / 4)
+    assert value(result, "gen", "original", "herding_all") == pytest.approx(3 / 4)
+    assert value(result, "gen", "original", "accuracy") == pytest.approx(1 / 4)    # only r1 right
+    assert value(result, "gen", "original", "accuracy_all") == pytest.approx(1 / 5)
+
+
+def test_pooled_differs_from_mean_of_sectors(result):
+    # accuracy: Technology 1/2, Energy 0/1 (r3 unparsed), Utilities 0/1
+    assert value(result, "gen", "original", "accuracy", "Technology") == pytest.approx(0.5)
+    assert value(result, "gen", "original", "accuracy", "Energy") == pytest.approx(0.0)
+    assert value(result, "gen", "original", "accuracy", scoring.SECTOR_MEAN) == pytest.approx(0.5 / 3)
+    assert value(result, "gen", "original", "accuracy", scoring.POOLED) == pytest.approx(0.25)
+
+
+def test_empty_sector_is_nan_with_zero_n(result):
+    assert np.isnan(value(result, "gen", "original", "herding", "Healthcare"))
+    assert value(result, "gen", "original", "herding", "Healthcare", col="n") == 0
+    # Utilities' only report has no analyst rating: no herding rows there at all
+    assert np.isnan(value(result, "gen", "original", "herding", "Utilities"))
+
+
+def test_all_unparsed_group_is_nan_not_zero(result):
+    # fake_rating in Energy: r3 parsed (bearish = fake), r4 cut off -> 1/1; no_rating Energy: r4 unparsed
+    assert value(result, "gen", "fake_rating", "herding", "Energy") == pytest.approx(1.0)
+    sub = scoring.metrics_long(result.rows[(result.rows.model == "gen") & (result.rows.report_id == "r4")],
+                               reps=20, seed=1)
+    h = sub[(sub.condition == "no_rating") & (sub.metric == "herding") & (sub.sector == scoring.POOLED)]
+    assert np.isnan(h["value"].iloc[0]) and h["parse_rate"].iloc[0] == 0.0
+    ha = sub[(sub.condition == "no_rating") & (sub.metric == "herding_all") & (sub.sector == scoring.POOLED)]
+    assert ha["value"].iloc[0] == 0.0
+
+
+def test_generate_model_no_rating_and_fake(result):
+    assert value(result, "gen", "no_rating", "herding") == pytest.approx(2 / 3)     # r2, r3 of r1-r3
+    assert value(result, "gen", "no_rating", "accuracy") == pytest.approx(2 / 4)    # r3, r5
+    assert value(result, "gen", "no_rating", "herding", "Technology") == pytest.approx(1 / 2)
+    assert value(result, "gen", "fake_rating", "herding") == pytest.approx(2 / 3)   # r1, r3 follow the fake
+    assert value(result, "gen", "fake_rating", "parse_rate") == pytest.approx(3 / 4)
+
+
+def test_score_model_argmax_tie_and_error(result):
+    # original: r3 ties 0.4/0.4 -> unparsed; no_rating: r4 inference error -> unparsed
+    assert value(result, "sc", "original", "parse_rate") == pytest.approx(4 / 5)
+    assert value(result, "sc", "no_rating", "parse_rate") == pytest.approx(4 / 5)
+    # original answers r1 bull, r2 bear, r4 bull vs analyst -> all herd
+    assert value(result, "sc", "original", "herding") == pytest.approx(1.0)
+    # shares of parsed answers: bull r1 r4, bear r2, neutral r5
+    assert value(result, "sc", "original", "share_bullish") == pytest.approx(2 / 4)
+
+
+def test_probability_level_herding(result):
+    # p on the analyst rating: r1 .6 (bull), r2 .6 (bear), r3 .4 (neutral), r4 .5 (bull); r5 has none
+    assert value(result, "sc", "original", "prob_herding") == pytest.approx((0.6 + 0.6 + 0.4 + 0.5) / 4)
+    assert value(result, "sc", "original", "prob_herding", col="n") == 4
+
+
+def test_kl_between_conditions(result):
+    pairs = [("r1", (0.6, 0.3, 0.1), (0.5, 0.25, 0.25)), ("r2", (0.2, 0.2, 0.6), (0.5, 0.25, 0.25)),
+             ("r3", (0.4, 0.4, 0.2), (0.2, 0.6, 0.2)), ("r5", (0.1, 0.8, 0.1), (0.3, 0.3, 0.4))]
+    expected = np.mean([entropy(p, q) for _, p, q in pairs])        # r4 has no no_rating probs
+    assert value(result, "sc", "original||no_rating", "kl_divergence") == pytest.approx(expected)
+
+
+def test_analyst_baseline(result):
+    # analyst vs label: r1 right, r2 wrong, r3 right, r4 wrong; r5 has no rating (unparsed)
+    assert value(result, "Analyst", "original", "accuracy") == pytest.approx(2 / 4)
+    assert value(result, "Analyst", "original", "accuracy", col="parse_rate") == pytest.approx(4 / 5)
+
+
+def test_macro_f1_in_metrics(result):
+    # gen/original parsed & labelled: r1 bull->bull, r2 neutral->bear, r4 bear->bull, r5 bull->neutral
+    ans = pd.Series(["bullish", "bearish", "bullish", "neutral"])
+    lab = pd.Series(["bullish", "neutral", "bearish", "bullish"])
+    assert value(result, "gen", "original", "macro_f1") == pytest.approx(scoring.macro_f1(ans, lab))
+    # by hand: bull tp1 support2 pred2 -> .5; neutral 0; bearish 0 -> 1/6
+    assert value(result, "gen", "original", "macro_f1") == pytest.approx(1 / 6)
+
+
+def test_cis_bracket_the_estimate(result):
+    m = result.metrics.dropna(subset=["ci_low"])
+    assert len(m) > 0
+    assert ((m.ci_low <= m.value + 1e-12) & (m.value <= m.ci_high + 1e-12)).all()
+
+
+def test_fake_transitions(result):
+    t = result.transitions[result.transitions.model == "gen"]
+    row = t[(t.analyst_rating == "bullish") & (t.fake_rating == "neutral")].set_index("answer")
+    assert row.loc["neutral", "n"] == 1 and row.loc["unparsed", "n"] == 1      # r1 and r4
+    assert row.loc["neutral", "share"] == pytest.approx(0.5)
+
+
+def test_paired_mcnemar_pairs(result):
+    t = result.tests
+    h = t[(t.test == "herding_with_vs_without") & (t.model == "gen") & (t.sector == scoring.POOLED)].iloc[0]
+    # both parsed with reference: r1 (herd -> not), r2 (herd -> herd)
+    assert (h.n_pairs, h.only_a, h.only_b, h.pvalue) == (2, 1, 0, 1.0)
+    f = t[(t.test == "fake_herding_fake_vs_original") & (t.model == "gen") & (t.sector == scoring.POOLED)].iloc[0]
+    # r1: follows fake neutral (was bullish) -> only_a; r2: neither; r3 and r4 unparsed on one side
+    assert (f.n_pairs, f.only_a, f.only_b) == (2, 1, 0)
+    assert set(t.loc[t.test.str.startswith("answer_shift"), "method"]) == {"Stuart-Maxwell"}
+
+
+# ------------------------------------------------------------------- tables
+
+
+def test_table4_cells_and_paper_block(result):
+    t = result.tables["table4_herding_with_without"]
+    gen = t[(t.Source == scoring.OURS) & (t.Model == "gen")].iloc[0]
+    assert gen["Technology"].startswith("100.0/50.0")
+    assert gen["Healthcare"] == "–/–"
+    assert gen["N"] == "3/3"
+    paper = t[t.Source == scoring.PAPER]
+    assert len(paper) == 19
+    assert paper.set_index("Model").loc["GPT-5", "Communication Services"] == "82.7/70.2"
+    assert paper.set_index("Model").loc["GPT-5", "Average (printed)"] == "94.6/87.4"
+
+
+def test_table5_paper_keeps_printed_decimals(result):
+    t = result.tables["table5_herding_fake"]
+    assert t[t.Source == scoring.PAPER].set_index("Model").loc["GPT-5", "Communication Services"] == "50.00"
+
+
+def test_table6_has_analyst_rows(result):
+    t = result.tables["table6_accuracy_with_without"]
+    ours = t[t.Model == "Analyst"]
+    assert ours.iloc[0][scoring.POOLED] == "50.0"
+    assert (t.Source == scoring.PAPER).any() and "Analyst" in set(t.loc[t.Source == scoring.PAPER, "Model"])
+
+
+def test_table7_skipped_not_zero(result):
+    t = result.tables["table7_accuracy_no_opinion"]
+    gen = t[(t.Source == scoring.OURS) & (t.Model == "gen")].iloc[0]
+    assert all(gen[s] == "skipped" for s in SECTORS)
+    assert "lexicon unavailable" in gen["Notes"]
+
+
+# ------------------------------------------------------------------- bad input
+
+
+def test_bad_rating_value_names_file_row_and_field():
+    pred, cond, labels, reports = frames()
+    cond.loc[3, "reference_rating"] = "Buy"
+    with pytest.raises(ValueError, match=r"conditions\.parquet row 3: field 'reference_rating'"):
+        scoring.score_frame(pred, cond, labels, reports)
+
+
+def test_prediction_for_unknown_item_is_an_error():
+    pred, cond, labels, reports = frames()
+    pred.loc[0, "item_id"] = "nope:original"
+    with pytest.raises(ValueError, match="not in conditions"):
+        scoring.score_frame(pred, cond, labels, reports)
+
+
+def test_missing_column_is_named():
+    pred, cond, labels, reports = frames()
+    with pytest.raises(ValueError, match=r"predictions\.parquet lacks column\(s\) \['raw_text'\]"):
+        scoring.score_frame(pred.drop(columns="raw_text"), cond, labels, reports)
+
+
+# ------------------------------------------------------------------- the stage on disk
+
+
+def test_score_run_writes_metrics_and_tables(tmp_run):
+    from finlib.artifacts import read_frame, write_frame
+    pred, cond, labels, reports = frames()
+    for name, df in (("predictions", pred), ("conditions", cond), ("labels", labels), ("reports", reports)):
+        write_frame(tmp_run, name, df)
+    res = scoring.score_run(tmp_run)
+    metrics = read_frame(tmp_run, "metrics")
+    assert list(metrics.columns) == ["model", "condition", "sector", "metric", "value", "ci_low", "ci_high",
+                                     "n", "parse_rate"]
+    assert len(metrics) == len(res.metrics)
+    for spec in scoring.TABLE_SPECS:
+        for ext in ("csv", "md", "tex"):
+            assert (tmp_run.tables_dir / f"{spec.name}.{ext}").is_file()
+    md = (tmp_run.tables_dir / "table4_herding_with_without.md").read_text()
+    assert "Synthetic data" in md and "Mean of sectors" in md
+
+
+def test_a_model_run_in_two_modes_is_two_rows():
+    pred, cond, labels, reports = frames()
+    both = pd.concat([pred[pred.model == "sc"], pred[pred.model == "sc"].assign(mode="generate", raw_text="Bullish")])
+    scored = scoring.score_frame(both, cond, labels, reports)
+    assert set(scored.rows.model) == {"sc [score]", "sc [generate]"}
+
+
+def test_paired_difference_and_its_interval(result):
+    t = result.tests
+    h = t[(t.test == "herding_with_vs_without") & (t.model == "gen") & (t.sector == scoring.POOLED)].iloc[0]
+    # pairs r1 (1 vs 0) and r2 (1 vs 1): mean difference 0.5; r1, r2 share firm T1 -> one cluster
+    assert h["diff"] == pytest.approx(0.5)
+    assert h.diff_ci_low == pytest.approx(0.5) and h.diff_ci_high == pytest.approx(0.5)
+
+
+def _with_second_fake():
+    pred, cond, labels, reports = frames()
+    extra_c = cond[cond.item_id == "r1:fake_rating"].assign(item_id="r1:fake_rating:bearish", fake_rating="bearish",
+                                                             reference_rating="bearish")
+    extra_p = pred[pred.item_id == "r1:fake_rating"].assign(item_id="r1:fake_rating:bearish", raw_text="Bearish")
+    return pd.concat([pred, extra_p], ignore_index=True), pd.concat([cond, extra_c], ignore_index=True), labels, reports
+
+
+def test_two_fakes_per_report_pair_with_the_one_original():
+    rows = scoring.score_frame(*_with_second_fake()).rows
+    pr = scoring.paired_rows(rows, "gen", "original", "fake_rating")
+    assert len(pr) == 5                                     # 4 reports with a fake, r1 twice
+    r1 = pr[pr.report_id == "r1"]
+    assert set(r1.answer_a) == {"bullish"} and set(r1.answer_b) == {"neutral", "bearish"}
+    res = scoring.score_all(*_with_second_fake(), reps=20, seed=1)
+    # fake herding: r1 neutral (yes), r1 bearish (yes), r2 no, r3 yes; r4 unparsed -> 3/4
+    assert value(res, "gen", "fake_rating", "herding") == pytest.approx(3 / 4)
+
+
+def test_partially_skipped_condition_is_noted():
+    pred, cond, labels, reports = frames()
+    cond.loc[cond.item_id == "r5:no_rating", ["status", "skip_reason"]] = ["skipped", "too long"]
+    res = scoring.score_all(pred, cond, labels, reports, reps=20, seed=1)
+    gen = res.tables["table6_accuracy_with_without"].query("Model == 'gen'").iloc[0]
+    assert "no_rating: some items skipped, too long (1)" in gen["Notes"]
+    # r5 (the only correct-without-rating report besides r3) is gone: accuracy 1/3
+    assert value(res, "gen", "no_rating", "accuracy") == pytest.approx(1 / 3)
