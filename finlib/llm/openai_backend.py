@@ -1,0 +1,248 @@
+"""OpenAI-compatible chat-completions backend (OpenAI, Anthropic's compatibility endpoint, vLLM,
+SGLang, llama.cpp server, Ollama...) through `openai.AsyncOpenAI`.
+
+A fixed pool of `concurrency` workers pulls requests from one iterator (memory stays bounded:
+no task per request), each call passes a request/token-per-minute limiter, failures on 429,
+5xx, timeouts and connection errors are retried with exponential backoff and full jitter
+(never sooner than the server's Retry-After), up to `max_attempts`; then the failure is
+recorded as an error row with its reason. A single writer commits results to the store in
+groups as they arrive (group commit in a thread, so the event loop keeps sending), and the
+progress bar only counts committed results. The SDK's own retries are off (max_retries=0) so
+that every attempt is visible and counted here.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import time
+from typing import Iterable
+
+from finlib.llm.registry import ModelSpec
+from finlib.llm.store import Request, Result, ResponseStore
+
+RETRY_STATUS = {408, 409, 429}
+_KEYLIKE = re.compile(r"\b(sk|key|api)[-_][A-Za-z0-9_\-*]{6,}", re.IGNORECASE)
+
+
+class BudgetExceeded(RuntimeError):
+    """Sending the next call could exceed `inference.budget_usd`; nothing over it was sent."""
+
+
+class Budget:
+    """Spend cap for one run: each call reserves its worst case (estimated input + max output
+    tokens) before it is sent and settles to its real cost after. Free calls always pass."""
+
+    def __init__(self, limit_usd: float):
+        self.limit, self.spent, self.reserved, self.refused = float(limit_usd), 0.0, 0.0, 0
+
+    def reserve(self, amount: float) -> bool:
+        if amount > 0 and self.spent + self.reserved + amount > self.limit:
+            self.refused += 1
+            return False
+        self.reserved += amount
+        return True
+
+    def settle(self, reserved: float, actual: float) -> None:
+        self.reserved -= reserved
+        self.spent += actual
+
+
+class RateLimiter:
+    """Token buckets for requests and tokens per minute (0 = unlimited), refilled continuously,
+    with one second's worth of burst so a pool cannot fire a whole minute's quota at once."""
+
+    def __init__(self, rpm: int = 0, tpm: int = 0, clock=time.monotonic):
+        self.rpm, self.tpm, self.clock = rpm, tpm, clock
+        self.req_cap = max(1.0, rpm / 60.0)
+        self.tok_cap = max(1.0, tpm / 60.0)
+        self.req, self.tok = self.req_cap, self.tok_cap
+        self.last = clock()
+        self.lock = asyncio.Lock()
+
+    def _refill(self) -> None:
+        now = self.clock()
+        dt, self.last = now - self.last, now
+        if self.rpm:
+            self.req = min(self.req_cap, self.req + dt * self.rpm / 60.0)
+        if self.tpm:
+            self.tok = min(self.tok_cap, self.tok + dt * self.tpm / 60.0)
+
+    async def acquire(self, tokens: int = 0) -> None:
+        if not self.rpm and not self.tpm:
+            return
+        tokens = min(float(tokens), self.tok_cap)  # a call larger than one second's quota waits for a full bucket
+        async with self.lock:
+            while True:
+                self._refill()
+                need_r = 1.0 - self.req if self.rpm else 0.0
+                need_t = tokens - self.tok if self.tpm else 0.0
+                if need_r <= 0 and need_t <= 0:
+                    if self.rpm:
+                        self.req -= 1.0
+                    if self.tpm:
+                        self.tok -= tokens
+                    return
+                wait = max(need_r * 60.0 / self.rpm if self.rpm else 0.0, need_t * 60.0 / self.tpm if self.tpm else 0.0)
+                await asyncio.sleep(wait)
+
+
+def redact(text: str, secret: str | None) -> str:
+    """Error text without the key (servers echo parts of bad keys in 401 messages)."""
+    if secret and secret != "EMPTY":
+        text = text.replace(secret, "[redacted]")
+    return _KEYLIKE.sub("[redacted]", text)
+
+
+def retry_after_s(exc: Exception) -> float | None:
+    """Seconds from a Retry-After / retry-after-ms header, if the error carries one."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if not headers:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return float(ms) / 1000.0
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None  # HTTP-date form: fall back to backoff
+
+
+def backoff_s(attempt: int, base: float, cap: float, retry_after: float | None, rng: random.Random) -> float:
+    """Full-jitter exponential backoff, never shorter than the server's Retry-After."""
+    delay = rng.uniform(0, min(cap, base * 2 ** (attempt - 1)))
+    return max(delay, retry_after or 0.0)
+
+
+def request_kwargs(spec: ModelSpec, req: Request) -> dict:
+    """The chat.completions.create arguments: the request's messages and its exact parameters."""
+    kwargs = {"model": spec.model_id, "messages": req.messages,
+              "temperature": req.params["temperature"], "top_p": req.params["top_p"]}
+    if "seed" in req.params:
+        kwargs["seed"] = req.params["seed"]
+    if "max_new_tokens" in req.params:
+        kwargs[spec.max_tokens_param] = req.params["max_new_tokens"]
+    return kwargs
+
+
+def classify(exc: Exception) -> tuple[bool, str]:
+    """(retryable, reason) for an exception raised by the SDK."""
+    import openai
+
+    if isinstance(exc, openai.APITimeoutError):
+        return True, "timeout"
+    if isinstance(exc, openai.APIConnectionError):
+        return True, f"connection error: {exc}"
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        return status in RETRY_STATUS or status >= 500, f"HTTP {status}: {exc.message}"
+    return False, f"{type(exc).__name__}: {exc}"
+
+
+async def call_with_retries(client, spec: ModelSpec, req: Request, limiter: RateLimiter, *,
+                            backoff_base_s: float = 1.0, backoff_cap_s: float = 60.0,
+                            rng: random.Random | None = None, secret: str | None = None) -> Result:
+    """One request to completion: an ok Result, or an error Result after a terminal failure."""
+    rng = rng or random.Random()
+    kwargs = request_kwargs(spec, req)
+    est_tokens = req.input_tokens_est + int(req.params.get("max_new_tokens", 0))
+    t_start = time.perf_counter()
+    reason = "not attempted"
+    for attempt in range(1, spec.max_attempts + 1):
+        await limiter.acquire(est_tokens)
+        try:
+            resp = await client.chat.completions.create(**kwargs)
+        except Exception as exc:  # noqa: BLE001 -- classified below; unknown errors are terminal
+            retryable, reason = classify(exc)
+            if not retryable or attempt == spec.max_attempts:
+                break
+            await asyncio.sleep(backoff_s(attempt, backoff_base_s, backoff_cap_s, retry_after_s(exc), rng))
+            continue
+        usage = getattr(resp, "usage", None)
+        n_in = int(getattr(usage, "prompt_tokens", 0) or 0)
+        n_out = int(getattr(usage, "completion_tokens", 0) or 0)
+        text = resp.choices[0].message.content if resp.choices else None
+        return Result(key=req.key, model=req.model, backend=req.backend, mode=req.mode, status="ok", raw_text=text,
+                      input_tokens=n_in, output_tokens=n_out, cost_usd=spec.cost(n_in, n_out),
+                      latency_s=time.perf_counter() - t_start, truncated=req.truncated, attempts=attempt)
+    return Result(key=req.key, model=req.model, backend=req.backend, mode=req.mode, status="error",
+                  error=redact(f"{reason} (after {attempt} attempt(s))", secret)[:1000],
+                  latency_s=time.perf_counter() - t_start, truncated=req.truncated, attempts=attempt)
+
+
+def make_client(spec: ModelSpec):
+    """AsyncOpenAI for a record: key from its env var (MissingKeyError names the variable)."""
+    from openai import AsyncOpenAI
+
+    return AsyncOpenAI(api_key=spec.api_key(), base_url=spec.base_url, max_retries=0, timeout=spec.timeout_s)
+
+
+async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: ResponseStore, *, budget: Budget | None = None,
+                     progress=None, client=None, backoff_base_s: float = 1.0, backoff_cap_s: float = 60.0,
+                     commit_max: int = 256, seed: int | None = None) -> dict:
+    """Send every request, streaming results into the store; returns counts.
+
+    Raises BudgetExceeded after the in-flight calls are stored when the next call could pass
+    the budget. Requests already answered should be filtered out by the caller (the stage does).
+    """
+    secret = spec.api_key()
+    own_client = client is None
+    client = client or make_client(spec)
+    limiter = RateLimiter(spec.rpm, spec.tpm)
+    rng = random.Random(seed)
+    budget = budget or Budget(float("inf"))
+    results: asyncio.Queue = asyncio.Queue(maxsize=4 * spec.concurrency)
+    it = iter(requests)
+    state = {"stopped": False, "sent": 0, "ok": 0, "error": 0}
+
+    async def worker() -> None:
+        for req in it:
+            if state["stopped"]:
+                return
+            reserve = spec.cost(req.input_tokens_est, int(req.params.get("max_new_tokens", 0)))
+            if not budget.reserve(reserve):
+                state["stopped"] = True
+                return
+            state["sent"] += 1
+            res = await call_with_retries(client, spec, req, limiter, backoff_base_s=backoff_base_s,
+                                          backoff_cap_s=backoff_cap_s, rng=rng, secret=secret)
+            budget.settle(reserve, res.cost_usd)
+            await results.put(res)
+
+    async def writer() -> None:
+        done = False
+        while not done:
+            batch = [await results.get()]
+            while len(batch) < commit_max and not results.empty():
+                batch.append(results.get_nowait())
+            if batch[-1] is None:
+                batch.pop()
+                done = True
+            if batch:
+                await asyncio.to_thread(store.put_many, batch)  # durable before counted
+                n_err = sum(r.status == "error" for r in batch)
+                state["ok"] += len(batch) - n_err
+                state["error"] += n_err
+                if progress is not None:
+                    progress.update(len(batch), sum(r.input_tokens + r.output_tokens for r in batch),
+                                    sum(r.cost_usd for r in batch), n_err)
+
+    writer_task = asyncio.create_task(writer())
+    try:
+        await asyncio.gather(*(worker() for _ in range(spec.concurrency)))
+    finally:
+        await results.put(None)
+        await writer_task
+        if own_client:
+            await client.close()
+    if state["stopped"]:
+        raise BudgetExceeded(
+            f"model '{spec.name}': stopped before exceeding inference.budget_usd={budget.limit:.2f} "
+            f"(spent {budget.spent:.4f} this run; {state['ok']} answers stored). Raise the budget and rerun: "
+            "stored answers are not sent again.")
+    return state

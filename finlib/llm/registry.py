@@ -1,0 +1,185 @@
+"""The model registry (`params/models.yaml`): one validated record per model.
+
+Validation is strict (unknown fields, wrong types, missing fields are errors naming the file,
+the record and the field) because a typo in a registry record would otherwise run the whole
+grid against the wrong endpoint or price it wrongly. Keys never live here: `api_key_env`
+names an environment variable, and a field that looks like a key is refused.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+BACKENDS = ("openai", "local")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class RegistryError(ValueError):
+    """A malformed registry record; the message names the file, the record and the field."""
+
+
+class MissingKeyError(RuntimeError):
+    """The environment variable named by a record's `api_key_env` is unset or empty."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model: where it runs, how to call it, what it costs."""
+
+    name: str
+    backend: str
+    model_id: str
+    supports_system: bool
+    context_length: int
+    price_input_per_m: float
+    price_output_per_m: float
+    sampling: dict = field(default_factory=dict)
+    concurrency: int = 1
+    rpm: int = 0
+    tpm: int = 0
+    max_attempts: int = 6
+    timeout_s: float = 120.0
+    max_tokens_param: str = "max_tokens"
+    base_url: str | None = None
+    api_key_env: str | None = None
+    gguf_package: str | None = None
+    gguf_file: str | None = None
+    hf_path: str | None = None
+
+    def cost(self, input_tokens: int, output_tokens: int, discount: float = 1.0) -> float:
+        """USD for one call (discount 0.5 for the Batch API)."""
+        return discount * (input_tokens * self.price_input_per_m + output_tokens * self.price_output_per_m) / 1e6
+
+    def api_key(self) -> str:
+        """The key from the environment; a keyless server (api_key_env null) gets a placeholder."""
+        if self.api_key_env is None:
+            return "EMPTY"
+        value = os.environ.get(self.api_key_env, "")
+        if not value:
+            raise MissingKeyError(
+                f"model '{self.name}' needs an API key in the environment variable "
+                f"{self.api_key_env} (unset or empty). Export it; never put keys in params files."
+            )
+        return value
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "name": (str,), "backend": (str,), "model_id": (str,), "supports_system": (bool,),
+    "context_length": (int,), "price_input_per_m": (int, float), "price_output_per_m": (int, float),
+    "sampling": (dict,), "concurrency": (int,), "rpm": (int,), "tpm": (int,), "max_attempts": (int,),
+    "timeout_s": (int, float), "max_tokens_param": (str,), "base_url": (str, type(None)),
+    "api_key_env": (str, type(None)), "gguf_package": (str, type(None)), "gguf_file": (str, type(None)),
+    "hf_path": (str, type(None)),
+}
+_REQUIRED = ("name", "backend", "model_id", "supports_system", "context_length",
+             "price_input_per_m", "price_output_per_m", "sampling")
+_SAMPLING_KEYS = {"temperature", "top_p", "seed"}
+
+
+def _fail(path: Path, where: str, field_: str, msg: str) -> RegistryError:
+    return RegistryError(f"{path}: {where}, field '{field_}': {msg}")
+
+
+def validate_record(rec: Any, path: Path, index: int) -> ModelSpec:
+    """Check one merged record and build its ModelSpec, or raise naming record and field."""
+    where = f"models[{index}]"
+    if not isinstance(rec, dict):
+        raise RegistryError(f"{path}: {where} must be a mapping, got {type(rec).__name__}")
+    if isinstance(rec.get("name"), str):
+        where = f"models[{index}] '{rec['name']}'"
+    for key in rec:
+        lowered = str(key).lower()
+        secretish = any(m in lowered for m in ("key", "secret", "token", "password"))
+        if secretish and key not in ("api_key_env", "max_tokens_param"):
+            raise _fail(path, where, key, "looks like a secret; name the environment variable in api_key_env")
+        if key not in _TYPES:
+            raise _fail(path, where, key, f"unknown field (known: {', '.join(sorted(_TYPES))})")
+    for key in _REQUIRED:
+        if key not in rec:
+            raise _fail(path, where, key, "missing")
+    for key, value in rec.items():
+        ok = _TYPES[key]
+        if isinstance(value, bool) and bool not in ok or not isinstance(value, ok):
+            raise _fail(path, where, key, f"expected {'/'.join(t.__name__ for t in ok)}, got {value!r}")
+    if not _NAME.match(rec["name"]):
+        raise _fail(path, where, "name", "use letters, digits, '.', '_' or '-'")
+    if rec["backend"] not in BACKENDS:
+        raise _fail(path, where, "backend", f"must be one of {BACKENDS}, got {rec['backend']!r}")
+    if rec["context_length"] <= 0:
+        raise _fail(path, where, "context_length", "must be positive")
+    for key in ("price_input_per_m", "price_output_per_m", "rpm", "tpm"):
+        if rec.get(key, 0) < 0:
+            raise _fail(path, where, key, "must be >= 0")
+    for key in ("concurrency", "max_attempts"):
+        if rec.get(key, 1) < 1:
+            raise _fail(path, where, key, "must be >= 1")
+    if rec.get("timeout_s", 1) <= 0:
+        raise _fail(path, where, "timeout_s", "must be positive")
+    sampling = rec["sampling"]
+    unknown = set(sampling) - _SAMPLING_KEYS
+    if unknown:
+        raise _fail(path, where, "sampling", f"unknown keys {sorted(unknown)} (known: {sorted(_SAMPLING_KEYS)})")
+    for key in ("temperature", "top_p"):
+        if key not in sampling:
+            raise _fail(path, where, f"sampling.{key}", "missing (make the paper's 1.0 explicit)")
+        v = sampling[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or (key == "top_p" and v > 1):
+            raise _fail(path, where, f"sampling.{key}", f"invalid value {v!r}")
+    if rec.get("max_tokens_param", "max_tokens") not in ("max_tokens", "max_completion_tokens"):
+        raise _fail(path, where, "max_tokens_param", "must be max_tokens or max_completion_tokens")
+    if rec["backend"] == "openai":
+        url = rec.get("base_url")
+        if not url or not re.match(r"^https?://", url):
+            raise _fail(path, where, "base_url", f"an http(s) URL is required for backend openai, got {url!r}")
+        if "api_key_env" not in rec:
+            raise _fail(path, where, "api_key_env", "missing (the NAME of the env var, or null for a keyless server)")
+        env = rec["api_key_env"]
+        if env is not None and not _ENV_NAME.match(env):
+            raise _fail(path, where, "api_key_env", f"must be an environment variable NAME, got {env[:4]!r}...")
+    else:
+        has_gguf = bool(rec.get("gguf_package") and rec.get("gguf_file"))
+        if not has_gguf and not rec.get("hf_path"):
+            raise _fail(path, where, "gguf_package/gguf_file/hf_path",
+                        "a local model needs gguf_package + gguf_file, or hf_path (a folder or hub id)")
+    return ModelSpec(**{k: (float(v) if k.startswith("price") or k == "timeout_s" else v) for k, v in rec.items()})
+
+
+def load_registry(path: Path) -> dict[str, ModelSpec]:
+    """All records of a registry file, merged over its `defaults`, validated, keyed by name."""
+    path = Path(path)
+    if not path.is_file():
+        raise RegistryError(f"model registry not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise RegistryError(f"{path}: invalid YAML: {exc}") from exc
+    if not isinstance(raw, dict) or not isinstance(raw.get("models"), list):
+        raise RegistryError(f"{path}: top level must be a mapping with a 'models' list")
+    extra = set(raw) - {"defaults", "models"}
+    if extra:
+        raise RegistryError(f"{path}: unknown top-level keys {sorted(extra)}")
+    defaults = raw.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        raise RegistryError(f"{path}: 'defaults' must be a mapping")
+    specs: dict[str, ModelSpec] = {}
+    for i, rec in enumerate(raw["models"]):
+        merged = {**defaults, **rec} if isinstance(rec, dict) else rec
+        spec = validate_record(merged, path, i)
+        if spec.name in specs:
+            raise _fail(path, f"models[{i}] '{spec.name}'", "name", "duplicate model name")
+        specs[spec.name] = spec
+    return specs
+
+
+def select_models(registry: dict[str, ModelSpec], names: list[str], source: str = "inference.models") -> list[ModelSpec]:
+    """The records named in params, in order; an unknown name is an error listing the known ones."""
+    missing = [n for n in names if n not in registry]
+    if missing:
+        raise RegistryError(f"{source}: unknown model(s) {missing}; registry has {sorted(registry)}")
+    return [registry[n] for n in names]

@@ -1,0 +1,300 @@
+"""Stage 03 entry point: every condition row x model -> predictions.parquet + inference_report.json.
+
+Label scoring (one forward pass, three label probabilities) for every `ok` condition row with
+local models; chain-of-thought generation (the paper's protocol) for the first
+`inference.generate_subset` reports (all their conditions), and for every row with API models
+(whose servers do not expose pre-filled label log-probabilities portably). Every call goes
+through the response store: a rerun only sends what is not answered yet.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from finlib.artifacts import read_frame, write_frame, write_json
+from finlib.config import ConfigError, RunConfig
+from finlib.llm.progress import Progress
+from finlib.llm.prompts import PROMPT_VERSION, build_messages, parse_answer, truncate_text
+from finlib.llm.registry import ModelSpec, load_registry, select_models
+from finlib.llm.store import Request, ResponseStore, make_key
+
+PREDICTION_COLUMNS = ["item_id", "report_id", "condition", "model", "mode", "raw_text", "p_bullish", "p_neutral",
+                      "p_bearish", "status", "error", "input_tokens", "output_tokens", "cost_usd", "latency_s",
+                      "truncated", "cache_key"]
+CONDITION_COLUMNS = ("item_id", "report_id", "condition", "text", "status", "skip_reason")
+API_CHARS_PER_TOKEN = 4.0  # token estimate for API models (no local tokenizer); truncation only
+
+
+def inference_params(cfg: RunConfig) -> dict:
+    """The `inference:` section with its defaults, checked."""
+    inf = dict(cfg["inference"])
+    defaults = {"registry": "params/models.yaml", "model_cache": "data/interim/models", "dtype": "bfloat16",
+                "batch_size": 8, "score_batch_size": 1, "max_batch_tokens": 16384, "threads": None, "device": "cpu",
+                "progress": True}
+    for k, v in defaults.items():
+        inf.setdefault(k, v)
+    if inf.get("mode") not in ("score", "generate"):
+        raise ConfigError(f"{cfg.params_file}: inference.mode must be 'score' or 'generate', got {inf.get('mode')!r}")
+    for k in ("generate_subset", "max_new_tokens", "max_input_tokens", "batch_size", "score_batch_size"):
+        lowest = 1 if k.endswith("batch_size") or k.startswith("max_") else 0
+        if not isinstance(inf.get(k), int) or isinstance(inf[k], bool) or inf[k] < lowest:
+            raise ConfigError(f"{cfg.params_file}: inference.{k} must be an integer >= {lowest}, got {inf.get(k)!r}")
+    if not isinstance(inf.get("budget_usd"), (int, float)) or inf["budget_usd"] < 0:
+        raise ConfigError(f"{cfg.params_file}: inference.budget_usd must be a number >= 0")
+    return inf
+
+
+def check_conditions(df: pd.DataFrame, source: str = "conditions.parquet") -> pd.DataFrame:
+    """Fail loudly on a malformed stage-02 artifact (missing column, ok row without text)."""
+    missing = [c for c in CONDITION_COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(f"{source}: missing column(s) {missing}")
+    if df["item_id"].duplicated().any():
+        dup = df.loc[df["item_id"].duplicated(), "item_id"].iloc[0]
+        raise ValueError(f"{source}: duplicate item_id {dup!r}")
+    bad_status = df.loc[~df["status"].isin(["ok", "skipped"])]
+    if len(bad_status):
+        raise ValueError(f"{source}: row {bad_status.index[0]} (item_id {bad_status['item_id'].iloc[0]!r}), "
+                         f"field 'status': {bad_status['status'].iloc[0]!r} is not ok/skipped")
+    no_text = df.loc[(df["status"] == "ok") & (df["text"].isna() | (df["text"].astype("string").str.strip() == ""))]
+    if len(no_text):
+        raise ValueError(f"{source}: row {no_text.index[0]} (item_id {no_text['item_id'].iloc[0]!r}), "
+                         "field 'text': empty text on a status 'ok' row")
+    return df
+
+
+def generate_subset_ids(ok: pd.DataFrame, n: int) -> set[str]:
+    """The first `n` report ids in sorted order: deterministic and the same for every model."""
+    return set(sorted(ok["report_id"].astype(str).unique())[:n])
+
+
+def plan_requests(ok: pd.DataFrame, spec: ModelSpec, modes_for: Callable[[pd.Series], list[str]],
+                  inf: dict, n_tokens: Callable[[str], int], overhead: int) -> list[Request]:
+    """One Request per ok row x mode, with the text truncated to the input budget."""
+    budget = min(inf["max_input_tokens"], spec.context_length - inf["max_new_tokens"]) - overhead - 2
+    if budget <= 0:
+        raise ConfigError(f"inference.max_input_tokens={inf['max_input_tokens']} leaves no room for the report "
+                          f"after the prompt ({overhead} tokens) for model {spec.name}")
+    out = []
+    for _, row in ok.iterrows():
+        text, truncated = truncate_text(str(row["text"]), budget, n_tokens)
+        messages = build_messages(text, spec.supports_system)
+        for mode in modes_for(row):
+            params = dict(spec.sampling)
+            if mode == "generate":
+                params["max_new_tokens"] = inf["max_new_tokens"]
+            key = make_key(spec.backend, spec.model_id, messages, params, PROMPT_VERSION, mode)
+            out.append(Request(key=key, model=spec.name, backend=spec.backend, mode=mode, messages=messages,
+                               params=params, truncated=truncated, input_tokens_est=overhead + n_tokens(text),
+                               meta={"item_id": row["item_id"], "report_id": row["report_id"],
+                                     "condition": row["condition"]}))
+    return out
+
+
+def run_coroutine(coro):
+    """asyncio.run, also from inside Jupyter (whose kernel already runs an event loop): then the
+    coroutine gets its own loop in a worker thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def _unique(requests: list[Request]) -> list[Request]:
+    seen: dict[str, Request] = {}
+    for r in requests:
+        seen.setdefault(r.key, r)
+    return list(seen.values())
+
+
+def _rows(requests: list[Request], stored: dict[str, dict]) -> list[dict]:
+    rows = []
+    for r in requests:
+        s = stored.get(r.key)
+        status = "error" if s is None else s["status"]
+        rows.append({**r.meta, "model": r.model, "mode": r.mode,
+                     "raw_text": None if s is None else s["raw_text"],
+                     "p_bullish": np.nan if s is None or s["p_bullish"] is None else s["p_bullish"],
+                     "p_neutral": np.nan if s is None or s["p_neutral"] is None else s["p_neutral"],
+                     "p_bearish": np.nan if s is None or s["p_bearish"] is None else s["p_bearish"],
+                     "status": status,
+                     "error": ("not sent (stopped before this call: budget or interruption)" if s is None
+                               else s["error"] if status == "error" else None),
+                     "input_tokens": 0 if s is None else s["input_tokens"],
+                     "output_tokens": 0 if s is None else s["output_tokens"],
+                     "cost_usd": 0.0 if s is None else s["cost_usd"],
+                     "latency_s": 0.0 if s is None else s["latency_s"],
+                     "truncated": r.truncated, "cache_key": r.key})
+    return rows
+
+
+def _run_model(cfg: RunConfig, spec: ModelSpec, ok: pd.DataFrame, inf: dict, store: ResponseStore,
+               budget, gen_ids: set[str], report: dict) -> list[dict]:
+    """Plan, send what is missing, and read back the rows for one model."""
+    t0 = time.perf_counter()
+    primary = inf["mode"] if spec.backend == "local" else "generate"
+
+    def modes_for(row: pd.Series) -> list[str]:
+        extra = ["generate"] if str(row["report_id"]) in gen_ids and primary != "generate" else []
+        return [primary, *extra]
+
+    model = None
+    if spec.backend == "local":
+        from finlib.llm.local_backend import LocalModel, run_local
+
+        model = LocalModel(spec, cfg.path(inf["model_cache"]), dtype=inf["dtype"], batch_size=inf["batch_size"],
+                           score_batch_size=inf["score_batch_size"], max_batch_tokens=inf["max_batch_tokens"],
+                           seed=cfg.seed, threads=inf["threads"], device=inf["device"])
+        n_tokens = model.n_tokens
+        overhead = model.n_tokens(model.prompt_text(build_messages("", spec.supports_system), "score"))
+    else:
+        def n_tokens(text: str) -> int:
+            return int(np.ceil(len(text) / API_CHARS_PER_TOKEN))
+        overhead = n_tokens(build_messages("", spec.supports_system)[0]["content"]) + 16
+
+    requests = plan_requests(ok, spec, modes_for, inf, n_tokens, overhead)
+    unique = _unique(requests)
+    answered = store.answered([r.key for r in unique])
+    pending = [r for r in unique if r.key not in answered]
+    progress = Progress(len(pending), desc=f"{spec.name}", disable=not inf["progress"])
+    try:
+        if pending and spec.backend == "local":
+            run_local(model, pending, store, progress)
+        elif pending:
+            from finlib.llm.openai_backend import run_openai
+
+            run_coroutine(run_openai(spec, pending, store, budget=budget, progress=progress))
+    finally:
+        progress.close()
+    stored = store.get([r.key for r in unique])
+    rows = _rows(requests, stored)
+    masses = [s["label_mass"] for s in stored.values() if s["mode"] == "score" and s["label_mass"] is not None]
+    report["models"][spec.name] = {
+        "backend": spec.backend, "model_id": spec.model_id, "primary_mode": primary,
+        "requests": len(requests), "unique_keys": len(unique), "cached": len(answered), "sent": len(pending),
+        "truncated_inputs": int(sum(r.truncated for r in requests if r.mode == primary)),
+        "load_s": round(getattr(model, "load_s", 0.0), 3), "wall_s": round(time.perf_counter() - t0, 3),
+        "input_token_budget": min(inf["max_input_tokens"], spec.context_length - inf["max_new_tokens"]),
+        # label scoring: total next-token probability of the three label stems before renormalising
+        # (near 1 = the model answers in the format; small = the three-way probabilities are fragile)
+        "label_mass_mean": float(np.mean(masses)) if masses else None,
+        "label_mass_min": float(np.min(masses)) if masses else None,
+    }
+    return rows
+
+
+def skipped_rows(skipped: pd.DataFrame, specs: list[ModelSpec], inf: dict) -> list[dict]:
+    """Condition rows stage 02 skipped: carried through with their reason, never dropped."""
+    rows = []
+    for spec in specs:
+        mode = inf["mode"] if spec.backend == "local" else "generate"
+        for _, r in skipped.iterrows():
+            rows.append({"item_id": r["item_id"], "report_id": r["report_id"], "condition": r["condition"],
+                         "model": spec.name, "mode": mode, "raw_text": None, "p_bullish": np.nan,
+                         "p_neutral": np.nan, "p_bearish": np.nan, "status": "skipped",
+                         "error": r["skip_reason"] if pd.notna(r["skip_reason"]) else "skipped by stage 02",
+                         "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0, "latency_s": 0.0,
+                         "truncated": False, "cache_key": None})
+    return rows
+
+
+def to_frame(rows: list[dict]) -> pd.DataFrame:
+    """The predictions artifact with the contract's columns and dtypes."""
+    df = pd.DataFrame(rows, columns=PREDICTION_COLUMNS)
+    for c in ("item_id", "report_id", "condition", "model", "mode", "raw_text", "status", "error", "cache_key"):
+        df[c] = df[c].astype(object).where(df[c].notna(), None)
+    for c in ("p_bullish", "p_neutral", "p_bearish", "cost_usd", "latency_s"):
+        df[c] = df[c].astype("float64")
+    for c in ("input_tokens", "output_tokens"):
+        df[c] = df[c].astype("int64")
+    df["truncated"] = df["truncated"].astype(bool)
+    return df.sort_values(["model", "mode", "item_id"], kind="stable").reset_index(drop=True)
+
+
+def summarise(pred: pd.DataFrame, report: dict) -> dict:
+    """Counts, usage per model x condition, JSON parse rate of generated answers."""
+    report["counts"] = {f"{m}|{mode}|{s}": int(n) for (m, mode, s), n in
+                        pred.groupby(["model", "mode", "status"]).size().items()}
+    usage = pred.groupby(["model", "condition"])[["input_tokens", "output_tokens", "cost_usd"]].sum()
+    report["usage"] = [{"model": m, "condition": c, **{k: float(v) if k == "cost_usd" else int(v)
+                                                       for k, v in row.items()}} for (m, c), row in usage.iterrows()]
+    report["cost_usd_total"] = float(pred["cost_usd"].sum())
+    report["cost_note"] = ("cost_usd per row is the cost of the stored call (paid once, possibly in an earlier run); "
+                           "budget_spent_this_run_usd is what this run paid")
+    gen = pred[(pred["mode"] == "generate") & (pred["status"] == "ok")]
+    parsed = gen["raw_text"].map(parse_answer)
+    report["generate_json_parse"] = {"n": int(len(gen)), "parsed": int(parsed.notna().sum()),
+                                     "rate": float(parsed.notna().mean()) if len(gen) else None}
+    report["errors"] = dict(Counter(pred.loc[pred["status"] == "error", "error"].astype(str).str[:120]))
+    return report
+
+
+def run_stage(cfg: RunConfig, models: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
+    """Run stage 03 for a run and write its artifacts; returns (predictions, report)."""
+    from finlib.llm.openai_backend import Budget
+
+    t0 = time.perf_counter()
+    inf = inference_params(cfg)
+    specs = select_models(load_registry(cfg.path(inf["registry"])), models or list(inf["models"]))
+    conditions = check_conditions(read_frame(cfg, "conditions"))
+    ok = conditions[conditions["status"] == "ok"]
+    skipped = conditions[conditions["status"] == "skipped"]
+    gen_ids = generate_subset_ids(ok, inf["generate_subset"])
+    report: dict = {"prompt_version": PROMPT_VERSION, "models": {}, "n_conditions": int(len(conditions)),
+                    "n_ok_conditions": int(len(ok)), "n_skipped_conditions": int(len(skipped)),
+                    "skip_reasons": dict(Counter(skipped["skip_reason"].astype(str))),
+                    "generate_subset_reports": sorted(gen_ids), "budget_usd": float(inf["budget_usd"]),
+                    "params": {k: inf[k] for k in ("mode", "max_new_tokens", "max_input_tokens", "dtype", "batch_size",
+                                                    "score_batch_size", "device")}}
+    budget = Budget(float(inf["budget_usd"]))
+    rows: list[dict] = []
+    with ResponseStore(cfg.path(inf["store"])) as store:
+        for spec in specs:
+            rows += _run_model(cfg, spec, ok, inf, store, budget, gen_ids, report)
+    rows += skipped_rows(skipped, specs, inf)
+    pred = to_frame(rows)
+    report = summarise(pred, report)
+    report["budget_spent_this_run_usd"] = budget.spent
+    report["wall_s"] = round(time.perf_counter() - t0, 3)
+    write_frame(cfg, "predictions", pred)
+    write_json(cfg, "inference_report", report)
+    return pred, report
+
+
+def probability_summary(pred: pd.DataFrame) -> pd.DataFrame:
+    """Per model x condition: scored rows, mean label probabilities, and the argmax shares."""
+    s = pred[(pred["mode"] == "score") & (pred["status"] == "ok")].copy()
+    probs = s[["p_bullish", "p_neutral", "p_bearish"]]
+    s["argmax"] = probs.idxmax(axis=1).str.removeprefix("p_")
+    out = s.groupby(["model", "condition"]).agg(
+        n=("item_id", "size"), p_bullish=("p_bullish", "mean"), p_neutral=("p_neutral", "mean"),
+        p_bearish=("p_bearish", "mean"), argmax_bullish=("argmax", lambda a: (a == "bullish").mean()))
+    return out.round(3).reset_index()
+
+
+def generation_summary(pred: pd.DataFrame, width: int = 160) -> pd.DataFrame:
+    """Generated answers with their parsed rating (None = unparsed) and the start of the text."""
+    g = pred[pred["mode"] == "generate"].copy()
+    g["parsed_answer"] = g["raw_text"].map(lambda t: (r.value if (r := parse_answer(t)) else None))
+    g["raw_text_start"] = g["raw_text"].fillna("").str.replace(r"\s+", " ", regex=True).str[:width]
+    return g[["model", "item_id", "status", "output_tokens", "parsed_answer", "raw_text_start"]].reset_index(drop=True)
+
+
+def status_summary(pred: pd.DataFrame) -> pd.DataFrame:
+    """Rows per model x mode x status (skipped and error rows are counted, never dropped)."""
+    return pred.groupby(["model", "mode", "status"]).size().rename("rows").reset_index()
+
+
+def usage_table(report: dict) -> pd.DataFrame:
+    """Tokens and cost per model x condition from the stage report."""
+    return pd.DataFrame(report["usage"], columns=["model", "condition", "input_tokens", "output_tokens", "cost_usd"])

@@ -1,0 +1,172 @@
+"""Content-addressed, crash-safe response store.
+
+Why SQLite (stdlib, WAL, synchronous=FULL) rather than append-only JSONL + fsync:
+- the key is the primary key, so "is this call already answered?" is an indexed lookup for
+  670k keys instead of re-reading and de-duplicating a growing log on every start;
+- an error row is *replaced* by the answer of a later retry (upsert) while an answer is never
+  overwritten by an error, which a log can only express by replay rules;
+- one transaction commits a whole group of results with one fsync of the WAL (group commit),
+  so durability costs one fsync per group, not per call, and a crash leaves either the whole
+  group or none of it (SQLite's atomic commit) -- never a torn line.
+A result counts as done only after the transaction holding it has committed. Messages are not
+stored (the key is their hash; the texts are in the stage-02 artifact), and nothing secret
+ever is: rows hold model output, token counts, cost, latency and error text.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    key TEXT PRIMARY KEY,
+    model TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    mode TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('ok', 'error')),
+    raw_text TEXT,
+    p_bullish REAL, p_neutral REAL, p_bearish REAL,
+    input_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    cost_usd REAL NOT NULL DEFAULT 0,
+    latency_s REAL NOT NULL DEFAULT 0,
+    truncated INTEGER NOT NULL DEFAULT 0,
+    label_mass REAL,
+    error TEXT,
+    attempts INTEGER NOT NULL DEFAULT 1,
+    n_failures INTEGER NOT NULL DEFAULT 0,
+    updated_at REAL NOT NULL
+)
+"""
+COLUMNS = ("key", "model", "backend", "mode", "status", "raw_text", "p_bullish", "p_neutral", "p_bearish",
+           "input_tokens", "output_tokens", "cost_usd", "latency_s", "truncated", "label_mass", "error", "attempts")
+
+# An answer is never replaced by an error; an error is replaced by anything newer.
+UPSERT = f"""
+INSERT INTO responses ({", ".join(COLUMNS)}, n_failures, updated_at)
+VALUES ({", ".join("?" for _ in COLUMNS)}, ?, ?)
+ON CONFLICT(key) DO UPDATE SET
+    {", ".join(f"{c} = excluded.{c}" for c in COLUMNS[1:])},
+    n_failures = responses.n_failures + excluded.n_failures,
+    updated_at = excluded.updated_at
+WHERE responses.status != 'ok'
+"""
+
+
+def make_key(backend: str, model_id: str, messages: list[dict], params: dict, prompt_version: str,
+             mode: str) -> str:
+    """sha256 of everything that determines a response (canonical JSON, sorted keys)."""
+    payload = {"backend": backend, "model_id": model_id, "messages": messages, "params": params,
+               "prompt_version": prompt_version, "mode": mode}
+    blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+@dataclass
+class Result:
+    """One finished call: an answer (status ok) or a terminal failure (status error)."""
+
+    key: str
+    model: str
+    backend: str
+    mode: str
+    status: str
+    raw_text: str | None = None
+    probs: dict[str, float] | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    latency_s: float = 0.0
+    truncated: bool = False
+    error: str | None = None
+    attempts: int = 1
+    extra: dict = field(default_factory=dict)
+
+    def row(self) -> tuple:
+        p = self.probs or {}
+        return (self.key, self.model, self.backend, self.mode, self.status, self.raw_text,
+                p.get("bullish"), p.get("neutral"), p.get("bearish"), int(self.input_tokens),
+                int(self.output_tokens), float(self.cost_usd), float(self.latency_s), int(bool(self.truncated)),
+                self.extra.get("label_mass"), self.error, int(self.attempts), int(self.status == "error"), time.time())
+
+
+class ResponseStore:
+    """SQLite response store; one connection, used from one thread (the writer)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=FULL")
+        self.conn.execute(SCHEMA)
+        have = {row[1] for row in self.conn.execute("PRAGMA table_info(responses)")}
+        if "label_mass" not in have:  # stores made before the column existed
+            self.conn.execute("ALTER TABLE responses ADD COLUMN label_mass REAL")
+
+    def put_many(self, results: Iterable[Result]) -> int:
+        """Commit a group of results in one transaction; returns how many rows were written.
+        When this returns, the group is on disk (WAL fsynced)."""
+        rows = [r.row() for r in results]
+        if not rows:
+            return 0
+        with self.conn:  # BEGIN ... COMMIT
+            self.conn.execute("BEGIN IMMEDIATE")
+            self.conn.executemany(UPSERT, rows)
+        return len(rows)
+
+    def put(self, result: Result) -> None:
+        self.put_many([result])
+
+    def _select(self, keys: list[str], where: str = "") -> dict[str, dict]:
+        out: dict[str, dict] = {}
+        cols = (*COLUMNS, "n_failures")
+        for i in range(0, len(keys), 500):
+            chunk = keys[i:i + 500]
+            q = (f"SELECT {', '.join(cols)} FROM responses WHERE key IN ({', '.join('?' for _ in chunk)}) {where}")
+            for row in self.conn.execute(q, chunk):
+                out[row[0]] = dict(zip(cols, row))
+        return out
+
+    def get(self, keys: list[str]) -> dict[str, dict]:
+        """Stored rows (answers and errors) for these keys."""
+        return self._select(list(keys))
+
+    def answered(self, keys: list[str]) -> set[str]:
+        """Keys with a stored answer: these are never sent again."""
+        return set(self._select(list(keys), "AND status = 'ok'"))
+
+    def count(self, status: str | None = None) -> int:
+        if status is None:
+            return self.conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+        return self.conn.execute("SELECT COUNT(*) FROM responses WHERE status = ?", (status,)).fetchone()[0]
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "ResponseStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+@dataclass
+class Request:
+    """One call to make: its store key, the exact messages and parameters, and where it came
+    from (`meta`: item_id, report_id, condition -- not part of the key)."""
+
+    key: str
+    model: str
+    backend: str
+    mode: str
+    messages: list[dict]
+    params: dict
+    truncated: bool = False
+    input_tokens_est: int = 0
+    meta: dict = field(default_factory=dict)

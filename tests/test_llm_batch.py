@@ -1,0 +1,113 @@
+"""OpenAI Batch API flow against an in-memory fake client (no network)."""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from finlib.llm.batch_api import BATCH_DISCOUNT, run_batch, write_batch_files
+from finlib.llm.registry import ModelSpec
+from finlib.llm.store import Request, ResponseStore, make_key
+
+PARAMS = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 16}
+SPEC = ModelSpec(name="gpt-test", backend="openai", model_id="gpt-test", supports_system=True, context_length=8192,
+                 price_input_per_m=2.0, price_output_per_m=8.0, sampling={"temperature": 1.0, "top_p": 1.0},
+                 base_url="https://api.example.invalid/v1", api_key_env="BATCH_TEST_KEY",
+                 max_tokens_param="max_completion_tokens")
+
+
+class FakeClient:
+    """files.create / files.content / batches.create / batches.retrieve, answering every line
+    except those whose text contains FAIL (an error line), after two polls."""
+
+    def __init__(self):
+        self.files_store: dict[str, str] = {}
+        self.batches_store: dict[str, dict] = {}
+        self.polls = 0
+        self.files = SimpleNamespace(create=self._file_create, content=self._file_content)
+        self.batches = SimpleNamespace(create=self._batch_create, retrieve=self._batch_retrieve)
+
+    def _file_create(self, file, purpose):
+        assert purpose == "batch"
+        fid = f"file-{len(self.files_store)}"
+        self.files_store[fid] = file.read().decode()
+        return SimpleNamespace(id=fid)
+
+    def _file_content(self, fid):
+        return SimpleNamespace(text=self.files_store[fid])
+
+    def _batch_create(self, input_file_id, endpoint, completion_window, metadata):
+        assert endpoint == "/v1/chat/completions" and completion_window == "24h"
+        bid = f"batch-{len(self.batches_store)}"
+        out, err = [], []
+        for line in self.files_store[input_file_id].splitlines():
+            req = json.loads(line)
+            assert req["body"]["max_completion_tokens"] == 16 and req["body"]["temperature"] == 1.0
+            if "FAIL" in req["body"]["messages"][-1]["content"]:
+                err.append({"custom_id": req["custom_id"], "response": {"status_code": 400, "body": {
+                    "error": {"message": "bad"}}}})
+            else:
+                out.append({"custom_id": req["custom_id"], "response": {"status_code": 200, "body": {
+                    "choices": [{"message": {"content": '{"answer": "neutral", "reason": "b"}'}}],
+                    "usage": {"prompt_tokens": 1000, "completion_tokens": 100}}}})
+        self.files_store[f"out-{bid}"] = "\n".join(json.dumps(x) for x in out)
+        self.files_store[f"err-{bid}"] = "\n".join(json.dumps(x) for x in err)
+        self.batches_store[bid] = {"status": "validating"}
+        return SimpleNamespace(id=bid)
+
+    def _batch_retrieve(self, bid):
+        self.polls += 1
+        status = "completed" if self.polls > 2 else "in_progress"
+        return SimpleNamespace(id=bid, status=status, output_file_id=f"out-{bid}", error_file_id=f"err-{bid}")
+
+
+def reqs(texts):
+    out = []
+    for t in texts:
+        msgs = [{"role": "user", "content": t}]
+        out.append(Request(make_key("openai", "gpt-test", msgs, PARAMS, "t", "generate"), "gpt-test", "openai",
+                           "generate", msgs, dict(PARAMS)))
+    return out
+
+
+def test_jsonl_lines_carry_store_keys(tmp_path):
+    requests = reqs(["a", "b", "c"])
+    paths = write_batch_files(SPEC, requests, tmp_path, max_requests=2)
+    lines = [json.loads(l) for p in paths for l in p.read_text().splitlines()]
+    assert len(paths) == 2 and [l["custom_id"] for l in lines] == [r.key for r in requests]
+    assert all(l["url"] == "/v1/chat/completions" and l["method"] == "POST" for l in lines)
+
+
+def test_submit_poll_collect_into_store_and_never_resubmit(tmp_path, monkeypatch):
+    monkeypatch.setenv("BATCH_TEST_KEY", "dummy")
+    client = FakeClient()
+    requests = reqs(["r1", "r2", "r3 FAIL"])
+    with ResponseStore(tmp_path / "r.sqlite") as store:
+        counts = run_batch(SPEC, requests, store, tmp_path / "work", client=client, interval_s=0, sleep=lambda s: None)
+        assert counts == {"submitted": 3, "ok": 2, "error": 1}
+        assert store.answered([r.key for r in requests]) == {requests[0].key, requests[1].key}
+        row = store.get([requests[0].key])[requests[0].key]
+        assert row["cost_usd"] == pytest.approx(BATCH_DISCOUNT * (1000 * 2.0 + 100 * 8.0) / 1e6)
+        assert "HTTP 400" in store.get([requests[2].key])[requests[2].key]["error"]
+        # rerun: answered keys are skipped, the failed one is retried in a new batch
+        n_batches = len(client.batches_store)
+        counts = run_batch(SPEC, requests, store, tmp_path / "work", client=client, interval_s=0, sleep=lambda s: None)
+        assert counts["submitted"] == 1 and len(client.batches_store) == n_batches + 1
+
+
+def test_crash_after_submit_collects_instead_of_resubmitting(tmp_path, monkeypatch):
+    monkeypatch.setenv("BATCH_TEST_KEY", "dummy")
+    client = FakeClient()
+    requests = reqs(["x1", "x2"])
+
+    def crash(_):
+        raise KeyboardInterrupt  # the process dies while polling
+
+    with ResponseStore(tmp_path / "r.sqlite") as store:
+        with pytest.raises(KeyboardInterrupt):
+            run_batch(SPEC, requests, store, tmp_path / "work", client=client, interval_s=0, sleep=crash)
+        assert len(client.batches_store) == 1 and store.count() == 0
+        counts = run_batch(SPEC, requests, store, tmp_path / "work", client=client, interval_s=0, sleep=lambda s: None)
+        assert counts == {"submitted": 0, "ok": 2, "error": 0}
+        assert len(client.batches_store) == 1  # collected the paid batch, nothing resubmitted

@@ -1,0 +1,154 @@
+"""OpenAI-compatible backend against the local stub: retries, Retry-After, timeouts, rate limits,
+streaming to the store, budget cap."""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import time
+
+import pytest
+
+from finlib.llm.openai_backend import (Budget, BudgetExceeded, RateLimiter, backoff_s, call_with_retries, redact,
+                                       request_kwargs, run_openai)
+from finlib.llm.registry import MissingKeyError, ModelSpec
+from finlib.llm.store import Request, ResponseStore, make_key
+from finlib.llm.stub_server import ThreadedStub
+
+PARAMS = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 16}
+SPEC = ModelSpec(name="stub", backend="openai", model_id="stub-model", supports_system=True, context_length=8192,
+                 price_input_per_m=0.0, price_output_per_m=0.0, sampling={"temperature": 1.0, "top_p": 1.0},
+                 concurrency=8, max_attempts=4, timeout_s=0.5, base_url="http://127.0.0.1:1/v1",
+                 api_key_env="STUB_TEST_KEY")
+
+
+def req(text: str) -> Request:
+    msgs = [{"role": "user", "content": text}]
+    return Request(make_key("openai", "stub-model", msgs, PARAMS, "t", "generate"), "stub", "openai", "generate",
+                   msgs, dict(PARAMS), input_tokens_est=100)
+
+
+@pytest.fixture()
+def stub(monkeypatch):
+    monkeypatch.setenv("STUB_TEST_KEY", "dummy")
+    with ThreadedStub() as s:
+        yield s
+
+
+def run(spec, requests, store, **kw):
+    return asyncio.run(run_openai(spec, requests, store, backoff_base_s=0.01, backoff_cap_s=0.05, seed=0, **kw))
+
+
+def test_retries_then_answers(stub, tmp_path):
+    spec = dataclasses.replace(SPEC, base_url=stub.base_url)
+    texts = ["plain", "a [[429x2:0.3]]", "b [[500x2]]", "c [[sleepx1:2]]"]
+    with ResponseStore(tmp_path / "r.sqlite") as s:
+        counts = run(spec, [req(t) for t in texts], s)
+        rows = s.get([req(t).key for t in texts])
+    assert counts["ok"] == 4 and counts["error"] == 0
+    attempts = {t: rows[req(t).key]["attempts"] for t in texts}
+    assert attempts == {"plain": 1, "a [[429x2:0.3]]": 3, "b [[500x2]]": 3, "c [[sleepx1:2]]": 2}
+    assert stub.stub.attempts["c [[sleepx1:2]]"] == 2  # the timed-out attempt was really retried
+    # Retry-After honoured: backoff alone (cap 0.05 s) would retry far sooner than 0.3 s
+    times = [t for t, text, _ in stub.stub.log if text.startswith("a [[429")]
+    assert all(b - a >= 0.29 for a, b in zip(times, times[1:]))
+
+
+def test_terminal_failures_recorded_with_reason(stub, tmp_path):
+    spec = dataclasses.replace(SPEC, base_url=stub.base_url)
+    with ResponseStore(tmp_path / "r.sqlite") as s:
+        run(spec, [req("x [[400]]"), req("y [[500x99]]")], s)
+        rows = s.get([req("x [[400]]").key, req("y [[500x99]]").key])
+        assert s.answered(list(rows)) == set()
+    bad, down = rows[req("x [[400]]").key], rows[req("y [[500x99]]").key]
+    assert bad["status"] == "error" and bad["attempts"] == 1 and "HTTP 400" in bad["error"]  # not retryable
+    assert down["status"] == "error" and down["attempts"] == spec.max_attempts and "HTTP 500" in down["error"]
+    assert bad["raw_text"] is None and down["raw_text"] is None
+
+
+def test_request_carries_exact_sampling_and_token_limit_name():
+    kw = request_kwargs(dataclasses.replace(SPEC, max_tokens_param="max_completion_tokens"), req("t"))
+    assert kw["temperature"] == 1.0 and kw["top_p"] == 1.0 and kw["max_completion_tokens"] == 16
+    assert "max_tokens" not in kw
+
+
+def test_backoff_grows_and_honours_retry_after():
+    rng = random.Random(1)
+    caps = [max(backoff_s(a, 1.0, 8.0, None, rng) for _ in range(200)) for a in (1, 2, 3, 5)]
+    assert caps[0] <= 1.0 < caps[1] <= 2.0 < caps[2] <= 4.0 < caps[3] <= 8.0
+    assert backoff_s(1, 1.0, 8.0, 30.0, rng) == 30.0
+
+
+def test_rate_limiter_spaces_requests(stub, tmp_path):
+    spec = dataclasses.replace(SPEC, base_url=stub.base_url, rpm=1200)  # 20/s, 1 s of burst
+    with ResponseStore(tmp_path / "r.sqlite") as s:
+        t0 = time.monotonic()
+        run(spec, [req(f"r{i}") for i in range(40)], s)
+        elapsed = time.monotonic() - t0
+    assert elapsed >= 0.9  # 40 requests at 20/s with a 20-request burst: >= 1 s
+    times = sorted(t for t, _, _ in stub.stub.log)
+    for i, t in enumerate(times):  # no 1-second window holds more than rate + burst
+        assert sum(1 for u in times[i:] if u - t < 1.0) <= 41
+
+
+def test_token_limiter_waits_for_tokens():
+    async def go():
+        lim = RateLimiter(tpm=6000)  # 100 tokens/s, bucket of 100
+        t0 = time.monotonic()
+        for _ in range(3):
+            await lim.acquire(100)
+        return time.monotonic() - t0
+    assert asyncio.run(go()) >= 1.9
+
+
+def test_results_stream_into_the_store_before_the_run_ends(stub, tmp_path):
+    spec = dataclasses.replace(SPEC, base_url=stub.base_url, concurrency=4)
+    seen: list[int] = []
+
+    with ResponseStore(tmp_path / "r.sqlite") as s:
+        class Spy:
+            def update(self, n, tokens, cost, errors=0):
+                seen.append(s.count())  # committed rows at the moment results are counted
+        requests = [req("slow [[sleepx1:0.4]]")] + [req(f"fast {i}") for i in range(20)]
+        run(dataclasses.replace(spec, timeout_s=5), requests, s, progress=Spy())
+        assert s.count() == 21
+    assert seen[0] < 21, "nothing was committed before the slow request finished"
+
+
+def test_budget_stops_before_exceeding(stub, tmp_path):
+    priced = dataclasses.replace(SPEC, base_url=stub.base_url, price_input_per_m=1000.0, price_output_per_m=1000.0,
+                                 concurrency=2)
+    budget = Budget(0.3)  # each call reserves (100 + 16) tokens * $1000/M = $0.116; costs ~$0.013
+    with ResponseStore(tmp_path / "r.sqlite") as s:
+        with pytest.raises(BudgetExceeded, match="budget_usd"):
+            run(priced, [req(f"p{i}") for i in range(30)], s, budget=budget)
+        stored = s.count()
+    assert 0 < stored < 30
+    assert budget.spent <= 0.3
+    assert stub.stub.n_requests == stored  # nothing sent beyond what the budget allowed
+
+
+def test_missing_key_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("STUB_TEST_KEY", raising=False)
+    with ResponseStore(tmp_path / "r.sqlite") as s, pytest.raises(MissingKeyError, match="STUB_TEST_KEY"):
+        run(SPEC, [req("x")], s)
+
+
+def test_redact_removes_keys():
+    assert "secret-value-123" not in redact("Incorrect API key provided: secret-value-123", "secret-value-123")
+    assert "sk-abcdefgh1234" not in redact("Incorrect API key provided: sk-abcdefgh1234.", None)
+
+
+def test_stage_can_run_async_backend_inside_a_running_loop():
+    """Jupyter kernels already run an event loop; the stage must still be able to send."""
+    from finlib.llm.stage import run_coroutine
+
+    async def answer():
+        await asyncio.sleep(0)
+        return 42
+
+    async def notebook_cell():
+        return run_coroutine(answer())
+
+    assert asyncio.run(notebook_cell()) == 42
+    assert run_coroutine(answer()) == 42

@@ -1,0 +1,118 @@
+"""params/models.yaml: the shipped registry, and validation errors that name record and field."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from finlib.llm.registry import MissingKeyError, RegistryError, load_registry, select_models
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER_MODELS = 19
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return load_registry(ROOT / "params" / "models.yaml")
+
+
+def test_shipped_registry_has_paper_models_and_embedded(registry):
+    assert "smollm2-135m" in registry and registry["smollm2-135m"].backend == "local"
+    api = [s for s in registry.values() if s.backend == "openai"]
+    assert len(api) == PAPER_MODELS
+    for s in registry.values():
+        assert s.sampling["temperature"] == 1.0 and s.sampling["top_p"] == 1.0
+    nosys = {s.name for s in registry.values() if not s.supports_system}
+    assert {n for n in registry if n.startswith(("gemma", "mistral"))} == nosys
+
+
+def test_shipped_registry_holds_no_secret_values():
+    text = (ROOT / "params" / "models.yaml").read_text()
+    assert "sk-" not in text
+    raw = yaml.safe_load(text)
+    for rec in raw["models"]:
+        env = rec.get("api_key_env")
+        assert env is None or env.isupper(), rec["name"]
+
+
+def write(tmp_path: Path, models: list[dict], defaults: dict | None = None) -> Path:
+    p = tmp_path / "models.yaml"
+    p.write_text(yaml.safe_dump({"defaults": defaults or {"sampling": {"temperature": 1.0, "top_p": 1.0}},
+                                 "models": models}))
+    return p
+
+
+GOOD = {"name": "m1", "backend": "openai", "model_id": "x/y", "base_url": "http://127.0.0.1:8000/v1",
+        "api_key_env": "M1_KEY", "supports_system": True, "context_length": 4096,
+        "price_input_per_m": 1.0, "price_output_per_m": 2.0}
+
+
+def test_good_record_loads(tmp_path):
+    spec = load_registry(write(tmp_path, [GOOD]))["m1"]
+    assert spec.cost(1_000_000, 500_000) == pytest.approx(2.0)
+    assert spec.cost(1_000_000, 0, discount=0.5) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"backend": "grpc"}, "backend"),
+    ({"context_length": "4k"}, "context_length"),
+    ({"context_length": 0}, "context_length"),
+    ({"supports_system": "yes"}, "supports_system"),
+    ({"price_input_per_m": -1}, "price_input_per_m"),
+    ({"base_url": "localhost:8000"}, "base_url"),
+    ({"api_key_env": "sk-abc123456"}, "api_key_env"),
+    ({"api_key": "sk-abc123456"}, "api_key"),
+    ({"temprature": 0.5}, "temprature"),
+    ({"sampling": {"top_p": 1.0}}, "sampling.temperature"),
+    ({"sampling": {"temperature": 1.0, "top_p": 1.5}}, "sampling.top_p"),
+    ({"concurrency": 0}, "concurrency"),
+    ({"max_tokens_param": "max_len"}, "max_tokens_param"),
+])
+def test_bad_record_names_record_and_field(tmp_path, change, field):
+    with pytest.raises(RegistryError) as err:
+        load_registry(write(tmp_path, [{**GOOD, **change}]))
+    msg = str(err.value)
+    assert "'m1'" in msg and f"'{field}'" in msg and "models.yaml" in msg
+
+
+def test_missing_field_and_duplicates(tmp_path):
+    rec = dict(GOOD)
+    del rec["model_id"]
+    with pytest.raises(RegistryError, match="'model_id': missing"):
+        load_registry(write(tmp_path, [rec]))
+    with pytest.raises(RegistryError, match="duplicate"):
+        load_registry(write(tmp_path, [GOOD, GOOD]))
+    local = {k: v for k, v in GOOD.items() if k not in ("base_url", "api_key_env")} | {"backend": "local"}
+    with pytest.raises(RegistryError, match="gguf_package"):
+        load_registry(write(tmp_path, [local]))
+
+
+def test_unknown_model_name_lists_known(registry):
+    with pytest.raises(RegistryError, match="unknown model.*gpt-9"):
+        select_models(registry, ["gpt-9"])
+
+
+def test_missing_key_names_the_variable(tmp_path, monkeypatch):
+    spec = load_registry(write(tmp_path, [GOOD]))["m1"]
+    monkeypatch.delenv("M1_KEY", raising=False)
+    with pytest.raises(MissingKeyError, match="M1_KEY"):
+        spec.api_key()
+    monkeypatch.setenv("M1_KEY", "dummy")
+    assert spec.api_key() == "dummy"
+    assert os.environ["M1_KEY"] == "dummy"
+
+
+def test_inference_params_are_checked(tmp_run):
+    from finlib.config import ConfigError
+    from finlib.llm.stage import inference_params
+
+    inf = inference_params(tmp_run)
+    assert inf["mode"] in ("score", "generate") and inf["score_batch_size"] >= 1
+    for key, bad in (("mode", "vote"), ("batch_size", 0), ("max_input_tokens", "2k"), ("budget_usd", -1)):
+        saved = tmp_run.params["inference"].get(key)
+        tmp_run.params["inference"][key] = bad
+        with pytest.raises(ConfigError, match=f"inference.{key}"):
+            inference_params(tmp_run)
+        tmp_run.params["inference"][key] = saved
