@@ -65,17 +65,25 @@ def _check_no_secrets(params: Any, path: Path, prefix: str = "") -> None:
             _check_no_secrets(value, path, prefix=f"{prefix}[{i}].")
 
 
-def load_params(path: Path) -> dict:
-    """Read a params file, following `extends:` chains (relative to the file's folder)."""
+def read_yaml_mapping(path: Path, what: str = "params file",
+                      error: type[Exception] = ConfigError) -> dict:
+    """A YAML file whose top level is a mapping; errors name the file (shared by params and registry)."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"params file not found: {path}")
+        raise error(f"{what} not found: {path}")
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+        raise error(f"{path}: invalid YAML: {exc}") from exc
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: top level must be a mapping, got {type(raw).__name__}")
+        raise error(f"{path}: top level must be a mapping, got {type(raw).__name__}")
+    return raw
+
+
+def load_params(path: Path) -> dict:
+    """Read a params file, following `extends:` chains (relative to the file's folder)."""
+    path = Path(path)
+    raw = read_yaml_mapping(path)
     parent = raw.pop("extends", None)
     if parent:
         raw = deep_merge(load_params(path.parent / parent), raw)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from finlib.config import read_yaml_mapping
 
 BACKENDS = ("openai", "local")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -153,13 +153,8 @@ def validate_record(rec: Any, path: Path, index: int) -> ModelSpec:
 def load_registry(path: Path) -> dict[str, ModelSpec]:
     """All records of a registry file, merged over its `defaults`, validated, keyed by name."""
     path = Path(path)
-    if not path.is_file():
-        raise RegistryError(f"model registry not found: {path}")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise RegistryError(f"{path}: invalid YAML: {exc}") from exc
-    if not isinstance(raw, dict) or not isinstance(raw.get("models"), list):
+    raw = read_yaml_mapping(path, "model registry", RegistryError)
+    if not isinstance(raw.get("models"), list):
         raise RegistryError(f"{path}: top level must be a mapping with a 'models' list")
     extra = set(raw) - {"defaults", "models"}
     if extra:
