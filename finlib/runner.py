@@ -137,6 +137,25 @@ def _artifact_hashes(cfg: RunConfig, since: float) -> dict[str, str]:
     return out
 
 
+def _kernel_manager_class() -> type:
+    """A KernelManager that encrypts the kernel's loopback traffic when pyzmq can (CurveZMQ).
+
+    ipykernel >= 7.3 warns on every start when a kernel talks plain TCP; with `auto` the
+    manager provisions keys and the warning (and the plain-text channel) go away. Without
+    CurveZMQ support this falls back to jupyter_client's own default.
+    """
+    import zmq
+    from jupyter_client.manager import KernelManager
+    from traitlets import default
+
+    class EncryptedKernelManager(KernelManager):
+        @default("transport_encryption")
+        def _default_transport_encryption(self) -> str:
+            return "auto" if zmq.has("curve") else "disabled"
+
+    return EncryptedKernelManager
+
+
 def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     """Execute one notebook with papermill and record it in the manifest."""
     import papermill as pm
@@ -153,6 +172,7 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
             str(notebook), str(output),
             parameters={"run_name": cfg.name, "params_file": str(cfg.params_file)},
             kernel_name=KERNEL, cwd=str(notebook.parent), progress_bar=False,
+            kernel_manager_class=_kernel_manager_class(),
         )
         entry["status"] = "ok"
     except Exception as exc:  # recorded, then re-raised: the manifest shows where a run broke
