@@ -52,3 +52,13 @@ def test_load_run_creates_isolated_folders(tmp_run):
     assert tmp_run.is_synthetic
     with pytest.raises(ConfigError, match="missing section 'nope'"):
         tmp_run["nope"]
+
+
+@pytest.mark.parametrize("name", ["default", "smoke", "real"])
+def test_every_shipped_run_file_loads_and_names_registered_models(repo_root: Path, name: str):
+    from finlib.llm.registry import load_registry, select_models
+
+    params = load_params(repo_root / "params" / f"{name}.yaml")
+    registry = load_registry(repo_root / params["inference"]["registry"])
+    assert [m.name for m in select_models(registry, params["inference"]["models"])] == params["inference"]["models"]
+    assert params["data"]["source"] in {"synthetic", "local", "huggingface"}
