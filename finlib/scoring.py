@@ -1138,12 +1138,15 @@ def plot_herding(cfg: RunConfig, res: ScoringResult):
             d = m[(m["model"] == model) & (m["metric"] == metric)].set_index("condition").reindex(conds)
             x = np.arange(len(conds)) + i * width
             err = np.vstack([d["value"] - d["ci_low"], d["ci_high"] - d["value"]]).clip(min=0)
-            ax.bar(x, 100 * d["value"], width, yerr=100 * np.nan_to_num(err), label=model, capsize=3)
+            bars = ax.bar(x, 100 * d["value"], width, yerr=100 * np.nan_to_num(err), label=model, capsize=3)
+            # N under each bar: a 100 % from one parsed answer must not read like a result.
+            ax.bar_label(bars, labels=[f"N={int(n)}" if pd.notna(n) else "" for n in d["n"]],
+                         label_type="center", fontsize=6)
         ax.set_xticks(np.arange(len(conds)) + width * (len(models) - 1) / 2, conds, rotation=20)
         ax.set_title(f"{metric} (pooled, 95 % cluster-bootstrap CI)")
         ax.set_ylabel("%")
     axes[0].legend(fontsize=7)
-    title = "Herding and accuracy by condition"
+    title = "Herding and accuracy by condition (N = parsed answers)"
     if cfg.is_synthetic:
         title += " — synthetic data, plumbing model: not a research result"
     fig.suptitle(title, fontsize=9)
