@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import yaml
 
@@ -65,6 +65,13 @@ def _check_no_secrets(params: Any, path: Path, prefix: str = "") -> None:
             _check_no_secrets(value, path, prefix=f"{prefix}[{i}].")
 
 
+def check_known_keys(section: dict, known: Iterable[str], where: str) -> None:
+    """Refuse keys a stage does not read: a typo (`quantile:` for `quantiles:`) must not fall back to defaults."""
+    unknown = sorted(set(section) - set(known))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; known keys: {sorted(known)}")
+
+
 def read_yaml_mapping(path: Path, what: str = "params file",
                       error: type[Exception] = ConfigError) -> dict:
     """A YAML file whose top level is a mapping; errors name the file (shared by params and registry)."""
@@ -105,6 +112,15 @@ class RunConfig:
             return self.params[key]
         except KeyError:
             raise ConfigError(f"{self.params_file}: missing section '{key}'") from None
+
+    def section(self, name: str, known: Iterable[str] | None = None) -> dict:
+        """A params section; with `known`, a misspelled key is an error, never a silent default."""
+        value = self[name]
+        if not isinstance(value, dict):
+            raise ConfigError(f"{self.params_file}: section '{name}' must be a mapping")
+        if known is not None:
+            check_known_keys(value, known, f"{self.params_file}: {name}")
+        return value
 
     def path(self, relative: str | Path) -> Path:
         """A params path made absolute against the repository root."""

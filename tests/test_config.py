@@ -62,3 +62,11 @@ def test_every_shipped_run_file_loads_and_names_registered_models(repo_root: Pat
     registry = load_registry(repo_root / params["inference"]["registry"])
     assert [m.name for m in select_models(registry, params["inference"]["models"])] == params["inference"]["models"]
     assert params["data"]["source"] in {"synthetic", "local", "huggingface"}
+
+
+def test_section_refuses_unknown_keys(tmp_run):
+    assert tmp_run.section("labels", known=tmp_run["labels"].keys())["window"] == 60
+    with pytest.raises(ConfigError, match=r"labels: unknown key\(s\) \['quantile'\]"):
+        from finlib.config import check_known_keys
+        check_known_keys({"quantile": [0.3, 0.7], "window": 60}, {"quantiles", "window"},
+                         f"{tmp_run.params_file}: labels")
