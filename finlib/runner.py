@@ -82,13 +82,17 @@ def _param_paths(obj: Any, root: Path) -> set[Path]:
     return found
 
 
+def display_path(path: Path, root: Path) -> str:
+    """Repository-relative when inside the repository, absolute otherwise (e.g. `--params /elsewhere.yaml`)."""
+    return str(path.relative_to(root) if path.is_relative_to(root) else path)
+
+
 def input_hashes(cfg: RunConfig) -> dict[str, str]:
     files = _param_paths(cfg.params, cfg.root) | {cfg.params_file}
     models = cfg.root / "params" / "models.yaml"
     if models.is_file():
         files.add(models)
-    return {str(p.relative_to(cfg.root) if p.is_relative_to(cfg.root) else p): sha256_file(p)
-            for p in sorted(files)}
+    return {display_path(p, cfg.root): sha256_file(p) for p in sorted(files)}
 
 
 def git_state(root: Path) -> dict[str, Any]:
@@ -96,8 +100,9 @@ def git_state(root: Path) -> dict[str, Any]:
         return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
                               check=False).stdout.strip()
     commit = git("rev-parse", "HEAD") or None
-    dirty = bool(git("status", "--porcelain", "--untracked-files=no")) if commit else None
-    return {"commit": commit, "dirty": dirty}
+    # Untracked (not ignored) files count too: a new module or notebook changes what ran.
+    changed = git("status", "--porcelain").splitlines() if commit else []
+    return {"commit": commit, "dirty": bool(changed) if commit else None, "changed_files": changed[:50]}
 
 
 def package_versions() -> dict[str, str | None]:
@@ -133,7 +138,7 @@ def _artifact_hashes(cfg: RunConfig, since: float) -> dict[str, str]:
     for base in (cfg.processed_dir, cfg.figures_dir):
         for p in sorted(base.rglob("*")):
             if p.is_file() and not p.name.startswith(".") and p.stat().st_mtime >= since:
-                out[str(p.relative_to(cfg.root))] = sha256_file(p)
+                out[display_path(p, cfg.root)] = sha256_file(p)
     return out
 
 
@@ -164,8 +169,8 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / notebook.name
     started, t0 = _now(), time.time()
-    entry: dict[str, Any] = {"notebook": str(notebook.relative_to(cfg.root)),
-                             "output": str(output.relative_to(cfg.root)), "started": started}
+    entry: dict[str, Any] = {"notebook": display_path(notebook, cfg.root),
+                             "output": display_path(output, cfg.root), "started": started}
     print(f"[{cfg.name}] stage {stage}: {notebook.name} ...", flush=True)
     try:
         pm.execute_notebook(
@@ -199,7 +204,7 @@ def run_pipeline(run_name: str = "default", stages: Iterable[str] | None = None,
     manifest = load_manifest(cfg)
     manifest.update({
         "run": cfg.name,
-        "params_file": str(cfg.params_file.relative_to(cfg.root)),
+        "params_file": display_path(cfg.params_file, cfg.root),
         "params": cfg.params,
         "inputs": input_hashes(cfg),
         "git": git_state(cfg.root),

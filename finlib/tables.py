@@ -43,23 +43,43 @@ def caption_with_caveat(cfg: RunConfig, caption: str) -> str:
     return f"{caption} [{SYNTHETIC_CAVEAT}]" if cfg.is_synthetic else caption
 
 
+LATEX_SPECIALS = {"\\": r"\textbackslash{}", "%": r"\%", "_": r"\_", "&": r"\&", "#": r"\#",
+                  "$": r"\$", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def latex_escape(text: str) -> str:
+    """Escape LaTeX specials, so a caption like 'score (%) in *_ci' compiles (to_latex leaves captions raw)."""
+    return "".join(LATEX_SPECIALS.get(ch, ch) for ch in text)
+
+
+def read_table_csv(path: str | Path) -> pd.DataFrame:
+    """Read a table CSV written by `write_table` (its first line is the `# caption` comment)."""
+    with open(path, encoding="utf-8") as fh:
+        first = fh.readline()
+    return pd.read_csv(path, skiprows=1 if first.startswith("# ") else 0)
+
+
 def write_table(cfg: RunConfig, name: str, df: pd.DataFrame, caption: str,
                 float_format: str = "{:.2f}") -> dict[str, Path]:
     """Write `df` as `<tables>/<name>.{csv,md,tex}` and return the three paths.
 
-    The CSV keeps full precision; Markdown and LaTeX round with `float_format`. The caption
-    (with the synthetic caveat where it applies) heads the Markdown file and the LaTeX table.
+    The CSV keeps full precision and starts with one `# caption` line (read it back with
+    `read_table_csv`, or `pd.read_csv(path, skiprows=1)`), so the synthetic-data caveat travels
+    with the numbers. Markdown and LaTeX round with `float_format`; the caption heads the
+    Markdown file and the LaTeX table (escaped).
     """
     caption = caption_with_caveat(cfg, caption)
     out = cfg.tables_dir
     out.mkdir(parents=True, exist_ok=True)
     paths = {ext: out / f"{name}.{ext}" for ext in ("csv", "md", "tex")}
-    df.to_csv(paths["csv"], index=False)
+    with paths["csv"].open("w", encoding="utf-8", newline="") as fh:
+        fh.write("# " + " ".join(caption.split()) + "\n")
+        df.to_csv(fh, index=False)
     shown = df.copy()
     for col in shown.columns:
         if pd.api.types.is_float_dtype(shown[col]):
             shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else float_format.format(v))
     paths["md"].write_text(f"**{caption}**\n\n{shown.to_markdown(index=False)}\n", encoding="utf-8")
-    latex = shown.to_latex(index=False, caption=caption, label=f"tab:{name}", escape=True)
+    latex = shown.to_latex(index=False, caption=latex_escape(caption), label=f"tab:{name}", escape=True)
     paths["tex"].write_text(latex, encoding="utf-8")
     return paths

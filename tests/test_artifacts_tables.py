@@ -6,7 +6,7 @@ import pytest
 
 from finlib.artifacts import MissingArtifactError, read_frame, read_json, write_frame, write_json
 from finlib.schema import SYNTHETIC_CAVEAT
-from finlib.tables import PAPER_TABLES, paper_table, write_table
+from finlib.tables import PAPER_TABLES, latex_escape, paper_table, read_table_csv, write_table
 
 
 def test_frame_roundtrip_and_no_temp_files_left(tmp_run):
@@ -30,13 +30,22 @@ def test_json_roundtrip(tmp_run):
 
 def test_write_table_three_formats_with_synthetic_caveat(tmp_run):
     df = pd.DataFrame({"sector": ["Energy", "Utilities"], "share": [12.3456, 7.0]})
-    paths = write_table(tmp_run, "t", df, "Shares by sector")
+    paths = write_table(tmp_run, "t", df, "Shares (%) by sector, see *_ci & co")
     assert set(paths) == {"csv", "md", "tex"}
-    assert pd.read_csv(paths["csv"])["share"].tolist() == [12.3456, 7.0]  # full precision kept
+    pd.testing.assert_frame_equal(read_table_csv(paths["csv"]), df)  # full precision kept
+    first_line = paths["csv"].read_text().splitlines()[0]
+    assert first_line.startswith("# Shares (%)") and SYNTHETIC_CAVEAT in first_line
     md = paths["md"].read_text()
     assert "12.35" in md and SYNTHETIC_CAVEAT in md
     tex = paths["tex"].read_text()
-    assert "\\begin{table}" in tex and "Shares by sector" in tex
+    assert "\\begin{table}" in tex and "Shares (\\%) by sector, see *\\_ci \\& co" in tex
+
+
+def test_latex_escape_leaves_no_raw_specials():
+    escaped = latex_escape("a_b 50% #1 & $x$ {y} ~ ^ back\\slash")
+    for raw in ("_", "%", "#", "&", "$"):
+        assert all(escaped[i - 1] == "\\" for i, ch in enumerate(escaped) if ch == raw), raw
+    assert "\\textbackslash{}" in escaped
 
 
 def test_every_paper_table_is_carried_and_matches_its_printed_totals():

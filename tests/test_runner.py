@@ -80,7 +80,7 @@ def test_pipeline_then_stage_alone_reads_previous_artifacts(mini_repo: Path):
     assert on_disk["params"]["data"]["synthetic"]["n_reports"] == 12
     assert "params/smoke.yaml" in on_disk["inputs"]
     assert on_disk["packages"]["pandas"] and on_disk["python"]
-    assert set(on_disk["git"]) == {"commit", "dirty"}
+    assert {"commit", "dirty"} <= set(on_disk["git"])
 
     # Executed notebooks carry only the run name and params path as parameters.
     executed = nbformat.read(mini_repo / "runs" / "smoke" / "notebooks" / "01_read.ipynb", as_version=4)
@@ -95,3 +95,30 @@ def test_stage_alone_without_predecessor_fails_and_says_which_stage(mini_repo: P
         run_pipeline("smoke", stages=["01"])
     manifest = json.loads((mini_repo / "runs" / "smoke" / "manifest.json").read_text())
     assert manifest["stages"]["01"]["status"] == "failed"
+
+
+@pytest.mark.slow
+def test_params_file_outside_the_repository(mini_repo: Path, tmp_path: Path):
+    outside = tmp_path / "elsewhere" / "custom.yaml"
+    outside.parent.mkdir()
+    outside.write_text(f"extends: {mini_repo / 'params' / 'smoke.yaml'}\nseed: 7\n")
+    manifest = run_pipeline("custom", stages=["00"], params_file=str(outside))
+    assert manifest["params_file"] == str(outside)
+    assert manifest["params"]["seed"] == 7 and str(outside) in manifest["inputs"]
+    assert manifest["stages"]["00"]["status"] == "ok"
+
+
+def test_git_state_counts_untracked_files(tmp_path: Path):
+    import subprocess
+
+    from finlib.runner import git_state
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "a.py").write_text("x = 1\n")
+    subprocess.run(["git", "-C", str(tmp_path), "add", "a.py"], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t",
+                    "commit", "-qm", "init"], check=True)
+    assert git_state(tmp_path)["dirty"] is False
+    (tmp_path / "new_module.py").write_text("y = 2\n")
+    state = git_state(tmp_path)
+    assert state["dirty"] is True and any("new_module.py" in f for f in state["changed_files"])
