@@ -8,7 +8,10 @@ Sources (params `data.source`):
 - `huggingface` : `datasets.load_dataset(data.reports.hf_dataset)` (needs network or a local
                   HF cache; offline -> a clear error saying how to switch to `local`).
 Prices come from a long `date,ticker,adj_close` file (`data.prices.path`) or, when that is
-null for a real corpus, from yfinance (optional extra, cached under `data/raw/yfinance/`).
+null for a real corpus, from yfinance (optional extra, cached under `data/raw/yfinance/` with the
+date range each ticker was downloaded for; a run needing a wider range refetches). The market
+series comes from `data.prices.market_path` or, when null, dividend-adjusted SPY via yfinance
+(`data.prices.market_ticker`). Unknown keys under `data:`, `data.reports:`, `data.prices:` are errors.
 
 Error policy: bad input raises `DataValidationError` naming the file, the row and the
 column. Rows are counted 1-based over data rows (the header is not a row), so "row 3" is the
@@ -32,7 +35,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from finlib.config import RunConfig
+from finlib.config import RunConfig, check_known_keys
 from finlib.schema import RATINGS, SECTOR_ALIASES, SECTORS, Rating
 
 REPORT_COLUMNS: tuple[str, ...] = ("report_id", "ticker", "company", "sector", "date", "text")
@@ -40,7 +43,14 @@ REQUIRED_REPORT_COLUMNS: tuple[str, ...] = ("report_id", "ticker", "date", "text
 # Optional: a rating column shipped with the corpus, used only to check the extractor.
 OPTIONAL_REPORT_COLUMNS: tuple[str, ...] = ("company", "sector", "analyst_rating")
 PRICE_COLUMNS: tuple[str, ...] = ("date", "ticker", "adj_close")
-TEXT_SUFFIXES = (".csv", ".csv.gz", ".tsv", ".jsonl", ".jsonl.gz", ".json")
+
+# The keys stage 00 reads from params `data:` (a misspelled key is an error, never a silent default).
+DATA_KEYS: tuple[str, ...] = ("source", "synthetic", "reports", "prices")
+REPORTS_KEYS: tuple[str, ...] = ("path", "hf_dataset", "hf_split", "columns", "on_unknown_sector")
+PRICES_KEYS: tuple[str, ...] = ("path", "market_path", "market_column", "market_ticker", "yfinance_cache")
+# Issue 3: the market is "S&P 500 total return or SPY". Without a market file a real run fetches
+# SPY with yfinance's auto_adjust (dividends reinvested), not the price-only ^GSPC index.
+DEFAULT_MARKET_TICKER = "SPY"
 
 
 class DataValidationError(ValueError):
@@ -310,6 +320,8 @@ def validate_reports(df: pd.DataFrame, source: str, on_unknown_sector: str = "er
     })
     if "analyst_rating" in df.columns:
         out["given_rating"] = df["analyst_rating"]
+    # Rows stay in file order (nothing filtered), so later errors can still name file, row and column.
+    out.attrs.update(source=source, source_columns=dict(df.attrs.get("source_columns", {})))
     return out, notes
 
 
@@ -331,6 +343,18 @@ def clean_reports(reports: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
         for r in rules:
             counts[r] = counts.get(r, 0) + 1
     return out, counts
+
+
+def check_text_after_cleaning(reports: pd.DataFrame) -> None:
+    """A text made only of invisible characters passes validation but is empty once cleaned: an error
+    naming the source file, the data row and the corpus's text column (set by `validate_reports`)."""
+    empty = np.flatnonzero(_blank(reports["text"]).to_numpy())
+    if len(empty):
+        source = reports.attrs.get("source", "reports")
+        rows = [f"row {_row(i)} (report_id {reports['report_id'].iloc[i]!r})" for i in empty]
+        raise DataValidationError(
+            f"{source}: text empty after cleaning (only invisible/space characters) in column "
+            f"'{_col(reports, 'text')}' at {_listing(rows)}")
 
 
 def load_reports_file(path: str | Path, columns: dict[str, str | None], on_unknown_sector: str = "error"
@@ -444,18 +468,51 @@ def load_market(path: str | Path, column: str = "market_close") -> tuple[pd.Data
     return out.sort_values("date").reset_index(drop=True), {"market_missing_dropped": int(blank.sum())}
 
 
+def _cache_range_path(cache_dir: Path, ticker: str) -> Path:
+    return cache_dir / f"{ticker}.range.json"
+
+
+def cached_range(cache_dir: Path, ticker: str) -> tuple[str, str] | None:
+    """The [start, end] a cached ticker was downloaded for, or None (no cache, or an old one without
+    its range record: it cannot be shown to cover anything, so it is refetched)."""
+    import json
+
+    f, r = cache_dir / f"{ticker}.parquet", _cache_range_path(cache_dir, ticker)
+    if not (f.is_file() and r.is_file()):
+        return None
+    rec = json.loads(r.read_text(encoding="utf-8"))
+    return str(rec["start"]), str(rec["end"])
+
+
+def cache_covers(have: tuple[str, str] | None, start: str, end: str) -> bool:
+    """Does a download for `have` = (start, end) contain the requested [start, end]?
+
+    Judged on the requested ranges, not on the first/last cached price: a ticker listed after
+    `start` never has a price on `start`, and must not be refetched on every run.
+    """
+    return have is not None and pd.Timestamp(have[0]) <= pd.Timestamp(start) \
+        and pd.Timestamp(have[1]) >= pd.Timestamp(end)
+
+
 def fetch_yfinance_prices(tickers: list[str], start: str, end: str, cache_dir: Path,
                           downloader: Callable | None = None) -> pd.DataFrame:
     """Adjusted closes from yfinance, one cached parquet per ticker under `cache_dir`.
 
+    A cached ticker is reused only when its recorded download range (`<ticker>.range.json`)
+    covers [start, end]; otherwise it is downloaded again over the union of both ranges.
     yfinance is optional (`pip install 'finlib[yfinance]'`) and needs network; both failures
     raise DataSourceError saying how to use a local price file instead.
     """
+    import json
+
     cache_dir = Path(cache_dir)
     frames, todo = [], []
     for t in tickers:
-        f = cache_dir / f"{t}.parquet"
-        (frames.append(pd.read_parquet(f)) if f.is_file() else todo.append(t))
+        have = cached_range(cache_dir, t)
+        if cache_covers(have, start, end):
+            frames.append(pd.read_parquet(cache_dir / f"{t}.parquet"))
+        else:
+            todo.append((t, have))
     if todo:
         if downloader is None:
             try:
@@ -466,25 +523,30 @@ def fetch_yfinance_prices(tickers: list[str], start: str, end: str, cache_dir: P
                     "long date,ticker,adj_close file (CSV/CSV.gz/parquet)") from exc
             downloader = yfinance.download
         cache_dir.mkdir(parents=True, exist_ok=True)
-        for t in todo:
+        for t, have in todo:
+            lo = min(start, have[0], key=pd.Timestamp) if have else start
+            hi = max(end, have[1], key=pd.Timestamp) if have else end
             try:
-                raw = downloader(t, start=start, end=end, auto_adjust=True, progress=False)
+                raw = downloader(t, start=lo, end=hi, auto_adjust=True, progress=False)
             except Exception as exc:
                 raise DataSourceError(
                     f"yfinance download of '{t}' failed ({type(exc).__name__}: {exc}); offline? Set "
                     "data.prices.path to a local long date,ticker,adj_close file instead") from exc
             if raw is None or len(raw) == 0:
                 raise DataSourceError(
-                    f"yfinance returned no prices for '{t}' ({start}..{end}); offline or unknown ticker. "
+                    f"yfinance returned no prices for '{t}' ({lo}..{hi}); offline or unknown ticker. "
                     "Set data.prices.path to a local price file instead")
             close = raw["Close"]
             close = close.iloc[:, 0] if isinstance(close, pd.DataFrame) else close
             df = pd.DataFrame({"date": pd.to_datetime(close.index).tz_localize(None).normalize(),
                                "ticker": t, "adj_close": close.to_numpy(dtype="float64")})
             df.to_parquet(cache_dir / f"{t}.parquet", index=False)
+            _cache_range_path(cache_dir, t).write_text(json.dumps({"start": lo, "end": hi}), encoding="utf-8")
             frames.append(df)
     out = pd.concat(frames, ignore_index=True)
     out["date"] = out["date"].astype("datetime64[ns]")
+    # Only the requested range: what an earlier, wider download cached must not change this run.
+    out = out[out["date"].between(pd.Timestamp(start), pd.Timestamp(end))]
     return out.sort_values(["ticker", "date"]).reset_index(drop=True)
 
 
@@ -502,11 +564,27 @@ class DataReport:
     paths: dict[str, Path] = field(default_factory=dict)
 
 
+def data_params(cfg: RunConfig) -> dict:
+    """The `data:` section, its `reports:` and `prices:` sub-sections checked for unknown keys.
+
+    (`data.synthetic` is checked by finlib.synth.SynthParams.from_section.)
+    """
+    d = cfg.section("data", known=DATA_KEYS)
+    where = f"{cfg.params_file}: data"
+    for name, known in (("reports", REPORTS_KEYS), ("prices", PRICES_KEYS)):
+        sub = d.get(name)
+        if sub is not None:
+            if not isinstance(sub, dict):
+                raise DataValidationError(f"{where}.{name} must be a mapping, got {type(sub).__name__}")
+            check_known_keys(sub, known, f"{where}.{name}")
+    return d
+
+
 def _synthetic_inputs(cfg: RunConfig) -> tuple[pd.DataFrame, dict, pd.DataFrame, dict, pd.DataFrame, pd.DataFrame]:
     """Generate the synthetic market, write it to data/raw/synthetic/<run>/, read it back."""
     from finlib.synth import generate_market, write_market
 
-    market = generate_market(cfg.params["data"].get("synthetic", {}), cfg.seed)
+    market = generate_market(data_params(cfg).get("synthetic", {}), cfg.seed)
     raw = write_market(market, cfg.raw_dir / "synthetic" / cfg.name)
     ident = {c: c for c in (*REPORT_COLUMNS, "analyst_rating")}
     reports, notes = load_reports_file(raw["reports"], ident)
@@ -516,8 +594,8 @@ def _synthetic_inputs(cfg: RunConfig) -> tuple[pd.DataFrame, dict, pd.DataFrame,
 
 
 def _real_inputs(cfg: RunConfig, source: str) -> tuple[pd.DataFrame, dict, pd.DataFrame, dict, pd.DataFrame]:
-    d = cfg.params["data"]
-    rp, pp = d.get("reports", {}), d.get("prices", {})
+    d = data_params(cfg)
+    rp, pp = d.get("reports") or {}, d.get("prices") or {}
     cols, on_unknown = rp.get("columns", {}), rp.get("on_unknown_sector", "error")
     if source == "local":
         if not rp.get("path"):
@@ -530,17 +608,20 @@ def _real_inputs(cfg: RunConfig, source: str) -> tuple[pd.DataFrame, dict, pd.Da
     tickers = sorted(reports["ticker"].unique())
     start = (reports["date"].min() - pd.Timedelta(days=600)).date().isoformat()
     end = (reports["date"].max() + pd.Timedelta(days=180)).date().isoformat()
+    cache = cfg.path(pp.get("yfinance_cache", "data/raw/yfinance"))
     if pp.get("path"):
         prices, pnotes = load_prices(cfg.path(pp["path"]), tickers=tickers)
     else:
-        prices = fetch_yfinance_prices(tickers, start, end, cfg.path(pp.get("yfinance_cache", "data/raw/yfinance")))
+        prices = fetch_yfinance_prices(tickers, start, end, cache)
         pnotes = {"price_rows": int(len(prices)), "source": "yfinance"}
     if pp.get("market_path"):
         mkt, mnotes = load_market(cfg.path(pp["market_path"]), pp.get("market_column", "market_close"))
-        pnotes = {**pnotes, **mnotes}
+        pnotes = {**pnotes, **mnotes, "market_source": str(pp["market_path"])}
     else:
-        m = fetch_yfinance_prices(["^GSPC"], start, end, cfg.path(pp.get("yfinance_cache", "data/raw/yfinance")))
+        ticker = pp.get("market_ticker") or DEFAULT_MARKET_TICKER
+        m = fetch_yfinance_prices([ticker], start, end, cache)
         mkt = m.rename(columns={"adj_close": "market_close"})[["date", "market_close"]]
+        pnotes = {**pnotes, "market_source": f"yfinance {ticker} (auto_adjust: dividends reinvested)"}
     return reports, notes, prices, pnotes, mkt
 
 
@@ -572,16 +653,14 @@ def prepare_data(cfg: RunConfig, write: bool = True) -> DataReport:
     """Stage 00: load (or generate), validate, clean, extract ratings, write the artifacts."""
     from finlib import artifacts
 
-    source = cfg.params["data"].get("source", "synthetic")
+    source = data_params(cfg).get("source", "synthetic")
     truth = None
     if source == "synthetic":
         reports, notes, prices, pnotes, market, truth = _synthetic_inputs(cfg)
     else:
         reports, notes, prices, pnotes, market = _real_inputs(cfg, source)
     reports, cleaning = clean_reports(reports)
-    empty = np.flatnonzero(_blank(reports["text"]).to_numpy())
-    if len(empty):
-        raise DataValidationError(f"reports: text empty after cleaning at {_listing([f'row {_row(i)}' for i in empty])}")
+    check_text_after_cleaning(reports)
     reports["analyst_rating"] = extract_ratings(reports["text"]).astype(object)
     agreement = None
     if "given_rating" in reports.columns:
@@ -673,6 +752,12 @@ def example_markdown(row: pd.Series, max_words: int = 250) -> str:
     return (f"**{row['report_id']}** · {row['company']} ({row['ticker']}) · {row['sector']} · "
             f"{pd.Timestamp(row['date']).date()} · analyst rating: **{row['analyst_rating']}**\n\n> "
             + body.replace("\n\n", "\n>\n> "))
+
+
+def run_line(cfg: RunConfig) -> str:
+    """Notebook 00's first output: which run, source and seed, and where the artifacts go."""
+    source = data_params(cfg).get("source", "synthetic")
+    return f"run {cfg.name!r}, source {source!r}, seed {cfg.seed}, artifacts -> {cfg.processed_dir}"
 
 
 def summary_table(summary: dict) -> pd.DataFrame:

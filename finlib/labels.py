@@ -53,6 +53,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from finlib.config import check_known_keys
 from finlib.schema import RATINGS, SECTORS, Rating
 
 METHODS: tuple[str, ...] = ("paper", "mackinlay")
@@ -78,6 +79,11 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "market_column": None,       # column of a market DataFrame (default: market_close / the only numeric one)
 }
 
+# The keys of params `labels:` / `labels.mackinlay:`; anything else is a typo and an error.
+LABEL_KEYS: tuple[str, ...] = ("window", "method", "quantiles", "min_event_obs", "mackinlay")
+MACKINLAY_KEYS: tuple[str, ...] = ("estimation_window", "gap", "min_obs")
+# Average rows of the analyst accuracy table (the names stage 04 uses).
+POOLED, SECTOR_MEAN, PRINTED = "Average (pooled)", "Mean of sectors", "Average (printed in the paper)"
 SMALL_YEAR = 10  # years with fewer labelled events are flagged: 30/40/30 holds only up to rounding
 _EPS = 1e-9
 
@@ -430,8 +436,14 @@ def labels_from_panel(events: pd.DataFrame, panel: ReturnPanel, *, window: int =
 
 
 def options_from_params(params: dict) -> dict:
-    """Keyword arguments of compute_labels from the ``labels:`` section of a params file."""
+    """Keyword arguments of compute_labels from the ``labels:`` section of a params file.
+
+    Unknown keys (``quantile:`` for ``quantiles:``) raise ConfigError rather than fall back to
+    the defaults; keys left out take the defaults of OPTION_DEFAULTS.
+    """
+    check_known_keys(params, LABEL_KEYS, "params labels")
     mk = params.get("mackinlay", {}) or {}
+    check_known_keys(mk, MACKINLAY_KEYS, "params labels.mackinlay")
     opts = {
         "window": int(params.get("window", 60)),
         "quantiles": tuple(params.get("quantiles", OPTION_DEFAULTS["quantiles"])),
@@ -586,8 +598,10 @@ def table3_return_ratings(labels: pd.DataFrame) -> pd.DataFrame:
 def analyst_accuracy_by_sector(labels: pd.DataFrame, reports: pd.DataFrame) -> pd.DataFrame:
     """The analyst's own rating scored against the return-based label, per sector (Tables 6-7, Analyst row).
 
-    Reports without an analyst rating or without a label are left out and counted; the
-    "Average" row pools all scored reports.
+    Reports without an analyst rating or without a label are left out and counted. Two
+    averages, as in stage 04: "Average (pooled)" scores all reports together (large sectors
+    weigh more), "Mean of sectors" is the unweighted mean over the paper's nine sectors that
+    have scored reports. The paper's printed Average is neither; it is carried on its own row.
     """
     from finlib.tables import paper_table
 
@@ -600,8 +614,8 @@ def analyst_accuracy_by_sector(labels: pd.DataFrame, reports: pd.DataFrame) -> p
     t7 = t7[t7["model"] == "Analyst"].set_index("sector")["accuracy"]
     extra = sorted(set(df["sector"].dropna()) - set(SECTORS))
     rows = []
-    for sector in list(SECTORS) + extra + ["Average"]:
-        g = df if sector == "Average" else df[df["sector"] == sector]
+    for sector in list(SECTORS) + extra + [POOLED]:
+        g = df if sector == POOLED else df[df["sector"] == sector]
         s = scored[g.index]
         hits = (g.loc[s, "analyst_rating"] == g.loc[s, "label"]).sum()
         rows.append({"sector": sector, "n_reports": len(g), "n_scored": int(s.sum()),
@@ -609,7 +623,21 @@ def analyst_accuracy_by_sector(labels: pd.DataFrame, reports: pd.DataFrame) -> p
                      "n_no_label": int(g["label"].isna().sum()),
                      "accuracy": 100.0 * hits / s.sum() if s.sum() else np.nan,
                      "paper_table6": t6.get(sector, np.nan), "paper_table7": t7.get(sector, np.nan)})
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    nine = out[out["sector"].isin(SECTORS)]
+    mean_row = {"sector": SECTOR_MEAN, "n_reports": int(nine["n_reports"].sum()),
+                "n_scored": int(nine["n_scored"].sum()),
+                "n_no_analyst_rating": int(nine["n_no_analyst_rating"].sum()),
+                "n_no_label": int(nine["n_no_label"].sum()),
+                "accuracy": float(nine["accuracy"].mean()) if nine["accuracy"].notna().any() else np.nan,
+                "paper_table6": float(nine["paper_table6"].mean()), "paper_table7": float(nine["paper_table7"].mean())}
+    printed = {"sector": PRINTED, "n_reports": pd.NA, "n_scored": pd.NA, "n_no_analyst_rating": pd.NA,
+               "n_no_label": pd.NA, "accuracy": np.nan,
+               "paper_table6": t6.get("Average", np.nan), "paper_table7": t7.get("Average", np.nan)}
+    out = pd.concat([out, pd.DataFrame([mean_row, printed])], ignore_index=True)
+    for c in ("n_reports", "n_scored", "n_no_analyst_rating", "n_no_label"):
+        out[c] = out[c].astype("Int64")
+    return out
 
 
 def synthetic_recovery(labels: pd.DataFrame, truth: pd.DataFrame, primary: str) -> pd.DataFrame:
@@ -668,11 +696,27 @@ def labels_report(labels: pd.DataFrame, reports: pd.DataFrame, params: dict,
     return rep
 
 
+def report_markdown(report: dict) -> str:
+    """One line for notebook 01: events, labelled / excluded per method, small years, panel notes."""
+    primary, other = report["method"], report["other_method"]
+    m = report["methods"]
+    return (f"**{report['n_events']} reports**; {primary}: {m[primary]['n_labelled']} labelled, "
+            f"{m[primary]['n_excluded']} excluded; {other}: {m[other]['n_labelled']} labelled. "
+            f"Small years (< {report['small_year_threshold']} reports): {report['small_years']}. "
+            f"Panel: {report['panel']}")
+
+
+def agreement_markdown(rate: dict) -> str:
+    """The paper-vs-MacKinlay agreement as "n_same / n_both = x %" (no rate when nothing was labelled twice)."""
+    pct = f" = {100 * rate['rate']:.1f} %" if rate["rate"] is not None else ""
+    return f"Agreement: **{rate['n_same']} / {rate['n_both']}**{pct}"
+
+
 def build_labels(cfg) -> tuple[pd.DataFrame, dict]:
     """Stage 01 entry point: read stage 00's artifacts, label both ways, write labels + report."""
     from finlib.artifacts import artifact_path, read_frame, write_frame, write_json
 
-    params = cfg["labels"]
+    params = cfg.section("labels", known=LABEL_KEYS)
     reports = read_frame(cfg, "reports")
     prices = read_frame(cfg, "prices")
     market = read_frame(cfg, "market")

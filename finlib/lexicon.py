@@ -73,6 +73,7 @@ class ParseReport:
     tokens_without_equals: list[tuple[int, str]] = field(default_factory=list)
     unknown_keys: Counter = field(default_factory=Counter)
     odd_stemmed: list[tuple[int, str]] = field(default_factory=list)
+    latin1_lines: list[tuple[int, str]] = field(default_factory=list)  # not UTF-8: decoded as Latin-1
 
 
 def parse_tff(lines: Iterable[str], source: str = "<lexicon>") -> tuple[list[LexEntry], ParseReport]:
@@ -156,17 +157,28 @@ class Lexicon:
 
 
 def load_lexicon(path: str | Path) -> Lexicon:
-    """Read a .tff file (UTF-8, falling back to Latin-1 for odd bytes) into a Lexicon."""
+    """Read a .tff file into a Lexicon: UTF-8, line by line; a line that is not UTF-8 is decoded as
+    Latin-1 and recorded (line number, text) in `report.latin1_lines`, which stage 02 reports."""
     path = Path(path)
     if not path.is_file():
         raise LexiconUnavailable(missing_message(path))
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        text = raw.decode("latin-1")
-    entries, report = parse_tff(text.splitlines(), source=str(path))
+    lines, latin1 = decode_lines(path.read_bytes())
+    entries, report = parse_tff(lines, source=str(path))
+    report.latin1_lines = latin1
     return Lexicon(entries, report, source=str(path))
+
+
+def decode_lines(raw: bytes) -> tuple[list[str], list[tuple[int, str]]]:
+    """Lines of `raw` as text, and the (1-based line number, text) of those decoded as Latin-1."""
+    lines: list[str] = []
+    latin1: list[tuple[int, str]] = []
+    for no, line in enumerate(raw.splitlines(), start=1):
+        try:
+            lines.append(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            lines.append(line.decode("latin-1"))
+            latin1.append((no, lines[-1].strip()))
+    return lines, latin1
 
 
 def missing_message(path: Path, url: str | None = None) -> str:

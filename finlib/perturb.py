@@ -400,6 +400,8 @@ SKIP_NO_RATING = ("first sentence states no analyst rating: report left out of e
 SKIP_EMPTY_NO_RATING = "report has no sentence besides the rating sentence"
 SKIP_ALL_SUBJECTIVE = "every sentence after the rating sentence contains an MPQA strongsubj word"
 FAKE_MODES = ("one", "both")
+# The keys of params `perturb:`; anything else (a typo) is an error, not a silent default.
+PERTURB_KEYS: tuple[str, ...] = ("lexicon_path", "lexicon_url", "fake_rating", "top_triggers", "example_report")
 
 
 def fake_ratings_for(report_id: str, rating: Rating, seed: int, mode: str) -> list[Rating]:
@@ -549,10 +551,16 @@ def stage_report(conditions: pd.DataFrame, lexicon: Lexicon | None, lexicon_reas
             "tolerated_tokens_without_equals": [f"line {n}: {t!r}" for n, t in lexicon.report.tokens_without_equals],
             "tolerated_unknown_keys": dict(lexicon.report.unknown_keys),
             "odd_stemmed_values_read_as_n": [f"line {n}: {v!r}" for n, v in lexicon.report.odd_stemmed],
+            "lines_not_utf8_decoded_as_latin1": [f"line {n}: {v!r}" for n, v in lexicon.report.latin1_lines],
         },
         "lexicon_unavailable": lexicon_reason,
     }
     return out
+
+
+def perturb_params(cfg: RunConfig) -> dict:
+    """The `perturb:` section, unknown keys refused (e.g. `fake_ratings:` would otherwise mean `one`)."""
+    return cfg.section("perturb", known=PERTURB_KEYS)
 
 
 def resolve_lexicon(cfg: RunConfig) -> tuple[Lexicon | None, str | None]:
@@ -561,12 +569,13 @@ def resolve_lexicon(cfg: RunConfig) -> tuple[Lexicon | None, str | None]:
     Nothing slow is tried here (no download): a real-data run without the lexicon raises the
     error that says where to get it; the synthetic default run marks no_opinion skipped.
     """
-    path = cfg.path(cfg["perturb"]["lexicon_path"])
+    params = perturb_params(cfg)
+    path = cfg.path(params["lexicon_path"])
     if path.is_file():
         lexicon = load_lexicon(path)
-        lexicon.source = str(cfg["perturb"]["lexicon_path"])  # repo-relative: no machine paths in reports
+        lexicon.source = str(params["lexicon_path"])  # repo-relative: no machine paths in reports
         return lexicon, None
-    message = missing_message(path, cfg["perturb"].get("lexicon_url"))
+    message = missing_message(path, params.get("lexicon_url"))
     if cfg.is_synthetic:
         return None, message
     raise LexiconUnavailable(message)
@@ -574,7 +583,7 @@ def resolve_lexicon(cfg: RunConfig) -> tuple[Lexicon | None, str | None]:
 
 def run_stage(cfg: RunConfig) -> StageResult:
     """Stage 02: read reports.parquet, write conditions / lexicon_stats / perturb_report."""
-    params = cfg["perturb"]
+    params = perturb_params(cfg)
     mode = params.get("fake_rating", "one")
     if mode not in FAKE_MODES:
         raise ValueError(f"{cfg.params_file}: perturb.fake_rating must be one of {FAKE_MODES}, got {mode!r}")
@@ -747,6 +756,12 @@ def save_example(cfg: RunConfig, conditions: pd.DataFrame, report_id: str | None
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(example_html(conditions, report_id, caption), encoding="utf-8")
     return path
+
+
+def example_note(cfg: RunConfig, path: Path) -> str:
+    """Notebook 02's line under the example: where it was saved, and "(synthetic data)" when it is."""
+    note = " (synthetic data)" if cfg.is_synthetic else ""
+    return f"Saved to `{Path(path).relative_to(cfg.root)}`{note}."
 
 
 def removal_figure(cfg: RunConfig, lexicon_stats: pd.DataFrame) -> list[Path]:

@@ -97,7 +97,8 @@ _SECTOR_PRODUCTS: dict[str, tuple[str, ...]] = {
 }
 
 # First-sentence rating words. "standard" = the paper's Bullish/Neutral/Bearish wording,
-# "broker" = Buy/Hold/Sell-style vocabulary (same mapping as finlib.schema.RATING_SYNONYMS).
+# "broker" = Buy/Hold/Sell-style vocabulary. Display casing of words in finlib.schema.RATING_SYNONYMS
+# (the single source of the mapping); tests/test_synth.py checks every word against it.
 _RATING_WORDS: dict[str, dict[Rating, tuple[str, ...]]] = {
     "standard": {Rating.BULLISH: ("Bullish",), Rating.NEUTRAL: ("Neutral",), Rating.BEARISH: ("Bearish",)},
     "broker": {
@@ -554,8 +555,3 @@ def write_market(market: SyntheticMarket, out_dir: Path) -> dict[str, Path]:
         df.to_parquet(path, index=False)
         paths[name] = path
     return paths
-
-
-def read_market(out_dir: Path) -> dict[str, pd.DataFrame]:
-    """Read back what `write_market` wrote."""
-    return {name: pd.read_parquet(Path(out_dir) / f"{name}.parquet") for name in RAW_FILES}

@@ -398,3 +398,73 @@ def test_abnormal_returns_by_hand():
     car = data.abnormal_returns(prices, market, reports, pd.Series([2.0]), window=3)
     assert car.iloc[0] == pytest.approx(-0.20)
     assert data.abnormal_returns(prices, market, reports, pd.Series([2.0]), window=5).isna().all()
+
+
+# ---------------------------------------------------------------- review fixes: params keys, market, cache
+
+def _fake_yf(calls: list, dates=("2021-03-04", "2021-03-05")):
+    def fake(t, start, end, **k):
+        calls.append((t, start, end, k.get("auto_adjust")))
+        idx = pd.DatetimeIndex(list(dates), name="Date")
+        return pd.DataFrame({"Close": [100.0 + i for i in range(len(idx))]}, index=idx)
+    return fake
+
+
+def test_real_run_without_market_file_fetches_adjusted_spy(tmp_run, tmp_path, monkeypatch):
+    import types
+
+    cfg = _local_run(tmp_run, tmp_path, GOOD)
+    cfg.params["data"]["prices"]["market_path"] = None
+    calls: list = []
+    monkeypatch.setitem(sys.modules, "yfinance", types.SimpleNamespace(download=_fake_yf(calls)))
+    rep = data.prepare_data(cfg, write=False)
+    assert [(c[0], c[3]) for c in calls] == [("SPY", True)]       # total-return proxy, not ^GSPC
+    assert list(rep.market.columns) == ["date", "market_close"] and len(rep.market) == 2
+    assert "SPY" in rep.summary["market_source"]
+    cfg.params["data"]["prices"]["market_ticker"] = "^SP500TR"     # configurable
+    data.prepare_data(cfg, write=False)
+    assert calls[-1][0] == "^SP500TR"
+
+
+def test_yfinance_cache_refetched_when_it_does_not_cover_the_range(tmp_path):
+    calls: list = []
+    fake = _fake_yf(calls, dates=("2021-01-04", "2021-01-05", "2021-06-01"))
+    data.fetch_yfinance_prices(["AAA"], "2021-01-01", "2021-02-01", tmp_path, downloader=fake)
+    data.fetch_yfinance_prices(["AAA"], "2021-01-01", "2021-02-01", tmp_path, downloader=fake)
+    assert len(calls) == 1                                        # covered: cache reused
+    out = data.fetch_yfinance_prices(["AAA"], "2021-01-01", "2021-07-01", tmp_path, downloader=fake)
+    assert len(calls) == 2 and calls[1][1:3] == ("2021-01-01", "2021-07-01")  # end not covered -> refetch
+    assert out["date"].max() == pd.Timestamp("2021-06-01")
+    data.fetch_yfinance_prices(["AAA"], "2020-12-01", "2021-03-01", tmp_path, downloader=fake)
+    assert len(calls) == 3 and calls[2][1:3] == ("2020-12-01", "2021-07-01")  # start not covered: union
+    narrow = data.fetch_yfinance_prices(["AAA"], "2021-01-05", "2021-01-31", tmp_path, downloader=fake)
+    assert len(calls) == 3 and list(narrow["date"]) == [pd.Timestamp("2021-01-05")]  # only the range asked
+
+
+def test_yfinance_cache_without_range_record_is_refetched(tmp_path):
+    pd.DataFrame({"date": pd.to_datetime(["2021-01-04"]), "ticker": "AAA", "adj_close": [1.0]}).to_parquet(
+        tmp_path / "AAA.parquet", index=False)                    # a cache written before range records
+    calls: list = []
+    data.fetch_yfinance_prices(["AAA"], "2021-01-01", "2021-02-01", tmp_path, downloader=_fake_yf(calls))
+    assert len(calls) == 1 and (tmp_path / "AAA.range.json").is_file()
+
+
+@pytest.mark.parametrize("section,bad", [(None, "sorce"), ("reports", "colums"), ("prices", "market_pth")])
+def test_misspelled_data_keys_are_errors(tmp_run, tmp_path, section, bad):
+    from finlib.config import ConfigError
+
+    cfg = _local_run(tmp_run, tmp_path, GOOD)
+    target = cfg.params["data"] if section is None else cfg.params["data"][section]
+    target[bad] = "x"
+    with pytest.raises(ConfigError, match=rf"unknown key\(s\) \['{bad}'\]"):
+        data.prepare_data(cfg, write=False)
+
+
+def test_text_empty_after_cleaning_names_file_row_and_column(tmp_run, tmp_path):
+    rows = [dict(r) for r in GOOD]
+    rows[2]["clean_content"] = "\u200b\u00ad"                    # not blank to str.strip(), empty once cleaned
+    cfg = _local_run(tmp_run, tmp_path, rows)
+    with pytest.raises(DataValidationError, match="empty after cleaning") as e:
+        data.prepare_data(cfg, write=False)
+    _assert_names(str(e.value), tmp_path / "reports.csv", 3, "clean_content")
+    assert "'r3'" in str(e.value)

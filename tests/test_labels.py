@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import statsmodels.api as sm
 
+from finlib import labels as L
 from finlib.labels import EXCLUSION_REASONS, assign_year_buckets, bucket_counts, compute_labels, market_series
 
 TOL = 1e-10
@@ -443,6 +444,45 @@ def test_analyst_accuracy_by_sector_by_hand():
     assert acc.loc["Utilities", "accuracy"] == pytest.approx(100.0)      # d right, e unlabelled
     assert acc.loc["Utilities", "n_no_label"] == 1
     assert acc.loc["Crypto", "accuracy"] == pytest.approx(0.0)           # a sector outside the paper's nine
-    assert acc.loc["Average", "accuracy"] == pytest.approx(100.0 * 2 / 4)
+    assert acc.loc["Average (pooled)", "accuracy"] == pytest.approx(100.0 * 2 / 4)  # a, d hit; b, f miss
+    assert acc.loc["Average (pooled)", "n_scored"] == 4
+    assert acc.loc["Mean of sectors", "accuracy"] == pytest.approx((50.0 + 100.0) / 2)  # nine sectors only
+    assert acc.loc["Mean of sectors", "paper_table6"] == pytest.approx(
+        (29.0 + 33.8 + 32.4 + 33.8 + 31.6 + 32.0 + 31.1 + 36.5 + 33.0) / 9)  # the paper's sectors, typed here
+    assert acc.loc["Average (printed in the paper)", "paper_table6"] == pytest.approx(33.1)
+    assert np.isnan(acc.loc["Average (printed in the paper)", "accuracy"])
+    assert "Average" not in acc.index
     assert acc.loc["Energy", "paper_table7"] == pytest.approx(32.36)
     assert np.isnan(acc.loc["Real Estate", "accuracy"])
+
+
+# ---------------------------------------------------------------- params keys and notebook helpers
+
+@pytest.mark.parametrize("params", [
+    {"window": 60, "method": "paper", "quantile": [0.2, 0.8]},               # `quantiles` misspelled
+    {"window": 60, "method": "paper", "mackinlay": {"estimation_windw": 100}},
+])
+def test_misspelled_label_keys_are_errors(params):
+    from finlib.config import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown key"):
+        L.options_from_params(params)
+
+
+def test_build_labels_refuses_a_misspelled_key(tmp_run):
+    from finlib.config import ConfigError
+
+    tmp_run.params["labels"]["quantile"] = [0.2, 0.8]
+    with pytest.raises(ConfigError, match=r"labels: unknown key\(s\) \['quantile'\]"):
+        L.build_labels(tmp_run)
+
+
+def test_notebook_markdown_helpers():
+    rep = {"method": "paper", "other_method": "mackinlay", "n_events": 12, "small_year_threshold": 10,
+           "small_years": [2020, 2021], "panel": {"off_calendar_rows": 0},
+           "methods": {"paper": {"n_labelled": 11, "n_excluded": 1}, "mackinlay": {"n_labelled": 10}}}
+    md = L.report_markdown(rep)
+    assert md.startswith("**12 reports**; paper: 11 labelled, 1 excluded; mackinlay: 10 labelled.")
+    assert "(< 10 reports): [2020, 2021]" in md
+    assert L.agreement_markdown({"n_same": 3, "n_both": 4, "rate": 0.75}) == "Agreement: **3 / 4** = 75.0 %"
+    assert L.agreement_markdown({"n_same": 0, "n_both": 0, "rate": None}) == "Agreement: **0 / 0**"

@@ -311,3 +311,38 @@ def test_synthetic_market_round_trip(shared_data) -> None:
     checks = validate_conditions(res.conditions, lex)
     assert (checks["n_failed"] == 0).all(), checks.to_string()
     assert (res.conditions["status"] == "ok").all()
+
+
+@pytest.mark.parametrize("bad", ["fake_ratings", "lexicon_pth", "top_trigger"])
+def test_misspelled_perturb_keys_are_errors(tmp_run, bad) -> None:
+    from finlib.artifacts import write_frame
+    from finlib.config import ConfigError
+    from finlib.perturb import run_stage
+
+    tmp_run.params["perturb"][bad] = "both"
+    write_frame(tmp_run, "reports", REPORTS)
+    with pytest.raises(ConfigError, match=rf"perturb: unknown key\(s\) \['{bad}'\]"):
+        run_stage(tmp_run)
+
+
+def test_example_note_names_path_and_synthetic(tmp_run) -> None:
+    from finlib.perturb import example_note
+
+    path = tmp_run.figures_dir / "example_conditions.html"
+    assert example_note(tmp_run, path) == "Saved to `figures/smoke/example_conditions.html` (synthetic data)."
+    tmp_run.params["data"]["source"] = "local"
+    assert example_note(tmp_run, path) == "Saved to `figures/smoke/example_conditions.html`."
+
+
+def test_lexicon_latin1_lines_reach_the_stage_report(tmp_run, tmp_path) -> None:
+    from finlib.artifacts import read_json, write_frame
+    from finlib.perturb import run_stage
+
+    lex = tmp_path / "lex.tff"
+    lex.write_bytes(b"type=strongsubj len=1 word1=superb pos1=adj stemmed1=n priorpolarity=positive\n"
+                    b"type=strongsubj len=1 word1=caf\xe9 pos1=noun stemmed1=n priorpolarity=neutral\n")
+    tmp_run.params["perturb"]["lexicon_path"] = str(lex)
+    write_frame(tmp_run, "reports", REPORTS)
+    run_stage(tmp_run)
+    lines = read_json(tmp_run, "perturb_report")["lexicon"]["lines_not_utf8_decoded_as_latin1"]
+    assert len(lines) == 1 and lines[0].startswith("line 2:") and "caf\u00e9" in lines[0]

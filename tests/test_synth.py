@@ -95,7 +95,9 @@ def _car_numpy(m, window: int = 60) -> np.ndarray:
 def test_car60_correlates_with_q(big):
     car = _car_numpy(big)
     corr = np.corrcoef(car, big.truth["q"].to_numpy())[0, 1]
-    assert 0.35 <= corr <= 0.6, corr
+    # Target 0.5 for an isolated report; overlapping windows of the same firm dilute it. Measured at
+    # this size: 0.443-0.466 over seeds 1-5 and 11; the sampling sd at n=3000 is ~0.015, so +-4 sd.
+    assert 0.40 <= corr <= 0.52, corr
 
 
 def test_calendar_weekdays_and_coverage(big):
@@ -226,3 +228,30 @@ def test_factual_numbers_carry_q(big):
     ok = growth.notna()
     assert ok.mean() > 0.9
     assert np.corrcoef(growth[ok], big.truth["q"][ok])[0, 1] > 0.5
+
+
+def test_every_synthetic_rating_word_is_a_synonym_of_its_rating():
+    """The generator's first-sentence vocabulary must stay inside finlib.schema.RATING_SYNONYMS."""
+    from finlib.schema import RATING_SYNONYMS, Rating
+    from finlib.synth import _RATING_WORDS
+
+    assert set(_RATING_WORDS) == {"standard", "broker"}
+    for style, by_rating in _RATING_WORDS.items():
+        assert set(by_rating) == set(Rating), style
+        for rating, words in by_rating.items():
+            for word in words:
+                assert word.lower() in RATING_SYNONYMS[rating], (style, rating, word)
+                others = [r for r in Rating if r is not rating and word.lower() in RATING_SYNONYMS[r]]
+                assert not others, (word, others)
+
+
+def test_every_rating_word_is_read_back_by_the_extractor():
+    from finlib.perturb import extract_analyst_rating
+    from finlib.synth import _FIRST_SENTENCE, _RATING_WORDS
+
+    for style, by_rating in _RATING_WORDS.items():
+        for rating, words in by_rating.items():
+            for word in words:
+                for template in _FIRST_SENTENCE[style]:
+                    sent = template.format(R=word, C="Corvanta Systems Inc.", T="CRVS", Q=3)
+                    assert extract_analyst_rating(sent) == rating, sent
