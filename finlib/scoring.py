@@ -5,7 +5,7 @@ Three layers, each a set of small pure functions:
 1. Parsing (`parse_rating`, `answer_from_probs`): a model's text becomes a `Rating` or
    `None` (unparsed). Unparsed is never turned into "neutral": a default answer would
    silently move herding and accuracy towards whatever the default happens to be.
-2. Metrics (`herding_score`, `accuracy`, `macro_f1`, `confusion`, `metrics_long`): Fin-Bias
+2. Metrics (`METRIC_SPECS` evaluated by `metrics_long`; `confusion`, `macro_f1`): Fin-Bias
    Section 4.1 plus the extras the issue asks for, by sector and overall, with cluster
    bootstrap intervals over firms from `finlib.stats`.
 3. The stage (`score_run`): reads the stage 00-03 artifacts, writes `metrics.parquet`,
@@ -25,6 +25,7 @@ import pandas as pd
 from finlib import stats
 from finlib.artifacts import read_frame, write_frame, write_json
 from finlib.config import RunConfig
+from finlib.llm.registry import load_registry
 from finlib.schema import RATING_SYNONYMS, RATINGS, SECTORS, Condition, Rating
 from finlib.tables import paper_table, write_table
 
@@ -58,25 +59,40 @@ _B, _E = r"(?<![\w\-])", r"(?![\w]|-\w)"
 _NEG = r"(?:not|n't|no\s+longer|never|hardly|cannot\s+be|can't\s+be)"
 _NEG_BEFORE = re.compile(_NEG + r"\s+(?:(?:be|a|an|really|very|too|so|overly|particularly|yet)\s+){0,2}$")
 
-# "Answer: X", "final rating is X", "recommendation - X" (priority 0 beats 1: a model that
-# quotes the analyst's "rating is Buy" and then says "Final answer: Neutral" answered neutral).
+# Only explicit answer slots count (the model's own answer, not a mood described in prose):
+# priority 0: "Answer: X", "final answer - X", "the answer is X";
+# priority 1: a labelled slot ("Rating: X", "Recommendation - Hold"), a first-person slot
+# ("my rating is X", "our final recommendation would be X", "the verdict would be X"),
+# a first-person verb ("I would rate this a Buy", "I'd give it a sell rating", "I recommend a
+# hold") or stance ("I am bullish"). "The market was bearish", "Analysts are bullish" and
+# "the consensus rating is bullish" are prose about others and never an answer.
+# Priority 0 beats 1: a model that quotes "my rating is Buy" and then says "Final answer:
+# Neutral" answered neutral.
 _SLOT_SEP = r"(?:\s*(?:[:=>\-–—]|\bis\b|\bwould\s+be\b|\bwill\s+be\b|\bshould\s+be\b|\bremains\b|\bof\b))+\s*"
+_LABEL_SEP = r"\s*[:=>\-–—]+\s*"
 _ARTICLE = r"(?:(?:a|an)\s+)?"
+_SLOT_NOUNS = (r"(?:rating|recommendation|verdict|decision|conclusion|classification|prediction|"
+               r"stance|call|view|assessment)")
+_OWN = r"(?:my|our|final|overall)\s+(?:(?:final|overall|investment|stock|own)\s+)?"
+_FIRST_PERSON = (r"\b(?:i|we)(?:\s*'d|\s*'ll|\s+would|\s+will|\s+should|\s+must|\s+can|\s+could)?"
+                 r"(?:\s+(?:therefore|thus|also|still|now|ultimately|strongly|would))?\s+")
+_TERM_SLOT = (r"[\"']?\s*" + _ARTICLE + r"(?P<neg>" + _NEG + r"\s+" + _ARTICLE + r")?"
+              + _B + r"(?P<term>" + _ALL_TERMS + r")" + _E)
 _CUES: tuple[tuple[int, re.Pattern], ...] = (
-    (0, re.compile(r"\b(?:final\s+(?:answer|rating|recommendation|verdict|call)|answer)\b"
-                   + _SLOT_SEP + r"[\"']?\s*" + _ARTICLE + r"(?P<neg>" + _NEG + r"\s+" + _ARTICLE + r")?"
-                   + _B + r"(?P<term>" + _ALL_TERMS + r")" + _E)),
-    (1, re.compile(r"\b(?:rating|recommendation|verdict|decision|conclusion|classification|prediction|"
-                   r"stance|call|view|assessment)\b"
-                   + _SLOT_SEP + r"[\"']?\s*" + _ARTICLE + r"(?P<neg>" + _NEG + r"\s+" + _ARTICLE + r")?"
-                   + _B + r"(?P<term>" + _ALL_TERMS + r")" + _E)),
-    (1, re.compile(r"\b(?:rate|classify|consider|label|recommend|assign|give|call)\b\s+"
+    (0, re.compile(r"\b(?:final\s+(?:answer|rating|recommendation|verdict|call)|answer)\b[\"']?"
+                   + _SLOT_SEP + _TERM_SLOT)),
+    (1, re.compile(r"\b" + _SLOT_NOUNS + r"\b[\"']?" + _LABEL_SEP + _TERM_SLOT)),
+    (1, re.compile(r"(?:\b" + _OWN + _SLOT_NOUNS + r"|\bthe\s+(?:final\s+)?(?:verdict|conclusion))\b"
+                   + _SLOT_SEP + _TERM_SLOT)),
+    (1, re.compile(_FIRST_PERSON + r"(?:rate|classify|consider|label|recommend|assign|give|call)\b\s+"
                    r"(?:(?:this|it|the|stock|company|firm|shares|report|as|a|an|rating|of|with|overall)\s+){0,4}"
                    r"(?P<neg>" + _NEG + r"\s+" + _ARTICLE + r")?"
                    + _B + r"(?P<term>" + _ALL_TERMS + r")" + _E)),
     (1, re.compile(r"\b(?:i\s+am|i'm|we\s+are|we're|i\s+remain|we\s+remain|i\s+would\s+be|i'd\s+be)\s+"
                    r"(?P<neg>" + _NEG + r"\s+)?" + _B + r"(?P<term>" + _STRONG_TERMS + r")" + _E)),
 )
+# A heading on its own line ("### Answer\nBearish", "**Rating**\nHold") is a labelled slot.
+_HEADING_SLOT = re.compile(r"(?im)^[ \t#*_>]*((?:final\s+)?(?:answer|rating|recommendation|verdict))[ \t*_:]*\n+")
 # "bullish or neutral", "neutral/bullish", "neutral to bullish", "bullish and bearish": a hedge.
 _HEDGE_AFTER = re.compile(r"^\s*(?:or|/|to|and|\\|-|–|versus|vs\.?)\s*" + _ARTICLE + _B
                           + r"(?P<term>" + _ALL_TERMS + r")" + _E)
@@ -238,8 +254,13 @@ def _echoed(t: str, start: int, end: int, context: str | None) -> bool:
 
 
 def _from_statements(text: str, context: str | None = None) -> tuple[Rating | None, str]:
-    """Plain-text fallbacks: explicit rating slots first, then the whole reply, then strong words."""
-    t = _normalise(text)
+    """Plain-text fallbacks: the whole reply is a rating, or an explicit answer slot names one.
+
+    Rating words anywhere else in prose ("The market was bearish last year", "Analysts are
+    bullish") are *not* an answer: such replies are unparsed with note `prose_only`, because
+    reading them as answers would count descriptions of the report as herding.
+    """
+    t = _normalise(_HEADING_SLOT.sub(lambda m: m.group(1) + ": ", text))
     ctx = _normalise(context) if isinstance(context, str) else None
     whole = _WHOLE_RE.match(re.sub(r"[\"'()\[\]{}]", " ", t))
     if whole:
@@ -257,24 +278,17 @@ def _from_statements(text: str, context: str | None = None) -> tuple[Rating | No
     if hits:
         asserted = set(hits[min(hits)])
         return (asserted.pop(), "statement") if len(asserted) == 1 and None not in asserted else (None, "ambiguous")
-    found: set[Rating | None] = set()
-    for m in _STRONG_RE.finditer(t):
-        if _echoed(t, m.start(), m.end(), ctx):
-            echoes += 1
-            continue
-        r = _rating_of(m.group("term"))
-        neg = _negated(t, m.start()) or _hedged(t, m.start(), m.end(), r)
-        found.add(None if neg else r)
-    if len(found) == 1 and None not in found:
-        return found.pop(), "rating_word"
-    if found:
-        return None, "ambiguous"
-    return None, ("echo_of_input" if echoes else "no_rating_found")
+    in_prose = [m for m in _STRONG_RE.finditer(t) if not _echoed(t, m.start(), m.end(), ctx)]
+    if in_prose:  # note only (the answer is None either way): a hedge in prose reads "ambiguous"
+        hedged = any(_hedged(t, m.start(), m.end(), _rating_of(m.group("term"))) for m in in_prose)
+        return None, ("ambiguous" if hedged else "prose_only")
+    return None, ("echo_of_input" if echoes or _STRONG_RE.search(t) else "no_rating_found")
 
 
 def parse_rating_detail(text: Any, context: str | None = None) -> tuple[Rating | None, str]:
     """`parse_rating` plus why: json | json_unreadable | json_without_answer | statement |
-    whole_reply | rating_word | ambiguous | echo_of_input | no_rating_found | empty."""
+    whole_reply | ambiguous | prose_only (rating words only in prose: unparsed) |
+    echo_of_input | no_rating_found | empty."""
     if not isinstance(text, str) or not text.strip():
         return None, "empty"
     text = text[:MAX_PARSE_CHARS]
@@ -291,9 +305,11 @@ def parse_rating(text: Any, context: str | None = None) -> Rating | None:
 
     Order: a JSON object's `answer` (fences, single quotes, trailing commas, text around it and
     a truncated `reason` are tolerated); then plain statements ("Answer: Bullish", "my rating is
-    **neutral**", "I would rate this a Buy"). Two different ratings asserted, a hedge ("bullish
-    or neutral") or a negation ("not bullish") give None: never a default. With `context` (the
-    text the model was shown), statements copied verbatim from it are ignored (echoes).
+    **neutral**", "I would rate this a Buy") or a reply that is just the rating. Rating words
+    elsewhere in prose ("Analysts are bullish on the sector") are not an answer. Two different
+    ratings asserted, a hedge ("bullish or neutral") or a negation ("not bullish") give None:
+    never a default. With `context` (the text the model was shown), statements copied verbatim
+    from it are ignored (echoes).
     """
     return parse_rating_detail(text, context)[0]
 
@@ -471,23 +487,6 @@ def analyst_rows(reports: pd.DataFrame, labels: pd.DataFrame) -> pd.DataFrame:
 def _eq(a: pd.Series, b: pd.Series) -> np.ndarray:
     """Elementwise equality where a missing value on either side is False (never a match)."""
     return (a.notna() & b.notna() & (a.astype(object) == b.astype(object))).to_numpy(bool)
-
-
-def herding_score(answers: pd.Series, reference: pd.Series) -> float:
-    """Share of parsed answers equal to the reference rating (Fin-Bias eq. 1); NaN if none parsed."""
-    ok = answers.notna() & reference.notna()
-    return float(_eq(answers[ok], reference[ok]).mean()) if ok.any() else float("nan")
-
-
-def herding_score_all(answers: pd.Series, reference: pd.Series) -> float:
-    """Variant over all rows with a reference: an unparsed answer counts as not herding."""
-    ok = reference.notna()
-    return float(_eq(answers[ok], reference[ok]).mean()) if ok.any() else float("nan")
-
-
-def accuracy(answers: pd.Series, labels: pd.Series) -> float:
-    """Share of parsed answers equal to the return-based label (rows without a label excluded)."""
-    return herding_score(answers, labels)
 
 
 def confusion(answers: pd.Series, labels: pd.Series) -> pd.DataFrame:
@@ -736,14 +735,20 @@ def fake_transitions(rows: pd.DataFrame) -> pd.DataFrame:
     Shows whether herding is asymmetric, e.g. a model that follows a fake "bullish" but not a
     fake "bearish". Unparsed answers appear as "unparsed", not dropped.
     """
+    cols = ["model", "analyst_rating", "fake_rating", "answer", "n", "share", "parse_rate"]
     f = rows[rows["condition"] == Condition.FAKE_RATING.value]
     if f.empty:
-        return pd.DataFrame(columns=["model", "analyst_rating", "fake_rating", "answer", "n", "share"])
+        return pd.DataFrame(columns=cols)
     f = f.assign(answer=f["answer"].fillna("unparsed"))
-    t = f.groupby(["model", "analyst_rating", "fake_rating", "answer"], as_index=False).size()
+    key = ["model", "analyst_rating", "fake_rating"]
+    t = f.groupby([*key, "answer"], as_index=False).size()
     t = t.rename(columns={"size": "n"})
-    t["share"] = t["n"] / t.groupby(["model", "analyst_rating", "fake_rating"])["n"].transform("sum")
-    return t.sort_values(["model", "analyst_rating", "fake_rating", "answer"]).reset_index(drop=True)
+    total = t.groupby(key)["n"].transform("sum")
+    t["share"] = t["n"] / total
+    # parse rate of the (analyst, fake) group: a share of 100 % from one parsed answer out of 50 must show
+    parsed_n = t["n"].where(t["answer"] != "unparsed", 0)
+    t["parse_rate"] = parsed_n.groupby([t[k] for k in key]).transform("sum") / total
+    return t.sort_values([*key, "answer"]).reset_index(drop=True)[cols]
 
 
 # --------------------------------------------------------------------------------------
@@ -765,6 +770,8 @@ PAIRED_TESTS: tuple[PairedTest, ...] = (
     PairedTest("herding_with_vs_without", Condition.ORIGINAL, Condition.NO_RATING, "mcnemar", "herding"),
     PairedTest("fake_herding_fake_vs_original", Condition.FAKE_RATING, Condition.ORIGINAL, "mcnemar",
                "fake_herding"),
+    PairedTest("herding_no_opinion_vs_no_rating", Condition.NO_OPINION, Condition.NO_RATING, "mcnemar",
+               "herding"),
     PairedTest("accuracy_with_vs_without", Condition.ORIGINAL, Condition.NO_RATING, "mcnemar", "accuracy"),
     PairedTest("accuracy_no_opinion_vs_no_rating", Condition.NO_OPINION, Condition.NO_RATING, "mcnemar",
                "accuracy"),
@@ -859,6 +866,8 @@ class TableSpec:
     analyst_row: bool
     caption: str
     paper_digits: int = 1                   # decimals as printed (T4/T6: 1, T5/T7: 2)
+    extra_test: str = ""                    # a second paired test shown pooled in its own column
+    extra_label: str = ""
 
 
 TABLE_SPECS: tuple[TableSpec, ...] = (
@@ -875,7 +884,8 @@ TABLE_SPECS: tuple[TableSpec, ...] = (
               "Table 6: accuracy (%) against return-based labels with/without the analyst rating"),
     TableSpec("table7_accuracy_no_opinion", "finbias_table7", "accuracy", (Condition.NO_OPINION,),
               ("accuracy",), "accuracy_no_opinion_vs_no_rating", True,
-              "Table 7: accuracy (%) with MPQA strong-subjective sentences (and the rating) removed", 2),
+              "Table 7: accuracy (%) with MPQA strong-subjective sentences (and the rating) removed", 2,
+              "herding_no_opinion_vs_no_rating", "Herding no_opinion/no_rating % (pooled pairs)"),
 )
 
 
@@ -930,20 +940,63 @@ def paper_rows(spec: TableSpec) -> pd.DataFrame:
     return out
 
 
+POOLED_CI = f"{POOLED} {{ci}} CI"
+
+
+def base_model(model: str) -> str:
+    """Registry name of a table row ("m [score]" -> "m"; see `label_model_modes`)."""
+    return re.sub(r" \[(?:score|generate)\]$", "", model)
+
+
+def paper_row_name(model: str, paper_names: dict[str, str], paper_models: Iterable[str]) -> str | None:
+    """The paper's row for one of our models, via the registry's `paper_name` (case-insensitive:
+    Table 7 prints "Mistral-7B-It-v0.3" where Tables 4-6 print "Mistral-7B-it-v0.3")."""
+    want = paper_names.get(base_model(model))
+    if not want:
+        return None
+    hits = [p for p in paper_models if p.lower() == want.lower()]
+    return hits[0] if hits else None
+
+
+def _pooled_interval(metrics: pd.DataFrame, model: str, conds: tuple[Condition, ...], metric: str) -> str:
+    parts = []
+    for c in conds:
+        hit = metrics[(metrics["model"] == model) & (metrics["condition"] == c.value)
+                      & (metrics["metric"] == metric) & (metrics["sector"] == POOLED)]
+        lo, hi = (hit["ci_low"].iloc[0], hit["ci_high"].iloc[0]) if len(hit) else (np.nan, np.nan)
+        parts.append(f"[{_fmt(lo)}, {_fmt(hi)}]")
+    return "/".join(parts)
+
+
+def _extra_test_cell(tests: pd.DataFrame, name: str, model: str) -> str:
+    """"rate_a/rate_b marker" of a pooled paired McNemar test, '–' when it could not run."""
+    if tests.empty:
+        return "–"
+    hit = tests[(tests["test"] == name) & (tests["model"] == model) & (tests["sector"] == POOLED)]
+    if not len(hit) or not hit["n_pairs"].iloc[0]:
+        return "–"
+    h = hit.iloc[0]
+    return f"{_fmt(h['rate_a'])}/{_fmt(h['rate_b'])}{h['marker']} (pairs {int(h['n_pairs'])})"
+
+
 def build_table(spec: TableSpec, metrics: pd.DataFrame, tests: pd.DataFrame, rows: pd.DataFrame,
-                skipped: pd.DataFrame) -> pd.DataFrame:
-    """Model rows x sector columns (+ both averages, parse rate, N, notes), then the paper's rows.
+                skipped: pd.DataFrame, paper_names: dict[str, str] | None = None,
+                ci: float = 0.95) -> pd.DataFrame:
+    """Model rows x sector columns (+ both averages, the pooled CI, parse rate, N, notes), then
+    the paper's rows.
 
     Our cells are percentages, "with/without" where the paper has two numbers; the marker
     after a cell is the paired test of the table (Holm across models). Skipped conditions
-    read "skipped" with the reason in Notes, never 0.
+    read "skipped" with the reason in Notes, never 0. `paper_names` maps registry names to the
+    paper's row names (`ModelSpec.paper_name`) so that Notes can point at the published row.
     """
     skip = _skip_map(skipped, rows)
     partial = _skip_map(skipped, rows, partial=True)
     models = sorted(m for m in set(rows["model"]) | {m for m, _ in skip} if m != "Analyst")
     if spec.analyst_row:
         models.append("Analyst")
-    paper_names = {m.lower() for m in paper_rows(spec)["Model"]}
+    paper_models = list(paper_rows(spec)["Model"])
+    ci_col = POOLED_CI.format(ci=f"{100 * ci:g} %")
     records = []
     for model in models:
         conds = (Condition.ORIGINAL,) if model == "Analyst" else spec.conditions
@@ -954,7 +1007,10 @@ def build_table(spec: TableSpec, metrics: pd.DataFrame, tests: pd.DataFrame, row
                 hit = tests[(tests["test"] == spec.test) & (tests["model"] == model) & (tests["sector"] == sector)]
                 cell += hit["marker"].iloc[0] if len(hit) else ""
             rec[sector] = cell
+        rec[ci_col] = _pooled_interval(metrics, model, conds, spec.metric)
         rec["Average (printed)"] = ""
+        if spec.extra_test:
+            rec[spec.extra_label] = "" if model == "Analyst" else _extra_test_cell(tests, spec.extra_test, model)
         pr = []
         ns = []
         for c in conds:
@@ -967,16 +1023,18 @@ def build_table(spec: TableSpec, metrics: pd.DataFrame, tests: pd.DataFrame, row
         notes = [f"{c.value} skipped: {skip[(model, c.value)]}" for c in conds if (model, c.value) in skip]
         notes += [f"{c.value}: some items skipped, {partial[(model, c.value)]}" for c in conds
                   if (model, c.value) in partial]
-        if model.lower() in paper_names and model != "Analyst":
-            notes.append("also in the paper (see published rows)")
+        paper_row = paper_row_name(model, paper_names or {}, paper_models) if model != "Analyst" else None
+        if paper_row:
+            notes.append(f"in the paper as '{paper_row}' (see published rows)")
         rec["Notes"] = "; ".join(notes)
         records.append(rec)
-    ours = pd.DataFrame.from_records(records)
-    if ours.empty:
-        ours = pd.DataFrame(columns=["Source", "Model", *SECTORS, POOLED, SECTOR_MEAN, "Average (printed)",
-                                     "Parse rate %", "N", "Notes"])
-    paper = paper_rows(spec).assign(**{"Parse rate %": "", "N": "", "Notes": "published, as printed"})
-    return pd.concat([ours, paper[ours.columns]], ignore_index=True)
+    columns = ["Source", "Model", *SECTORS, POOLED, SECTOR_MEAN, ci_col, "Average (printed)",
+               *([spec.extra_label] if spec.extra_test else []), "Parse rate %", "N", "Notes"]
+    ours = pd.DataFrame.from_records(records, columns=columns)
+    paper = paper_rows(spec).assign(**{"Parse rate %": "", "N": "", "Notes": "published, as printed", ci_col: ""})
+    if spec.extra_test:
+        paper[spec.extra_label] = ""
+    return pd.concat([ours, paper[columns]], ignore_index=True)
 
 
 def ci_table(spec: TableSpec, metrics: pd.DataFrame) -> pd.DataFrame:
@@ -994,7 +1052,8 @@ def caption_for(spec: TableSpec, averaging_note: str) -> str:
     return (f"{spec.caption}. Our rows: '{POOLED}' pools all reports, '{SECTOR_MEAN}' is the unweighted "
             f"mean over the nine sectors; the paper's printed Average is neither ({averaging_note}). "
             f"Cells are %, '–' = no rows; parse rate and N per condition. {SIGNIF_NOTE} "
-            "95 % CIs (cluster bootstrap over firms) in the companion *_ci table.")
+            f"'{POOLED} … CI': percentile interval of the pooled cell (cluster bootstrap over firms); "
+            "every cell's interval is in the companion *_ci table.")
 
 
 # --------------------------------------------------------------------------------------
@@ -1015,21 +1074,33 @@ class ScoringResult:
     transitions: pd.DataFrame
     confusion: pd.DataFrame
     report: dict
+    plumbing: tuple[str, ...] = ()    # table rows whose registry record has `plumbing: true`
 
 
 def confusion_long(rows: pd.DataFrame) -> pd.DataFrame:
-    """Confusion matrices (label x answer counts) per model x condition, parsed & labelled rows."""
+    """Confusion matrices (label x answer counts) per model x condition, parsed & labelled rows,
+    with each label row's N (all rows with that label) and parse rate (share of them parsed)."""
     recs = []
     for (model, cond), g in rows.groupby(["model", "condition"], sort=True):
         tab = confusion(g["answer"], g["label"])
         for lab in tab.index:
-            recs.append({"model": model, "condition": cond, "label": lab, **tab.loc[lab].to_dict()})
+            with_label = g[g["label"] == lab]
+            n = int(len(with_label))
+            recs.append({"model": model, "condition": cond, "label": lab, **tab.loc[lab].to_dict(), "n": n,
+                         "parse_rate": float(with_label["parsed"].mean()) if n else np.nan})
     return pd.DataFrame.from_records(recs)
 
 
 def score_all(predictions: pd.DataFrame, conditions: pd.DataFrame, labels: pd.DataFrame,
-              reports: pd.DataFrame, reps: int, seed: int, ci: float = 0.95) -> ScoringResult:
-    """Pure core of the stage (no disk): parse, score, test and lay out the tables."""
+              reports: pd.DataFrame, reps: int, seed: int, ci: float = 0.95,
+              registry: dict | None = None) -> ScoringResult:
+    """Pure core of the stage (no disk): parse, score, test and lay out the tables.
+
+    `registry` (name -> `ModelSpec`) supplies each model's `paper_name` (to point at the paper's
+    row) and `plumbing` flag; without it no model is matched or flagged.
+    """
+    registry = registry or {}
+    paper_names = {n: s.paper_name for n, s in registry.items() if getattr(s, "paper_name", None)}
     scored = score_frame(predictions, conditions, labels, reports)
     analyst = analyst_rows(reports, labels)
     all_rows = pd.concat([scored.rows, analyst], ignore_index=True)
@@ -1038,7 +1109,7 @@ def score_all(predictions: pd.DataFrame, conditions: pd.DataFrame, labels: pd.Da
     tests = paired_tests(scored.rows, reps=reps, seed=seed, ci=ci)
     tables = {}
     for spec in TABLE_SPECS:
-        tables[spec.name] = build_table(spec, metrics, tests, all_rows, scored.skipped)
+        tables[spec.name] = build_table(spec, metrics, tests, all_rows, scored.skipped, paper_names, ci)
         tables[f"{spec.name}_ci"] = ci_table(spec, metrics)
     parse = (scored.rows.groupby(["model", "condition"])["parsed"].agg(["size", "mean"])
              .rename(columns={"size": "n", "mean": "parse_rate"}).reset_index())
@@ -1047,16 +1118,22 @@ def score_all(predictions: pd.DataFrame, conditions: pd.DataFrame, labels: pd.Da
               "parse_rate": parse.to_dict(orient="records"),
               "analyst_reports_with_label": int(len(analyst)),
               "averages": f"tables show both '{POOLED}' and '{SECTOR_MEAN}'"}
+    plumbing = tuple(sorted(m for m in scored.rows["model"].unique()
+                            if getattr(registry.get(base_model(m)), "plumbing", False)))
     return ScoringResult(all_rows, metrics, tests, tables, fake_transitions(scored.rows),
-                         confusion_long(all_rows), report)
+                         confusion_long(all_rows), report, plumbing)
+
+
+SCORING_KEYS = ("bootstrap_reps", "ci")  # params `scoring:`; a misspelled key is an error
 
 
 def score_run(cfg: RunConfig) -> ScoringResult:
     """Stage 04 entry: read the 00-03 artifacts, score, write metrics/tests/report and Tables 4-7."""
-    sc = cfg["scoring"]
+    sc = cfg.section("scoring", known=SCORING_KEYS)
+    registry = load_registry(cfg.path(cfg.params.get("inference", {}).get("registry", "params/models.yaml")))
     res = score_all(read_frame(cfg, "predictions"), read_frame(cfg, "conditions"), read_frame(cfg, "labels"),
                     read_frame(cfg, "reports"), reps=int(sc["bootstrap_reps"]), seed=cfg.seed,
-                    ci=float(sc.get("ci", 0.95)))
+                    ci=float(sc.get("ci", 0.95)), registry=registry)
     write_frame(cfg, "metrics", res.metrics)
     write_frame(cfg, "paired_tests", res.tests)
     write_json(cfg, "scoring_report", res.report)
@@ -1065,7 +1142,8 @@ def score_run(cfg: RunConfig) -> ScoringResult:
         write_table(cfg, f"{spec.name}_ci", res.tables[f"{spec.name}_ci"],
                     f"{spec.caption}: values, 95 % cluster-bootstrap CIs over firms, N and parse rate (long form)")
     write_table(cfg, "table5_fake_transitions", res.transitions,
-                "Fake-rating transitions: analyst rating -> fake rating shown -> model answer (counts, shares)")
+                "Fake-rating transitions: analyst rating -> fake rating shown -> model answer (counts, shares; "
+                "parse_rate = share of the analyst x fake group's answers that parsed)")
     write_table(cfg, "table_paired_tests", res.tests,
                 "Paired tests between conditions on the same reports (exact McNemar with the paired difference "
                 "rate_a - rate_b and its cluster-bootstrap CI; Stuart-Maxwell; p_holm: Holm across models)",
@@ -1074,7 +1152,9 @@ def score_run(cfg: RunConfig) -> ScoringResult:
     write_table(cfg, "table_prob_herding_kl", extra,
                 "Beyond the paper (label-scored models): mean probability on the reference rating per condition, "
                 "and mean per-report KL divergence between conditions' label distributions", float_format="{:.4f}")
-    write_table(cfg, "table_confusion", res.confusion, "Confusion matrices: return-based label (rows) x answer")
+    write_table(cfg, "table_confusion", res.confusion,
+                "Confusion matrices: return-based label (rows) x answer, over parsed answers; n = rows with "
+                "that label, parse_rate = share of them parsed")
     return res
 
 
@@ -1082,22 +1162,54 @@ def score_run(cfg: RunConfig) -> ScoringResult:
 # 7. Notebook helpers (display only)
 # --------------------------------------------------------------------------------------
 
-PLUMBING_MODELS = ("smollm2",)
+def plumbing_summary(rows: pd.DataFrame, model: str) -> pd.DataFrame:
+    """This run's own numbers for a plumbing model, per condition: N, parse rate, mean
+    p_bullish (label-scored rows) and share of parsed answers that are bullish."""
+    g = rows[rows["model"] == model]
+    out = g.groupby("condition").agg(n=("parsed", "size"), parse_rate=("parsed", "mean"),
+                                     mean_p_bullish=("p_bullish", "mean"))
+    parsed = g[g["parsed"]]
+    out["share_bullish"] = (parsed["answer"] == Rating.BULLISH.value).groupby(parsed["condition"]).mean()
+    order = [c.value for c in CONDITIONS_ORDER]
+    return out.reindex([c for c in order if c in out.index] + [c for c in out.index if c not in order])
+
+
+def _summary_line(model: str, summ: pd.DataFrame) -> str:
+    parts = []
+    for cond, r in summ.iterrows():
+        p = f"mean p_bullish {r['mean_p_bullish']:.2f}, " if np.isfinite(r["mean_p_bullish"]) else ""
+        sb = f"{100 * r['share_bullish']:.0f} %" if np.isfinite(r["share_bullish"]) else "–"
+        parts.append(f"{cond}: {p}bullish answers {sb}, parsed {100 * r['parse_rate']:.0f} % of {int(r['n'])}")
+    return (f"**Plumbing model: {model}** (registry `plumbing: true`): it only tests the pipeline. Measured "
+            f"in this run — {'; '.join(parts)}. When one label dominates whatever the report says, herding "
+            "and accuracy mostly reflect how often the reference rating or the label is that label.")
 
 
 def caveat_banner(cfg: RunConfig, res: ScoringResult) -> str:
-    """Markdown warning shown above the tables: synthetic data, plumbing model(s)."""
+    """Markdown warning shown above the tables: synthetic data, plumbing model(s) with this run's
+    own measured label preference (never a number quoted from another run)."""
     lines = []
     if cfg.is_synthetic:
         lines.append("**Synthetic data.** These numbers come from the seeded synthetic market and synthetic "
                      "reports: they test the pipeline, they are not research results.")
-    plumbing = sorted(m for m in res.rows["model"].unique() if any(p in m.lower() for p in PLUMBING_MODELS))
-    if plumbing:
-        lines.append(f"**Plumbing model: {', '.join(plumbing)}.** SmolLM2-135M prefers 'bullish' almost "
-                     "regardless of the report (≈0.96 on clearly bearish text), so its herding and accuracy "
-                     "mostly reflect the share of bullish analyst ratings and labels, not herding. "
-                     "Free generation rarely yields a parseable answer.")
+    for model in res.plumbing:
+        lines.append(_summary_line(model, plumbing_summary(res.rows, model)))
     return "\n\n".join(f"> ⚠️ {line}" for line in lines) or "(real data, no plumbing model)"
+
+
+def pooled_views(res: ScoringResult) -> dict[str, pd.DataFrame]:
+    """The pooled rows the notebook shows: Table 4's intervals, paired tests, probability-level
+    herding and KL, and the confusion matrices."""
+    t4 = res.tables["table4_herding_with_without_ci"]
+    m = res.metrics
+    return {
+        "table4_ci_pooled": t4[t4["sector"] == POOLED].reset_index(drop=True),
+        "paired_tests_pooled": (res.tests[res.tests["sector"] == POOLED].reset_index(drop=True)
+                                if not res.tests.empty else res.tests),
+        "prob_herding_kl_pooled": m[m["metric"].isin(["prob_herding", "kl_divergence"])
+                                    & (m["sector"] == POOLED)].reset_index(drop=True),
+        "confusion": res.confusion,
+    }
 
 
 def parse_rate_table(res: ScoringResult) -> pd.DataFrame:

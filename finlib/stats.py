@@ -125,12 +125,6 @@ def macro_f1_from_confusion(conf: np.ndarray) -> np.ndarray:
         return np.where(cnt > 0, np.where(present, f1, 0.0).sum(axis=-1) / np.maximum(cnt, 1), np.nan)
 
 
-def difference(stat_a: Statistic, k_a: int, stat_b: Statistic) -> Statistic:
-    """Statistic of the first k_a columns minus that of the rest: a paired difference whose
-    bootstrap keeps each firm's reports together in both conditions."""
-    return lambda s: stat_a(s[..., :k_a]) - stat_b(s[..., k_a:])
-
-
 # ------------------------------------------------------------------ paired tests
 
 

@@ -116,3 +116,25 @@ def test_inference_params_are_checked(tmp_run):
         with pytest.raises(ConfigError, match=f"inference.{key}"):
             inference_params(tmp_run)
         tmp_run.params["inference"][key] = saved
+
+
+def test_every_paper_model_has_a_paper_name_and_only_smollm_is_plumbing(registry):
+    named = {s.name: s.paper_name for s in registry.values() if s.paper_name}
+    assert len(named) == PAPER_MODELS
+    assert named["gpt-5.1"] == "GPT-5" and named["llama-3.1-8b-it"] == "Meta-Llama-3.1-8B-it"
+    assert {s.name for s in registry.values() if s.plumbing} == {"smollm2-135m"}
+
+
+def test_vllm_records_run_against_a_keyless_server(registry, monkeypatch):
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    vllm = [s for s in registry.values() if s.backend == "openai" and "localhost" in (s.base_url or "")]
+    assert len(vllm) == 15
+    for s in vllm:
+        assert s.api_key_env is None and s.api_key() == "EMPTY", s.name
+
+
+@pytest.mark.parametrize("change, field", [({"paper_name": 5}, "paper_name"), ({"paper_name": " "}, "paper_name"),
+                                           ({"plumbing": "yes"}, "plumbing")])
+def test_bad_paper_name_or_plumbing_flag(tmp_path, change, field):
+    with pytest.raises(RegistryError, match=f"'m1', field '{field}'"):
+        load_registry(write(tmp_path, [{**GOOD, **change}]))

@@ -72,16 +72,38 @@ STATEMENTS = [
     ("Bullish", B),
     ("  BEARISH!  ", S),
     ("Hold", N),
-    ("The stock is a strong buy.", B),
     ("I recommend a hold on this stock.", N),
     ("Overall, I am bullish on the company's prospects.", B),
     ("After weighing growth against valuation, my recommendation is: SELL", S),
     ("The analyst's rating is Buy. Having read the report, my final answer: Neutral", N),
-    ("The revenue outlook looks bullish overall.", B),
     ("Considering everything, the verdict would be neutral.", N),
     ("Answer: Neutral\nReason: The company is in line with peers.", N),
     ("### Answer\nBearish", S),
     ("“Answer”: “Bullish”", B),
+    ("My rating is bullish, although the analyst rating is bearish.", B),  # the analyst's is not a slot
+    ("**Rating**\nHold", N),
+    ("We would rate the shares a Sell.", S),
+    ("Answer - Bullish. The market was bearish last year, but demand recovered.", B),
+]
+# Rating words in free prose describe the report, the market or other people: never an answer.
+# (Before the fix any lone strong rating word in prose was read as the answer.)
+PROSE = [
+    ("The market was bearish last year, but the company grew revenue 12%.", None),
+    ("Analysts are bullish on the sector.", None),
+    ("Corylstone Aerospace Inc. still stands neutral for the next twelve months while remaining one of "
+     "the largest investors in the sector.", None),                  # a default-run fake_rating reply
+    ("Investors turned bearish after the earnings miss.", None),
+    ("The report describes a bullish trend in cloud revenue.", None),
+    ("Sentiment across the sector has been neutral for months.", None),
+    ("The consensus rating is bullish.", None),
+    ("Analysts consider the stock bullish.", None),
+    ("Their view is bearish given the macro backdrop.", None),
+    ("The CEO remains bullish on demand in China.", None),
+    ("Is the stock bullish? The report gives mixed signals.", None),
+    ("The stock is a strong buy.", None),
+    ("The revenue outlook looks bullish overall.", None),
+    ("Management sounded bullish on the call, although margins were weak.", None),
+    ("The analyst rating is bearish.", None),
 ]
 AMBIGUOUS = [
     ("bullish or neutral", None),
@@ -95,7 +117,6 @@ AMBIGUOUS = [
     ("The stock is bullish in the short term but bearish in the long term.", None),
     ("It is between neutral and bullish.", None),
     ("I can't decide between buy and sell.", None),
-    ("My rating is bullish, although the analyst rating is bearish.", None),
 ]
 EMPTY_OR_IRRELEVANT = [
     ("", None),
@@ -114,7 +135,7 @@ EMPTY_OR_IRRELEVANT = [
     ("<|im_end|>", None),
     ("The company holds a 20% stake.", None),
 ]
-CASES = VALID_JSON + MALFORMED_JSON + STATEMENTS + AMBIGUOUS + EMPTY_OR_IRRELEVANT
+CASES = VALID_JSON + MALFORMED_JSON + STATEMENTS + AMBIGUOUS + EMPTY_OR_IRRELEVANT + PROSE
 
 
 def test_there_are_at_least_sixty_cases():
@@ -180,13 +201,13 @@ def test_valid_json_answer_parses_to_itself(rating, reason, reason_first, prefix
 
 # ---------------------------------------------------------------- echoes of the input
 
-REPORT = ("We are initiating coverage of Fenylmora Financial (FNYL) with a Bullish rating. Recent results. "
+REPORT = ("We are initiating coverage of Fenylmora Financial (FNYL). Our rating: Bullish. Recent results. "
           "The shares trade at 17.7x forward earnings vs. a peer median of 14.3x.")
 
 
 def test_copied_report_is_not_an_answer():
     # a small model that copies the report would otherwise "herd" with the analyst perfectly
-    assert parse_rating(REPORT) == B
+    assert parse_rating(REPORT) == B  # "Our rating: Bullish" is a slot when not copied
     assert parse_rating(REPORT, context=REPORT) is None
     assert parse_rating_detail(REPORT[:120], context=REPORT) == (None, "echo_of_input")
 
@@ -204,11 +225,18 @@ def test_echo_guard_ignores_short_coincidences():
 @pytest.mark.parametrize(("text", "note"), [
     ('{"answer": "bearish"}', "json"), ('{"answer": "maybe"}', "json_unreadable"),
     ('{"reason": "cut', "json_without_answer"), ("Answer: Hold", "statement"), ("Neutral", "whole_reply"),
-    ("Looks bullish to me overall.", "rating_word"), ("bullish or bearish", "ambiguous"),
+    ("Looks bullish to me overall.", "prose_only"), ("bullish or bearish", "ambiguous"),
     ("Nothing to see.", "no_rating_found"), ("", "empty"),
 ])
 def test_parse_notes(text, note):
     assert parse_rating_detail(text)[1] == note
+
+
+def test_prose_cases_are_many_and_each_has_a_rating_word():
+    """Guard the PROSE list itself: every case must contain a rating word the old fallback took."""
+    assert len(PROSE) >= 10
+    for text, _ in PROSE:
+        assert parse_rating_detail(text)[1] == "prose_only", text
 
 
 def test_prompt_echo_is_unparsed():

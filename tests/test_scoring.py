@@ -91,14 +91,31 @@ def value(res, model, cond, metric, sector=scoring.POOLED, col="value"):
 # ------------------------------------------------------------------- primitives
 
 
-def test_herding_and_accuracy_primitives_by_hand():
-    ans = pd.Series(["bullish", None, "neutral", "bearish"])
-    ref = pd.Series(["bullish", "bullish", "bearish", None])
-    assert scoring.herding_score(ans, ref) == pytest.approx(1 / 2)       # parsed with ref: rows 0, 2
-    assert scoring.herding_score_all(ans, ref) == pytest.approx(1 / 3)   # rows with ref: 0, 1, 2
-    assert scoring.accuracy(ans, ref) == pytest.approx(1 / 2)
-    assert np.isnan(scoring.herding_score(pd.Series([None, None]), pd.Series(["bullish", "neutral"])))
-    assert scoring.herding_score_all(pd.Series([None, None]), pd.Series(["bullish", "neutral"])) == 0.0
+def primitive_rows(ans: list, ref: list, model: str = "m") -> pd.DataFrame:
+    """Rows in the shape `metrics_long` reads, one firm per row, all in one sector."""
+    n = len(ans)
+    return pd.DataFrame({"model": model, "condition": "original", "mode": "generate",
+                         "ticker": [f"T{i}" for i in range(n)], "sector": "Energy",
+                         "answer": pd.Series(ans, dtype=object), "parsed": pd.Series(ans, dtype=object).notna(),
+                         "reference_rating": pd.Series(ref, dtype=object), "label": pd.Series(ref, dtype=object),
+                         "p_bullish": NAN, "p_neutral": NAN, "p_bearish": NAN})
+
+
+def pooled(rows: pd.DataFrame, metric: str) -> float:
+    m = scoring.metrics_long(rows, reps=20, seed=1)
+    hit = m[(m.metric == metric) & (m.sector == scoring.POOLED)]
+    return hit["value"].iloc[0] if len(hit) else "absent"
+
+
+def test_herding_and_accuracy_by_hand_through_the_pipeline_specs():
+    rows = primitive_rows(["bullish", None, "neutral", "bearish"], ["bullish", "bullish", "bearish", None])
+    assert pooled(rows, "herding") == pytest.approx(1 / 2)       # parsed with ref: rows 0, 2
+    assert pooled(rows, "herding_all") == pytest.approx(1 / 3)   # rows with ref: 0, 1, 2
+    assert pooled(rows, "accuracy") == pytest.approx(1 / 2)      # label = ref here
+    assert pooled(rows, "accuracy_all") == pytest.approx(1 / 3)
+    none = primitive_rows([None, None], ["bullish", "neutral"])
+    assert np.isnan(pooled(none, "herding"))                     # all unparsed: NaN, not 0
+    assert pooled(none, "herding_all") == 0.0
 
 
 def test_confusion_and_macro_f1_by_hand():
@@ -219,6 +236,19 @@ def test_fake_transitions(result):
     row = t[(t.analyst_rating == "bullish") & (t.fake_rating == "neutral")].set_index("answer")
     assert row.loc["neutral", "n"] == 1 and row.loc["unparsed", "n"] == 1      # r1 and r4
     assert row.loc["neutral", "share"] == pytest.approx(0.5)
+    assert (row["parse_rate"] == 0.5).all()                                    # 1 of r1, r4 parsed
+    other = t[(t.analyst_rating == "bearish") & (t.fake_rating == "bullish")]  # r2 -> "Bearish"
+    assert list(other["parse_rate"]) == [1.0]
+
+
+def test_confusion_table_has_n_and_parse_rate(result):
+    c = result.confusion
+    # gen / no_rating: label bullish rows r1 ("Bearish") and r5 ("Answer: bullish"): both parsed;
+    # label bearish: r4 ("I cannot tell.") unparsed
+    g = c[(c.model == "gen") & (c.condition == "no_rating")].set_index("label")
+    assert (g.loc["bullish", "n"], g.loc["bullish", "parse_rate"]) == (2, 1.0)
+    assert (g.loc["bearish", "n"], g.loc["bearish", "parse_rate"]) == (1, 0.0)
+    assert g.loc["bearish", ["bullish", "neutral", "bearish"]].sum() == 0
 
 
 def test_paired_mcnemar_pairs(result):
@@ -247,6 +277,20 @@ def test_table4_cells_and_paper_block(result):
     assert paper.set_index("Model").loc["GPT-5", "Average (printed)"] == "94.6/87.4"
 
 
+def test_table4_pooled_interval_column(result):
+    t = result.tables["table4_herding_with_without"]
+    col = [c for c in t.columns if c.startswith(scoring.POOLED) and c.endswith("CI")]
+    assert col == [f"{scoring.POOLED} 95 % CI"]
+    gen = t[(t.Source == scoring.OURS) & (t.Model == "gen")].iloc[0][col[0]]
+    lo_hi = [tuple(float(x) for x in part.strip("[]").split(", ")) for part in gen.split("/")]
+    assert len(lo_hi) == 2                                                     # with / without
+    for (lo, hi), cond in zip(lo_hi, ("original", "no_rating")):
+        v = 100 * value(result, "gen", cond, "herding")
+        assert lo <= v + 0.05 and v - 0.05 <= hi and lo <= hi
+    for spec in scoring.TABLE_SPECS:
+        assert col[0] in result.tables[spec.name].columns
+
+
 def test_table5_paper_keeps_printed_decimals(result):
     t = result.tables["table5_herding_fake"]
     assert t[t.Source == scoring.PAPER].set_index("Model").loc["GPT-5", "Communication Services"] == "50.00"
@@ -257,6 +301,80 @@ def test_table6_has_analyst_rows(result):
     ours = t[t.Model == "Analyst"]
     assert ours.iloc[0][scoring.POOLED] == "50.0"
     assert (t.Source == scoring.PAPER).any() and "Analyst" in set(t.loc[t.Source == scoring.PAPER, "Model"])
+
+
+def test_every_registry_paper_model_maps_to_a_row_of_tables_4_to_7():
+    from pathlib import Path
+
+    from finlib.llm.registry import load_registry
+
+    reg = load_registry(Path(__file__).resolve().parents[1] / "params" / "models.yaml")
+    names = {n: s.paper_name for n, s in reg.items() if s.paper_name}
+    assert len(names) == 19
+    for spec in scoring.TABLE_SPECS:
+        rows = list(scoring.paper_rows(spec)["Model"])
+        mapped = {m: scoring.paper_row_name(m, names, rows) for m in names}
+        assert None not in mapped.values(), (spec.name, [m for m, r in mapped.items() if r is None])
+        assert len(set(mapped.values())) == 19                  # one-to-one
+    t7 = list(scoring.paper_rows(scoring.TABLE_SPECS[3])["Model"])
+    assert scoring.paper_row_name("mistral-7b-it-v0.3 [score]", names, t7) == "Mistral-7B-It-v0.3"
+    assert scoring.paper_row_name("gpt-5.1", names, t7) == "GPT-5"
+    assert scoring.paper_row_name("smollm2-135m", names, t7) is None
+
+
+def test_table_notes_point_at_the_paper_row_via_the_registry():
+    from types import SimpleNamespace
+
+    pred, cond, labels, reports = frames()
+    pred = pred.assign(model=pred.model.map({"gen": "gpt-5.1", "sc": "smollm2-135m"}))
+    reg = {"gpt-5.1": SimpleNamespace(paper_name="GPT-5", plumbing=False),
+           "smollm2-135m": SimpleNamespace(paper_name=None, plumbing=True)}
+    res = scoring.score_all(pred, cond, labels, reports, reps=10, seed=1, registry=reg)
+    t = res.tables["table4_herding_with_without"].set_index("Model")
+    assert "in the paper as 'GPT-5'" in t.loc["gpt-5.1", "Notes"]
+    assert "paper" not in t.loc["smollm2-135m", "Notes"]
+    assert res.plumbing == ("smollm2-135m",)
+
+
+def test_plumbing_banner_quotes_this_runs_numbers(result):
+    from types import SimpleNamespace
+
+    res = scoring.ScoringResult(result.rows, result.metrics, result.tests, result.tables, result.transitions,
+                                result.confusion, result.report, plumbing=("sc",))
+    text = scoring.caveat_banner(SimpleNamespace(is_synthetic=False), res)
+    # sc original: p_bullish .6 .2 .4 .5 .1 -> mean 0.36; answers bullish, bearish, (tie), bullish,
+    # neutral -> 2 of 4 parsed bullish; no_rating: .5 .5 .2 .3 (error row NaN) -> 0.375 ≈ 0.38
+    assert "original: mean p_bullish 0.36, bullish answers 50 %, parsed 80 % of 5" in text
+    assert "no_rating: mean p_bullish 0.38" in text
+    assert "0.96" not in text and "gen" not in text
+    none = scoring.ScoringResult(*[getattr(result, f) for f in ("rows", "metrics", "tests", "tables", "transitions",
+                                                               "confusion", "report")])
+    assert scoring.caveat_banner(SimpleNamespace(is_synthetic=False), none) == "(real data, no plumbing model)"
+
+
+def test_herding_no_opinion_vs_no_rating_is_tested_and_marked_in_table7():
+    # four reports, four firms; analyst ratings = reference; model herds on no_rating for r1-r3
+    # and on no_opinion only for r1: pairs (a=no_opinion, b=no_rating) -> only_b = 2 (r2, r3)
+    rows = []
+    ans = {"no_rating": ["bullish", "bearish", "neutral", "neutral"],
+           "no_opinion": ["bullish", "neutral", "bullish", None]}
+    for cond, answers in ans.items():
+        for i, (a, ref) in enumerate(zip(answers, ["bullish", "bearish", "neutral", "bullish"])):
+            rows.append({"model": "m", "condition": cond, "mode": "generate", "report_id": f"r{i}",
+                         "ticker": f"T{i}", "sector": "Energy", "answer": a, "parsed": a is not None,
+                         "reference_rating": ref, "label": "bullish",
+                         "p_bullish": NAN, "p_neutral": NAN, "p_bearish": NAN})
+    rows = pd.DataFrame(rows)
+    tests = scoring.paired_tests(rows)
+    h = tests[(tests.test == "herding_no_opinion_vs_no_rating") & (tests.sector == scoring.POOLED)].iloc[0]
+    assert (h.n_pairs, h.only_a, h.only_b) == (3, 0, 2)          # r3 unparsed on no_opinion
+    assert h.pvalue == pytest.approx(0.5)                         # exact binomial: 2 * 0.5**2
+    assert (h.rate_a, h.rate_b) == (pytest.approx(1 / 3), 1.0)
+    spec = scoring.TABLE_SPECS[3]
+    assert spec.extra_test == "herding_no_opinion_vs_no_rating"
+    metrics = scoring.metrics_long(rows, reps=10, seed=1)
+    t7 = scoring.build_table(spec, metrics, tests, rows, pd.DataFrame())
+    assert t7.set_index("Model").loc["m", spec.extra_label] == "33.3/100.0 (pairs 3)"   # Holm p 0.5: no marker
 
 
 def test_table7_skipped_not_zero(result):
@@ -307,6 +425,29 @@ def test_score_run_writes_metrics_and_tables(tmp_run):
             assert (tmp_run.tables_dir / f"{spec.name}.{ext}").is_file()
     md = (tmp_run.tables_dir / "table4_herding_with_without.md").read_text()
     assert "Synthetic data" in md and "Mean of sectors" in md
+
+
+def test_misspelled_scoring_key_is_an_error(tmp_run):
+    from finlib.config import ConfigError
+
+    tmp_run.params["scoring"]["bootstrap_rep"] = 10
+    with pytest.raises(ConfigError, match="bootstrap_rep"):
+        scoring.score_run(tmp_run)
+
+
+def test_score_run_flags_the_registry_plumbing_model(tmp_run):
+    from finlib.artifacts import write_frame
+    pred, cond, labels, reports = frames()
+    pred = pred.assign(model=pred.model.map({"gen": "gpt-4.1", "sc": "smollm2-135m"}))
+    for name, df in (("predictions", pred), ("conditions", cond), ("labels", labels), ("reports", reports)):
+        write_frame(tmp_run, name, df)
+    res = scoring.score_run(tmp_run)
+    assert res.plumbing == ("smollm2-135m",)
+    assert "in the paper as 'GPT-4'" in res.tables["table6_accuracy_with_without"].set_index("Model").loc[
+        "gpt-4.1", "Notes"]
+    assert set(scoring.pooled_views(res)) == {"table4_ci_pooled", "paired_tests_pooled", "prob_herding_kl_pooled",
+                                              "confusion"}
+    assert (scoring.pooled_views(res)["paired_tests_pooled"]["sector"] == scoring.POOLED).all()
 
 
 def test_a_model_run_in_two_modes_is_two_rows():

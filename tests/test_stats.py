@@ -108,11 +108,6 @@ def test_macro_f1_ignores_a_class_absent_everywhere():
     assert np.isnan(stats.macro_f1_from_confusion(np.zeros(9)))
 
 
-def test_difference_statistic():
-    diff = stats.difference(stats.ratio, 2, stats.ratio)
-    assert diff(np.array([3.0, 4.0, 1.0, 4.0])) == pytest.approx(0.5)
-
-
 # ---------------------------------------------------------------- McNemar
 
 

@@ -51,6 +51,8 @@ class ModelSpec:
     gguf_package: str | None = None
     gguf_file: str | None = None
     hf_path: str | None = None
+    paper_name: str | None = None   # the row name in Fin-Bias Tables 4-7 (e.g. "GPT-5" for gpt-5.1)
+    plumbing: bool = False          # a pipeline-test model whose numbers are not research results
 
     def cost(self, input_tokens: int, output_tokens: int, discount: float = 1.0) -> float:
         """USD for one call (discount 0.5 for the Batch API)."""
@@ -75,7 +77,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "sampling": (dict,), "concurrency": (int,), "rpm": (int,), "tpm": (int,), "max_attempts": (int,),
     "timeout_s": (int, float), "max_tokens_param": (str,), "base_url": (str, type(None)),
     "api_key_env": (str, type(None)), "gguf_package": (str, type(None)), "gguf_file": (str, type(None)),
-    "hf_path": (str, type(None)),
+    "hf_path": (str, type(None)), "paper_name": (str, type(None)), "plumbing": (bool,),
 }
 _REQUIRED = ("name", "backend", "model_id", "supports_system", "context_length",
              "price_input_per_m", "price_output_per_m", "sampling")
@@ -109,6 +111,8 @@ def validate_record(rec: Any, path: Path, index: int) -> ModelSpec:
             raise _fail(path, where, key, f"expected {'/'.join(t.__name__ for t in ok)}, got {value!r}")
     if not _NAME.match(rec["name"]):
         raise _fail(path, where, "name", "use letters, digits, '.', '_' or '-'")
+    if isinstance(rec.get("paper_name"), str) and not rec["paper_name"].strip():
+        raise _fail(path, where, "paper_name", "empty (omit it or give the row name printed in the paper)")
     if rec["backend"] not in BACKENDS:
         raise _fail(path, where, "backend", f"must be one of {BACKENDS}, got {rec['backend']!r}")
     if rec["context_length"] <= 0:
