@@ -4,7 +4,7 @@ Same prompts (the study's chat prompt over synthetic ~400-700-token reports), th
 SmolLM2 in the run's dtype (params inference.dtype), measured side by side in one process:
 1. prompts/s of label scoring (finlib.llm.local_backend.LocalModel.score: tokenise, chat
    template, length-sorted left-padded batches, one forward pass, label probabilities) vs
-   generate-then-parse (LocalModel.generate with --max-new-tokens, then parse_answer).
+   generate-then-parse (LocalModel.generate with --max-new-tokens, then stage 04's parse_rating).
    Goal >= 3x. Generation gets the run's `inference.max_new_tokens` (256 by default: room for
    the paper's chain of thought and its JSON); a smaller --max-new-tokens narrows the gap.
 2. prompt tokens/s of the scoring path vs a plain single forward pass per prompt (batch 1, no
@@ -26,10 +26,11 @@ sys.path.insert(0, str(ROOT))
 
 from finlib.config import load_run  # noqa: E402
 from finlib.llm.local_backend import LocalModel  # noqa: E402
-from finlib.llm.prompts import build_messages, parse_answer  # noqa: E402
+from finlib.llm.prompts import build_messages  # noqa: E402
 from finlib.llm.registry import load_registry  # noqa: E402
 from finlib.llm.stage import inference_params  # noqa: E402
 from finlib.llm.store import Request, make_key  # noqa: E402
+from finlib.scoring import parse_rating  # noqa: E402
 
 WORDS = ("revenue growth margin guidance demand cost pricing segment cash flow debt outlook risk competition "
          "quarter earnings management valuation dividend capital expenditure backlog orders inventory").split()
@@ -95,7 +96,7 @@ def main() -> None:
         dt, scored = timed(lambda: [r for b in model.score(score_reqs) for r in b])
         score_s.append(dt)
     gen_s, generated = timed(lambda: [r for b in model.generate(gen_reqs) for r in b])
-    parsed = sum(parse_answer(r.raw_text) is not None for r in generated)
+    parsed = sum(parse_rating(r.raw_text) is not None for r in generated)
     out_tokens = sum(r.output_tokens for r in generated)
 
     best_plain, best_score = min(plain_s), min(score_s)

@@ -85,7 +85,8 @@ def test_submit_poll_collect_into_store_and_never_resubmit(tmp_path, monkeypatch
     requests = reqs(["r1", "r2", "r3 FAIL"])
     with ResponseStore(tmp_path / "r.sqlite") as store:
         counts = run_batch(SPEC, requests, store, tmp_path / "work", client=client, interval_s=0, sleep=lambda s: None)
-        assert counts == {"submitted": 3, "ok": 2, "error": 1}
+        assert counts == {"submitted": 3, "ok": 2, "error": 1,
+                          "cost_usd": pytest.approx(2 * BATCH_DISCOUNT * (1000 * 2.0 + 100 * 8.0) / 1e6)}
         assert store.answered([r.key for r in requests]) == {requests[0].key, requests[1].key}
         row = store.get([requests[0].key])[requests[0].key]
         assert row["cost_usd"] == pytest.approx(BATCH_DISCOUNT * (1000 * 2.0 + 100 * 8.0) / 1e6)
@@ -109,5 +110,29 @@ def test_crash_after_submit_collects_instead_of_resubmitting(tmp_path, monkeypat
             run_batch(SPEC, requests, store, tmp_path / "work", client=client, interval_s=0, sleep=crash)
         assert len(client.batches_store) == 1 and store.count() == 0
         counts = run_batch(SPEC, requests, store, tmp_path / "work", client=client, interval_s=0, sleep=lambda s: None)
-        assert counts == {"submitted": 0, "ok": 2, "error": 0}
+        assert {k: counts[k] for k in ("submitted", "ok", "error")} == {"submitted": 0, "ok": 2, "error": 0}
         assert len(client.batches_store) == 1  # collected the paid batch, nothing resubmitted
+
+
+def test_answered_is_looked_up_once_per_run(tmp_path, monkeypatch):
+    """The store is asked once for all keys, not once per request (quadratic on a 670k-call grid)."""
+    monkeypatch.setenv("BATCH_TEST_KEY", "dummy")
+    requests = reqs([f"q{i}" for i in range(50)])
+    with ResponseStore(tmp_path / "r.sqlite") as store:
+        calls = []
+        original = store.answered
+        monkeypatch.setattr(store, "answered", lambda keys: calls.append(len(keys)) or original(keys))
+        run_batch(SPEC, requests, store, tmp_path / "work", client=FakeClient(), interval_s=0, sleep=lambda s: None)
+    assert calls == [50]
+
+
+def test_length_finish_is_recorded_as_truncated_output(tmp_path, monkeypatch):
+    from finlib.llm.batch_api import parse_line
+
+    (r,) = reqs(["x"])
+    line = {"custom_id": r.key, "response": {"status_code": 200, "body": {
+        "choices": [{"message": {"content": '{"answer": "bul'}, "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 16}}}}
+    assert parse_line(line, SPEC, {r.key: r}, None).truncated_output is True
+    line["response"]["body"]["choices"][0]["finish_reason"] = "stop"
+    assert parse_line(line, SPEC, {r.key: r}, None).truncated_output is False

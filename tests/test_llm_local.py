@@ -69,6 +69,30 @@ def test_generation_respects_max_new_tokens(smol):
                   msgs, params)
     (res,) = next(smol.generate([req]))
     assert res.status == "ok" and isinstance(res.raw_text, str) and 1 <= res.output_tokens <= 6
+    # SmolLM2 copies the report: 6 tokens never reach its end-of-turn, so the answer was cut
+    assert res.output_tokens == 6 and res.truncated_output is True
+
+
+def test_a_failing_item_becomes_an_error_row_and_the_rest_are_scored(smol, monkeypatch, tmp_path):
+    from finlib.llm.local_backend import run_local
+    from finlib.llm.store import ResponseStore
+
+    requests = [score_request(smol, t) for t in TEXTS]
+    poison = smol.tok(smol.prompt_text(requests[1].messages, "score"), add_special_tokens=False)["input_ids"]
+    real = smol.label_logprobs
+
+    def flaky(seqs):
+        if any(s == poison for s in seqs):
+            raise RuntimeError("CUDA out of memory (simulated)")
+        return real(seqs)
+
+    monkeypatch.setattr(smol, "label_logprobs", flaky)
+    with ResponseStore(tmp_path / "r.sqlite") as store:
+        assert run_local(smol, requests, store) == 3
+        rows = store.get([r.key for r in requests])
+    assert [rows[r.key]["status"] for r in requests] == ["ok", "error", "ok"]
+    assert "out of memory" in rows[requests[1].key]["error"] and rows[requests[1].key]["p_bullish"] is None
+    assert rows[requests[0].key]["p_bullish"] is not None
 
 
 def test_truncation_with_real_tokenizer_keeps_first_sentence(smol):
@@ -76,7 +100,7 @@ def test_truncation_with_real_tokenizer_keeps_first_sentence(smol):
     text = first + " " + " ".join(f"Sentence number {i} about revenue and margins." for i in range(300))
     ok = pd.DataFrame([{"item_id": "R:original", "report_id": "R", "condition": "original", "text": text}])
     overhead = smol.n_tokens(smol.prompt_text(build_messages("", True), "score"))
-    inf = {"max_input_tokens": 200, "max_new_tokens": 8}
+    inf = {"max_input_tokens": 200, "max_new_tokens": 8, "dtype": "float32"}
     (req,) = plan_requests(ok, smol.spec, lambda row: ["score"], inf, smol.n_tokens, overhead)
     user = req.messages[-1]["content"]
     assert req.truncated and user.startswith(first) and len(user) < len(text)

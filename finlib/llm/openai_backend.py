@@ -7,7 +7,9 @@ no task per request), each call passes a request/token-per-minute limiter, failu
 (never sooner than the server's Retry-After), up to `max_attempts`; then the failure is
 recorded as an error row with its reason. A single writer commits results to the store in
 groups as they arrive (group commit in a thread, so the event loop keeps sending), and the
-progress bar only counts committed results. The SDK's own retries are off (max_retries=0) so
+progress bar only counts committed results. If the store fails, the workers are cancelled and
+the store's error is raised (nothing is sent that could not be stored). An answer cut at the
+output-token limit (finish_reason "length") is stored with `truncated_output`. The SDK's own retries are off (max_retries=0) so
 that every attempt is visible and counted here.
 """
 from __future__ import annotations
@@ -167,9 +169,11 @@ async def call_with_retries(client, spec: ModelSpec, req: Request, limiter: Rate
         n_in = int(getattr(usage, "prompt_tokens", 0) or 0)
         n_out = int(getattr(usage, "completion_tokens", 0) or 0)
         text = resp.choices[0].message.content if resp.choices else None
+        finish = getattr(resp.choices[0], "finish_reason", None) if resp.choices else None
         return Result(key=req.key, model=req.model, backend=req.backend, mode=req.mode, status="ok", raw_text=text,
                       input_tokens=n_in, output_tokens=n_out, cost_usd=spec.cost(n_in, n_out),
-                      latency_s=time.perf_counter() - t_start, truncated=req.truncated, attempts=attempt)
+                      latency_s=time.perf_counter() - t_start, truncated=req.truncated, attempts=attempt,
+                      truncated_output=finish == "length")
     return Result(key=req.key, model=req.model, backend=req.backend, mode=req.mode, status="error",
                   error=redact(f"{reason} (after {attempt} attempt(s))", secret)[:1000],
                   latency_s=time.perf_counter() - t_start, truncated=req.truncated, attempts=attempt)
@@ -233,11 +237,20 @@ async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: Respon
                                     sum(r.cost_usd for r in batch), n_err)
 
     writer_task = asyncio.create_task(writer())
+    pool = asyncio.ensure_future(asyncio.gather(*(worker() for _ in range(spec.concurrency))))
     try:
-        await asyncio.gather(*(worker() for _ in range(spec.concurrency)))
+        await asyncio.wait({writer_task, pool}, return_when=asyncio.FIRST_COMPLETED)
+        if writer_task.done():  # before the pool: the store failed. Stop the workers (they would
+            pool.cancel()       # otherwise wait forever on the full queue) and raise its error.
+            await asyncio.gather(pool, return_exceptions=True)
+            writer_task.result()
+        await pool  # a worker's own error, raised after the finally stored what was answered
     finally:
-        await results.put(None)
-        await writer_task
+        if not writer_task.done():  # end-of-input marker; never wait on a full queue a dead writer left
+            marker = asyncio.ensure_future(results.put(None))
+            await asyncio.wait({marker, writer_task}, return_when=asyncio.FIRST_COMPLETED)
+            marker.cancel()
+            await writer_task
         if own_client:
             await client.close()
     if state["stopped"]:

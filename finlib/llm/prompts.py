@@ -6,14 +6,16 @@ which is part of every response-store key: old answers are never reused for a ne
 The paper's Figure 1 is an image that did not survive text extraction; the wording below is
 reconstructed from the paper's description (an investor, analyse the analyst report
 logically, give your own rating as JSON with `answer` and `reason`).
+
+Answers are parsed by stage 04's parser (`finlib.scoring.parse_rating`), the only one: stage 03's
+report and notebook use it too, so the parse rate shown there is the one the metrics see.
 """
 from __future__ import annotations
 
-import json
 import re
 from typing import Callable
 
-from finlib.schema import RATINGS, Rating
+from finlib.schema import Rating
 from finlib.sentences import first_sentence_span
 
 PROMPT_VERSION = "finbias-cot-v1"
@@ -31,8 +33,6 @@ SYSTEM_PROMPT = (
 SCORE_PREFIX = '{"answer": "'
 LABEL_STEMS: dict[Rating, str] = {Rating.BULLISH: "bull", Rating.NEUTRAL: "neutral", Rating.BEARISH: "bear"}
 
-_ANSWER_RE = re.compile(r'"answer"\s*:\s*"\s*(bullish|neutral|bearish)\s*"', re.IGNORECASE)
-_JSON_OBJ = re.compile(r"\{[^{}]*\}", re.DOTALL)
 
 
 def build_messages(text: str, supports_system: bool = True) -> list[dict[str, str]]:
@@ -73,25 +73,3 @@ def truncate_text(text: str, max_tokens: int, n_tokens: Callable[[str], int]) ->
         else:
             hi = mid - 1
     return best, True
-
-
-def parse_answer(raw: str | None) -> Rating | None:
-    """The rating in a model's JSON answer, or None when there is none (never a default).
-
-    Accepts a JSON object anywhere in the text (models often wrap it in prose or code fences)
-    with `answer` in the three ratings; anything else is unparsed.
-    """
-    if not raw:
-        return None
-    for block in _JSON_OBJ.findall(raw):
-        try:
-            obj = json.loads(block)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict) and isinstance(obj.get("answer"), str):
-            value = obj["answer"].strip().lower()
-            for r in RATINGS:
-                if value == r.value:
-                    return r
-    m = _ANSWER_RE.search(raw)
-    return Rating(m.group(1).lower()) if m else None

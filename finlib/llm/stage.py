@@ -3,15 +3,16 @@
 Label scoring (one forward pass, three label probabilities) for every `ok` condition row with
 local models; chain-of-thought generation (the paper's protocol) for the first
 `inference.generate_subset` reports (all their conditions), and for every row with API models
-(whose servers do not expose pre-filled label log-probabilities portably). Every call goes
-through the response store: a rerun only sends what is not answered yet.
+(whose servers do not expose pre-filled label log-probabilities portably), sent live or, with
+`inference.batch: true`, through the OpenAI Batch API. Every call goes through the response
+store: a rerun only sends what is not answered yet. Generated answers are read with stage 04's
+parser (`finlib.scoring.parse_rating_detail`), so this stage reports the parse rate the metrics see.
 """
 from __future__ import annotations
 
 import asyncio
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -20,25 +21,42 @@ import pandas as pd
 from finlib.artifacts import read_frame, write_frame, write_json
 from finlib.config import ConfigError, RunConfig
 from finlib.llm.progress import Progress
-from finlib.llm.prompts import PROMPT_VERSION, build_messages, parse_answer, truncate_text
+from finlib.llm.prompts import PROMPT_VERSION, build_messages, truncate_text
 from finlib.llm.registry import ModelSpec, load_registry, select_models
 from finlib.llm.store import Request, ResponseStore, make_key
+from finlib.scoring import parse_rating_detail
 
 PREDICTION_COLUMNS = ["item_id", "report_id", "condition", "model", "mode", "raw_text", "p_bullish", "p_neutral",
                       "p_bearish", "status", "error", "input_tokens", "output_tokens", "cost_usd", "latency_s",
-                      "truncated", "cache_key"]
+                      "truncated", "cache_key", "truncated_output"]
+# truncated_output: the answer stopped at the output-token limit (finish_reason "length"); NA when unknown
 CONDITION_COLUMNS = ("item_id", "report_id", "condition", "text", "status", "skip_reason")
 API_CHARS_PER_TOKEN = 4.0  # token estimate for API models (no local tokenizer); truncation only
 
 
+INFERENCE_KEYS = ("models", "mode", "generate_subset", "max_new_tokens", "max_input_tokens", "budget_usd", "store",
+                  "registry", "model_cache", "dtype", "batch_size", "score_batch_size", "max_batch_tokens", "threads",
+                  "device", "progress", "batch", "batch_dir", "batch_poll_s")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
 def inference_params(cfg: RunConfig) -> dict:
-    """The `inference:` section with its defaults, checked."""
-    inf = dict(cfg["inference"])
-    defaults = {"registry": "params/models.yaml", "model_cache": "data/interim/models", "dtype": "bfloat16",
-                "batch_size": 8, "score_batch_size": 1, "max_batch_tokens": 16384, "threads": None, "device": "cpu",
-                "progress": True}
-    for k, v in defaults.items():
-        inf.setdefault(k, v)
+    """The `inference:` section, checked: a misspelled or missing key is an error, never a default
+    (every key is documented in params/default.yaml, which the other params files extend)."""
+    inf = dict(cfg.section("inference", known=INFERENCE_KEYS))
+    missing = [k for k in INFERENCE_KEYS if k not in inf]
+    if missing:
+        raise ConfigError(f"{cfg.params_file}: inference: missing key(s) {missing} (see params/default.yaml)")
+    if inf["dtype"] not in DTYPES:
+        raise ConfigError(f"{cfg.params_file}: inference.dtype must be one of {DTYPES}, got {inf['dtype']!r}")
+    for k in ("progress", "batch"):
+        if not isinstance(inf[k], bool):
+            raise ConfigError(f"{cfg.params_file}: inference.{k} must be true or false, got {inf[k]!r}")
+    if isinstance(inf["batch_poll_s"], bool) or not isinstance(inf["batch_poll_s"], (int, float)) \
+            or inf["batch_poll_s"] < 0:
+        raise ConfigError(f"{cfg.params_file}: inference.batch_poll_s must be a number >= 0")
+    if not isinstance(inf["models"], list) or not inf["models"]:
+        raise ConfigError(f"{cfg.params_file}: inference.models must be a non-empty list of registry names")
     if inf.get("mode") not in ("score", "generate"):
         raise ConfigError(f"{cfg.params_file}: inference.mode must be 'score' or 'generate', got {inf.get('mode')!r}")
     for k in ("generate_subset", "max_new_tokens", "max_input_tokens", "batch_size", "score_batch_size"):
@@ -74,9 +92,19 @@ def generate_subset_ids(ok: pd.DataFrame, n: int) -> set[str]:
     return set(sorted(ok["report_id"].astype(str).unique())[:n])
 
 
+def engine_of(spec: ModelSpec, inf: dict) -> dict | None:
+    """What besides the messages and sampling fixes a local model's output (part of its store
+    key): the weight source and the dtype. None for servers (their model id names the weights)."""
+    if spec.backend != "local":
+        return None
+    return {"gguf_package": spec.gguf_package, "gguf_file": spec.gguf_file, "hf_path": spec.hf_path,
+            "dtype": inf["dtype"]}
+
+
 def plan_requests(ok: pd.DataFrame, spec: ModelSpec, modes_for: Callable[[pd.Series], list[str]],
                   inf: dict, n_tokens: Callable[[str], int], overhead: int) -> list[Request]:
     """One Request per ok row x mode, with the text truncated to the input budget."""
+    engine = engine_of(spec, inf)
     budget = min(inf["max_input_tokens"], spec.context_length - inf["max_new_tokens"]) - overhead - 2
     if budget <= 0:
         raise ConfigError(f"inference.max_input_tokens={inf['max_input_tokens']} leaves no room for the report "
@@ -89,7 +117,7 @@ def plan_requests(ok: pd.DataFrame, spec: ModelSpec, modes_for: Callable[[pd.Ser
             params = dict(spec.sampling)
             if mode == "generate":
                 params["max_new_tokens"] = inf["max_new_tokens"]
-            key = make_key(spec.backend, spec.model_id, messages, params, PROMPT_VERSION, mode)
+            key = make_key(spec.backend, spec.model_id, messages, params, PROMPT_VERSION, mode, engine)
             out.append(Request(key=key, model=spec.name, backend=spec.backend, mode=mode, messages=messages,
                                params=params, truncated=truncated, input_tokens_est=overhead + n_tokens(text),
                                meta={"item_id": row["item_id"], "report_id": row["report_id"],
@@ -134,7 +162,9 @@ def _rows(requests: list[Request], stored: dict[str, dict]) -> list[dict]:
                      "output_tokens": 0 if s is None else s["output_tokens"],
                      "cost_usd": 0.0 if s is None else s["cost_usd"],
                      "latency_s": 0.0 if s is None else s["latency_s"],
-                     "truncated": r.truncated, "cache_key": r.key})
+                     "truncated": r.truncated, "cache_key": r.key,
+                     "truncated_output": None if s is None or s["truncated_output"] is None
+                     else bool(s["truncated_output"])})
     return rows
 
 
@@ -166,10 +196,15 @@ def _run_model(cfg: RunConfig, spec: ModelSpec, ok: pd.DataFrame, inf: dict, sto
     unique = _unique(requests)
     answered = store.answered([r.key for r in unique])
     pending = [r for r in unique if r.key not in answered]
-    progress = Progress(len(pending), desc=f"{spec.name}", disable=not inf["progress"])
+    progress = Progress(len(pending), desc=f"{spec.name}", disable=not inf["progress"] or not pending)
     try:
         if pending and spec.backend == "local":
             run_local(model, pending, store, progress)
+        elif pending and inf["batch"]:
+            from finlib.llm.batch_api import run_batch
+
+            run_batch(spec, pending, store, cfg.path(inf["batch_dir"]), interval_s=float(inf["batch_poll_s"]),
+                      budget=budget, progress=progress)
         elif pending:
             from finlib.llm.openai_backend import run_openai
 
@@ -181,6 +216,7 @@ def _run_model(cfg: RunConfig, spec: ModelSpec, ok: pd.DataFrame, inf: dict, sto
     masses = [s["label_mass"] for s in stored.values() if s["mode"] == "score" and s["label_mass"] is not None]
     report["models"][spec.name] = {
         "backend": spec.backend, "model_id": spec.model_id, "primary_mode": primary,
+        "via": "local" if spec.backend == "local" else ("batch_api" if inf["batch"] else "chat_completions"),
         "requests": len(requests), "unique_keys": len(unique), "cached": len(answered), "sent": len(pending),
         "truncated_inputs": int(sum(r.truncated for r in requests if r.mode == primary)),
         "load_s": round(getattr(model, "load_s", 0.0), 3), "wall_s": round(time.perf_counter() - t0, 3),
@@ -204,7 +240,7 @@ def skipped_rows(skipped: pd.DataFrame, specs: list[ModelSpec], inf: dict) -> li
                          "p_neutral": np.nan, "p_bearish": np.nan, "status": "skipped",
                          "error": r["skip_reason"] if pd.notna(r["skip_reason"]) else "skipped by stage 02",
                          "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0, "latency_s": 0.0,
-                         "truncated": False, "cache_key": None})
+                         "truncated": False, "cache_key": None, "truncated_output": None})
     return rows
 
 
@@ -218,11 +254,28 @@ def to_frame(rows: list[dict]) -> pd.DataFrame:
     for c in ("input_tokens", "output_tokens"):
         df[c] = df[c].astype("int64")
     df["truncated"] = df["truncated"].astype(bool)
+    df["truncated_output"] = df["truncated_output"].astype("boolean")
     return df.sort_values(["model", "mode", "item_id"], kind="stable").reset_index(drop=True)
 
 
-def summarise(pred: pd.DataFrame, report: dict) -> dict:
-    """Counts, usage per model x condition, JSON parse rate of generated answers."""
+def parsed_answers(pred: pd.DataFrame, contexts: dict[str, str] | None = None) -> pd.DataFrame:
+    """Stage 04's parser on every generated row: `answer` (str|None) and `parse_note` (why).
+    `contexts` (item_id -> input text) lets it ignore ratings copied from the report, as stage 04 does."""
+    contexts = contexts or {}
+    out = [parse_rating_detail(raw, contexts.get(item)) for item, raw in zip(pred["item_id"], pred["raw_text"])]
+    return pd.DataFrame({"answer": pd.Series([None if r is None else r.value for r, _ in out], index=pred.index,
+                                             dtype=object),
+                         "parse_note": pd.Series([note for _, note in out], index=pred.index, dtype=object)})
+
+
+def condition_texts(cfg: RunConfig) -> dict[str, str]:
+    """item_id -> the condition's full text (what the model was shown before truncation)."""
+    cond = read_frame(cfg, "conditions")
+    return {k: v for k, v in zip(cond["item_id"], cond["text"]) if isinstance(v, str)}
+
+
+def summarise(pred: pd.DataFrame, report: dict, contexts: dict[str, str] | None = None) -> dict:
+    """Counts, usage per model x condition, parse rate of generated answers (stage 04's parser)."""
     report["counts"] = {f"{m}|{mode}|{s}": int(n) for (m, mode, s), n in
                         pred.groupby(["model", "mode", "status"]).size().items()}
     usage = pred.groupby(["model", "condition"])[["input_tokens", "output_tokens", "cost_usd"]].sum()
@@ -232,9 +285,12 @@ def summarise(pred: pd.DataFrame, report: dict) -> dict:
     report["cost_note"] = ("cost_usd per row is the cost of the stored call (paid once, possibly in an earlier run); "
                            "budget_spent_this_run_usd is what this run paid")
     gen = pred[(pred["mode"] == "generate") & (pred["status"] == "ok")]
-    parsed = gen["raw_text"].map(parse_answer)
-    report["generate_json_parse"] = {"n": int(len(gen)), "parsed": int(parsed.notna().sum()),
-                                     "rate": float(parsed.notna().mean()) if len(gen) else None}
+    parsed = parsed_answers(gen, contexts)
+    report["generate_parse"] = {"n": int(len(gen)), "parsed": int(parsed["answer"].notna().sum()),
+                                "rate": float(parsed["answer"].notna().mean()) if len(gen) else None,
+                                "by_note": dict(Counter(parsed["parse_note"])),
+                                "parser": "finlib.scoring.parse_rating_detail (stage 04's parser)"}
+    report["truncated_outputs"] = int(pred["truncated_output"].fillna(False).astype(bool).sum())
     report["errors"] = dict(Counter(pred.loc[pred["status"] == "error", "error"].astype(str).str[:120]))
     return report
 
@@ -263,7 +319,8 @@ def run_stage(cfg: RunConfig, models: list[str] | None = None) -> tuple[pd.DataF
             rows += _run_model(cfg, spec, ok, inf, store, budget, gen_ids, report)
     rows += skipped_rows(skipped, specs, inf)
     pred = to_frame(rows)
-    report = summarise(pred, report)
+    contexts = {k: v for k, v in zip(conditions["item_id"], conditions["text"]) if isinstance(v, str)}
+    report = summarise(pred, report, contexts)
     report["budget_spent_this_run_usd"] = budget.spent
     report["wall_s"] = round(time.perf_counter() - t0, 3)
     write_frame(cfg, "predictions", pred)
@@ -282,12 +339,15 @@ def probability_summary(pred: pd.DataFrame) -> pd.DataFrame:
     return out.round(3).reset_index()
 
 
-def generation_summary(pred: pd.DataFrame, width: int = 160) -> pd.DataFrame:
-    """Generated answers with their parsed rating (None = unparsed) and the start of the text."""
+def generation_summary(pred: pd.DataFrame, contexts: dict[str, str] | None = None, width: int = 160) -> pd.DataFrame:
+    """Generated answers with stage 04's reading of them (None = unparsed, with the reason) and
+    the start of the text."""
     g = pred[pred["mode"] == "generate"].copy()
-    g["parsed_answer"] = g["raw_text"].map(lambda t: (r.value if (r := parse_answer(t)) else None))
+    parsed = parsed_answers(g, contexts)
+    g["parsed_answer"], g["parse_note"] = parsed["answer"], parsed["parse_note"]
     g["raw_text_start"] = g["raw_text"].fillna("").str.replace(r"\s+", " ", regex=True).str[:width]
-    return g[["model", "item_id", "status", "output_tokens", "parsed_answer", "raw_text_start"]].reset_index(drop=True)
+    return g[["model", "item_id", "status", "output_tokens", "truncated_output", "parsed_answer", "parse_note",
+              "raw_text_start"]].reset_index(drop=True)
 
 
 def status_summary(pred: pd.DataFrame) -> pd.DataFrame:

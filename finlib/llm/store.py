@@ -37,6 +37,7 @@ CREATE TABLE IF NOT EXISTS responses (
     latency_s REAL NOT NULL DEFAULT 0,
     truncated INTEGER NOT NULL DEFAULT 0,
     label_mass REAL,
+    truncated_output INTEGER,
     error TEXT,
     attempts INTEGER NOT NULL DEFAULT 1,
     n_failures INTEGER NOT NULL DEFAULT 0,
@@ -44,7 +45,8 @@ CREATE TABLE IF NOT EXISTS responses (
 )
 """
 COLUMNS = ("key", "model", "backend", "mode", "status", "raw_text", "p_bullish", "p_neutral", "p_bearish",
-           "input_tokens", "output_tokens", "cost_usd", "latency_s", "truncated", "label_mass", "error", "attempts")
+           "input_tokens", "output_tokens", "cost_usd", "latency_s", "truncated", "label_mass", "truncated_output",
+           "error", "attempts")
 
 # An answer is never replaced by an error; an error is replaced by anything newer.
 UPSERT = f"""
@@ -59,10 +61,17 @@ WHERE responses.status != 'ok'
 
 
 def make_key(backend: str, model_id: str, messages: list[dict], params: dict, prompt_version: str,
-             mode: str) -> str:
-    """sha256 of everything that determines a response (canonical JSON, sorted keys)."""
+             mode: str, engine: dict | None = None) -> str:
+    """sha256 of everything that determines a response (canonical JSON, sorted keys).
+
+    `engine` holds what else fixes the output of a model we run ourselves (local backend: the
+    weight source and the dtype); a server's model id already names its weights, so API keys
+    leave it out (and keep the keys of stores made before it existed).
+    """
     payload = {"backend": backend, "model_id": model_id, "messages": messages, "params": params,
                "prompt_version": prompt_version, "mode": mode}
+    if engine is not None:
+        payload["engine"] = engine
     blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
@@ -86,13 +95,16 @@ class Result:
     error: str | None = None
     attempts: int = 1
     extra: dict = field(default_factory=dict)
+    # the answer hit the output-token limit (finish_reason "length"); None when unknown (errors)
+    truncated_output: bool | None = None
 
     def row(self) -> tuple:
         p = self.probs or {}
         return (self.key, self.model, self.backend, self.mode, self.status, self.raw_text,
                 p.get("bullish"), p.get("neutral"), p.get("bearish"), int(self.input_tokens),
                 int(self.output_tokens), float(self.cost_usd), float(self.latency_s), int(bool(self.truncated)),
-                self.extra.get("label_mass"), self.error, int(self.attempts), int(self.status == "error"), time.time())
+                self.extra.get("label_mass"), None if self.truncated_output is None else int(self.truncated_output),
+                self.error, int(self.attempts), int(self.status == "error"), time.time())
 
 
 class ResponseStore:
@@ -106,8 +118,9 @@ class ResponseStore:
         self.conn.execute("PRAGMA synchronous=FULL")
         self.conn.execute(SCHEMA)
         have = {row[1] for row in self.conn.execute("PRAGMA table_info(responses)")}
-        if "label_mass" not in have:  # stores made before the column existed
-            self.conn.execute("ALTER TABLE responses ADD COLUMN label_mass REAL")
+        for column, kind in (("label_mass", "REAL"), ("truncated_output", "INTEGER")):
+            if column not in have:  # stores made before the column existed (old rows: NULL = unknown)
+                self.conn.execute(f"ALTER TABLE responses ADD COLUMN {column} {kind}")
 
     def put_many(self, results: Iterable[Result]) -> int:
         """Commit a group of results in one transaction; returns how many rows were written.
@@ -119,9 +132,6 @@ class ResponseStore:
             self.conn.execute("BEGIN IMMEDIATE")
             self.conn.executemany(UPSERT, rows)
         return len(rows)
-
-    def put(self, result: Result) -> None:
-        self.put_many([result])
 
     def _select(self, keys: list[str], where: str = "") -> dict[str, dict]:
         out: dict[str, dict] = {}

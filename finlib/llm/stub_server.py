@@ -8,6 +8,7 @@ text, so "fail twice, then answer" is deterministic whatever the concurrency:
   [[500xN]]     answer 500 to the first N attempts
   [[sleepxN:S]] sleep S seconds before answering the first N attempts (client timeouts)
   [[400]]       always 400 (a non-retryable error)
+  [[length]]    answer with finish_reason "length" (output cut at the token limit)
 Requests are logged in memory (time, text, attempt); the Authorization header is only checked
 (`require_key`), never stored or echoed.
 """
@@ -21,7 +22,7 @@ import threading
 import time
 from collections import Counter
 
-_DIRECTIVE = re.compile(r"\[\[(429|500|sleep|400)(?:x(\d+))?(?::([\d.]+))?\]\]")
+_DIRECTIVE = re.compile(r"\[\[(429|500|sleep|400|length)(?:x(\d+))?(?::([\d.]+))?\]\]")
 ANSWER = '{"answer": "bullish", "reason": "stub"}'
 
 
@@ -73,7 +74,7 @@ class StubServer:
         return self._respond(200, {
             "id": f"chatcmpl-{self.n_requests}", "object": "chat.completion", "created": 0,
             "model": req.get("model", "stub"),
-            "choices": [{"index": 0, "finish_reason": "stop",
+            "choices": [{"index": 0, "finish_reason": "length" if "[[length]]" in text else "stop",
                          "message": {"role": "assistant", "content": ANSWER}}],
             "usage": {"prompt_tokens": n_in, "completion_tokens": 12, "total_tokens": n_in + 12}})
 
