@@ -83,3 +83,10 @@ def write_jsonl(path: Path, records: Iterable[dict]) -> Path:
             fh.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
     os.replace(tmp, path)
     return path
+
+
+def require_columns(df: pd.DataFrame, columns: Iterable[str], source: str) -> None:
+    """Fail naming the artifact (or file) and the missing fields, instead of a KeyError deep inside."""
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"{source}: missing column(s) {missing}; has {list(df.columns)}")

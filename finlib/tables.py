@@ -38,6 +38,24 @@ def paper_table(key: str) -> pd.DataFrame:
         return pd.read_csv(fh)
 
 
+def synthetic_title(cfg: RunConfig, title: str) -> str:
+    """A figure title that says "synthetic data" whenever the run is synthetic."""
+    return f"{title} (synthetic data)" if cfg.is_synthetic else title
+
+
+def save_figure(cfg: RunConfig, fig, name: str) -> list[Path]:
+    """Save a matplotlib figure as `figures/<run>/<name>.{png,pdf}` and return both paths.
+
+    The figure stays open, so a notebook can display it inline (no `matplotlib.use("Agg")`:
+    switching backends inside a kernel stops inline display).
+    """
+    cfg.figures_dir.mkdir(parents=True, exist_ok=True)
+    paths = [cfg.figures_dir / f"{name}.{ext}" for ext in ("png", "pdf")]
+    for path in paths:
+        fig.savefig(path, dpi=150, bbox_inches="tight")
+    return paths
+
+
 def caption_with_caveat(cfg: RunConfig, caption: str) -> str:
     """Prefix the synthetic-data caveat whenever the run is synthetic: no table may hide it."""
     return f"{caption} [{SYNTHETIC_CAVEAT}]" if cfg.is_synthetic else caption

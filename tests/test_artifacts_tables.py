@@ -58,3 +58,24 @@ def test_every_paper_table_is_carried_and_matches_its_printed_totals():
     assert t4.model.nunique() == 19 and t4.sector.nunique() == 10
     with pytest.raises(KeyError, match="unknown paper table"):
         paper_table("finbias_table99")
+
+
+def test_require_columns_names_source_and_fields():
+    from finlib.artifacts import require_columns
+
+    require_columns(pd.DataFrame({"a": [1], "b": [2]}), ["a", "b"], "labels.parquet")
+    with pytest.raises(ValueError, match=r"labels\.parquet: missing column\(s\) \['c'\]"):
+        require_columns(pd.DataFrame({"a": [1]}), ["a", "c"], "labels.parquet")
+
+
+def test_save_figure_writes_png_and_pdf_with_synthetic_title(tmp_run):
+    import matplotlib.pyplot as plt
+
+    from finlib.tables import save_figure, synthetic_title
+
+    fig, ax = plt.subplots()
+    ax.set_title(synthetic_title(tmp_run, "CAR by year"))
+    paths = save_figure(tmp_run, fig, "car")
+    assert [p.suffix for p in paths] == [".png", ".pdf"] and all(p.stat().st_size > 0 for p in paths)
+    assert ax.get_title() == "CAR by year (synthetic data)"
+    plt.close(fig)
