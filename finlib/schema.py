@@ -6,7 +6,11 @@ empty group.
 """
 from __future__ import annotations
 
+import re
 from enum import Enum
+from functools import lru_cache
+from types import MappingProxyType
+from typing import Iterable, Mapping
 
 
 class Rating(str, Enum):
@@ -38,6 +42,63 @@ RATING_SYNONYMS: dict[Rating, tuple[str, ...]] = {
         "market underperform", "sector underperform", "negative",
     ),
 }
+
+# Rating words that are also ordinary English: "buy back shares", "sell-side", "hold talks",
+# "add capacity", "reduce debt", "accumulate cash", "positive cash flow", "negative surprise",
+# "neutral impact", "in line with guidance". Found in free text they are not evidence of a
+# rating; stages trust them only in an explicit rating slot ("rated Buy", "Answer: Hold").
+# The rest of RATING_SYNONYMS ("bullish", "outperform", "overweight", …) is rating jargon.
+# Normalised phrases (see `normalise_term`).
+AMBIGUOUS_RATING_TERMS: frozenset[str] = frozenset({
+    "buy", "sell", "hold", "accumulate", "add", "reduce", "positive", "negative", "neutral", "in line",
+})
+
+# Characters that join or split words like a hyphen in real text (PDF extraction yields Unicode
+# hyphens, U+2010-2012, and en dashes, U+2013: "Market-Perform" in several spellings).
+HYPHENS = "-\u2010\u2011\u2012\u2013"
+_WORD_SEP = re.compile(rf"[\s{re.escape(HYPHENS)}]+")
+
+
+def normalise_term(term: str) -> str:
+    """Lowercase, hyphens and whitespace runs as one space: "Equal-Weight" -> "equal weight"."""
+    return " ".join(w for w in _WORD_SEP.split(term.strip().lower()) if w)
+
+
+@lru_cache(maxsize=1)
+def rating_vocabulary() -> Mapping[str, Rating]:
+    """Normalised phrase -> rating, from RATING_SYNONYMS; a phrase listed under two ratings is an
+    error (it would make the extractor and the parser disagree on which one wins)."""
+    vocab: dict[str, Rating] = {}
+    for rating, phrases in RATING_SYNONYMS.items():
+        for phrase in phrases:
+            key = normalise_term(phrase)
+            if vocab.setdefault(key, rating) is not rating:
+                raise ValueError(f"RATING_SYNONYMS lists '{phrase}' under two ratings")
+    return MappingProxyType(vocab)
+
+
+def rating_of(term: str) -> Rating | None:
+    """The rating a synonym names ("Market-Perform" -> neutral), None for any other word."""
+    return rating_vocabulary().get(normalise_term(term))
+
+
+def term_pattern(terms: Iterable[str], hyphens: str = "-", suffixes: Iterable[str] = ()) -> re.Pattern[str]:
+    """Regex matching any of `terms` as whole words, case-insensitively.
+
+    Longest phrase first, so "strong buy" wins over "buy"; inside a phrase any run of spaces or
+    `hyphens` matches ("equal weight" = "Equal-Weight"). A term glued to a word or a hyphen
+    compound does not match ("buyback", "sell-side", "pre-hold"), except before one of
+    `suffixes` ("Buy-rated" with suffixes=("rated",)). The pattern is self-contained (scoped
+    flag, lookarounds), so `.pattern` can be embedded in a larger regex.
+    """
+    keys = sorted({normalise_term(t) for t in terms} - {""}, key=lambda k: (-len(k), k))
+    if not keys:
+        raise ValueError("term_pattern needs at least one non-empty term")
+    h = re.escape(hyphens)
+    sep = rf"[\s{h}]+"
+    alternation = "|".join(sep.join(re.escape(w) for w in k.split()) for k in keys)
+    allowed = "".join(rf"(?!{re.escape(s)}\b)" for s in suffixes)
+    return re.compile(rf"(?<![\w{h}])(?i:{alternation})(?!\w)(?![{h}]{allowed}\w)")
 
 
 class Condition(str, Enum):
@@ -93,6 +154,11 @@ SECTOR_ALIASES: dict[str, str] = {
     "materials": "Basic Materials",
     "basic materials": "Basic Materials",
 }
+
+# Names of the two averages in every results table: all reports pooled, and the unweighted mean
+# of the nine sector values (the paper's printed "Average" is neither).
+POOLED = "Average (pooled)"
+SECTOR_MEAN = "Mean of sectors"
 
 SYNTHETIC_CAVEAT = (
     "Synthetic data: numbers below come from finlib's seeded synthetic market, not from real "

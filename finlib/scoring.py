@@ -23,39 +23,32 @@ import numpy as np
 import pandas as pd
 
 from finlib import stats
-from finlib.artifacts import read_frame, write_frame, write_json
-from finlib.config import RunConfig
+from finlib.artifacts import read_frame, require_columns, write_frame, write_json
+from finlib.config import ConfigError, RunConfig
 from finlib.llm.registry import load_registry
-from finlib.schema import RATING_SYNONYMS, RATINGS, SECTORS, Condition, Rating
+from finlib.schema import (AMBIGUOUS_RATING_TERMS, POOLED, RATING_SYNONYMS, RATINGS, SECTOR_MEAN, SECTORS,
+                           Condition, Rating, normalise_term, rating_of, term_pattern)
 from finlib.tables import paper_table, write_table
 
 # --------------------------------------------------------------------------------------
 # 1. Parsing
 # --------------------------------------------------------------------------------------
 
-# Synonyms that are also everyday English ("add", "positive", "hold", "buy" in "buy back",
-# "in line with"): trusted only inside an explicit rating slot (JSON `answer`, "Answer: …",
-# "I would rate this a …") or as the whole reply, never when merely mentioned in prose.
-WEAK_TERMS = frozenset({"buy", "sell", "hold", "add", "reduce", "accumulate", "positive",
-                        "negative", "in line", "in-line"})
+# Synonyms that are also everyday English (schema.AMBIGUOUS_RATING_TERMS: "buy back", "hold
+# talks", "in line with") are trusted only inside an explicit rating slot (JSON `answer`,
+# "Answer: …", "I would rate this a …") or as the whole reply, never when merely mentioned in
+# prose. Local adjustment: "neutral" is ambiguous in a report ("neutral impact") but in a model's
+# answer it is the label itself, so "I am neutral" counts here.
+WEAK_TERMS: frozenset[str] = AMBIGUOUS_RATING_TERMS - {Rating.NEUTRAL.value}
 
-_TERM_TO_RATING: dict[str, Rating] = {
-    term: rating for rating, terms in RATING_SYNONYMS.items() for term in terms
-}
-
-
-def _term_regex(terms: Iterable[str]) -> str:
-    """Alternation of terms, longest first, with spaces/hyphens interchangeable."""
-    parts = []
-    for t in sorted(set(terms), key=len, reverse=True):
-        parts.append(r"[\s\-]+".join(re.escape(w) for w in re.split(r"[\s\-]+", t)))
-    return "(?:" + "|".join(parts) + ")"
-
-
-_ALL_TERMS = _term_regex(_TERM_TO_RATING)
-_STRONG_TERMS = _term_regex(t for t in _TERM_TO_RATING if t not in WEAK_TERMS)
-# A term must not be glued to letters or hyphen-words ("sell-side", "buyback", "holdings").
-_B, _E = r"(?<![\w\-])", r"(?![\w]|-\w)"
+_VOCAB = [t for terms in RATING_SYNONYMS.values() for t in terms]
+# Whole words only, ASCII hyphen as joiner: a term glued to letters or a hyphen-word does not count
+# ("sell-side", "buyback", "holdings"), while an en dash still separates ("Rating–Buy",
+# "neutral–bullish" is a hedge).
+_ALL_TERMS = term_pattern(_VOCAB).pattern
+_STRONG_TERMS = term_pattern(t for t in _VOCAB if normalise_term(t) not in WEAK_TERMS).pattern
+_TERM = r"(?P<term>" + _ALL_TERMS + r")"
+_TERM_RE = re.compile(_TERM)
 _NEG = r"(?:not|n't|no\s+longer|never|hardly|cannot\s+be|can't\s+be)"
 _NEG_BEFORE = re.compile(_NEG + r"\s+(?:(?:be|a|an|really|very|too|so|overly|particularly|yet)\s+){0,2}$")
 
@@ -76,8 +69,7 @@ _SLOT_NOUNS = (r"(?:rating|recommendation|verdict|decision|conclusion|classifica
 _OWN = r"(?:my|our|final|overall)\s+(?:(?:final|overall|investment|stock|own)\s+)?"
 _FIRST_PERSON = (r"\b(?:i|we)(?:\s*'d|\s*'ll|\s+would|\s+will|\s+should|\s+must|\s+can|\s+could)?"
                  r"(?:\s+(?:therefore|thus|also|still|now|ultimately|strongly|would))?\s+")
-_TERM_SLOT = (r"[\"']?\s*" + _ARTICLE + r"(?P<neg>" + _NEG + r"\s+" + _ARTICLE + r")?"
-              + _B + r"(?P<term>" + _ALL_TERMS + r")" + _E)
+_TERM_SLOT = r"[\"']?\s*" + _ARTICLE + r"(?P<neg>" + _NEG + r"\s+" + _ARTICLE + r")?" + _TERM
 _CUES: tuple[tuple[int, re.Pattern], ...] = (
     (0, re.compile(r"\b(?:final\s+(?:answer|rating|recommendation|verdict|call)|answer)\b[\"']?"
                    + _SLOT_SEP + _TERM_SLOT)),
@@ -86,20 +78,17 @@ _CUES: tuple[tuple[int, re.Pattern], ...] = (
                    + _SLOT_SEP + _TERM_SLOT)),
     (1, re.compile(_FIRST_PERSON + r"(?:rate|classify|consider|label|recommend|assign|give|call)\b\s+"
                    r"(?:(?:this|it|the|stock|company|firm|shares|report|as|a|an|rating|of|with|overall)\s+){0,4}"
-                   r"(?P<neg>" + _NEG + r"\s+" + _ARTICLE + r")?"
-                   + _B + r"(?P<term>" + _ALL_TERMS + r")" + _E)),
+                   r"(?P<neg>" + _NEG + r"\s+" + _ARTICLE + r")?" + _TERM)),
     (1, re.compile(r"\b(?:i\s+am|i'm|we\s+are|we're|i\s+remain|we\s+remain|i\s+would\s+be|i'd\s+be)\s+"
-                   r"(?P<neg>" + _NEG + r"\s+)?" + _B + r"(?P<term>" + _STRONG_TERMS + r")" + _E)),
+                   r"(?P<neg>" + _NEG + r"\s+)?(?P<term>" + _STRONG_TERMS + r")")),
 )
 # A heading on its own line ("### Answer\nBearish", "**Rating**\nHold") is a labelled slot.
 _HEADING_SLOT = re.compile(r"(?im)^[ \t#*_>]*((?:final\s+)?(?:answer|rating|recommendation|verdict))[ \t*_:]*\n+")
 # "bullish or neutral", "neutral/bullish", "neutral to bullish", "bullish and bearish": a hedge.
-_HEDGE_AFTER = re.compile(r"^\s*(?:or|/|to|and|\\|-|–|versus|vs\.?)\s*" + _ARTICLE + _B
-                          + r"(?P<term>" + _ALL_TERMS + r")" + _E)
-_HEDGE_BEFORE = re.compile(_B + r"(?P<term>" + _ALL_TERMS + r")" + _E
-                           + r"\s*(?:or|/|to|and|\\|-|–|versus|vs\.?)\s*" + _ARTICLE + r"$")
-_STRONG_RE = re.compile(_B + r"(?P<term>" + _STRONG_TERMS + r")" + _E)
-_WHOLE_RE = re.compile(r"^\s*(?:" + _ARTICLE + r")(?P<term>" + _ALL_TERMS + r")(?:\s+rating)?\s*[.!]?\s*$")
+_HEDGE_AFTER = re.compile(r"^\s*(?:or|/|to|and|\\|-|–|versus|vs\.?)\s*" + _ARTICLE + _TERM)
+_HEDGE_BEFORE = re.compile(_TERM + r"\s*(?:or|/|to|and|\\|-|–|versus|vs\.?)\s*" + _ARTICLE + r"$")
+_STRONG_RE = re.compile(r"(?P<term>" + _STRONG_TERMS + r")")
+_WHOLE_RE = re.compile(r"^\s*" + _ARTICLE + _TERM + r"(?:\s+rating)?\s*[.!]?\s*$")
 _ANSWER_KEY_RE = re.compile(
     r"[\"'](?:final_answer|answer)[\"']\s*:\s*(?:\"(?P<dq>[^\"\n]{0,80})(?P<dqend>\")?"
     r"|'(?P<sq>[^'\n]{0,80})(?P<sqend>')?|(?P<bare>[A-Za-z][A-Za-z \-]{0,40}))",
@@ -115,19 +104,11 @@ def _normalise(text: str) -> str:
     return re.sub(r"\s+", " ", t).lower()
 
 
-def _rating_of(term: str) -> Rating:
-    key = re.sub(r"[\s\-]+", " ", term.strip().lower())
-    for cand in (key, key.replace(" ", "-")):
-        if cand in _TERM_TO_RATING:
-            return _TERM_TO_RATING[cand]
-    raise KeyError(term)  # unreachable for terms matched by _ALL_TERMS
-
-
 def _hedged(text: str, start: int, end: int, rating: Rating) -> bool:
     """True when the term at [start, end) is joined to a *different* rating ("bullish or neutral")."""
     after = _HEDGE_AFTER.match(text[end:end + 40])
     before = _HEDGE_BEFORE.search(text[max(0, start - 40):start])
-    return any(m is not None and _rating_of(m.group("term")) != rating for m in (after, before))
+    return any(m is not None and rating_of(m.group("term")) != rating for m in (after, before))
 
 
 def _negated(text: str, start: int) -> bool:
@@ -144,10 +125,10 @@ def rating_from_value(value: Any) -> Rating | None:
         return None
     t = _normalise(value)
     found: set[Rating] = set()
-    for m in re.finditer(_B + r"(?P<term>" + _ALL_TERMS + r")" + _E, t):
+    for m in _TERM_RE.finditer(t):
         if _negated(t, m.start()):
             return None
-        found.add(_rating_of(m.group("term")))
+        found.add(rating_of(m.group("term")))
     return found.pop() if len(found) == 1 else None
 
 
@@ -264,7 +245,7 @@ def _from_statements(text: str, context: str | None = None) -> tuple[Rating | No
     ctx = _normalise(context) if isinstance(context, str) else None
     whole = _WHOLE_RE.match(re.sub(r"[\"'()\[\]{}]", " ", t))
     if whole:
-        return _rating_of(whole.group("term")), "whole_reply"
+        return rating_of(whole.group("term")), "whole_reply"
     hits: dict[int, list[Rating | None]] = {}
     echoes = 0
     for priority, pat in _CUES:
@@ -272,7 +253,7 @@ def _from_statements(text: str, context: str | None = None) -> tuple[Rating | No
             if _echoed(t, m.start(), m.end(), ctx):
                 echoes += 1
                 continue
-            r = _rating_of(m.group("term"))
+            r = rating_of(m.group("term"))
             ok = m.group("neg") is None and not _hedged(t, m.start("term"), m.end("term"), r)
             hits.setdefault(priority, []).append(r if ok else None)
     if hits:
@@ -280,7 +261,7 @@ def _from_statements(text: str, context: str | None = None) -> tuple[Rating | No
         return (asserted.pop(), "statement") if len(asserted) == 1 and None not in asserted else (None, "ambiguous")
     in_prose = [m for m in _STRONG_RE.finditer(t) if not _echoed(t, m.start(), m.end(), ctx)]
     if in_prose:  # note only (the answer is None either way): a hedge in prose reads "ambiguous"
-        hedged = any(_hedged(t, m.start(), m.end(), _rating_of(m.group("term"))) for m in in_prose)
+        hedged = any(_hedged(t, m.start(), m.end(), rating_of(m.group("term"))) for m in in_prose)
         return None, ("ambiguous" if hedged else "prose_only")
     return None, ("echo_of_input" if echoes or _STRONG_RE.search(t) else "no_rating_found")
 
@@ -363,14 +344,6 @@ PRED_COLUMNS = ("item_id", "report_id", "condition", "model", "mode", "raw_text"
 COND_COLUMNS = ("item_id", "report_id", "condition", "analyst_rating", "fake_rating",
                 "reference_rating", "status", "skip_reason")
 PROB_COLUMNS = {Rating.BULLISH: "p_bullish", Rating.NEUTRAL: "p_neutral", Rating.BEARISH: "p_bearish"}
-POOLED, SECTOR_MEAN = "Average (pooled)", "Mean of sectors"
-
-
-def require_columns(df: pd.DataFrame, columns: Iterable[str], artifact: str) -> None:
-    """Fail with the artifact and the missing field names instead of a KeyError deep inside."""
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise ValueError(f"{artifact}.parquet lacks column(s) {missing}; has {list(df.columns)}")
 
 
 def _check_ratings(df: pd.DataFrame, column: str, artifact: str) -> None:
@@ -411,10 +384,10 @@ def score_frame(predictions: pd.DataFrame, conditions: pd.DataFrame, labels: pd.
     Skipped items (condition or inference status "skipped") are set aside with their reason:
     they are not zeros. Predictions for items missing from conditions/reports are an error.
     """
-    require_columns(predictions, PRED_COLUMNS, "predictions")
-    require_columns(conditions, COND_COLUMNS, "conditions")
-    require_columns(labels, ("report_id", "label"), "labels")
-    require_columns(reports, ("report_id", "ticker", "sector", "analyst_rating"), "reports")
+    require_columns(predictions, PRED_COLUMNS, "predictions.parquet")
+    require_columns(conditions, COND_COLUMNS, "conditions.parquet")
+    require_columns(labels, ("report_id", "label"), "labels.parquet")
+    require_columns(reports, ("report_id", "ticker", "sector", "analyst_rating"), "reports.parquet")
     for frame, col, name in ((conditions, "reference_rating", "conditions"), (labels, "label", "labels"),
                              (reports, "analyst_rating", "reports")):
         _check_ratings(frame, col, name)
@@ -893,16 +866,30 @@ def _fmt(v: float, digits: int = 1) -> str:
     return "–" if v is None or not np.isfinite(v) else f"{100 * v:.{digits}f}"
 
 
-def _cell(metrics: pd.DataFrame, model: str, conds: tuple[Condition, ...], metric: str, sector: str,
+CELL_KEY = ("model", "condition", "metric", "sector")
+Cells = dict[tuple[str, str, str, str], dict[str, Any]]
+
+
+def index_cells(metrics: pd.DataFrame) -> Cells:
+    """`metrics` rows by (model, condition, metric, sector), so a table looks each cell up once
+    instead of filtering the long frame per cell. A repeated key is an error (two values for
+    one cell)."""
+    keys = list(CELL_KEY)
+    dup = metrics.duplicated(keys)
+    if dup.any():
+        raise ValueError(f"metrics: more than one row for cell {tuple(metrics.loc[dup, keys].iloc[0])}")
+    return dict(zip(metrics[keys].itertuples(index=False, name=None), metrics.to_dict("records")))
+
+
+def _cell(cells: Cells, model: str, conds: tuple[Condition, ...], metric: str, sector: str,
           skipped: dict[tuple[str, str], str]) -> str:
     parts = []
     for c in conds:
         if (model, c.value) in skipped:
             parts.append("skipped")
             continue
-        hit = metrics[(metrics["model"] == model) & (metrics["condition"] == c.value)
-                      & (metrics["metric"] == metric) & (metrics["sector"] == sector)]
-        parts.append(_fmt(hit["value"].iloc[0]) if len(hit) else "–")
+        hit = cells.get((model, c.value, metric, sector))
+        parts.append(_fmt(hit["value"]) if hit is not None else "–")
     return "/".join(parts)
 
 
@@ -958,14 +945,13 @@ def paper_row_name(model: str, paper_names: dict[str, str], paper_models: Iterab
     return hits[0] if hits else None
 
 
-def _pooled_interval(metrics: pd.DataFrame, model: str, conds: tuple[Condition, ...], metric: str) -> str:
-    parts = []
-    for c in conds:
-        hit = metrics[(metrics["model"] == model) & (metrics["condition"] == c.value)
-                      & (metrics["metric"] == metric) & (metrics["sector"] == POOLED)]
-        lo, hi = (hit["ci_low"].iloc[0], hit["ci_high"].iloc[0]) if len(hit) else (np.nan, np.nan)
-        parts.append(f"[{_fmt(lo)}, {_fmt(hi)}]")
-    return "/".join(parts)
+def _pooled_columns(pooled: list[dict[str, Any] | None]) -> dict[str, str]:
+    """The pooled cells' interval, parse rate and N per condition ("a/b"); '–' (N 0) for no rows."""
+    return {
+        "ci": "/".join(f"[{_fmt(h['ci_low'])}, {_fmt(h['ci_high'])}]" if h else "[–, –]" for h in pooled),
+        "parse_rate": "/".join(_fmt(h["parse_rate"]) if h else "–" for h in pooled),
+        "n": "/".join(str(int(h["n"])) if h else "0" for h in pooled),
+    }
 
 
 def _extra_test_cell(tests: pd.DataFrame, name: str, model: str) -> str:
@@ -995,31 +981,29 @@ def build_table(spec: TableSpec, metrics: pd.DataFrame, tests: pd.DataFrame, row
     models = sorted(m for m in set(rows["model"]) | {m for m, _ in skip} if m != "Analyst")
     if spec.analyst_row:
         models.append("Analyst")
-    paper_models = list(paper_rows(spec)["Model"])
+    paper = paper_rows(spec)
+    paper_models = list(paper["Model"])
+    cells = index_cells(metrics[metrics["metric"] == spec.metric])
+    markers = ({} if tests.empty else
+               {(m, s): mk for m, s, mk in tests.loc[tests["test"] == spec.test, ["model", "sector", "marker"]]
+                .itertuples(index=False, name=None)})
     ci_col = POOLED_CI.format(ci=f"{100 * ci:g} %")
     records = []
     for model in models:
         conds = (Condition.ORIGINAL,) if model == "Analyst" else spec.conditions
         rec = {"Source": OURS if model != "Analyst" else f"{OURS} (analyst baseline)", "Model": model}
         for sector in (*SECTORS, POOLED, SECTOR_MEAN):
-            cell = _cell(metrics, model, conds, spec.metric, sector, skip)
-            if model != "Analyst" and not tests.empty and sector != SECTOR_MEAN:
-                hit = tests[(tests["test"] == spec.test) & (tests["model"] == model) & (tests["sector"] == sector)]
-                cell += hit["marker"].iloc[0] if len(hit) else ""
+            cell = _cell(cells, model, conds, spec.metric, sector, skip)
+            if model != "Analyst" and sector != SECTOR_MEAN:
+                cell += markers.get((model, sector), "")
             rec[sector] = cell
-        rec[ci_col] = _pooled_interval(metrics, model, conds, spec.metric)
+        pooled = _pooled_columns([cells.get((model, c.value, spec.metric, POOLED)) for c in conds])
+        rec[ci_col] = pooled["ci"]
         rec["Average (printed)"] = ""
         if spec.extra_test:
             rec[spec.extra_label] = "" if model == "Analyst" else _extra_test_cell(tests, spec.extra_test, model)
-        pr = []
-        ns = []
-        for c in conds:
-            hit = metrics[(metrics["model"] == model) & (metrics["condition"] == c.value)
-                          & (metrics["metric"] == spec.metric) & (metrics["sector"] == POOLED)]
-            pr.append(_fmt(hit["parse_rate"].iloc[0]) if len(hit) else "–")
-            ns.append(str(int(hit["n"].iloc[0])) if len(hit) else "0")
-        rec["Parse rate %"] = "/".join(pr)
-        rec["N"] = "/".join(ns)
+        rec["Parse rate %"] = pooled["parse_rate"]
+        rec["N"] = pooled["n"]
         notes = [f"{c.value} skipped: {skip[(model, c.value)]}" for c in conds if (model, c.value) in skip]
         notes += [f"{c.value}: some items skipped, {partial[(model, c.value)]}" for c in conds
                   if (model, c.value) in partial]
@@ -1031,7 +1015,7 @@ def build_table(spec: TableSpec, metrics: pd.DataFrame, tests: pd.DataFrame, row
     columns = ["Source", "Model", *SECTORS, POOLED, SECTOR_MEAN, ci_col, "Average (printed)",
                *([spec.extra_label] if spec.extra_test else []), "Parse rate %", "N", "Notes"]
     ours = pd.DataFrame.from_records(records, columns=columns)
-    paper = paper_rows(spec).assign(**{"Parse rate %": "", "N": "", "Notes": "published, as printed", ci_col: ""})
+    paper = paper.assign(**{"Parse rate %": "", "N": "", "Notes": "published, as printed", ci_col: ""})
     if spec.extra_test:
         paper[spec.extra_label] = ""
     return pd.concat([ours, paper[columns]], ignore_index=True)
@@ -1124,16 +1108,27 @@ def score_all(predictions: pd.DataFrame, conditions: pd.DataFrame, labels: pd.Da
                          confusion_long(all_rows), report, plumbing)
 
 
-SCORING_KEYS = ("bootstrap_reps", "ci")  # params `scoring:`; a misspelled key is an error
+SCORING_KEYS = ("bootstrap_reps", "ci")  # params `scoring:`; a misspelled or missing key is an error
+
+
+def scoring_params(cfg: RunConfig) -> dict:
+    """The `scoring:` section, checked: every key documented in params/default.yaml, none defaulted."""
+    sc = cfg.section("scoring", known=SCORING_KEYS)
+    missing = [k for k in SCORING_KEYS if k not in sc]
+    if missing:
+        raise ConfigError(f"{cfg.params_file}: scoring: missing key(s) {missing} (see params/default.yaml)")
+    return sc
 
 
 def score_run(cfg: RunConfig) -> ScoringResult:
     """Stage 04 entry: read the 00-03 artifacts, score, write metrics/tests/report and Tables 4-7."""
-    sc = cfg.section("scoring", known=SCORING_KEYS)
-    registry = load_registry(cfg.path(cfg.params.get("inference", {}).get("registry", "params/models.yaml")))
+    from finlib.llm.stage import inference_params  # here, not at the top: stage 03 imports this module's parser
+
+    sc = scoring_params(cfg)
+    registry = load_registry(cfg.path(inference_params(cfg)["registry"]))
     res = score_all(read_frame(cfg, "predictions"), read_frame(cfg, "conditions"), read_frame(cfg, "labels"),
                     read_frame(cfg, "reports"), reps=int(sc["bootstrap_reps"]), seed=cfg.seed,
-                    ci=float(sc.get("ci", 0.95)), registry=registry)
+                    ci=float(sc["ci"]), registry=registry)
     write_frame(cfg, "metrics", res.metrics)
     write_frame(cfg, "paired_tests", res.tests)
     write_json(cfg, "scoring_report", res.report)
@@ -1234,10 +1229,14 @@ def parse_note_table(res: ScoringResult) -> pd.DataFrame:
 
 
 def plot_herding(cfg: RunConfig, res: ScoringResult):
-    """Pooled herding (and accuracy) per condition with 95 % CIs; PNG + PDF under figures/<run>/."""
-    import matplotlib
-    matplotlib.use("Agg", force=False)
+    """Pooled herding (and accuracy) per condition with 95 % CIs; PNG + PDF under figures/<run>/.
+
+    The title says "synthetic data" on synthetic runs and names the plumbing models when any
+    (registry `plumbing: true`): their numbers only test the pipeline.
+    """
     import matplotlib.pyplot as plt
+
+    from finlib.tables import save_figure, synthetic_title
 
     m = res.metrics[(res.metrics["sector"] == POOLED) & res.metrics["metric"].isin(["herding", "accuracy"])
                     & (res.metrics["model"] != "Analyst")]
@@ -1258,14 +1257,13 @@ def plot_herding(cfg: RunConfig, res: ScoringResult):
         ax.set_title(f"{metric} (pooled, 95 % cluster-bootstrap CI)")
         ax.set_ylabel("%")
     axes[0].legend(fontsize=7)
-    title = "Herding and accuracy by condition (N = parsed answers)"
-    if cfg.is_synthetic:
-        title += " — synthetic data, plumbing model: not a research result"
+    title = synthetic_title(cfg, "Herding and accuracy by condition (N = parsed answers)")
+    if res.plumbing:  # name them only when some bars are not plumbing models
+        which = "" if set(res.plumbing) >= set(models) else f" ({', '.join(res.plumbing)})"
+        title += f" — plumbing model{which}: not a research result"
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    cfg.figures_dir.mkdir(parents=True, exist_ok=True)
-    for ext in ("png", "pdf"):
-        fig.savefig(cfg.figures_dir / f"fig_herding_accuracy.{ext}", dpi=150)
+    save_figure(cfg, fig, "fig_herding_accuracy")
     return fig
 
 

@@ -244,3 +244,12 @@ def test_prompt_echo_is_unparsed():
               '"answer" is one of "bullish", "neutral" or "bearish".')
     assert parse_rating(prompt) is None
     assert parse_rating('{"answer": "bullish|neutral|bearish"}') is None
+
+
+def test_everyday_rating_words_need_a_slot_but_neutral_is_a_stance():
+    # "positive", "buy back", "reduce" are ordinary English (schema.AMBIGUOUS_RATING_TERMS) ...
+    assert parse_rating_detail("We are positive on the long-term outlook.") == (None, "no_rating_found")
+    assert parse_rating_detail("The company will buy back shares and reduce debt.") == (None, "no_rating_found")
+    assert parse_rating("Rating: Reduce") == S
+    # ... but in a model's reply "neutral" is the label itself (scoring's local adjustment)
+    assert parse_rating("I am neutral on the shares.") == N

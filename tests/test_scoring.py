@@ -403,7 +403,7 @@ def test_prediction_for_unknown_item_is_an_error():
 
 def test_missing_column_is_named():
     pred, cond, labels, reports = frames()
-    with pytest.raises(ValueError, match=r"predictions\.parquet lacks column\(s\) \['raw_text'\]"):
+    with pytest.raises(ValueError, match=r"predictions\.parquet: missing column\(s\) \['raw_text'\]"):
         scoring.score_frame(pred.drop(columns="raw_text"), cond, labels, reports)
 
 
@@ -433,6 +433,22 @@ def test_misspelled_scoring_key_is_an_error(tmp_run):
     tmp_run.params["scoring"]["bootstrap_rep"] = 10
     with pytest.raises(ConfigError, match="bootstrap_rep"):
         scoring.score_run(tmp_run)
+
+
+def test_missing_scoring_key_is_an_error_not_a_default(tmp_run):
+    from finlib.config import ConfigError
+
+    del tmp_run.params["scoring"]["ci"]
+    with pytest.raises(ConfigError, match=r"scoring: missing key\(s\) \['ci'\]"):
+        scoring.score_run(tmp_run)
+
+
+def test_two_metric_rows_for_one_cell_is_an_error():
+    row = {"model": "m", "condition": "original", "metric": "herding", "sector": "Energy", "value": 0.5}
+    metrics = pd.DataFrame([row, {**row, "value": 0.7}])
+    with pytest.raises(ValueError, match="more than one row for cell"):
+        scoring.index_cells(metrics)
+    assert scoring.index_cells(metrics.iloc[:1])[("m", "original", "herding", "Energy")]["value"] == 0.5
 
 
 def test_score_run_flags_the_registry_plumbing_model(tmp_run):
