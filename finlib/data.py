@@ -30,13 +30,15 @@ import io
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import pandas as pd
 
+from finlib.artifacts import require_columns
 from finlib.config import RunConfig, check_known_keys
 from finlib.schema import RATINGS, SECTOR_ALIASES, SECTORS, Rating
+from finlib.tables import paper_table
 
 REPORT_COLUMNS: tuple[str, ...] = ("report_id", "ticker", "company", "sector", "date", "text")
 REQUIRED_REPORT_COLUMNS: tuple[str, ...] = ("report_id", "ticker", "date", "text")
@@ -144,6 +146,14 @@ def _row(i: int) -> int:
     return int(i) + 1
 
 
+def _require_columns(df: pd.DataFrame, columns: Iterable[str], source: str) -> None:
+    """finlib.artifacts.require_columns, raised as this stage's DataValidationError."""
+    try:
+        require_columns(df, columns, source)
+    except ValueError as exc:
+        raise DataValidationError(str(exc)) from None
+
+
 def _listing(items: list[str], limit: int = 5) -> str:
     more = f" (and {len(items) - limit} more)" if len(items) > limit else ""
     return "; ".join(items[:limit]) + more
@@ -213,15 +223,34 @@ def check_unique_ids(df: pd.DataFrame, source: str) -> None:
             f"{source}: duplicate report_id in column '{_col(df, 'report_id')}': {_listing(parts)}")
 
 
-def parse_dates(values: pd.Series, source: str, column: str) -> pd.Series:
-    """Parse dates one format at a time; unparseable or missing values are an error naming the row."""
-    raw = values.astype(object)
+def parse_dates(values: pd.Series, source: str, column: str, rows: np.ndarray | None = None) -> pd.Series:
+    """Parse dates one format at a time; unparseable or missing values are an error naming the row.
+
+    ``rows``: the source file's positional row of each value, when ``values`` is a subset.
+    """
+    raw = values.astype(object).reset_index(drop=True)
+    rows = np.arange(len(raw)) if rows is None else np.asarray(rows)
     parsed = pd.to_datetime(raw, errors="coerce", format="mixed", utc=True)
     bad = np.flatnonzero(parsed.isna().to_numpy())
     if len(bad):
-        rows = [f"row {_row(i)} ({raw.iloc[i]!r})" for i in bad]
-        raise DataValidationError(f"{source}: unparseable date in column '{column}' at {_listing(rows)}")
+        items = [f"row {_row(rows[i])} ({raw.iloc[i]!r})" for i in bad]
+        raise DataValidationError(f"{source}: unparseable date in column '{column}' at {_listing(items)}")
     return parsed.dt.tz_localize(None).dt.normalize().astype("datetime64[ns]")
+
+
+def parse_closes(values: pd.Series, source: str, column: str,
+                 rows: np.ndarray | None = None) -> tuple[pd.Series, pd.Series]:
+    """Closing prices as float64 and a mask of blank values (vendor gaps, dropped and counted by
+    the caller); non-numeric or non-positive values are errors naming the row."""
+    raw = values.reset_index(drop=True)
+    rows = np.arange(len(raw)) if rows is None else np.asarray(rows)
+    close = pd.to_numeric(raw, errors="coerce")
+    blank = close.isna() if pd.api.types.is_numeric_dtype(raw) else _blank(raw)
+    for what, mask in (("non-numeric value", close.isna() & ~blank), ("non-positive price", (close <= 0).fillna(False))):
+        if mask.any():
+            items = [f"row {_row(rows[i])} ({raw.iloc[i]!r})" for i in np.flatnonzero(mask.to_numpy())]
+            raise DataValidationError(f"{source}: {what} in column '{column}' at {_listing(items)}")
+    return close.astype("float64"), blank
 
 
 def canonical_sector(value: Any) -> str | None:
@@ -400,9 +429,7 @@ def load_prices(path: str | Path, tickers: list[str] | None = None, nrows: int |
     """
     path = Path(path)
     df = read_table(path, nrows=nrows)
-    missing = [c for c in PRICE_COLUMNS if c not in df.columns]
-    if missing:
-        raise DataValidationError(f"{path}: missing column(s) {missing} (row 0 = header); found {list(df.columns)}")
+    _require_columns(df, PRICE_COLUMNS, str(path))
     df = df[list(PRICE_COLUMNS)].reset_index(drop=True)
     if tickers is not None:
         df = df[df["ticker"].astype(str).isin(set(tickers))].reset_index(drop=False).rename(
@@ -410,25 +437,10 @@ def load_prices(path: str | Path, tickers: list[str] | None = None, nrows: int |
     else:
         df["src_row"] = np.arange(len(df))
     rows = df["src_row"].to_numpy()
-    dates = pd.to_datetime(df["date"], errors="coerce", format="mixed")
-    bad = np.flatnonzero(dates.isna().to_numpy())
-    if len(bad):
-        items = [f"row {_row(rows[i])} ({df['date'].iloc[i]!r})" for i in bad]
-        raise DataValidationError(f"{path}: unparseable date in column 'date' at {_listing(items)}")
-    raw_close = df["adj_close"]
-    close = pd.to_numeric(raw_close, errors="coerce")
-    blank = close.isna() if pd.api.types.is_numeric_dtype(raw_close) else _blank(raw_close)
-    nonnum = close.isna() & ~blank
-    if nonnum.any():
-        items = [f"row {_row(rows[i])} ({raw_close.iloc[i]!r})" for i in np.flatnonzero(nonnum.to_numpy())]
-        raise DataValidationError(f"{path}: non-numeric value in column 'adj_close' at {_listing(items)}")
-    nonpos = (close <= 0).fillna(False)
-    if nonpos.any():
-        items = [f"row {_row(rows[i])} ({close.iloc[i]})" for i in np.flatnonzero(nonpos.to_numpy())]
-        raise DataValidationError(f"{path}: non-positive price in column 'adj_close' at {_listing(items)}")
-    out = pd.DataFrame({"date": dates.dt.normalize().astype("datetime64[ns]"),
-                        "ticker": df["ticker"].astype(str).str.strip().str.upper(),
-                        "adj_close": close.astype("float64"), "src_row": rows})
+    dates = parse_dates(df["date"], str(path), "date", rows)
+    close, blank = parse_closes(df["adj_close"], str(path), "adj_close", rows)
+    out = pd.DataFrame({"date": dates, "ticker": df["ticker"].astype(str).str.strip().str.upper(),
+                        "adj_close": close, "src_row": rows})
     dup = out.duplicated(["ticker", "date"], keep=False)
     if dup.any():
         first = out[dup].iloc[:2]
@@ -448,19 +460,10 @@ def load_market(path: str | Path, column: str = "market_close") -> tuple[pd.Data
     """
     path = Path(path)
     df = read_table(path)
-    missing = [c for c in ("date", column) if c not in df.columns]
-    if missing:
-        raise DataValidationError(f"{path}: missing column(s) {missing}; found {list(df.columns)} "
-                                  "(set data.prices.market_column)")
+    _require_columns(df, ("date", column), f"{path} (set data.prices.market_column)")
     dates = parse_dates(df["date"], str(path), "date")
-    raw = df[column]
-    close = pd.to_numeric(raw, errors="coerce")
-    blank = close.isna() if pd.api.types.is_numeric_dtype(raw) else _blank(raw)
-    bad = np.flatnonzero(((close.isna() & ~blank) | (close <= 0).fillna(False)).to_numpy())
-    if len(bad):
-        items = [f"row {_row(i)} ({raw.iloc[i]!r})" for i in bad]
-        raise DataValidationError(f"{path}: non-numeric or non-positive value in column '{column}' at {_listing(items)}")
-    out = pd.DataFrame({"date": dates, "market_close": close.astype("float64")})
+    close, blank = parse_closes(df[column], str(path), column)
+    out = pd.DataFrame({"date": dates, "market_close": close})
     if out["date"].duplicated().any():
         i = int(np.flatnonzero(out["date"].duplicated().to_numpy())[0])
         raise DataValidationError(f"{path}: duplicate date in column 'date' at row {_row(i)}")
@@ -580,11 +583,12 @@ def data_params(cfg: RunConfig) -> dict:
     return d
 
 
-def _synthetic_inputs(cfg: RunConfig) -> tuple[pd.DataFrame, dict, pd.DataFrame, dict, pd.DataFrame, pd.DataFrame]:
+def _synthetic_inputs(cfg: RunConfig, d: dict) -> tuple[pd.DataFrame, dict, pd.DataFrame, dict, pd.DataFrame,
+                                                       pd.DataFrame]:
     """Generate the synthetic market, write it to data/raw/synthetic/<run>/, read it back."""
     from finlib.synth import generate_market, write_market
 
-    market = generate_market(data_params(cfg).get("synthetic", {}), cfg.seed)
+    market = generate_market(d.get("synthetic", {}), cfg.seed)
     raw = write_market(market, cfg.raw_dir / "synthetic" / cfg.name)
     ident = {c: c for c in (*REPORT_COLUMNS, "analyst_rating")}
     reports, notes = load_reports_file(raw["reports"], ident)
@@ -593,8 +597,8 @@ def _synthetic_inputs(cfg: RunConfig) -> tuple[pd.DataFrame, dict, pd.DataFrame,
     return reports, notes, prices, {**pnotes, **mnotes}, mkt, pd.read_parquet(raw["truth"])
 
 
-def _real_inputs(cfg: RunConfig, source: str) -> tuple[pd.DataFrame, dict, pd.DataFrame, dict, pd.DataFrame]:
-    d = data_params(cfg)
+def _real_inputs(cfg: RunConfig, d: dict, source: str) -> tuple[pd.DataFrame, dict, pd.DataFrame, dict,
+                                                                pd.DataFrame]:
     rp, pp = d.get("reports") or {}, d.get("prices") or {}
     cols, on_unknown = rp.get("columns", {}), rp.get("on_unknown_sector", "error")
     if source == "local":
@@ -653,12 +657,13 @@ def prepare_data(cfg: RunConfig, write: bool = True) -> DataReport:
     """Stage 00: load (or generate), validate, clean, extract ratings, write the artifacts."""
     from finlib import artifacts
 
-    source = data_params(cfg).get("source", "synthetic")
+    d = data_params(cfg)
+    source = "synthetic" if cfg.is_synthetic else d["source"]
     truth = None
     if source == "synthetic":
-        reports, notes, prices, pnotes, market, truth = _synthetic_inputs(cfg)
+        reports, notes, prices, pnotes, market, truth = _synthetic_inputs(cfg, d)
     else:
-        reports, notes, prices, pnotes, market = _real_inputs(cfg, source)
+        reports, notes, prices, pnotes, market = _real_inputs(cfg, d, source)
     reports, cleaning = clean_reports(reports)
     check_text_after_cleaning(reports)
     reports["analyst_rating"] = extract_ratings(reports["text"]).astype(object)
@@ -687,19 +692,15 @@ def prepare_data(cfg: RunConfig, write: bool = True) -> DataReport:
 
 # ---------------------------------------------------------------- tables 2 and 3
 
-def _pct(n: pd.Series, total: int) -> pd.Series:
-    return (100.0 * n / total).round(2) if total else n * np.nan
-
-
 def sector_table(reports: pd.DataFrame) -> pd.DataFrame:
     """Table 2: reports per sector (ours) beside the paper's counts and shares."""
-    paper = _paper("finbias_table2", "sector")
+    paper = paper_table("finbias_table2").set_index("sector")
     counts = reports["sector"].fillna("(missing)").value_counts()
     order = [s for s in paper.index if s != "Total"] + sorted(set(counts.index) - set(paper.index))
     total = int(len(reports))
     df = pd.DataFrame({"sector": order})
     df["num"] = df["sector"].map(counts).fillna(0).astype(int)
-    df["percentage"] = _pct(df["num"], total)
+    df["percentage"] = (100.0 * df["num"] / total).round(2) if total else np.nan
     df["paper_num"] = df["sector"].map(paper["num"]).astype("Int64")
     df["paper_percentage"] = df["sector"].map(paper["percentage"]).astype(float)
     tot = pd.DataFrame({"sector": ["Total"], "num": [total], "percentage": [100.0 if total else np.nan],
@@ -708,35 +709,39 @@ def sector_table(reports: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([df, tot], ignore_index=True)
 
 
-def analyst_rating_table(reports: pd.DataFrame) -> pd.DataFrame:
-    """Table 3 (analyst half): analyst ratings (ours) beside the paper's, plus 'no rating' when any."""
-    t3 = _paper_raw("finbias_table3")
-    paper = t3[t3["source"] == "analyst"]
-    paper = paper.set_index(paper["rating"].str.lower())
-    total = int(len(reports))
-    rows = [{"rating": r.value.capitalize(), "num": int((reports["analyst_rating"] == r.value).sum()),
-             "paper_num": int(paper.loc[r.value, "num"]), "paper_percentage": float(paper.loc[r.value, "percentage"])}
-            for r in RATINGS]
-    missing = int(reports["analyst_rating"].isna().sum())
-    if missing:
-        rows.append({"rating": "No rating in first sentence", "num": missing, "paper_num": None,
-                     "paper_percentage": np.nan})
-    rows.append({"rating": "Total", "num": total, "paper_num": int(paper.loc["total", "num"]),
-                 "paper_percentage": float(paper.loc["total", "percentage"])})
+TABLE3_UNRATED = {"analyst": "No rating in first sentence", "return_based": "Excluded (no label)"}
+
+
+def table3_half(ratings: pd.Series, source: str) -> pd.DataFrame:
+    """One half of Fin-Bias Table 3 (``source`` "analyst" or "return_based"), ours beside the paper's.
+
+    Rows in the paper's order, then Total; shares (%, 2 decimals) are over the rated items, as
+    the paper's are (all its reports are rated). Items without a rating are counted on their own
+    row after Total, without a share and without a paper value (the paper reports none).
+    """
+    paper = paper_table("finbias_table3")
+    paper = paper[paper["source"] == source].set_index("rating")
+    if paper.empty:
+        raise ValueError(f"table3_half: unknown source {source!r}; known: {sorted(TABLE3_UNRATED)}")
+    rated = ratings.dropna()
+    n = int(len(rated))
+    rows = [{"rating": name, "num": int((rated == name.lower()).sum()),
+             "paper_num": int(paper.loc[name, "num"]), "paper_percentage": float(paper.loc[name, "percentage"])}
+            for name in paper.index if name != "Total"]
+    rows.append({"rating": "Total", "num": n, "paper_num": int(paper["num"].drop("Total", errors="ignore").sum()),
+                 "paper_percentage": 100.0})
     df = pd.DataFrame(rows)
-    df.insert(2, "percentage", _pct(df["num"], total))
+    df.insert(2, "percentage", (100.0 * df["num"] / n).round(2) if n else np.nan)
+    unrated = pd.DataFrame({"rating": [TABLE3_UNRATED[source]], "num": [int(ratings.isna().sum())],
+                            "percentage": [np.nan], "paper_num": [None], "paper_percentage": [np.nan]})
+    df = pd.concat([df, unrated], ignore_index=True)
     df["paper_num"] = df["paper_num"].astype("Int64")
     return df
 
 
-def _paper_raw(key: str) -> pd.DataFrame:
-    from finlib.tables import paper_table
-
-    return paper_table(key)
-
-
-def _paper(key: str, index: str) -> pd.DataFrame:
-    return _paper_raw(key).set_index(index)
+def analyst_rating_table(reports: pd.DataFrame) -> pd.DataFrame:
+    """Table 3 (analyst half): the first-sentence analyst ratings beside the paper's."""
+    return table3_half(reports["analyst_rating"], "analyst")
 
 
 def example_report(reports: pd.DataFrame, rating: str = "bullish") -> pd.Series:
@@ -756,7 +761,8 @@ def example_markdown(row: pd.Series, max_words: int = 250) -> str:
 
 def run_line(cfg: RunConfig) -> str:
     """Notebook 00's first output: which run, source and seed, and where the artifacts go."""
-    source = data_params(cfg).get("source", "synthetic")
+    data_params(cfg)  # a misspelled key fails here, before anything runs
+    source = "synthetic" if cfg.is_synthetic else cfg["data"]["source"]
     return f"run {cfg.name!r}, source {source!r}, seed {cfg.seed}, artifacts -> {cfg.processed_dir}"
 
 
@@ -777,40 +783,18 @@ def summary_table(summary: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["count", "value"]).astype({"value": str})
 
 
-def abnormal_returns(prices: pd.DataFrame, market: pd.DataFrame, reports: pd.DataFrame, beta: pd.Series,
-                     window: int = 60) -> pd.Series:
-    """Sum of r_i - beta_i * r_m over days +1..+window after each report (NaN without coverage).
+def synthetic_checks(rep: DataReport) -> pd.DataFrame:
+    """Does the synthetic corpus carry the paper's analyst-rating skew? Shares of first-sentence ratings.
 
-    Only a sanity check of the synthetic truth (true beta, no estimation): the labels stage
-    (finlib.labels) computes the CARs the study actually uses.
+    (Whether the planted return signal is recoverable is checked once, by the labels stage:
+    ``labels_report.json["synthetic_recovery"]``.)
     """
-    wide = prices.pivot(index="date", columns="ticker", values="adj_close").sort_index()
-    ret = wide.pct_change()
-    mret = market.set_index("date")["market_close"].reindex(wide.index).pct_change().to_numpy()
-    pos = wide.index.get_indexer(reports["date"])
-    out = np.full(len(reports), np.nan)
-    for k, (p, t, b) in enumerate(zip(pos, reports["ticker"], beta)):
-        if p < 0 or p + window >= len(wide) or t not in ret.columns:
-            continue
-        r = ret[t].to_numpy()[p + 1:p + window + 1]
-        out[k] = float(np.sum(r - b * mret[p + 1:p + window + 1]))
-    return pd.Series(out, index=reports.index, name="car")
-
-
-def synthetic_checks(rep: DataReport, window: int = 60) -> pd.DataFrame:
-    """Does the synthetic market carry what was planted? corr(CAR, q), tone vs. q, shares."""
     if rep.truth is None:
         return pd.DataFrame(columns=["check", "value", "target"])
-    t = rep.reports[["report_id"]].merge(rep.truth, on="report_id", how="left")
-    car = abnormal_returns(rep.prices, rep.market, rep.reports, t["beta"], window)
-    ok = car.notna()
-    corr = float(np.corrcoef(car[ok], t.loc[ok, "q"])[0, 1]) if ok.sum() > 2 else np.nan
     share = rep.reports["analyst_rating"].value_counts(normalize=True)
     rows = [
-        (f"corr(CAR_{window}, q) with true beta", corr, "0.4-0.5 (noisy at small n)"),
         ("share bullish", float(share.get("bullish", 0.0)), "~0.72"),
         ("share neutral", float(share.get("neutral", 0.0)), "~0.25"),
         ("share bearish", float(share.get("bearish", 0.0)), "a few %"),
-        ("reports with full CAR window", float(ok.sum()), f"all {len(car)}"),
     ]
     return pd.DataFrame(rows, columns=["check", "value", "target"])

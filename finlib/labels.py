@@ -47,14 +47,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
 
+from finlib.artifacts import require_columns
 from finlib.config import check_known_keys
-from finlib.schema import RATINGS, SECTORS, Rating
+from finlib.data import table3_half
+from finlib.schema import POOLED, RATINGS, Rating, SECTORS, SECTOR_MEAN
+from finlib.tables import save_figure, synthetic_title
 
 METHODS: tuple[str, ...] = ("paper", "mackinlay")
 
@@ -83,7 +85,7 @@ OPTION_DEFAULTS: dict[str, Any] = {
 LABEL_KEYS: tuple[str, ...] = ("window", "method", "quantiles", "min_event_obs", "mackinlay")
 MACKINLAY_KEYS: tuple[str, ...] = ("estimation_window", "gap", "min_obs")
 # Average rows of the analyst accuracy table (the names stage 04 uses).
-POOLED, SECTOR_MEAN, PRINTED = "Average (pooled)", "Mean of sectors", "Average (printed in the paper)"
+PRINTED = "Average (printed in the paper)"
 SMALL_YEAR = 10  # years with fewer labelled events are flagged: 30/40/30 holds only up to rounding
 _EPS = 1e-9
 
@@ -158,9 +160,7 @@ class ReturnPanel:
 def build_panel(prices: pd.DataFrame, market: pd.Series | pd.DataFrame,
                 market_column: str | None = None) -> ReturnPanel:
     """Pivot long prices once onto the market calendar; the hot path then only gathers."""
-    missing = {"date", "ticker", "adj_close"} - set(prices.columns)
-    if missing:
-        raise ValueError(f"prices: missing column(s) {sorted(missing)}")
+    require_columns(prices, ("date", "ticker", "adj_close"), "prices")
     if prices.empty:
         raise ValueError("prices: the table has no rows")
     mkt = market_series(market, market_column)
@@ -250,9 +250,7 @@ def _prefix_sums(R: np.ndarray, Rm: np.ndarray, bad: np.ndarray) -> tuple[dict, 
 
 
 def _events_frame(events: pd.DataFrame) -> pd.DataFrame:
-    missing = {"report_id", "ticker", "date"} - set(events.columns)
-    if missing:
-        raise ValueError(f"events: missing column(s) {sorted(missing)}")
+    require_columns(events, ("report_id", "ticker", "date"), "events")
     ev = events[["report_id", "ticker", "date"]].copy()
     dupe = ev["report_id"].duplicated()
     if dupe.any():
@@ -356,7 +354,7 @@ def compute_labels(events: pd.DataFrame, prices: pd.DataFrame, market: pd.Series
     Returns one row per event, in input order: report_id, car, alpha, beta, n_obs,
     label ("bullish"/"neutral"/"bearish" or None), excluded_reason (None when labelled);
     with ``method="mackinlay"`` also n_est_obs. ``options``: see ``OPTION_DEFAULTS``.
-    ``result.attrs["diagnostics"]`` carries the panel's counts (off-calendar price rows…).
+    The panel's counts (off-calendar price rows…) are ``build_panel(...).diagnostics``.
     """
     opt = _check_options(method, window, options)
     panel = build_panel(prices, market, opt["market_column"])
@@ -431,7 +429,6 @@ def labels_from_panel(events: pd.DataFrame, panel: ReturnPanel, *, window: int =
     out["label"] = pd.Series(assign_year_buckets(out["car"], ev["date"].fillna(pd.Timestamp(0)),
                                                  out["report_id"], tuple(opt["quantiles"])), dtype=object)
     out["excluded_reason"] = pd.Series(reason, dtype=object)
-    out.attrs["diagnostics"] = panel.diagnostics
     return out
 
 
@@ -465,19 +462,20 @@ def other_method(method: str) -> str:
 
 
 def label_both_methods(events: pd.DataFrame, prices: pd.DataFrame, market: pd.Series | pd.DataFrame,
-                       params: dict) -> pd.DataFrame:
-    """The primary method's columns plus the other method's with a `_<method>` suffix."""
-    primary = params.get("method", "paper")
+                       primary: str, options: dict) -> tuple[pd.DataFrame, dict]:
+    """The primary method's columns plus the other method's with a `_<method>` suffix, and the
+    price panel's diagnostics (counts for the stage report).
+
+    ``options``: ``options_from_params(params)`` (window included).
+    """
     other = other_method(primary)
-    opts = options_from_params(params)
+    opts = dict(options)
     window = opts.pop("window")
     panel = build_panel(prices, market)
     a = labels_from_panel(events, panel, window=window, method=primary, **opts)
     b = labels_from_panel(events, panel, window=window, method=other, **opts)
     b = b.rename(columns={c: f"{c}_{other}" for c in b.columns if c != "report_id"})
-    out = a.merge(b, on="report_id", how="left", validate="one_to_one")
-    out.attrs["diagnostics"] = a.attrs.get("diagnostics", {})
-    return out
+    return a.merge(b, on="report_id", how="left", validate="one_to_one"), panel.diagnostics
 
 
 def _suffix(method: str, primary: str) -> str:
@@ -577,22 +575,7 @@ def agreement_rate(labels: pd.DataFrame, primary: str) -> dict:
 
 def table3_return_ratings(labels: pd.DataFrame) -> pd.DataFrame:
     """Fin-Bias Table 3, lower half (return-based ratings), ours beside the paper's."""
-    from finlib.tables import paper_table
-
-    paper = paper_table("finbias_table3")
-    paper = paper[paper["source"] == "return_based"].set_index("rating")
-    lab = labels["label"].dropna()
-    rows = []
-    for r in (Rating.BULLISH, Rating.BEARISH, Rating.NEUTRAL):  # the paper's row order
-        name = r.value.capitalize()
-        n = int((lab == r.value).sum())
-        rows.append({"rating": name, "num": n, "percentage": 100.0 * n / len(lab) if len(lab) else np.nan,
-                     "paper_num": int(paper.loc[name, "num"]), "paper_percentage": float(paper.loc[name, "percentage"])})
-    rows.append({"rating": "Total", "num": int(len(lab)), "percentage": 100.0 if len(lab) else np.nan,
-                 "paper_num": int(paper["num"].sum()), "paper_percentage": 100.0})
-    rows.append({"rating": "Excluded (no label)", "num": int(labels["label"].isna().sum()),
-                 "percentage": np.nan, "paper_num": "", "paper_percentage": np.nan})
-    return pd.DataFrame(rows)  # paper_num is "" on the Excluded row: the paper reports no exclusions
+    return table3_half(labels["label"], "return_based")
 
 
 def analyst_accuracy_by_sector(labels: pd.DataFrame, reports: pd.DataFrame) -> pd.DataFrame:
@@ -659,10 +642,9 @@ def synthetic_recovery(labels: pd.DataFrame, truth: pd.DataFrame, primary: str) 
     return pd.DataFrame(rows)
 
 
-def labels_report(labels: pd.DataFrame, reports: pd.DataFrame, params: dict,
-                  truth: pd.DataFrame | None = None) -> dict:
+def labels_report(labels: pd.DataFrame, reports: pd.DataFrame, primary: str, options: dict,
+                  diagnostics: dict, truth: pd.DataFrame | None = None) -> dict:
     """The stage report: choices, counts, exclusions by reason, per-year shares, agreement."""
-    primary = params.get("method", "paper")
     other = other_method(primary)
     methods = {}
     for m in (primary, other):
@@ -679,7 +661,7 @@ def labels_report(labels: pd.DataFrame, reports: pd.DataFrame, params: dict,
         "stage": "01_labels",
         "method": primary,
         "other_method": other,
-        "options": {k: (list(v) if isinstance(v, tuple) else v) for k, v in options_from_params(params).items()},
+        "options": {k: (list(v) if isinstance(v, tuple) else v) for k, v in options.items()},
         "timing": "day 0 = first trading day on or after the report date; event window = days +1..+window",
         "tie_rule": "per report year, stable sort by (car, report_id); counts round half down (ties -> neutral)",
         "n_events": int(len(labels)),
@@ -689,7 +671,7 @@ def labels_report(labels: pd.DataFrame, reports: pd.DataFrame, params: dict,
                                 "bullish": int(r.bullish)} for r in years.itertuples()},
         "small_years": [int(y) for y in years.loc[years["small_year"], "year"]],
         "small_year_threshold": SMALL_YEAR,
-        "panel": labels.attrs.get("diagnostics", {}),
+        "panel": diagnostics,
     }
     if truth is not None:
         rep["synthetic_recovery"] = synthetic_recovery(labels, truth, primary).to_dict(orient="records")
@@ -712,39 +694,48 @@ def agreement_markdown(rate: dict) -> str:
     return f"Agreement: **{rate['n_same']} / {rate['n_both']}**{pct}"
 
 
-def build_labels(cfg) -> tuple[pd.DataFrame, dict]:
+@dataclass(frozen=True)
+class LabelsResult:
+    """What stage 01 produced, so the notebook needs no second read of the artifacts."""
+
+    labels: pd.DataFrame
+    report: dict
+    reports: pd.DataFrame          # stage 00's reports (dates and sectors for the tables)
+    truth: pd.DataFrame | None     # synthetic runs only: the planted signal
+    primary: str                   # params labels.method
+    window: int                    # params labels.window
+
+
+def label_settings(cfg) -> tuple[str, dict]:
+    """The primary method and compute_labels options, read once from params `labels:` (typos are errors)."""
+    params = cfg.section("labels", known=LABEL_KEYS)
+    if "method" not in params:
+        raise ValueError(f"{cfg.params_file}: labels.method is not set (one of {METHODS})")
+    primary = params["method"]
+    other_method(primary)  # validates the name
+    return primary, options_from_params(params)
+
+
+def build_labels(cfg) -> LabelsResult:
     """Stage 01 entry point: read stage 00's artifacts, label both ways, write labels + report."""
     from finlib.artifacts import artifact_path, read_frame, write_frame, write_json
 
-    params = cfg.section("labels", known=LABEL_KEYS)
+    primary, options = label_settings(cfg)
     reports = read_frame(cfg, "reports")
     prices = read_frame(cfg, "prices")
     market = read_frame(cfg, "market")
     truth = read_frame(cfg, "truth") if artifact_path(cfg, "truth").is_file() else None
-    labels = label_both_methods(reports[["report_id", "ticker", "date"]], prices, market, params)
-    report = labels_report(labels, reports, params, truth)
-    diagnostics = labels.attrs.pop("diagnostics", {})
+    labels, diagnostics = label_both_methods(reports[["report_id", "ticker", "date"]], prices, market,
+                                             primary, options)
+    report = labels_report(labels, reports, primary, options, diagnostics, truth)
     write_frame(cfg, "labels", labels)
-    labels.attrs["diagnostics"] = diagnostics
     write_json(cfg, "labels_report", report)
-    return labels, report
+    return LabelsResult(labels, report, reports, truth, primary, int(options["window"]))
 
 
 # --------------------------------------------------------------------------- figures
 
-def _save(fig, cfg, name: str) -> list[Path]:
-    cfg.figures_dir.mkdir(parents=True, exist_ok=True)
-    paths = [cfg.figures_dir / f"{name}.{ext}" for ext in ("png", "pdf")]
-    for p in paths:
-        fig.savefig(p, bbox_inches="tight", dpi=150)
-    return paths
-
-
-def _title(cfg, text: str) -> str:
-    return f"{text} (synthetic data)" if cfg.is_synthetic else text
-
-
-def plot_car_by_year(cfg, labels: pd.DataFrame, reports: pd.DataFrame):
+def plot_car_by_year(cfg, labels: pd.DataFrame, reports: pd.DataFrame, primary: str, window: int):
     """Each report's CAR by year, coloured by its label: the buckets are year-relative."""
     import matplotlib.pyplot as plt
 
@@ -766,18 +757,16 @@ def plot_car_by_year(cfg, labels: pd.DataFrame, reports: pd.DataFrame):
         ax.legend(frameon=False, fontsize=8)
     ax.axhline(0, color="black", lw=0.5)
     ax.set_xlabel("report year")
-    window = int(cfg["labels"].get("window", 60))
-    ax.set_ylabel(f"CAR, days +1..+{window} ({cfg['labels'].get('method', 'paper')} method)")
-    ax.set_title(_title(cfg, f"{window}-day CAR by report year and return-based label"))
-    _save(fig, cfg, "labels_car_by_year")
+    ax.set_ylabel(f"CAR, days +1..+{window} ({primary} method)")
+    ax.set_title(synthetic_title(cfg, f"{window}-day CAR by report year and return-based label"))
+    save_figure(cfg, fig, "labels_car_by_year")
     return fig
 
 
-def plot_beta_distribution(cfg, labels: pd.DataFrame):
+def plot_beta_distribution(cfg, labels: pd.DataFrame, primary: str):
     """Histogram of estimated betas for both methods."""
     import matplotlib.pyplot as plt
 
-    primary = cfg["labels"].get("method", "paper")
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for m in (primary, other_method(primary)):
         b = labels[f"beta{_suffix(m, primary)}"].dropna()
@@ -787,19 +776,19 @@ def plot_beta_distribution(cfg, labels: pd.DataFrame):
     ax.set_xlabel("estimated market beta")
     ax.set_ylabel("reports")
     ax.legend(frameon=False, fontsize=8)
-    ax.set_title(_title(cfg, "Market-model beta: event window (paper) vs estimation window (MacKinlay)"))
-    _save(fig, cfg, "labels_beta_distribution")
+    ax.set_title(synthetic_title(cfg, "Market-model beta: event window (paper) vs estimation window (MacKinlay)"))
+    save_figure(cfg, fig, "labels_beta_distribution")
     return fig
 
 
-def write_recovery_table(cfg, labels: pd.DataFrame) -> pd.DataFrame | str:
-    """On synthetic runs, write and return the planted-signal recovery table; otherwise say why not."""
-    from finlib.artifacts import artifact_path, read_frame
+def write_recovery_table(cfg, report: dict) -> pd.DataFrame | str:
+    """On synthetic runs, write and return the stage report's planted-signal recovery table;
+    otherwise say why not."""
     from finlib.tables import write_table
 
-    if not artifact_path(cfg, "truth").is_file():
+    if "synthetic_recovery" not in report:
         return "No truth.parquet in this run (real data): there is no planted signal to recover."
-    table = synthetic_recovery(labels, read_frame(cfg, "truth"), cfg["labels"].get("method", "paper"))
+    table = pd.DataFrame(report["synthetic_recovery"])
     write_table(cfg, "labels_synthetic_recovery", table,
                 "Recovery of the planted signal: correlation of the estimated CAR with the latent quality q, "
                 "of the mean daily abnormal return (CAR / n_obs; = alpha for the paper's method) with the "

@@ -156,12 +156,15 @@ class Lexicon:
         return hit
 
 
-def load_lexicon(path: str | Path) -> Lexicon:
+def load_lexicon(path: str | Path, url: str | None = None) -> Lexicon:
     """Read a .tff file into a Lexicon: UTF-8, line by line; a line that is not UTF-8 is decoded as
-    Latin-1 and recorded (line number, text) in `report.latin1_lines`, which stage 02 reports."""
+    Latin-1 and recorded (line number, text) in `report.latin1_lines`, which stage 02 reports.
+
+    ``url``: where to get the file (params `perturb.lexicon_url`), named in the error when it is missing.
+    """
     path = Path(path)
     if not path.is_file():
-        raise LexiconUnavailable(missing_message(path))
+        raise LexiconUnavailable(missing_message(path, url))
     lines, latin1 = decode_lines(path.read_bytes())
     entries, report = parse_tff(lines, source=str(path))
     report.latin1_lines = latin1
@@ -182,18 +185,10 @@ def decode_lines(raw: bytes) -> tuple[list[str], list[tuple[int, str]]]:
 
 
 def missing_message(path: Path, url: str | None = None) -> str:
-    url = url or _default_params().get("lexicon_url", "the MPQA Subjectivity Lexicon page (mpqa.cs.pitt.edu)")
+    """Where the lexicon was expected and where to get it (the caller passes params `perturb.lexicon_url`)."""
+    url = url or "the MPQA Subjectivity Lexicon page (mpqa.cs.pitt.edu)"
     return (f"MPQA subjectivity lexicon not found at {path}. Get subjclueslen1-HLTEMNLP05.tff from {url} "
             f"(GPL; run `make data` or `python -m finlib.lexicon --download` when online) and put it there.")
-
-
-def _default_params() -> dict:
-    try:
-        from finlib.config import load_params, repo_root
-
-        return load_params(repo_root() / "params" / "default.yaml").get("perturb", {})
-    except Exception:  # noqa: BLE001 -- only used to word an error message
-        return {}
 
 
 def download(url: str, target: Path, timeout: float = DOWNLOAD_TIMEOUT_S) -> Path:
@@ -230,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.download:
             download(params["lexicon_url"], target)
-        lex = load_lexicon(target)
+        lex = load_lexicon(target, params["lexicon_url"])
     except (LexiconUnavailable, LexiconError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -77,18 +77,23 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from finlib.artifacts import read_frame, write_frame, write_json
+from finlib.artifacts import read_frame, require_columns, write_frame, write_json
 from finlib.config import RunConfig
 from finlib.lexicon import TOKEN, Lexicon, LexiconUnavailable, load_lexicon, missing_message
-from finlib.schema import CONDITIONS, RATING_SYNONYMS, RATINGS, Condition, Rating
+from finlib.schema import (AMBIGUOUS_RATING_TERMS, CONDITIONS, HYPHENS, RATINGS, Condition, Rating, normalise_term,
+                           rating_vocabulary, term_pattern)
 from finlib.sentences import first_sentence_span, iter_sentence_spans, sentence_spans, split_sentences
+from finlib.tables import save_figure, synthetic_title
 
-# Tiers (normalised phrases: lowercase, single spaces). Everything not listed is tier A.
-TIER_B: frozenset[str] = frozenset({"buy", "sell", "hold", "accumulate", "neutral"})
+# Tiers (normalised phrases). Tier A: the rating jargon, everything outside the shared
+# schema.AMBIGUOUS_RATING_TERMS. The ambiguous terms split further here, because reading an
+# analyst's first sentence needs more than the answer parser's "explicit slot only" rule:
+# tier B (verbs/adjectives that analysts also use as a stance: "we are Buy") is trusted after a
+# stance verb or capitalised; tier C (mostly ordinary words) only in a rating slot.
 TIER_C: frozenset[str] = frozenset({"add", "reduce", "positive", "negative", "in line"})
+TIER_B: frozenset[str] = AMBIGUOUS_RATING_TERMS - TIER_C
 
-_HYPHENS = r"\-\u2010\u2011\u2012\u2013"
-_SEP = rf"[\s{_HYPHENS}]+"
+_HYPHENS = re.escape(HYPHENS)  # for character classes
 _CUE = re.compile(
     r"^(?:rat(?:e|es|ed|ing|ings)|recommend\w*|maintain\w*|reiterat\w*|reaffirm\w*|"
     r"initiat\w*|upgrad\w*|downgrad\w*|assign\w*|resum\w*|keep|keeps|kept|keeping)$"
@@ -106,29 +111,13 @@ _OPEN_SLOT = re.compile(r"[:=(]\s*$")
 _VOWELS = "aeiouAEIOU"
 
 
-def _normalise(phrase: str) -> str:
-    return " ".join(re.split(_SEP, phrase.strip().lower()))
-
-
-@lru_cache(maxsize=1)
-def _vocabulary() -> dict[str, Rating]:
-    """Normalised phrase -> rating, from RATING_SYNONYMS (refuses a phrase under two ratings)."""
-    vocab: dict[str, Rating] = {}
-    for rating, phrases in RATING_SYNONYMS.items():
-        for phrase in phrases:
-            key = _normalise(phrase)
-            if vocab.get(key, rating) is not rating:
-                raise ValueError(f"RATING_SYNONYMS lists '{phrase}' under two ratings")
-            vocab[key] = rating
-    return vocab
-
-
 @lru_cache(maxsize=1)
 def _mention_regex() -> re.Pattern[str]:
-    keys = sorted(_vocabulary(), key=lambda k: (-len(k), k))
-    alts = "|".join(_SEP.join(re.escape(w) for w in k.split()) for k in keys)
-    # not inside a word or a hyphen compound; "-rated" may follow ("Buy-rated")
-    return re.compile(rf"(?<![\w{_HYPHENS}])(?:{alts})(?!\w)(?![{_HYPHENS}](?!rated\b)\w)", re.IGNORECASE)
+    """The shared vocabulary as whole words, not inside a word or a hyphen compound; "-rated"
+    may follow ("Buy-rated"). Compiled case-insensitively as a whole, so the suffix matches in
+    any case too ("BUY-RATED"; schema.term_pattern folds case in the terms only)."""
+    pattern = term_pattern(rating_vocabulary(), hyphens=HYPHENS, suffixes=("rated",))
+    return re.compile(pattern.pattern, re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -155,7 +144,7 @@ def _capitals_are_evidence(sentence: str) -> bool:
 def _is_rating_use(phrase: str, surface: str, tokens: list[str], before: str, after: str,
                    capitals: bool) -> bool:
     """Is this vocabulary match used as a rating (tiers A/B/C, see the module docstring)?"""
-    if phrase not in TIER_B and phrase not in TIER_C:
+    if phrase not in AMBIGUOUS_RATING_TERMS:  # tier A
         return True
     if _AFTER_NOUN.match(after) or _OPEN_SLOT.search(before):
         return True
@@ -184,11 +173,11 @@ def _role(phrase: str, surface: str, before: str, after: str, capitals: bool) ->
 
 def find_rating_mentions(sentence: str) -> list[RatingMention]:
     """Every vocabulary match in `sentence`, each classified (see the module docstring)."""
-    vocab = _vocabulary()
+    vocab = rating_vocabulary()
     capitals = _capitals_are_evidence(sentence)
     out = []
     for m in _mention_regex().finditer(sentence):
-        phrase = _normalise(m.group(0))
+        phrase = normalise_term(m.group(0))
         role = _role(phrase, m.group(0), sentence[:m.start()], sentence[m.end():], capitals)
         out.append(RatingMention(m.start(), m.end(), m.group(0), phrase, vocab[phrase], role))
     return out
@@ -408,13 +397,12 @@ def fake_ratings_for(report_id: str, rating: Rating, seed: int, mode: str) -> li
     """The fake rating(s) for one report: a seeded draw of one of the two others, or both.
 
     The generator is seeded by (run seed, CRC32 of the report id), so a report's fake does
-    not depend on which other reports are in the run or on their order.
+    not depend on which other reports are in the run or on their order. ``mode`` ("one" or
+    "both", FAKE_MODES) is validated once, by ``perturb_params``.
     """
     others = [r for r in RATINGS if r is not Rating(rating)]
     if mode == "both":
         return others
-    if mode != "one":
-        raise ValueError(f"perturb.fake_rating must be one of {FAKE_MODES}, got {mode!r}")
     rng = np.random.default_rng([int(seed), zlib.crc32(str(report_id).encode("utf-8"))])
     return [others[int(rng.integers(len(others)))]]
 
@@ -490,9 +478,7 @@ def build_conditions(reports: pd.DataFrame, seed: int, mode: str = "one", lexico
     When the frame carries stage 00's `analyst_rating`, it must equal what the extractor reads
     now (same function): a difference means stale artifacts, and is an error naming the report.
     """
-    for col in ("report_id", "text"):
-        if col not in reports.columns:
-            raise ValueError(f"{source}: missing column '{col}'")
+    require_columns(reports, ("report_id", "text"), source)
     rows: list[dict] = []
     stats_rows: list[dict] = []
     occurrences: Counter = Counter()
@@ -559,17 +545,22 @@ def stage_report(conditions: pd.DataFrame, lexicon: Lexicon | None, lexicon_reas
 
 
 def perturb_params(cfg: RunConfig) -> dict:
-    """The `perturb:` section, unknown keys refused (e.g. `fake_ratings:` would otherwise mean `one`)."""
-    return cfg.section("perturb", known=PERTURB_KEYS)
+    """The `perturb:` section, unknown keys refused (e.g. `fake_ratings:` would otherwise mean `one`)
+    and the fake-rating mode checked: the one place it is validated."""
+    params = cfg.section("perturb", known=PERTURB_KEYS)
+    mode = params.get("fake_rating")
+    if mode not in FAKE_MODES:
+        raise ValueError(f"{cfg.params_file}: perturb.fake_rating must be one of {FAKE_MODES}, got {mode!r}")
+    return params
 
 
-def resolve_lexicon(cfg: RunConfig) -> tuple[Lexicon | None, str | None]:
+def resolve_lexicon(cfg: RunConfig, params: dict) -> tuple[Lexicon | None, str | None]:
     """The lexicon at `perturb.lexicon_path`, or (None, reason) for a synthetic run without it.
 
     Nothing slow is tried here (no download): a real-data run without the lexicon raises the
     error that says where to get it; the synthetic default run marks no_opinion skipped.
+    ``params``: ``perturb_params(cfg)``.
     """
-    params = perturb_params(cfg)
     path = cfg.path(params["lexicon_path"])
     if path.is_file():
         lexicon = load_lexicon(path)
@@ -584,12 +575,9 @@ def resolve_lexicon(cfg: RunConfig) -> tuple[Lexicon | None, str | None]:
 def run_stage(cfg: RunConfig) -> StageResult:
     """Stage 02: read reports.parquet, write conditions / lexicon_stats / perturb_report."""
     params = perturb_params(cfg)
-    mode = params.get("fake_rating", "one")
-    if mode not in FAKE_MODES:
-        raise ValueError(f"{cfg.params_file}: perturb.fake_rating must be one of {FAKE_MODES}, got {mode!r}")
-    lexicon, reason = resolve_lexicon(cfg)
+    lexicon, reason = resolve_lexicon(cfg, params)
     reports = read_frame(cfg, "reports")
-    result = build_conditions(reports, cfg.seed, mode, lexicon, reason,
+    result = build_conditions(reports, cfg.seed, params["fake_rating"], lexicon, reason,
                               source=str(cfg.processed_dir / "reports.parquet"))
     write_frame(cfg, "conditions", result.conditions)
     write_frame(cfg, "lexicon_stats", result.lexicon_stats)
@@ -749,9 +737,7 @@ def save_example(cfg: RunConfig, conditions: pd.DataFrame, report_id: str | None
         if not candidates:
             raise ValueError("no report has an ok original condition to show")
         report_id = candidates[0]
-    caption = f"Report {report_id} in each condition"
-    if cfg.is_synthetic:
-        caption += " (synthetic data)"
+    caption = synthetic_title(cfg, f"Report {report_id} in each condition")
     path = cfg.figures_dir / "example_conditions.html"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(example_html(conditions, report_id, caption), encoding="utf-8")
@@ -760,15 +746,12 @@ def save_example(cfg: RunConfig, conditions: pd.DataFrame, report_id: str | None
 
 def example_note(cfg: RunConfig, path: Path) -> str:
     """Notebook 02's line under the example: where it was saved, and "(synthetic data)" when it is."""
-    note = " (synthetic data)" if cfg.is_synthetic else ""
-    return f"Saved to `{Path(path).relative_to(cfg.root)}`{note}."
+    return synthetic_title(cfg, f"Saved to `{Path(path).relative_to(cfg.root)}`") + "."
 
 
-def removal_figure(cfg: RunConfig, lexicon_stats: pd.DataFrame) -> list[Path]:
-    """Histogram of the share of words removed per report (PNG + PDF under figures/<run>/)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+def removal_figure(cfg: RunConfig, lexicon_stats: pd.DataFrame):
+    """Histogram of the share of words removed per report, saved as PNG + PDF under figures/<run>/;
+    returns the figure for inline display."""
     import matplotlib.pyplot as plt
 
     ok = lexicon_stats[lexicon_stats["status"] == "ok"]
@@ -779,11 +762,7 @@ def removal_figure(cfg: RunConfig, lexicon_stats: pd.DataFrame) -> list[Path]:
         ax.text(0.5, 0.5, "no_opinion skipped (no lexicon)", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("words removed by the strongsubj filter (% of no_rating text)")
     ax.set_ylabel("reports")
-    title = "MPQA strongsubj filter, per report"
-    ax.set_title(title + (" (synthetic data)" if cfg.is_synthetic else ""), fontsize=10)
+    ax.set_title(synthetic_title(cfg, "MPQA strongsubj filter, per report"), fontsize=10)
     fig.tight_layout()
-    paths = [cfg.figures_dir / f"fig_strongsubj_removed.{ext}" for ext in ("png", "pdf")]
-    for p in paths:
-        fig.savefig(p)
-    plt.close(fig)
-    return paths
+    save_figure(cfg, fig, "fig_strongsubj_removed")
+    return fig

@@ -97,7 +97,7 @@ def term_pattern(terms: Iterable[str], hyphens: str = "-", suffixes: Iterable[st
     h = re.escape(hyphens)
     sep = rf"[\s{h}]+"
     alternation = "|".join(sep.join(re.escape(w) for w in k.split()) for k in keys)
-    allowed = "".join(rf"(?!{re.escape(s)}\b)" for s in suffixes)
+    allowed = "".join(rf"(?!(?i:{re.escape(s)})\b)" for s in suffixes)  # "Buy-Rated" too
     return re.compile(rf"(?<![\w{h}])(?i:{alternation})(?!\w)(?![{h}]{allowed}\w)")
 
 

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import norm
 
+from finlib.config import ConfigError, check_known_keys
 from finlib.schema import SECTORS, Rating
 
 # Opinion words, all `type=strongsubj` in the MPQA subjectivity lexicon
@@ -126,7 +127,7 @@ _FIRST_SENTENCE: dict[str, tuple[str, ...]] = {
 }
 
 
-class SynthConfigError(ValueError):
+class SynthConfigError(ConfigError):
     """The `data.synthetic` params section is invalid; the message names the key."""
 
 
@@ -157,10 +158,7 @@ class SynthParams:
     @classmethod
     def from_section(cls, section: dict[str, Any] | None) -> "SynthParams":
         section = dict(section or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(section) - known)
-        if unknown:
-            raise SynthConfigError(f"data.synthetic: unknown key(s) {unknown}; known: {sorted(known)}")
+        check_known_keys(section, [f.name for f in fields(cls)], "data.synthetic")
         p = cls(**section)
         p.check()
         return p

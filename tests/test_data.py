@@ -376,10 +376,14 @@ def test_table2_and_table3_beside_the_paper():
     assert row.loc["Total", "num"] == 5 and row.loc["Total", "paper_num"] == 8868
     assert t2["sector"].iloc[-1] == "Total"
     t3 = data.analyst_rating_table(reports).set_index("rating")
-    assert t3.loc["Bullish", "num"] == 2 and t3.loc["Bullish", "percentage"] == 40.0
+    # shares are over the 4 rated reports, as the paper's are over its (all rated) reports
+    assert t3.loc["Bullish", "num"] == 2 and t3.loc["Bullish", "percentage"] == 50.0
+    assert t3.loc["Neutral", "percentage"] == 25.0 and t3.loc["Total", "percentage"] == 100.0
     assert t3.loc["Bullish", "paper_num"] == 6410 and t3.loc["Bearish", "paper_percentage"] == 0.29
     assert t3.loc["No rating in first sentence", "num"] == 1
-    assert t3.loc["Total", "num"] == 5
+    assert pd.isna(t3.loc["No rating in first sentence", "paper_num"])
+    assert t3.loc["Total", "num"] == 4 and t3.loc["Total", "paper_num"] == 8868
+    assert list(t3.index) == ["Bullish", "Bearish", "Neutral", "Total", "No rating in first sentence"]
 
 
 def test_summary_table_flattens_nested_counts():
@@ -387,17 +391,6 @@ def test_summary_table_flattens_nested_counts():
                             "date_range": ["2021-01-01", "2021-02-01"], "ids": ["a"]})
     assert dict(zip(t["count"], t["value"])) == {"n_reports": "3", "excluded.prices.missing_adj_close": "2",
                                                  "date_range": "2021-01-01 .. 2021-02-01"}
-
-
-def test_abnormal_returns_by_hand():
-    dates = pd.bdate_range("2021-01-04", periods=5)
-    prices = pd.DataFrame({"date": dates, "ticker": "AAA", "adj_close": [100, 110, 99, 99, 108.9]})
-    market = pd.DataFrame({"date": dates, "market_close": [10, 10, 11, 11, 11]})
-    reports = pd.DataFrame({"date": [dates[0]], "ticker": ["AAA"]})
-    # days +1..+3: r = 0.10, -0.10, 0.0 ; r_m = 0, 0.10, 0 ; beta 2 -> 0.10 + (-0.10 - 0.20) + 0 = -0.20
-    car = data.abnormal_returns(prices, market, reports, pd.Series([2.0]), window=3)
-    assert car.iloc[0] == pytest.approx(-0.20)
-    assert data.abnormal_returns(prices, market, reports, pd.Series([2.0]), window=5).isna().all()
 
 
 # ---------------------------------------------------------------- review fixes: params keys, market, cache

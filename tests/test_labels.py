@@ -407,7 +407,11 @@ def test_build_labels_writes_artifacts_and_counts(tmp_run):
     write_frame(tmp_run, "reports", reports)
     write_frame(tmp_run, "prices", prices)
     write_frame(tmp_run, "market", pd.DataFrame({"date": cal, "market_close": market.to_numpy()}))
-    lab, rep = L.build_labels(tmp_run)
+    res = L.build_labels(tmp_run)
+    lab, rep = res.labels, res.report
+    assert res.primary == "paper" and res.window == 60 and res.truth is None
+    assert list(res.reports["report_id"]) == list(reports["report_id"])
+    assert rep["panel"]["tickers_with_prices"] == 8  # diagnostics passed explicitly, not via attrs
     on_disk = read_frame(tmp_run, "labels")
     assert list(on_disk["report_id"]) == list(reports["report_id"])
     for col in ("car", "alpha", "beta", "n_obs", "label", "excluded_reason", "car_mackinlay", "label_mackinlay",

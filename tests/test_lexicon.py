@@ -95,6 +95,8 @@ def test_nothing_subjective_is_identity(lex: Lexicon) -> None:
 def test_load_missing_file_says_where_to_get_it(tmp_path: Path) -> None:
     with pytest.raises(LexiconUnavailable, match="(?s)not found at .*subjclueslen1-HLTEMNLP05.tff"):
         load_lexicon(tmp_path / MPQA_NAME)
+    with pytest.raises(LexiconUnavailable, match="from https://example.org/mpqa.zip"):
+        load_lexicon(tmp_path / MPQA_NAME, "https://example.org/mpqa.zip")
 
 
 def test_download_offline_says_where_to_get_it(tmp_path: Path) -> None:

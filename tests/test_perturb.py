@@ -47,6 +47,7 @@ FIRST_SENTENCES: list[tuple[str, Rating | None]] = [
     ("Upgrade to Add from Reduce.", B),
     ("Maintain Reduce.", S),
     ("Buy-rated Oracle reported strong results.", B),
+    ("BUY-RATED ORACLE REPORTED STRONG RESULTS.", B),  # the "-rated" suffix in any case
     ("We reiterate our Sector Perform rating.", N),
     ("Our In-Line rating reflects balanced risks.", N),
     ("We expect the shares to outperform the market over the next 12 months.", B),
@@ -247,8 +248,15 @@ def test_fake_draw_is_seeded_per_report() -> None:
     assert draws == [fake_ratings_for(f"R{i}", B, seed=7, mode="one")[0] for i in range(200)]
     assert set(draws) == {N, S}  # both alternatives occur
     assert draws != [fake_ratings_for(f"R{i}", B, seed=8, mode="one")[0] for i in range(200)]
-    with pytest.raises(ValueError, match="one|both"):
-        fake_ratings_for("R1", B, seed=7, mode="all")
+
+
+def test_fake_rating_mode_is_checked_with_the_params(tmp_run) -> None:
+    from finlib.perturb import perturb_params
+
+    assert perturb_params(tmp_run)["fake_rating"] in ("one", "both")
+    tmp_run.params["perturb"]["fake_rating"] = "all"
+    with pytest.raises(ValueError, match=r"perturb.fake_rating must be one of \('one', 'both'\), got 'all'"):
+        perturb_params(tmp_run)
 
 
 def test_no_lexicon_marks_no_opinion_skipped() -> None:

@@ -123,3 +123,12 @@ def test_ambiguous_terms_are_everyday_words_of_the_vocabulary():
 def test_average_labels():
     # the two averages every results table shows (stage 01 and stage 04 tables, notebooks' text)
     assert (schema.POOLED, schema.SECTOR_MEAN) == ("Average (pooled)", "Mean of sectors")
+
+
+def test_term_pattern_suffix_exception_is_case_insensitive():
+    from finlib.schema import term_pattern
+
+    pat = term_pattern(["buy"], suffixes=("rated",))
+    for text in ("a Buy-rated stock", "a BUY-RATED stock", "a Buy-Rated stock"):
+        assert pat.search(text), text
+    assert not pat.search("a buy-side desk")

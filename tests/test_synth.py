@@ -213,7 +213,9 @@ def test_factual_sentences_have_no_strongsubj_word(shared_data):
 
 
 def test_unknown_or_invalid_params_are_errors():
-    with pytest.raises(SynthConfigError, match="n_reprots"):
+    from finlib.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"data.synthetic: unknown key\(s\) \['n_reprots'\]"):
         SynthParams.from_section({"n_reprots": 3})
     with pytest.raises(SynthConfigError, match="no room"):
         generate_market({"n_reports": 3, "n_firms": 2, "start": "2020-01-01", "end": "2020-12-31",
