@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from finlib.llm.registry import ModelSpec  # noqa: E402
 from finlib.llm.store import Request, ResponseStore, Result, make_key  # noqa: E402
+from finlib.llm.stub_server import stub_spec  # noqa: E402
 
 PARAMS = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 64}
 REPORT = ("Revenue grew in the quarter while margins held steady and guidance was reaffirmed. " * 24).strip()
@@ -44,10 +45,8 @@ def prompts(n: int):
 
 
 def spec(base_url: str, concurrency: int) -> ModelSpec:
-    return ModelSpec(name="stub", backend="openai", model_id="stub-model", supports_system=True,
-                     context_length=8192, price_input_per_m=0.1, price_output_per_m=0.4,
-                     sampling={"temperature": 1.0, "top_p": 1.0}, concurrency=concurrency, max_attempts=3,
-                     timeout_s=60, base_url=base_url, api_key_env="BENCH_STUB_KEY")
+    return stub_spec(base_url, price_input_per_m=0.1, price_output_per_m=0.4, concurrency=concurrency,
+                     max_attempts=3, timeout_s=60, api_key_env="BENCH_STUB_KEY")
 
 
 async def streaming(s: ModelSpec, n: int, store: ResponseStore) -> int:
@@ -67,9 +66,8 @@ async def gather_then_write(s: ModelSpec, n: int, store: ResponseStore) -> int:
     async def one(req: Request) -> Result:
         async with sem:
             resp = await client.chat.completions.create(**request_kwargs(s, req))
-        return Result(key=req.key, model=req.model, backend=req.backend, mode=req.mode, status="ok",
-                      raw_text=resp.choices[0].message.content, input_tokens=resp.usage.prompt_tokens,
-                      output_tokens=resp.usage.completion_tokens)
+        return Result.for_request(req, status="ok", raw_text=resp.choices[0].message.content,
+                                  input_tokens=resp.usage.prompt_tokens, output_tokens=resp.usage.completion_tokens)
 
     results = await asyncio.gather(*(one(r) for r in prompts(n)))
     store.put_many(results)

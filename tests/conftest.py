@@ -34,3 +34,15 @@ def tmp_run(tmp_path: Path):
         shutil.copy(f, root / "params" / f.name)
     (root / "pyproject.toml").write_text("[project]\nname='tmp'\n")
     return load_run("smoke", root=root)
+
+
+@pytest.fixture()
+def simulated_clock(monkeypatch):
+    """The OpenAI backend's waits (rate limits, backoff) go to a simulated clock instead of the wall."""
+    from llm_helpers import SimulatedClock
+
+    from finlib.llm import openai_backend
+
+    clock = SimulatedClock()
+    monkeypatch.setattr(openai_backend, "sleep", clock.sleep)
+    return clock

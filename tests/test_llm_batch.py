@@ -1,20 +1,19 @@
 """OpenAI Batch API flow against an in-memory fake client (no network)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from types import SimpleNamespace
 
 import pytest
+from llm_helpers import STUB_SPEC, make_request
 
 from finlib.llm.batch_api import BATCH_DISCOUNT, run_batch, write_batch_files
-from finlib.llm.registry import ModelSpec
-from finlib.llm.store import Request, ResponseStore, make_key
+from finlib.llm.store import ResponseStore
 
-PARAMS = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 16}
-SPEC = ModelSpec(name="gpt-test", backend="openai", model_id="gpt-test", supports_system=True, context_length=8192,
-                 price_input_per_m=2.0, price_output_per_m=8.0, sampling={"temperature": 1.0, "top_p": 1.0},
-                 base_url="https://api.example.invalid/v1", api_key_env="BATCH_TEST_KEY",
-                 max_tokens_param="max_completion_tokens")
+SPEC = dataclasses.replace(STUB_SPEC, name="gpt-test", model_id="gpt-test", price_input_per_m=2.0,
+                           price_output_per_m=8.0, base_url="https://api.example.invalid/v1",
+                           api_key_env="BATCH_TEST_KEY", max_tokens_param="max_completion_tokens")
 
 
 class FakeClient:
@@ -63,12 +62,7 @@ class FakeClient:
 
 
 def reqs(texts):
-    out = []
-    for t in texts:
-        msgs = [{"role": "user", "content": t}]
-        out.append(Request(make_key("openai", "gpt-test", msgs, PARAMS, "t", "generate"), "gpt-test", "openai",
-                           "generate", msgs, dict(PARAMS)))
-    return out
+    return [make_request(t, SPEC) for t in texts]
 
 
 def test_jsonl_lines_carry_store_keys(tmp_path):

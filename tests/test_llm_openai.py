@@ -4,30 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import random
 import sqlite3
 import threading
-import time
 
+import numpy as np
 import pytest
+from llm_helpers import STUB_SPEC as SPEC, make_request as req
 
-from finlib.llm.openai_backend import (Budget, BudgetExceeded, RateLimiter, backoff_s, call_with_retries, redact,
-                                       request_kwargs, run_openai)
-from finlib.llm.registry import MissingKeyError, ModelSpec
-from finlib.llm.store import Request, ResponseStore, make_key
+from finlib.llm import openai_backend
+from finlib.llm.openai_backend import Budget, BudgetExceeded, RateLimiter, backoff_s, redact, request_kwargs, run_openai
+from finlib.llm.registry import MissingKeyError
+from finlib.llm.store import ResponseStore
 from finlib.llm.stub_server import ThreadedStub
-
-PARAMS = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 16}
-SPEC = ModelSpec(name="stub", backend="openai", model_id="stub-model", supports_system=True, context_length=8192,
-                 price_input_per_m=0.0, price_output_per_m=0.0, sampling={"temperature": 1.0, "top_p": 1.0},
-                 concurrency=8, max_attempts=4, timeout_s=0.5, base_url="http://127.0.0.1:1/v1",
-                 api_key_env="STUB_TEST_KEY")
-
-
-def req(text: str) -> Request:
-    msgs = [{"role": "user", "content": text}]
-    return Request(make_key("openai", "stub-model", msgs, PARAMS, "t", "generate"), "stub", "openai", "generate",
-                   msgs, dict(PARAMS), input_tokens_est=100)
 
 
 @pytest.fixture()
@@ -41,7 +31,7 @@ def run(spec, requests, store, **kw):
     return asyncio.run(run_openai(spec, requests, store, backoff_base_s=0.01, backoff_cap_s=0.05, seed=0, **kw))
 
 
-def test_retries_then_answers(stub, tmp_path):
+def test_retries_then_answers(stub, tmp_path, simulated_clock):
     spec = dataclasses.replace(SPEC, base_url=stub.base_url)
     texts = ["plain", "a [[429x2:0.3]]", "b [[500x2]]", "c [[sleepx1:2]]"]
     with ResponseStore(tmp_path / "r.sqlite") as s:
@@ -51,9 +41,10 @@ def test_retries_then_answers(stub, tmp_path):
     attempts = {t: rows[req(t).key]["attempts"] for t in texts}
     assert attempts == {"plain": 1, "a [[429x2:0.3]]": 3, "b [[500x2]]": 3, "c [[sleepx1:2]]": 2}
     assert stub.stub.attempts["c [[sleepx1:2]]"] == 2  # the timed-out attempt was really retried
-    # Retry-After honoured: backoff alone (cap 0.05 s) would retry far sooner than 0.3 s
-    times = [t for t, text, _ in stub.stub.log if text.startswith("a [[429")]
-    assert all(b - a >= 0.29 for a, b in zip(times, times[1:]))
+    # one wait per retry (2 + 2 + 1); Retry-After honoured: backoff alone is capped at 0.05 s, the
+    # two retries of the 429 answer wait the server's 0.3 s
+    waits = sorted(simulated_clock.sleeps)
+    assert len(waits) == 5 and waits[-2:] == [0.3, 0.3] and max(waits[:-2]) <= 0.05
 
 
 def test_terminal_failures_recorded_with_reason(stub, tmp_path):
@@ -81,26 +72,34 @@ def test_backoff_grows_and_honours_retry_after():
     assert backoff_s(1, 1.0, 8.0, 30.0, rng) == 30.0
 
 
-def test_rate_limiter_spaces_requests(stub, tmp_path):
+def test_rate_limiter_spaces_requests(stub, tmp_path, simulated_clock, monkeypatch):
+    granted: list[float] = []  # simulated time at which each call was let through
+
+    class RecordingLimiter(RateLimiter):
+        async def acquire(self, tokens: int = 0) -> None:
+            await super().acquire(tokens)
+            granted.append(self.clock())
+
+    monkeypatch.setattr(openai_backend, "RateLimiter", functools.partial(RecordingLimiter, clock=simulated_clock))
     spec = dataclasses.replace(SPEC, base_url=stub.base_url, rpm=1200)  # 20/s, 1 s of burst
     with ResponseStore(tmp_path / "r.sqlite") as s:
-        t0 = time.monotonic()
-        run(spec, [req(f"r{i}") for i in range(40)], s)
-        elapsed = time.monotonic() - t0
-    assert elapsed >= 0.9  # 40 requests at 20/s with a 20-request burst: >= 1 s
-    times = sorted(t for t, _, _ in stub.stub.log)
-    for i, t in enumerate(times):  # no 1-second window holds more than rate + burst
-        assert sum(1 for u in times[i:] if u - t < 1.0) <= 41
+        assert run(spec, [req(f"r{i}") for i in range(40)], s)["ok"] == 40
+    # 40 requests at 20/s with a 20-request burst: the first 20 at once, then one every 0.05 s
+    assert len(granted) == 40 and granted[:20] == [0.0] * 20
+    assert sum(simulated_clock.sleeps) == pytest.approx(1.0)
+    assert np.diff(granted[19:]) == pytest.approx([0.05] * 20)
+    for i, t in enumerate(granted):  # no 1-second window holds more than rate + burst
+        assert sum(1 for u in granted[i:] if u - t < 1.0) <= 41
 
 
-def test_token_limiter_waits_for_tokens():
+def test_token_limiter_waits_for_tokens(simulated_clock):
     async def go():
-        lim = RateLimiter(tpm=6000)  # 100 tokens/s, bucket of 100
-        t0 = time.monotonic()
+        lim = RateLimiter(tpm=6000, clock=simulated_clock)  # 100 tokens/s, bucket of 100
         for _ in range(3):
             await lim.acquire(100)
-        return time.monotonic() - t0
-    assert asyncio.run(go()) >= 1.9
+    asyncio.run(go())
+    # the bucket pays for the first call; each later one waits a second for 100 more tokens
+    assert simulated_clock.sleeps == pytest.approx([1.0, 1.0])
 
 
 def test_results_stream_into_the_store_before_the_run_ends(stub, tmp_path):

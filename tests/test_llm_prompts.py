@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from finlib.llm import prompts
 from finlib.llm.prompts import PROMPT_VERSION, SYSTEM_PROMPT, build_messages, first_sentence_end, truncate_text
 
 
@@ -71,8 +70,3 @@ def test_truncation_property(words, budget):
         assert not truncated
     if truncated and n_words(out) > budget:  # only when the first sentence alone is over budget
         assert out == text[: first_sentence_end(text)].rstrip()
-
-
-def test_stage_03_has_no_answer_parser_of_its_own():
-    """One parser (stage 04's): a second one in stage 03 reported a parse rate the metrics never saw."""
-    assert not hasattr(prompts, "parse_answer") and not hasattr(prompts, "_ANSWER_RE")

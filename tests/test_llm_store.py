@@ -5,16 +5,13 @@ import asyncio
 import dataclasses
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
-import pytest
+from llm_helpers import STUB_SPEC, make_request
 
-from finlib.llm.registry import ModelSpec
 from finlib.llm.store import Request, ResponseStore, Result, make_key
 from finlib.llm.stub_server import ThreadedStub
 
@@ -108,7 +105,6 @@ def test_committed_answers_survive_sigkill(tmp_path):
 
 CHILD_CLIENT = textwrap.dedent("""
     import asyncio, sys, dataclasses
-    from finlib.llm.registry import ModelSpec
     from finlib.llm.store import ResponseStore
     from finlib.llm.openai_backend import run_openai
     sys.path.insert(0, sys.argv[3])
@@ -122,18 +118,11 @@ CHILD_CLIENT = textwrap.dedent("""
     asyncio.run(run_openai(spec, plan(), ResponseStore(sys.argv[1]), progress=Printer()))
 """)
 
-SPEC = ModelSpec(name="stub", backend="openai", model_id="stub-model", supports_system=True, context_length=8192,
-                 price_input_per_m=0.0, price_output_per_m=0.0, sampling=dict(PARAMS), concurrency=4,
-                 max_attempts=3, timeout_s=10, base_url="http://127.0.0.1:1/v1", api_key_env="STUB_TEST_KEY")
+SPEC = dataclasses.replace(STUB_SPEC, concurrency=4, max_attempts=3, timeout_s=10)
 
 
 def plan(n: int = 60) -> list[Request]:
-    out = []
-    for i in range(n):
-        msgs = [{"role": "user", "content": f"report {i} [[sleepx1:0.05]]"}]
-        out.append(Request(make_key("openai", "stub-model", msgs, PARAMS, "t", "generate"), "stub", "openai",
-                           "generate", msgs, dict(PARAMS)))
-    return out
+    return [make_request(f"report {i} [[sleepx1:0.05]]") for i in range(n)]
 
 
 def test_crash_mid_run_loses_nothing_and_never_resends(tmp_path, monkeypatch):

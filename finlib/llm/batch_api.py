@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from finlib.artifacts import write_jsonl
-from finlib.llm.openai_backend import Budget, BudgetExceeded, redact, request_kwargs
+from finlib.llm.openai_backend import Budget, BudgetExceeded, redact, request_kwargs, result_from_completion
 from finlib.llm.registry import ModelSpec
 from finlib.llm.store import Request, Result, ResponseStore
 
@@ -79,17 +79,10 @@ def parse_line(line: dict, spec: ModelSpec, by_key: dict[str, Request], secret: 
     response = line.get("response") or {}
     body = response.get("body") or {}
     if response.get("status_code") == 200 and body.get("choices"):
-        usage = body.get("usage") or {}
-        n_in, n_out = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
-        choice = body["choices"][0]
-        return Result(key=req.key, model=req.model, backend=req.backend, mode=req.mode, status="ok",
-                      raw_text=choice["message"].get("content"), input_tokens=n_in, output_tokens=n_out,
-                      cost_usd=spec.cost(n_in, n_out, discount=BATCH_DISCOUNT), truncated=req.truncated,
-                      truncated_output=choice.get("finish_reason") == "length")
+        return result_from_completion(req, spec, body, BATCH_DISCOUNT)
     error = line.get("error") or body.get("error") or {}
     reason = f"batch: HTTP {response.get('status_code')}: {error.get('message', error) if isinstance(error, dict) else error}"
-    return Result(key=req.key, model=req.model, backend=req.backend, mode=req.mode, status="error",
-                  error=redact(reason, secret)[:1000], truncated=req.truncated)
+    return Result.for_request(req, status="error", error=redact(reason, secret)[:1000])
 
 
 def collect(client, batch, spec: ModelSpec, by_key: dict[str, Request], store: ResponseStore,

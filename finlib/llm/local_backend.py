@@ -182,8 +182,7 @@ class LocalModel:
 
     def _error(self, req: Request, exc: BaseException) -> Result:
         """An error row for one request: stored as an error (retried next run), never an answer."""
-        return Result(key=req.key, model=req.model, backend=req.backend, mode=req.mode, status="error",
-                      error=f"local {req.mode}: {type(exc).__name__}: {exc}"[:1000], truncated=req.truncated)
+        return Result.for_request(req, status="error", error=f"local {req.mode}: {type(exc).__name__}: {exc}"[:1000])
 
     def _run(self, requests: list[Request], mode: str, size: int,
              compute: Callable[[list[tuple[Request, list[int]]]], list[Result]]) -> Iterator[list[Result]]:
@@ -234,10 +233,10 @@ class LocalModel:
         probs = torch.softmax(lab, dim=-1)
         mass = lab.exp().sum(-1)
         dt = (time.perf_counter() - t0) / len(batch)
-        return [Result(key=req.key, model=req.model, backend=req.backend, mode="score", status="ok",
-                       raw_text=None, probs={r.value: float(x) for r, x in zip(RATINGS, p)},
-                       input_tokens=len(seq), output_tokens=0, cost_usd=self.spec.cost(len(seq), 0),
-                       latency_s=dt, truncated=req.truncated, extra={"label_mass": float(m)}, truncated_output=False)
+        return [Result.for_request(req, mode="score", status="ok",
+                                   probs={r.value: float(x) for r, x in zip(RATINGS, p)}, input_tokens=len(seq),
+                                   cost_usd=self.spec.cost(len(seq), 0), latency_s=dt,
+                                   extra={"label_mass": float(m)}, truncated_output=False)
                 for (req, seq), p, m in zip(batch, probs.tolist(), mass.tolist())]
 
     # -- generation --------------------------------------------------------------------------
@@ -267,10 +266,9 @@ class LocalModel:
             if stopped:
                 toks = toks[:toks.index(self.tok.eos_token_id) + 1]
             text = self.tok.decode(toks, skip_special_tokens=True)
-            results.append(Result(
-                key=req.key, model=req.model, backend=req.backend, mode="generate", status="ok",
-                raw_text=text, input_tokens=len(seq), output_tokens=len(toks),
-                cost_usd=self.spec.cost(len(seq), len(toks)), latency_s=dt, truncated=req.truncated,
+            results.append(Result.for_request(
+                req, mode="generate", status="ok", raw_text=text, input_tokens=len(seq), output_tokens=len(toks),
+                cost_usd=self.spec.cost(len(seq), len(toks)), latency_s=dt,
                 truncated_output=not stopped))  # cut at max_new_tokens, like finish_reason "length"
         return results
 

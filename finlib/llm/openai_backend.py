@@ -24,6 +24,7 @@ from finlib.llm.registry import ModelSpec
 from finlib.llm.store import Request, Result, ResponseStore
 
 RETRY_STATUS = {408, 409, 429}
+sleep = asyncio.sleep  # every wait of this module (rate limit, backoff); tests replace it with a simulated clock
 _KEYLIKE = re.compile(r"\b(sk|key|api)[-_][A-Za-z0-9_\-*]{6,}", re.IGNORECASE)
 
 
@@ -79,14 +80,14 @@ class RateLimiter:
                 self._refill()
                 need_r = 1.0 - self.req if self.rpm else 0.0
                 need_t = tokens - self.tok if self.tpm else 0.0
-                if need_r <= 0 and need_t <= 0:
+                if need_r <= 1e-9 and need_t <= 1e-9:  # a shortfall below clock resolution is rounding
                     if self.rpm:
                         self.req -= 1.0
                     if self.tpm:
                         self.tok -= tokens
                     return
                 wait = max(need_r * 60.0 / self.rpm if self.rpm else 0.0, need_t * 60.0 / self.tpm if self.tpm else 0.0)
-                await asyncio.sleep(wait)
+                await sleep(wait)
 
 
 def redact(text: str, secret: str | None) -> str:
@@ -132,6 +133,19 @@ def request_kwargs(spec: ModelSpec, req: Request) -> dict:
     return kwargs
 
 
+def result_from_completion(req: Request, spec: ModelSpec, body: dict, discount: float = 1.0,
+                           **fields) -> Result:
+    """An ok Result from a chat-completion body: the live SDK response (`resp.model_dump()`) and a
+    Batch API output line's `response.body` have the same shape, so both paths read it here.
+    `discount` prices the call (0.5 for the Batch API); `fields` adds latency, attempts..."""
+    usage = body.get("usage") or {}
+    n_in, n_out = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+    choice = (body.get("choices") or [{}])[0]
+    return Result.for_request(req, status="ok", raw_text=(choice.get("message") or {}).get("content"),
+                              input_tokens=n_in, output_tokens=n_out, cost_usd=spec.cost(n_in, n_out, discount),
+                              truncated_output=choice.get("finish_reason") == "length", **fields)
+
+
 def classify(exc: Exception) -> tuple[bool, str]:
     """(retryable, reason) for an exception raised by the SDK."""
     import openai
@@ -163,20 +177,12 @@ async def call_with_retries(client, spec: ModelSpec, req: Request, limiter: Rate
             retryable, reason = classify(exc)
             if not retryable or attempt == spec.max_attempts:
                 break
-            await asyncio.sleep(backoff_s(attempt, backoff_base_s, backoff_cap_s, retry_after_s(exc), rng))
+            await sleep(backoff_s(attempt, backoff_base_s, backoff_cap_s, retry_after_s(exc), rng))
             continue
-        usage = getattr(resp, "usage", None)
-        n_in = int(getattr(usage, "prompt_tokens", 0) or 0)
-        n_out = int(getattr(usage, "completion_tokens", 0) or 0)
-        text = resp.choices[0].message.content if resp.choices else None
-        finish = getattr(resp.choices[0], "finish_reason", None) if resp.choices else None
-        return Result(key=req.key, model=req.model, backend=req.backend, mode=req.mode, status="ok", raw_text=text,
-                      input_tokens=n_in, output_tokens=n_out, cost_usd=spec.cost(n_in, n_out),
-                      latency_s=time.perf_counter() - t_start, truncated=req.truncated, attempts=attempt,
-                      truncated_output=finish == "length")
-    return Result(key=req.key, model=req.model, backend=req.backend, mode=req.mode, status="error",
-                  error=redact(f"{reason} (after {attempt} attempt(s))", secret)[:1000],
-                  latency_s=time.perf_counter() - t_start, truncated=req.truncated, attempts=attempt)
+        return result_from_completion(req, spec, resp.model_dump(), latency_s=time.perf_counter() - t_start,
+                                      attempts=attempt)
+    return Result.for_request(req, status="error", latency_s=time.perf_counter() - t_start, attempts=attempt,
+                              error=redact(f"{reason} (after {attempt} attempt(s))", secret)[:1000])
 
 
 def make_client(spec: ModelSpec):

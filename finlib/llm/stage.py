@@ -5,8 +5,8 @@ local models; chain-of-thought generation (the paper's protocol) for the first
 `inference.generate_subset` reports (all their conditions), and for every row with API models
 (whose servers do not expose pre-filled label log-probabilities portably), sent live or, with
 `inference.batch: true`, through the OpenAI Batch API. Every call goes through the response
-store: a rerun only sends what is not answered yet. Generated answers are read with stage 04's
-parser (`finlib.scoring.parse_rating_detail`), so this stage reports the parse rate the metrics see.
+store: a rerun only sends what is not answered yet. Answers are read once, with stage 04's parser
+(`finlib.scoring.parse_predictions`), so this stage reports the parse rate the metrics see.
 """
 from __future__ import annotations
 
@@ -18,18 +18,20 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from finlib.artifacts import read_frame, write_frame, write_json
+from finlib.artifacts import read_frame, require_columns, write_frame, write_json
 from finlib.config import ConfigError, RunConfig
 from finlib.llm.progress import Progress
 from finlib.llm.prompts import PROMPT_VERSION, build_messages, truncate_text
 from finlib.llm.registry import ModelSpec, load_registry, select_models
 from finlib.llm.store import Request, ResponseStore, make_key
-from finlib.scoring import parse_rating_detail
+from finlib.scoring import parse_predictions
 
-PREDICTION_COLUMNS = ["item_id", "report_id", "condition", "model", "mode", "raw_text", "p_bullish", "p_neutral",
-                      "p_bearish", "status", "error", "input_tokens", "output_tokens", "cost_usd", "latency_s",
-                      "truncated", "cache_key", "truncated_output"]
+CALL_COLUMNS = ["item_id", "report_id", "condition", "model", "mode", "raw_text", "p_bullish", "p_neutral",
+                "p_bearish", "status", "error", "input_tokens", "output_tokens", "cost_usd", "latency_s",
+                "truncated", "cache_key", "truncated_output"]
 # truncated_output: the answer stopped at the output-token limit (finish_reason "length"); NA when unknown
+PARSE_COLUMNS = ["answer", "parsed", "parse_note"]  # stage 04's reading, for this stage's report (04 reads again)
+PREDICTION_COLUMNS = CALL_COLUMNS + PARSE_COLUMNS
 CONDITION_COLUMNS = ("item_id", "report_id", "condition", "text", "status", "skip_reason")
 API_CHARS_PER_TOKEN = 4.0  # token estimate for API models (no local tokenizer); truncation only
 
@@ -70,9 +72,7 @@ def inference_params(cfg: RunConfig) -> dict:
 
 def check_conditions(df: pd.DataFrame, source: str = "conditions.parquet") -> pd.DataFrame:
     """Fail loudly on a malformed stage-02 artifact (missing column, ok row without text)."""
-    missing = [c for c in CONDITION_COLUMNS if c not in df.columns]
-    if missing:
-        raise ValueError(f"{source}: missing column(s) {missing}")
+    require_columns(df, CONDITION_COLUMNS, source)
     if df["item_id"].duplicated().any():
         dup = df.loc[df["item_id"].duplicated(), "item_id"].iloc[0]
         raise ValueError(f"{source}: duplicate item_id {dup!r}")
@@ -244,9 +244,15 @@ def skipped_rows(skipped: pd.DataFrame, specs: list[ModelSpec], inf: dict) -> li
     return rows
 
 
-def to_frame(rows: list[dict]) -> pd.DataFrame:
-    """The predictions artifact with the contract's columns and dtypes."""
-    df = pd.DataFrame(rows, columns=PREDICTION_COLUMNS)
+def condition_texts(conditions: pd.DataFrame) -> dict[str, str]:
+    """item_id -> the condition's full text (what the model was shown before truncation)."""
+    return {k: v for k, v in zip(conditions["item_id"], conditions["text"]) if isinstance(v, str)}
+
+
+def to_frame(rows: list[dict], contexts: dict[str, str] | None = None) -> pd.DataFrame:
+    """The predictions artifact with the contract's columns and dtypes, each row read once by stage
+    04's parser (`contexts`: item_id -> input text, so ratings copied from the report are ignored)."""
+    df = pd.DataFrame(rows, columns=CALL_COLUMNS)
     for c in ("item_id", "report_id", "condition", "model", "mode", "raw_text", "status", "error", "cache_key"):
         df[c] = df[c].astype(object).where(df[c].notna(), None)
     for c in ("p_bullish", "p_neutral", "p_bearish", "cost_usd", "latency_s"):
@@ -255,26 +261,11 @@ def to_frame(rows: list[dict]) -> pd.DataFrame:
         df[c] = df[c].astype("int64")
     df["truncated"] = df["truncated"].astype(bool)
     df["truncated_output"] = df["truncated_output"].astype("boolean")
-    return df.sort_values(["model", "mode", "item_id"], kind="stable").reset_index(drop=True)
+    df = df.sort_values(["model", "mode", "item_id"], kind="stable").reset_index(drop=True)
+    return parse_predictions(df, contexts)
 
 
-def parsed_answers(pred: pd.DataFrame, contexts: dict[str, str] | None = None) -> pd.DataFrame:
-    """Stage 04's parser on every generated row: `answer` (str|None) and `parse_note` (why).
-    `contexts` (item_id -> input text) lets it ignore ratings copied from the report, as stage 04 does."""
-    contexts = contexts or {}
-    out = [parse_rating_detail(raw, contexts.get(item)) for item, raw in zip(pred["item_id"], pred["raw_text"])]
-    return pd.DataFrame({"answer": pd.Series([None if r is None else r.value for r, _ in out], index=pred.index,
-                                             dtype=object),
-                         "parse_note": pd.Series([note for _, note in out], index=pred.index, dtype=object)})
-
-
-def condition_texts(cfg: RunConfig) -> dict[str, str]:
-    """item_id -> the condition's full text (what the model was shown before truncation)."""
-    cond = read_frame(cfg, "conditions")
-    return {k: v for k, v in zip(cond["item_id"], cond["text"]) if isinstance(v, str)}
-
-
-def summarise(pred: pd.DataFrame, report: dict, contexts: dict[str, str] | None = None) -> dict:
+def summarise(pred: pd.DataFrame, report: dict) -> dict:
     """Counts, usage per model x condition, parse rate of generated answers (stage 04's parser)."""
     report["counts"] = {f"{m}|{mode}|{s}": int(n) for (m, mode, s), n in
                         pred.groupby(["model", "mode", "status"]).size().items()}
@@ -285,10 +276,9 @@ def summarise(pred: pd.DataFrame, report: dict, contexts: dict[str, str] | None 
     report["cost_note"] = ("cost_usd per row is the cost of the stored call (paid once, possibly in an earlier run); "
                            "budget_spent_this_run_usd is what this run paid")
     gen = pred[(pred["mode"] == "generate") & (pred["status"] == "ok")]
-    parsed = parsed_answers(gen, contexts)
-    report["generate_parse"] = {"n": int(len(gen)), "parsed": int(parsed["answer"].notna().sum()),
-                                "rate": float(parsed["answer"].notna().mean()) if len(gen) else None,
-                                "by_note": dict(Counter(parsed["parse_note"])),
+    report["generate_parse"] = {"n": int(len(gen)), "parsed": int(gen["parsed"].sum()),
+                                "rate": float(gen["parsed"].mean()) if len(gen) else None,
+                                "by_note": dict(Counter(gen["parse_note"])),
                                 "parser": "finlib.scoring.parse_rating_detail (stage 04's parser)"}
     report["truncated_outputs"] = int(pred["truncated_output"].fillna(False).astype(bool).sum())
     report["errors"] = dict(Counter(pred.loc[pred["status"] == "error", "error"].astype(str).str[:120]))
@@ -318,9 +308,8 @@ def run_stage(cfg: RunConfig, models: list[str] | None = None) -> tuple[pd.DataF
         for spec in specs:
             rows += _run_model(cfg, spec, ok, inf, store, budget, gen_ids, report)
     rows += skipped_rows(skipped, specs, inf)
-    pred = to_frame(rows)
-    contexts = {k: v for k, v in zip(conditions["item_id"], conditions["text"]) if isinstance(v, str)}
-    report = summarise(pred, report, contexts)
+    pred = to_frame(rows, condition_texts(conditions))
+    report = summarise(pred, report)
     report["budget_spent_this_run_usd"] = budget.spent
     report["wall_s"] = round(time.perf_counter() - t0, 3)
     write_frame(cfg, "predictions", pred)
@@ -339,12 +328,10 @@ def probability_summary(pred: pd.DataFrame) -> pd.DataFrame:
     return out.round(3).reset_index()
 
 
-def generation_summary(pred: pd.DataFrame, contexts: dict[str, str] | None = None, width: int = 160) -> pd.DataFrame:
+def generation_summary(pred: pd.DataFrame, width: int = 160) -> pd.DataFrame:
     """Generated answers with stage 04's reading of them (None = unparsed, with the reason) and
     the start of the text."""
-    g = pred[pred["mode"] == "generate"].copy()
-    parsed = parsed_answers(g, contexts)
-    g["parsed_answer"], g["parse_note"] = parsed["answer"], parsed["parse_note"]
+    g = pred[pred["mode"] == "generate"].rename(columns={"answer": "parsed_answer"})
     g["raw_text_start"] = g["raw_text"].fillna("").str.replace(r"\s+", " ", regex=True).str[:width]
     return g[["model", "item_id", "status", "output_tokens", "truncated_output", "parsed_answer", "parse_note",
               "raw_text_start"]].reset_index(drop=True)

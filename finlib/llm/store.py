@@ -98,6 +98,13 @@ class Result:
     # the answer hit the output-token limit (finish_reason "length"); None when unknown (errors)
     truncated_output: bool | None = None
 
+    @classmethod
+    def for_request(cls, req: "Request", **fields) -> "Result":
+        """The Result of `req`: its key, model, backend, mode and input truncation, plus `fields`
+        (which may override any of them)."""
+        return cls(**{"key": req.key, "model": req.model, "backend": req.backend, "mode": req.mode,
+                      "truncated": req.truncated, **fields})
+
     def row(self) -> tuple:
         p = self.probs or {}
         return (self.key, self.model, self.backend, self.mode, self.status, self.raw_text,

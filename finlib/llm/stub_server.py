@@ -140,6 +140,17 @@ class ThreadedStub:
         self.thread.join(10)
 
 
+def stub_spec(base_url: str = "http://127.0.0.1:1/v1", **fields):
+    """The registry record of a free model served by this stub (tests, benchmarks); `fields`
+    override any ModelSpec field (concurrency, attempts, timeout, prices, key variable)."""
+    from finlib.llm.registry import ModelSpec
+
+    return ModelSpec(**{"name": "stub", "backend": "openai", "model_id": "stub-model", "supports_system": True,
+                        "context_length": 8192, "price_input_per_m": 0.0, "price_output_per_m": 0.0,
+                        "sampling": {"temperature": 1.0, "top_p": 1.0}, "base_url": base_url,
+                        "api_key_env": "STUB_TEST_KEY", **fields})
+
+
 async def _main(port: int, max_seconds: float) -> None:
     stub = StubServer()
     actual = await stub.start(port)
