@@ -306,6 +306,14 @@ def answer_from_probs(p_bullish: float, p_neutral: float, p_bearish: float) -> R
     return RATINGS[int(order[0])]
 
 
+def condition_texts(conditions: pd.DataFrame) -> dict[str, str]:
+    """item_id -> the condition's full text (what the model was shown before truncation): the
+    parser's context, so a rating copied from the report is not read as the model's answer."""
+    if "text" not in conditions.columns:
+        return {}
+    return {k: v for k, v in zip(conditions["item_id"], conditions["text"]) if isinstance(v, str)}
+
+
 def parse_predictions(pred: pd.DataFrame, contexts: dict[str, str] | None = None) -> pd.DataFrame:
     """Add `answer` (str|None), `parsed` (bool) and `parse_note` (why, for the stage report).
 
@@ -391,9 +399,7 @@ def score_frame(predictions: pd.DataFrame, conditions: pd.DataFrame, labels: pd.
     for frame, col, name in ((conditions, "reference_rating", "conditions"), (labels, "label", "labels"),
                              (reports, "analyst_rating", "reports")):
         _check_ratings(frame, col, name)
-    texts = conditions["text"] if "text" in conditions.columns else pd.Series(dtype=object)
-    contexts = {k: v for k, v in zip(conditions["item_id"], texts) if isinstance(v, str)}
-    pred = label_model_modes(parse_predictions(predictions, contexts))
+    pred = label_model_modes(parse_predictions(predictions, condition_texts(conditions)))
     cond = conditions[list(COND_COLUMNS)].rename(columns={"status": "condition_status",
                                                           "condition": "condition_c", "report_id": "report_id_c"})
     rows = pred.merge(cond, on="item_id", how="left", validate="many_to_one", indicator=True)

@@ -24,7 +24,7 @@ from finlib.llm.progress import Progress
 from finlib.llm.prompts import PROMPT_VERSION, build_messages, truncate_text
 from finlib.llm.registry import ModelSpec, load_registry, select_models
 from finlib.llm.store import Request, ResponseStore, make_key
-from finlib.scoring import parse_predictions
+from finlib.scoring import condition_texts, parse_predictions
 
 CALL_COLUMNS = ["item_id", "report_id", "condition", "model", "mode", "raw_text", "p_bullish", "p_neutral",
                 "p_bearish", "status", "error", "input_tokens", "output_tokens", "cost_usd", "latency_s",
@@ -242,11 +242,6 @@ def skipped_rows(skipped: pd.DataFrame, specs: list[ModelSpec], inf: dict) -> li
                          "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0, "latency_s": 0.0,
                          "truncated": False, "cache_key": None, "truncated_output": None})
     return rows
-
-
-def condition_texts(conditions: pd.DataFrame) -> dict[str, str]:
-    """item_id -> the condition's full text (what the model was shown before truncation)."""
-    return {k: v for k, v in zip(conditions["item_id"], conditions["text"]) if isinstance(v, str)}
 
 
 def to_frame(rows: list[dict], contexts: dict[str, str] | None = None) -> pd.DataFrame:
