@@ -1255,7 +1255,8 @@ def plot_herding(cfg: RunConfig, res: ScoringResult):
             d = m[(m["model"] == model) & (m["metric"] == metric)].set_index("condition").reindex(conds)
             x = np.arange(len(conds)) + i * width
             err = np.vstack([d["value"] - d["ci_low"], d["ci_high"] - d["value"]]).clip(min=0)
-            bars = ax.bar(x, 100 * d["value"], width, yerr=100 * np.nan_to_num(err), label=model, capsize=3)
+            shown = model if d["n"].fillna(0).sum() > 0 else f"{model} (no parsed answers)"
+            bars = ax.bar(x, 100 * d["value"], width, yerr=100 * np.nan_to_num(err), label=shown, capsize=3)
             # N under each bar: a 100 % from one parsed answer must not read like a result.
             ax.bar_label(bars, labels=[f"N={int(n)}" if pd.notna(n) else "" for n in d["n"]],
                          label_type="center", fontsize=6)
