@@ -3,6 +3,11 @@ builder, and a simulated clock for everything that waits."""
 from __future__ import annotations
 
 import asyncio
+import logging
+from contextlib import contextmanager
+from pathlib import Path
+
+import yaml
 
 from finlib.llm.registry import ModelSpec
 from finlib.llm.store import Request, make_key
@@ -36,3 +41,34 @@ class SimulatedClock:
         self.sleeps.append(seconds)
         self.now += seconds
         await _REAL_SLEEP(0)  # still hand control to the other tasks, as a real wait would
+
+
+def api_record(name: str, base_url: str, api_key_env: str, **fields) -> dict:
+    """A registry record (as written in models.yaml) of an OpenAI-compatible model for tests."""
+    return {"name": name, "backend": "openai", "model_id": f"{name}-model", "base_url": base_url,
+            "api_key_env": api_key_env, "supports_system": True, "context_length": 8192,
+            "price_input_per_m": 1.0, "price_output_per_m": 2.0,
+            "sampling": {"temperature": 1.0, "top_p": 1.0}, **fields}
+
+
+def write_registry(root: Path, record: dict) -> str:
+    """Write a one-model registry under `root/params/` and return its repo-relative path."""
+    rel = f"params/models_{record['name']}.yaml"
+    (root / rel).write_text(yaml.safe_dump({"models": [record]}))
+    return rel
+
+
+@contextmanager
+def debug_log(path: Path):
+    """Send every logger (openai, httpx, papermill, …) at DEBUG to `path` for the duration."""
+    handler = logging.FileHandler(path)
+    root_logger = logging.getLogger()
+    old_level = root_logger.level
+    root_logger.addHandler(handler)
+    root_logger.setLevel(logging.DEBUG)
+    try:
+        yield path
+    finally:
+        root_logger.removeHandler(handler)
+        root_logger.setLevel(old_level)
+        handler.close()

@@ -1,7 +1,6 @@
 """A dummy key goes to the server and nowhere else: not the store, the artifacts, the logs."""
 from __future__ import annotations
 
-import logging
 import shutil
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import yaml
 from finlib.artifacts import write_frame
 from finlib.llm.stage import run_stage
 from finlib.llm.stub_server import ThreadedStub
+from llm_helpers import api_record, debug_log, write_registry
 
 KEY = "sk-dummy-SECRET-7f3a9c1e5b"
 
@@ -35,28 +35,13 @@ def every_file(root: Path) -> list[Path]:
 def test_key_reaches_the_server_only(tmp_run, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("STUB_SECRET_KEY", KEY)
     log_file = tmp_path / "debug.log"
-    handler = logging.FileHandler(log_file)
-    root_logger = logging.getLogger()
-    old_level = root_logger.level
-    root_logger.addHandler(handler)
-    root_logger.setLevel(logging.DEBUG)  # openai / httpx debug logs included
-    try:
-        with ThreadedStub(require_key=KEY) as stub:
-            registry = {"models": [{
-                "name": "stub-api", "backend": "openai", "model_id": "stub-model", "base_url": stub.base_url,
-                "api_key_env": "STUB_SECRET_KEY", "supports_system": True, "context_length": 8192,
-                "price_input_per_m": 1.0, "price_output_per_m": 2.0,
-                "sampling": {"temperature": 1.0, "top_p": 1.0}, "concurrency": 4}]}
-            (tmp_run.root / "params" / "models_stub.yaml").write_text(yaml.safe_dump(registry))
-            tmp_run.params["inference"].update(registry="params/models_stub.yaml", models=["stub-api"],
-                                               budget_usd=1.0, progress=True)
-            write_frame(tmp_run, "conditions", conditions())
-            pred, report = run_stage(tmp_run)
-            assert stub.stub.n_requests == 6  # the key was accepted: the stub answers 401 otherwise
-    finally:
-        root_logger.removeHandler(handler)
-        root_logger.setLevel(old_level)
-        handler.close()
+    with debug_log(log_file), ThreadedStub(require_key=KEY) as stub:  # openai / httpx debug logs included
+        registry = write_registry(tmp_run.root, api_record("stub-api", stub.base_url, "STUB_SECRET_KEY",
+                                                           concurrency=4))
+        tmp_run.params["inference"].update(registry=registry, models=["stub-api"], budget_usd=1.0, progress=True)
+        write_frame(tmp_run, "conditions", conditions())
+        pred, report = run_stage(tmp_run)
+        assert stub.stub.n_requests == 6  # the key was accepted: the stub answers 401 otherwise
     assert (pred.loc[pred["status"] == "ok", "raw_text"].str.contains('"answer"')).all()
     assert (pred["status"] == "ok").sum() == 6 and (pred["status"] == "skipped").sum() == 1
     assert report["cost_usd_total"] > 0
@@ -85,30 +70,15 @@ def test_key_stays_out_of_the_executed_notebook_and_manifest(tmp_path, repo_root
     monkeypatch.setenv("STUB_SECRET_KEY", KEY)
     monkeypatch.setenv("JUPYTER_PREFER_ENV_PATH", "1")  # restored after the test (the runner sets it)
     log_file = tmp_path / "debug.log"
-    handler = logging.FileHandler(log_file)
-    root_logger = logging.getLogger()
-    old_level = root_logger.level
-    root_logger.addHandler(handler)
-    root_logger.setLevel(logging.DEBUG)  # papermill / nbclient / httpx debug logs included
-    try:
-        with ThreadedStub(require_key=KEY) as stub:
-            registry = {"models": [{
-                "name": "stub-api", "backend": "openai", "model_id": "stub-model", "base_url": stub.base_url,
-                "api_key_env": "STUB_SECRET_KEY", "supports_system": True, "context_length": 8192,
-                "price_input_per_m": 1.0, "price_output_per_m": 2.0,
-                "sampling": {"temperature": 1.0, "top_p": 1.0}, "concurrency": 4}]}
-            (root / "params" / "models_stub.yaml").write_text(yaml.safe_dump(registry))
-            smoke = yaml.safe_load((root / "params" / "smoke.yaml").read_text())
-            smoke.setdefault("inference", {}).update(registry="params/models_stub.yaml", models=["stub-api"],
-                                                     budget_usd=1.0, progress=True)
-            (root / "params" / "smoke.yaml").write_text(yaml.safe_dump(smoke))
-            write_frame(load_run("smoke", root=root), "conditions", conditions())
-            manifest = run_pipeline("smoke", stages=["03"])
-            assert stub.stub.n_requests == 6  # the kernel sent with the key (the stub answers 401 otherwise)
-    finally:
-        root_logger.removeHandler(handler)
-        root_logger.setLevel(old_level)
-        handler.close()
+    with debug_log(log_file), ThreadedStub(require_key=KEY) as stub:  # papermill / nbclient / httpx logs too
+        registry = write_registry(root, api_record("stub-api", stub.base_url, "STUB_SECRET_KEY", concurrency=4))
+        smoke = yaml.safe_load((root / "params" / "smoke.yaml").read_text())
+        smoke.setdefault("inference", {}).update(registry=registry, models=["stub-api"], budget_usd=1.0,
+                                                 progress=True)
+        (root / "params" / "smoke.yaml").write_text(yaml.safe_dump(smoke))
+        write_frame(load_run("smoke", root=root), "conditions", conditions())
+        manifest = run_pipeline("smoke", stages=["03"])
+        assert stub.stub.n_requests == 6  # the kernel sent with the key (the stub answers 401 otherwise)
     assert manifest["stages"]["03"]["status"] == "ok"
     executed = root / "runs" / "smoke" / "notebooks" / "03_inference.ipynb"
     assert "stub-api" in executed.read_text()  # the executed notebook really shows the stub's rows

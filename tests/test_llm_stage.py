@@ -9,7 +9,6 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
 from finlib.artifacts import write_frame
 from finlib.config import ConfigError
@@ -18,6 +17,7 @@ from finlib.llm.registry import ModelSpec
 from finlib.llm.stage import (engine_of, generation_summary, inference_params, plan_requests, run_stage, summarise,
                               to_frame)
 from finlib.scoring import parse_rating
+from llm_helpers import api_record, write_registry
 
 LOCAL = ModelSpec(name="smol", backend="local", model_id="smol", supports_system=True, context_length=8192,
                   price_input_per_m=0.0, price_output_per_m=0.0, sampling={"temperature": 1.0, "top_p": 1.0},
@@ -123,12 +123,10 @@ def test_inference_batch_routes_api_models_through_the_batch_api(tmp_run, monkey
     client = FakeClient()
     monkeypatch.setattr(openai, "OpenAI", lambda **kw: client)
     monkeypatch.setenv("BATCH_STAGE_KEY", "dummy")
-    record = {"name": "gpt-batch", "backend": "openai", "model_id": "gpt-test", "base_url": "https://x.invalid/v1",
-              "api_key_env": "BATCH_STAGE_KEY", "supports_system": True, "context_length": 8192,
-              "price_input_per_m": 2.0, "price_output_per_m": 8.0, "sampling": {"temperature": 1.0, "top_p": 1.0},
-              "max_tokens_param": "max_completion_tokens"}
-    (tmp_run.root / "params" / "models_batch.yaml").write_text(yaml.safe_dump({"models": [record]}))
-    tmp_run.params["inference"].update(registry="params/models_batch.yaml", models=["gpt-batch"], batch=True,
+    registry = write_registry(tmp_run.root, api_record(
+        "gpt-batch", "https://x.invalid/v1", "BATCH_STAGE_KEY", price_input_per_m=2.0, price_output_per_m=8.0,
+        max_tokens_param="max_completion_tokens"))
+    tmp_run.params["inference"].update(registry=registry, models=["gpt-batch"], batch=True,
                                        batch_poll_s=0, max_new_tokens=16, budget_usd=1.0, progress=False)
     write_frame(tmp_run, "conditions", batch_conditions())
     pred, report = run_stage(tmp_run)
@@ -154,11 +152,9 @@ def test_batch_over_budget_submits_nothing(tmp_run, monkeypatch):
     client = FakeClient()
     monkeypatch.setattr(openai, "OpenAI", lambda **kw: client)
     monkeypatch.setenv("BATCH_STAGE_KEY", "dummy")
-    record = {"name": "gpt-batch", "backend": "openai", "model_id": "gpt-test", "base_url": "https://x.invalid/v1",
-              "api_key_env": "BATCH_STAGE_KEY", "supports_system": True, "context_length": 8192,
-              "price_input_per_m": 2e6, "price_output_per_m": 8e6, "sampling": {"temperature": 1.0, "top_p": 1.0}}
-    (tmp_run.root / "params" / "models_batch.yaml").write_text(yaml.safe_dump({"models": [record]}))
-    tmp_run.params["inference"].update(registry="params/models_batch.yaml", models=["gpt-batch"], batch=True,
+    registry = write_registry(tmp_run.root, api_record(
+        "gpt-batch", "https://x.invalid/v1", "BATCH_STAGE_KEY", price_input_per_m=2e6, price_output_per_m=8e6))
+    tmp_run.params["inference"].update(registry=registry, models=["gpt-batch"], batch=True,
                                        batch_poll_s=0, budget_usd=1.0, progress=False)
     write_frame(tmp_run, "conditions", batch_conditions())
     with pytest.raises(BudgetExceeded, match="Nothing was submitted"):
