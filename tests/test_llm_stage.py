@@ -16,7 +16,7 @@ from finlib.llm.progress import QUIET_INTERVAL_S, TTY_INTERVAL_S, Progress
 from finlib.llm.registry import ModelSpec
 from finlib.llm.stage import (engine_of, generation_summary, inference_params, plan_requests, run_stage, summarise,
                               to_frame)
-from finlib.scoring import parse_rating
+from finlib.answers import parse_rating
 from llm_helpers import api_record, write_registry
 
 LOCAL = ModelSpec(name="smol", backend="local", model_id="smol", supports_system=True, context_length=8192,

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from finlib.schema import RATINGS, RATING_SYNONYMS, Rating
-from finlib.scoring import answer_from_probs, parse_rating, parse_rating_detail, rating_from_value
+from finlib.answers import answer_from_probs, parse_rating, parse_rating_detail, rating_from_value
 
 B, N, S = Rating.BULLISH, Rating.NEUTRAL, Rating.BEARISH
 

@@ -7,7 +7,7 @@ The paper's Figure 1 is an image that did not survive text extraction; the wordi
 reconstructed from the paper's description (an investor, analyse the analyst report
 logically, give your own rating as JSON with `answer` and `reason`).
 
-Answers are parsed by stage 04's parser (`finlib.scoring.parse_rating`), the only one: stage 03's
+Answers are parsed by stage 04's parser (`finlib.answers.parse_rating`), the only one: stage 03's
 report and notebook use it too, so the parse rate shown there is the one the metrics see.
 """
 from __future__ import annotations

@@ -6,7 +6,7 @@ local models; chain-of-thought generation (the paper's protocol) for the first
 (whose servers do not expose pre-filled label log-probabilities portably), sent live or, with
 `inference.batch: true`, through the OpenAI Batch API. Every call goes through the response
 store: a rerun only sends what is not answered yet. Answers are read once, with stage 04's parser
-(`finlib.scoring.parse_predictions`), so this stage reports the parse rate the metrics see.
+(`finlib.answers.parse_predictions`), so this stage reports the parse rate the metrics see.
 """
 from __future__ import annotations
 
@@ -20,11 +20,12 @@ import pandas as pd
 
 from finlib.artifacts import read_frame, require_columns, write_frame, write_json
 from finlib.config import ConfigError, RunConfig
+from finlib.llm.engine import engine_key, send_pending
 from finlib.llm.progress import Progress
 from finlib.llm.prompts import PROMPT_VERSION, build_messages, truncate_text
 from finlib.llm.registry import ModelSpec, load_registry, select_models
 from finlib.llm.store import Request, ResponseStore, make_key
-from finlib.scoring import condition_texts, parse_predictions
+from finlib.answers import condition_texts, parse_predictions
 
 CALL_COLUMNS = ["item_id", "report_id", "condition", "model", "mode", "raw_text", "p_bullish", "p_neutral",
                 "p_bearish", "status", "error", "input_tokens", "output_tokens", "cost_usd", "latency_s",
@@ -93,12 +94,8 @@ def generate_subset_ids(ok: pd.DataFrame, n: int) -> set[str]:
 
 
 def engine_of(spec: ModelSpec, inf: dict) -> dict | None:
-    """What besides the messages and sampling fixes a local model's output (part of its store
-    key): the weight source and the dtype. None for servers (their model id names the weights)."""
-    if spec.backend != "local":
-        return None
-    return {"gguf_package": spec.gguf_package, "gguf_file": spec.gguf_file, "hf_path": spec.hf_path,
-            "dtype": inf["dtype"]}
+    """The store-key engine fields of a model under this run's params (see `engine.engine_key`)."""
+    return engine_key(spec, inf["dtype"])
 
 
 def plan_requests(ok: pd.DataFrame, spec: ModelSpec, modes_for: Callable[[pd.Series], list[str]],
@@ -180,7 +177,7 @@ def _run_model(cfg: RunConfig, spec: ModelSpec, ok: pd.DataFrame, inf: dict, sto
 
     model = None
     if spec.backend == "local":
-        from finlib.llm.local_backend import LocalModel, run_local
+        from finlib.llm.local_backend import LocalModel
 
         model = LocalModel(spec, cfg.path(inf["model_cache"]), dtype=inf["dtype"], batch_size=inf["batch_size"],
                            score_batch_size=inf["score_batch_size"], max_batch_tokens=inf["max_batch_tokens"],
@@ -198,17 +195,8 @@ def _run_model(cfg: RunConfig, spec: ModelSpec, ok: pd.DataFrame, inf: dict, sto
     pending = [r for r in unique if r.key not in answered]
     progress = Progress(len(pending), desc=f"{spec.name}", disable=not inf["progress"] or not pending)
     try:
-        if pending and spec.backend == "local":
-            run_local(model, pending, store, progress)
-        elif pending and inf["batch"]:
-            from finlib.llm.batch_api import run_batch
-
-            run_batch(spec, pending, store, cfg.path(inf["batch_dir"]), interval_s=float(inf["batch_poll_s"]),
-                      budget=budget, progress=progress)
-        elif pending:
-            from finlib.llm.openai_backend import run_openai
-
-            run_coroutine(run_openai(spec, pending, store, budget=budget, progress=progress))
+        send_pending(spec, pending, store, budget=budget, progress=progress, local_model=model, batch=inf["batch"],
+                     batch_dir=cfg.path(inf["batch_dir"]), batch_poll_s=float(inf["batch_poll_s"]))
     finally:
         progress.close()
     stored = store.get([r.key for r in unique])
@@ -274,7 +262,7 @@ def summarise(pred: pd.DataFrame, report: dict) -> dict:
     report["generate_parse"] = {"n": int(len(gen)), "parsed": int(gen["parsed"].sum()),
                                 "rate": float(gen["parsed"].mean()) if len(gen) else None,
                                 "by_note": dict(Counter(gen["parse_note"])),
-                                "parser": "finlib.scoring.parse_rating_detail (stage 04's parser)"}
+                                "parser": "finlib.answers.parse_rating_detail (the one parser)"}
     report["truncated_outputs"] = int(pred["truncated_output"].fillna(False).astype(bool).sum())
     report["errors"] = dict(Counter(pred.loc[pred["status"] == "error", "error"].astype(str).str[:120]))
     return report

@@ -1,0 +1,122 @@
+"""One way to send chat requests to any registry model through the response store.
+
+Stage 03 (Fin-Bias conditions), stage 05 (DPO teacher), stage 07 (BizFinBench answers and judges)
+and IteraJudge all call models; they all go through `send_pending` (the backend switch) and,
+for plain chat work, `chat` (messages in -> stored answers out). So every call is cached by
+content, resumable after a crash, cost-counted against the run's budget and never sent twice.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from finlib.llm.progress import Progress
+from finlib.llm.registry import ModelSpec
+from finlib.llm.store import Request, ResponseStore, make_key
+
+CHAT_COLUMNS = ["id", "model", "status", "raw_text", "error", "input_tokens", "output_tokens", "cost_usd",
+                "latency_s", "truncated_output", "cache_key", "cached"]
+
+
+@dataclass(frozen=True)
+class ChatItem:
+    """One chat call: an id of the caller's (not part of the key), the exact messages, and the
+    prompt version that made them (part of the key: a reworded prompt is a new call)."""
+
+    id: str
+    messages: list[dict[str, str]]
+    prompt_version: str
+
+
+def engine_key(spec: ModelSpec, dtype: str | None = None) -> dict | None:
+    """What besides messages and sampling fixes a self-hosted model's output (part of its store
+    key): the weight source (and dtype for torch models). None for remote servers, whose model
+    id names the weights."""
+    if spec.backend == "openai":
+        return None
+    engine = {"gguf_package": spec.gguf_package, "gguf_file": spec.gguf_file, "hf_path": spec.hf_path}
+    if spec.backend == "local":
+        engine["dtype"] = dtype
+    return engine
+
+
+def send_pending(spec: ModelSpec, pending: list[Request], store: ResponseStore, *, budget=None,
+                 progress: Progress | None = None, local_model=None, batch: bool = False,
+                 batch_dir: Path | None = None, batch_poll_s: float = 60.0) -> None:
+    """Send requests not yet answered to the model's backend; results land in `store`.
+
+    The single backend switch of the project: local torch (`local_model`), the OpenAI Batch API,
+    or live OpenAI-compatible chat completions (API models, vLLM, llama.cpp servers).
+    """
+    if not pending:
+        return
+    if spec.backend == "local":
+        from finlib.llm.local_backend import run_local
+
+        if local_model is None:
+            raise ValueError(f"model {spec.name!r}: the local backend needs a loaded LocalModel")
+        run_local(local_model, pending, store, progress)
+    elif batch:
+        from finlib.llm.batch_api import run_batch
+
+        run_batch(spec, pending, store, Path(batch_dir or "data/interim/batches"), interval_s=float(batch_poll_s),
+                  budget=budget, progress=progress)
+    else:
+        from finlib.llm.openai_backend import run_openai
+        from finlib.llm.stage import run_coroutine
+
+        run_coroutine(run_openai(spec, pending, store, budget=budget, progress=progress))
+
+
+def chat_requests(spec: ModelSpec, items: Iterable[ChatItem], max_new_tokens: int,
+                  sampling: dict | None = None, dtype: str | None = None) -> list[Request]:
+    """Requests (with store keys) for chat items; `sampling` overrides the registry's."""
+    params = {**(spec.sampling if sampling is None else sampling), "max_new_tokens": int(max_new_tokens)}
+    out = []
+    for it in items:
+        key = make_key(spec.backend, spec.model_id, it.messages, params, it.prompt_version, "generate",
+                       engine_key(spec, dtype))
+        out.append(Request(key=key, model=spec.name, backend=spec.backend, mode="generate", messages=it.messages,
+                           params=dict(params), meta={"id": it.id}))
+    return out
+
+
+def chat(spec: ModelSpec, items: list[ChatItem], store: ResponseStore, *, max_new_tokens: int,
+         sampling: dict | None = None, budget=None, progress: bool = True, local_model=None,
+         dtype: str | None = None) -> pd.DataFrame:
+    """Answer every item (from the store when already answered) and return one row per item.
+
+    Rows keep their order; an item that failed (after the backend's retries) or was not sent
+    (budget) has status "error" and its reason: never an empty answer.
+    """
+    requests = chat_requests(spec, items, max_new_tokens, sampling, dtype)
+    unique: dict[str, Request] = {}
+    for r in requests:
+        unique.setdefault(r.key, r)
+    answered = store.answered(list(unique))
+    pending = [r for k, r in unique.items() if k not in answered]
+    bar = Progress(len(pending), desc=spec.name, disable=not progress or not pending)
+    try:
+        send_pending(spec, pending, store, budget=budget, progress=bar, local_model=local_model)
+    finally:
+        bar.close()
+    stored = store.get(list(unique))
+    rows: list[dict[str, Any]] = []
+    for r in requests:
+        s = stored.get(r.key)
+        rows.append({"id": r.meta["id"], "model": spec.name,
+                     "status": "error" if s is None else s["status"],
+                     "raw_text": None if s is None else s["raw_text"],
+                     "error": "not sent (stopped before this call: budget or interruption)" if s is None
+                     else (s["error"] if s["status"] == "error" else None),
+                     "input_tokens": 0 if s is None else s["input_tokens"],
+                     "output_tokens": 0 if s is None else s["output_tokens"],
+                     "cost_usd": 0.0 if s is None else s["cost_usd"],
+                     "latency_s": 0.0 if s is None else s["latency_s"],
+                     "truncated_output": None if s is None or s["truncated_output"] is None
+                     else bool(s["truncated_output"]),
+                     "cache_key": r.key, "cached": r.key in answered})
+    return pd.DataFrame(rows, columns=CHAT_COLUMNS)
