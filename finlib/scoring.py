@@ -13,8 +13,6 @@ Three layers, each a set of small pure functions:
 """
 from __future__ import annotations
 
-import ast
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -26,7 +24,7 @@ from finlib import stats
 from finlib.artifacts import read_frame, require_columns, write_frame, write_json
 from finlib.config import ConfigError, RunConfig
 from finlib.llm.registry import load_registry
-from finlib.answers import condition_texts, parse_predictions, parse_rating  # noqa: F401  (re-exported for notebooks)
+from finlib.answers import condition_texts, parse_predictions
 from finlib.schema import POOLED, RATINGS, SECTOR_MEAN, SECTORS, Condition, Rating
 from finlib.tables import paper_table, write_table
 
