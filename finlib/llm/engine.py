@@ -45,11 +45,14 @@ def engine_key(spec: ModelSpec, dtype: str | None = None) -> dict | None:
 
 def send_pending(spec: ModelSpec, pending: list[Request], store: ResponseStore, *, budget=None,
                  progress: Progress | None = None, local_model=None, batch: bool = False,
-                 batch_dir: Path | None = None, batch_poll_s: float = 60.0) -> None:
+                 batch_dir: Path | None = None, batch_poll_s: float = 60.0, model_cache: Path | None = None,
+                 log_dir: Path | None = None) -> None:
     """Send requests not yet answered to the model's backend; results land in `store`.
 
     The single backend switch of the project: local torch (`local_model`), the OpenAI Batch API,
     or live OpenAI-compatible chat completions (API models, vLLM, llama.cpp servers).
+    `model_cache` (where self-hosted weights are unpacked) and `log_dir` (server logs) are for
+    self-hosted servers started here.
     """
     if not pending:
         return
@@ -86,7 +89,7 @@ def chat_requests(spec: ModelSpec, items: Iterable[ChatItem], max_new_tokens: in
 
 def chat(spec: ModelSpec, items: list[ChatItem], store: ResponseStore, *, max_new_tokens: int,
          sampling: dict | None = None, budget=None, progress: bool = True, local_model=None,
-         dtype: str | None = None) -> pd.DataFrame:
+         dtype: str | None = None, model_cache: Path | None = None, log_dir: Path | None = None) -> pd.DataFrame:
     """Answer every item (from the store when already answered) and return one row per item.
 
     Rows keep their order; an item that failed (after the backend's retries) or was not sent
@@ -100,7 +103,8 @@ def chat(spec: ModelSpec, items: list[ChatItem], store: ResponseStore, *, max_ne
     pending = [r for k, r in unique.items() if k not in answered]
     bar = Progress(len(pending), desc=spec.name, disable=not progress or not pending)
     try:
-        send_pending(spec, pending, store, budget=budget, progress=bar, local_model=local_model)
+        send_pending(spec, pending, store, budget=budget, progress=bar, local_model=local_model,
+                     model_cache=model_cache, log_dir=log_dir)
     finally:
         bar.close()
     stored = store.get(list(unique))
