@@ -117,13 +117,53 @@ def rating_from_value(value: Any) -> Rating | None:
     return found.pop() if len(found) == 1 else None
 
 
+_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.IGNORECASE | re.DOTALL)
+_THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
+_THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
+
+
+def strip_think(text: str) -> str:
+    """The reply without its reasoning: `<think>…</think>` blocks removed.
+
+    Reasoning models (Qwen3 in thinking mode, DeepSeek-R1 distills) write their deliberation
+    first; ratings weighed there are not the answer. Servers whose chat template opens the
+    `<think>` tag in the prompt return only the closing tag, so everything before the last
+    `</think>` is reasoning. An unclosed `<think>` (cut off while thinking) leaves only the text
+    before it: the model never reached its answer.
+    """
+    if not isinstance(text, str):
+        return ""
+    t = _THINK_BLOCK.sub("", text)
+    closes = list(_THINK_CLOSE.finditer(t))
+    if closes:
+        t = t[closes[-1].end():]
+    opened = _THINK_OPEN.search(t)
+    if opened:
+        t = t[:opened.start()]
+    return t.strip()
+
+
+def json_objects(text: str) -> list[dict]:
+    """The JSON object(s) a model wrote in its reply, in order: `<think>` stripped, ```json fences
+    and text around them tolerated, single-quoted / trailing-comma dicts repaired.
+
+    The one JSON-in-text extractor (stages 04, 05, 07 import it): top-level objects only, nested
+    objects are inside their parent; an object that cannot be read is skipped, never guessed.
+    """
+    return _json_objects(strip_think(text)[:MAX_PARSE_CHARS])
+
+
+MAX_JSON_STARTS = 200  # bounded work on hostile input ("{" * 10**6): unreadable starts tried at most
+
+
 def _json_objects(text: str) -> list[dict]:
     """Every top-level JSON-ish object in `text` (strict JSON first, then Python-dict syntax
     with single quotes / trailing commas). Objects nested in strings are not visited."""
     out: list[dict] = []
     dec = json.JSONDecoder()
     i = text.find("{")
-    while i != -1:
+    failed = 0
+    while i != -1 and failed < MAX_JSON_STARTS:
         obj, end = None, None
         try:
             obj, end = dec.raw_decode(text, i)
@@ -142,6 +182,7 @@ def _json_objects(text: str) -> list[dict]:
             out.append(obj)
             i = text.find("{", end)
         else:
+            failed += 1
             i = text.find("{", i + 1)
     return out
 
@@ -254,10 +295,14 @@ def _from_statements(text: str, context: str | None = None) -> tuple[Rating | No
 def parse_rating_detail(text: Any, context: str | None = None) -> tuple[Rating | None, str]:
     """`parse_rating` plus why: json | json_unreadable | json_without_answer | statement |
     whole_reply | ambiguous | prose_only (rating words only in prose: unparsed) |
-    echo_of_input | no_rating_found | empty."""
+    echo_of_input | no_rating_found | empty | thinking_only (nothing after `<think>…</think>`).
+    Reasoning is stripped first (`strip_think`): ratings weighed while thinking are not answers."""
     if not isinstance(text, str) or not text.strip():
         return None, "empty"
-    text = text[:MAX_PARSE_CHARS]
+    answer = strip_think(text)
+    if not answer:
+        return None, "thinking_only"  # all reasoning, no answer after it
+    text = answer[:MAX_PARSE_CHARS]
     found, rating = _from_json(text)
     if found:
         return rating, ("json" if rating is not None else "json_unreadable")

@@ -253,3 +253,40 @@ def test_everyday_rating_words_need_a_slot_but_neutral_is_a_stance():
     assert parse_rating("Rating: Reduce") == S
     # ... but in a model's reply "neutral" is the label itself (scoring's local adjustment)
     assert parse_rating("I am neutral on the shares.") == N
+
+
+# --- reasoning models and the public JSON extractor ----------------------------------------
+from finlib.answers import json_objects, strip_think  # noqa: E402
+
+
+@pytest.mark.parametrize("text,expected", [
+    ('<think>The analyst says Buy, so maybe bullish?</think>\n{"answer": "bearish"}', S),
+    ('Okay, the report is upbeat: bullish.\n</think>\n\n{"answer": "neutral", "reason": "x"}', N),
+    ('<think>bullish? bearish? I keep going and run out of tokens', None),
+    ('<THINK>answer: bullish</THINK>Answer: Bearish', S),
+])
+def test_reasoning_is_stripped_before_parsing(text, expected):
+    assert parse_rating(text) == expected
+
+
+def test_thinking_only_is_its_own_reason():
+    assert parse_rating_detail("<think>answer: bullish, no wait")[1] == "thinking_only"
+
+
+def test_strip_think_keeps_the_answer_only():
+    assert strip_think('<think>a</think> x <think>b</think> y') == "x  y"
+    assert strip_think("reasoning</think>answer") == "answer"
+    assert strip_think("answer <think>unfinished") == "answer"
+    assert strip_think("no tags") == "no tags"
+
+
+def test_json_objects_fenced_and_thinking():
+    reply = ('<think>{"answer": "bullish"}</think>Here:\n```json\n{"answer": "Bearish", "reason": "x"}\n```\n'
+             "and {'score': 3,}")
+    assert json_objects(reply) == [{"answer": "Bearish", "reason": "x"}, {"score": 3}]
+    assert json_objects("no json here") == []
+    assert json_objects('{"a": {"b": 1}}') == [{"a": {"b": 1}}]  # nested stays inside its parent
+
+
+def test_json_objects_bounded_on_hostile_input():
+    assert json_objects("{" * 1_000_000) == []
