@@ -166,12 +166,16 @@ class RunConfig:
 
 def load_run(run_name: str = "default", params_file: str | Path | None = None,
              root: Path | None = None) -> RunConfig:
-    """Load `params/<run_name>.yaml` (or `params_file`) and create the run's output folders."""
+    """Load `params/<run_name>.yaml` (or `params_file`), check it against `finlib.params_schema`
+    (unknown top-level keys and wrong types are errors naming the key), create the run's folders."""
     root = root or repo_root()
     pfile = Path(params_file) if params_file else root / "params" / f"{run_name}.yaml"
     if not pfile.is_absolute():
         pfile = root / pfile
-    cfg = RunConfig(name=run_name, params=load_params(pfile), root=root, params_file=pfile)
+    from finlib.params_schema import validate_params  # declared schema: unknown sections, wrong types
+
+    params = validate_params(load_params(pfile), pfile)
+    cfg = RunConfig(name=run_name, params=params, root=root, params_file=pfile)
     for d in (cfg.processed_dir, cfg.tables_dir, cfg.run_dir):
         d.mkdir(parents=True, exist_ok=True)
     return cfg
