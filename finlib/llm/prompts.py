@@ -73,3 +73,78 @@ def truncate_text(text: str, max_tokens: int, n_tokens: Callable[[str], int]) ->
         else:
             hi = mid - 1
     return best, True
+
+
+# --- BizFinBench judges: vanilla LLM-as-a-judge and IteraJudge (helper E's section) -------------
+# BizFinBench Section 3.3 (Eq. 1-2) gives the method, not the prompts: the wording below is ours
+# (Chinese, like the benchmark). What we chose where the paper is silent: the refiner sees the
+# question, the current answer and ONE dimension per call and returns only the revised answer
+# (unchanged when already fine); both judges return one JSON object {"score": <integer>,
+# "reason": "..."} on an integer scale given by the caller (params: bizfin.iterajudge.score_range).
+# Each family has its own version (part of every store key).
+JUDGE_VANILLA_VERSION = "bizfin-judge-vanilla-v1"
+JUDGE_REFINE_VERSION = "bizfin-judge-refine-v1"
+JUDGE_CONTRASTIVE_VERSION = "bizfin-judge-contrastive-v1"
+
+_JUDGE_SCALE = (
+    "请给出{lo}到{hi}之间的整数分数：{hi}分表示在所有评估维度上完全正确，{lo}分表示完全错误。\n"
+    '只输出一个JSON对象，不要输出其他内容，格式为：{{"score": <整数>, "reason": "<简短理由>"}}'
+)
+
+JUDGE_VANILLA_PROMPT = (
+    "你是一名金融内容评测专家。请按照下列评估维度，评价AI助手对用户问题的回答。\n\n"
+    "【评估维度】\n{dimensions}\n\n"
+    "【问题】\n{question}\n\n"
+    "【回答】\n{answer}\n\n"
+    "{reference}" + _JUDGE_SCALE
+)
+JUDGE_REFERENCE_BLOCK = "【参考答案】\n{reference}\n\n"
+
+JUDGE_REFINE_PROMPT = (
+    "你是一名严谨的金融内容修订者。下面是用户的问题和AI助手的回答。\n"
+    "请只针对评估维度“{dimension}”修订这个回答：改正它在这一维度上的错误和不足，其余内容保持不变；"
+    "如果回答在这一维度上已经没有问题，就原样返回。\n\n"
+    "【问题】\n{question}\n\n"
+    "【回答】\n{answer}\n\n"
+    "【评估维度】\n{dimension}\n\n"
+    "只输出修订后的完整回答，不要解释，不要添加其他内容。"
+)
+
+JUDGE_CONTRASTIVE_PROMPT = (
+    "你是一名金融内容评测专家。请按照下列评估维度，评价AI助手对用户问题的【待评回答】。\n"
+    "【参考回答】是把【待评回答】按这些维度逐一修订后得到的版本：两者在某一维度上的差异，"
+    "说明【待评回答】在该维度上存在不足；两者相同，说明没有发现需要修订之处。\n\n"
+    "【评估维度】\n{dimensions}\n\n"
+    "【问题】\n{question}\n\n"
+    "【待评回答】\n{answer}\n\n"
+    "【参考回答】\n{refined}\n\n" + _JUDGE_SCALE
+)
+
+
+def _numbered(dimensions: tuple[str, ...] | list[str]) -> str:
+    return "\n".join(f"{i}. {d}" for i, d in enumerate(dimensions, 1))
+
+
+def build_vanilla_judge_messages(question: str, answer: str, dimensions: tuple[str, ...] | list[str],
+                                 score_range: tuple[int, int], reference: str | None = None) -> list[dict[str, str]]:
+    """One user turn: the plain LLM-as-a-judge (Table 4's baseline); a reference answer is shown
+    when the task has one."""
+    ref = "" if reference is None else JUDGE_REFERENCE_BLOCK.format(reference=reference)
+    text = JUDGE_VANILLA_PROMPT.format(dimensions=_numbered(dimensions), question=question, answer=answer,
+                                       reference=ref, lo=score_range[0], hi=score_range[1])
+    return [{"role": "user", "content": text}]
+
+
+def build_refine_messages(question: str, answer: str, dimension: str) -> list[dict[str, str]]:
+    """One IteraJudge refinement step, Eq. 1: y_k = refine(y_{k-1} || P(e_k, q)); q in every step."""
+    return [{"role": "user", "content": JUDGE_REFINE_PROMPT.format(question=question, answer=answer,
+                                                                   dimension=dimension)}]
+
+
+def build_contrastive_judge_messages(question: str, answer: str, refined: str,
+                                     dimensions: tuple[str, ...] | list[str],
+                                     score_range: tuple[int, int]) -> list[dict[str, str]]:
+    """IteraJudge's judge call, Eq. 2: score(y) = judge(q, y, y_K, E)."""
+    text = JUDGE_CONTRASTIVE_PROMPT.format(dimensions=_numbered(dimensions), question=question, answer=answer,
+                                           refined=refined, lo=score_range[0], hi=score_range[1])
+    return [{"role": "user", "content": text}]
