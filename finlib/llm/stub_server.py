@@ -9,28 +9,77 @@ text, so "fail twice, then answer" is deterministic whatever the concurrency:
   [[sleepxN:S]] sleep S seconds before answering the first N attempts (client timeouts)
   [[400]]       always 400 (a non-retryable error)
   [[length]]    answer with finish_reason "length" (output cut at the token limit)
+Seeded random faults (`FaultPlan`: a rate and weights over FAULT_KINDS) hit any prompt; whether
+attempt k of a text fails, and how, is a hash of (seed, text, k): reproducible whatever the
+concurrency or the order of arrival, so a test can say exactly what the server did.
 Requests are logged in memory (time, text, attempt); the Authorization header is only checked
-(`require_key`), never stored or echoed.
+(`require_key`), never stored or echoed. The server keeps its own books (`stats()`, also served
+as `GET /stats` for a stub in another process): requests, attempts per text, answers delivered,
+faults by kind, and the usage it reported in delivered answers -- the counts a client's store
+must add up to.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import re
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 
 _DIRECTIVE = re.compile(r"\[\[(429|500|sleep|400|length)(?:x(\d+))?(?::([\d.]+))?\]\]")
 ANSWER = '{"answer": "bullish", "reason": "stub"}'
+
+# Seeded fault kinds (what a flaky provider or proxy really does):
+#   429       rate limited, with Retry-After          500 / 503  server errors
+#   reset     connection closed without a response     timeout    no response until the client gives up
+#   slow      answers correctly after `slow_s`         truncated  200 whose body is cut mid-JSON (connection closed)
+#   invalid   200 whose body is not JSON               missing    200 without `message`/`usage` in the choice
+#   empty     200 with an empty `choices` list
+FAULT_KINDS = ("429", "500", "503", "reset", "timeout", "slow", "truncated", "invalid", "missing", "empty")
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """Seeded fault injection: each attempt fails with probability `rate`, the kind drawn by `weights`."""
+
+    rate: float = 0.0
+    seed: int = 0
+    weights: dict = field(default_factory=lambda: {k: 1.0 for k in FAULT_KINDS})
+    retry_after_s: float = 1.0
+    slow_s: float = 0.05
+    hang_s: float = 30.0  # "timeout": held this long (or until the client hangs up), then closed unanswered
+
+    def draw(self, text: str, attempt: int) -> str | None:
+        """The fault of attempt `attempt` of `text` (None: a normal answer)."""
+        if self.rate <= 0:
+            return None
+        h = hashlib.sha256(f"{self.seed}|{attempt}|{text}".encode()).digest()
+        u = int.from_bytes(h[:8], "big") / 2 ** 64
+        if u >= self.rate:
+            return None
+        kinds = [k for k in FAULT_KINDS if self.weights.get(k, 0) > 0]
+        total = sum(self.weights[k] for k in kinds)
+        v = int.from_bytes(h[8:16], "big") / 2 ** 64 * total
+        for k in kinds:
+            v -= self.weights[k]
+            if v < 0:
+                return k
+        return kinds[-1]
 
 
 class StubServer:
     """State and request handling of the stub; `serve()` runs it on an event loop."""
 
-    def __init__(self, require_key: str | None = None):
+    def __init__(self, require_key: str | None = None, faults: FaultPlan | None = None):
         self.require_key = require_key
+        self.faults = faults or FaultPlan()
+        self.faults_sent: Counter = Counter()
+        self.answers: Counter = Counter()  # text -> answers delivered (status 200 with a message)
+        self.usage = {"prompt_tokens": 0, "completion_tokens": 0}  # as reported in delivered answers
         self.attempts: Counter = Counter()
         self.log: list[tuple[float, str, int]] = []
         self.n_requests = 0
@@ -39,21 +88,47 @@ class StubServer:
         self.connections: set[asyncio.StreamWriter] = set()
         self.tasks: set[asyncio.Task] = set()
 
-    def _respond(self, status: int, body: dict, extra: dict | None = None) -> bytes:
-        payload = json.dumps(body).encode()
+    def _respond(self, status: int, body: dict | bytes, extra: dict | None = None) -> bytes:
+        payload = body if isinstance(body, bytes) else json.dumps(body).encode()
         reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests",
-                  500: "Internal Server Error"}.get(status, "Error")
+                  500: "Internal Server Error", 503: "Service Unavailable"}.get(status, "Error")
         head = [f"HTTP/1.1 {status} {reason}", "Content-Type: application/json",
                 f"Content-Length: {len(payload)}", "Connection: keep-alive"]
         head += [f"{k}: {v}" for k, v in (extra or {}).items()]
         return ("\r\n".join(head) + "\r\n\r\n").encode() + payload
 
-    async def handle_request(self, method: str, path: str, headers: dict, body: bytes) -> bytes:
+    def stats(self) -> dict:
+        """The server's own books (what a client's store must add up to)."""
+        return {"n_requests": self.n_requests, "texts": len(self.attempts), "attempts": sum(self.attempts.values()),
+                "answers": sum(self.answers.values()), "answered_texts": len(self.answers),
+                "faults": dict(self.faults_sent), "usage": dict(self.usage)}
+
+    def _answer(self, req: dict, text: str, fault: str | None) -> bytes:
+        n_in = max(1, len(text) // 4)
+        usage = {"prompt_tokens": n_in, "completion_tokens": 12, "total_tokens": n_in + 12}
+        choice = {"index": 0, "finish_reason": "length" if "[[length]]" in text else "stop",
+                  "message": {"role": "assistant", "content": ANSWER}}
+        body = {"id": f"chatcmpl-{self.n_requests}", "object": "chat.completion", "created": 0,
+                "model": req.get("model", "stub"), "choices": [choice], "usage": usage}
+        if fault == "missing":
+            del choice["message"], body["usage"]
+        elif fault == "empty":
+            body["choices"] = []
+        else:  # a real answer: booked (the truncated/invalid faults never reach here)
+            self.answers[text] += 1
+            for k in self.usage:
+                self.usage[k] += usage[k]
+        return self._respond(200, body)
+
+    async def handle_request(self, method: str, path: str, headers: dict, body: bytes) -> tuple[bytes | None, bool]:
+        """(response bytes or None for no response, whether to close the connection after it)."""
         self.n_requests += 1
+        if method == "GET" and path.rstrip("/").endswith("/stats"):
+            return self._respond(200, self.stats()), False
         if self.require_key is not None and headers.get("authorization") != f"Bearer {self.require_key}":
-            return self._respond(401, {"error": {"message": "invalid api key", "type": "auth"}})
+            return self._respond(401, {"error": {"message": "invalid api key", "type": "auth"}}), False
         if method != "POST" or not path.endswith("/chat/completions"):
-            return self._respond(404, {"error": {"message": f"no route {method} {path}"}})
+            return self._respond(404, {"error": {"message": f"no route {method} {path}"}}), False
         req = json.loads(body or b"{}")
         text = str(req.get("messages", [{}])[-1].get("content", ""))
         self.attempts[text] += 1
@@ -62,21 +137,35 @@ class StubServer:
         for kind, n, arg in _DIRECTIVE.findall(text):
             n = int(n or 1)
             if kind == "400":
-                return self._respond(400, {"error": {"message": "bad request (scripted)"}})
+                return self._respond(400, {"error": {"message": "bad request (scripted)"}}), False
             if attempt <= n and kind == "429":
                 return self._respond(429, {"error": {"message": "rate limited (scripted)"}},
-                                     {"Retry-After": arg or "1"})
+                                     {"Retry-After": arg or "1"}), False
             if attempt <= n and kind == "500":
-                return self._respond(500, {"error": {"message": "server error (scripted)"}})
+                return self._respond(500, {"error": {"message": "server error (scripted)"}}), False
             if attempt <= n and kind == "sleep":
                 await asyncio.sleep(float(arg or 1))
-        n_in = max(1, len(text) // 4)
-        return self._respond(200, {
-            "id": f"chatcmpl-{self.n_requests}", "object": "chat.completion", "created": 0,
-            "model": req.get("model", "stub"),
-            "choices": [{"index": 0, "finish_reason": "length" if "[[length]]" in text else "stop",
-                         "message": {"role": "assistant", "content": ANSWER}}],
-            "usage": {"prompt_tokens": n_in, "completion_tokens": 12, "total_tokens": n_in + 12}})
+        fault = self.faults.draw(text, attempt)
+        if fault is not None:
+            self.faults_sent[fault] += 1
+        if fault == "429":
+            return self._respond(429, {"error": {"message": "rate limited (injected)"}},
+                                 {"Retry-After": f"{self.faults.retry_after_s:g}"}), False
+        if fault in ("500", "503"):
+            return self._respond(int(fault), {"error": {"message": f"server error {fault} (injected)"}}), False
+        if fault == "reset":
+            return None, True
+        if fault == "timeout":
+            await asyncio.sleep(self.faults.hang_s)
+            return None, True
+        if fault == "slow":
+            await asyncio.sleep(self.faults.slow_s)
+        if fault == "truncated":
+            full = self._respond(200, {"id": "x", "choices": [{"message": {"content": ANSWER}}]})
+            return full[: len(full) - 25], True
+        if fault == "invalid":
+            return self._respond(200, b"<html>502 Bad Gateway</html>"), False
+        return self._answer(req, text, fault), False
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections.add(writer)
@@ -92,8 +181,14 @@ class StubServer:
                         k, v = line.split(":", 1)
                         headers[k.strip().lower()] = v.strip()
                 body = await reader.readexactly(int(headers.get("content-length", 0)))
-                writer.write(await self.handle_request(method, path, headers, body))
-                await writer.drain()
+                payload, close = await self.handle_request(method, path, headers, body)
+                if payload is not None:
+                    writer.write(payload)
+                    await writer.drain()
+                if close:
+                    if payload is None:
+                        writer.transport.abort()  # a reset, not a polite close
+                    break
         except (asyncio.IncompleteReadError, ConnectionError, ValueError, asyncio.CancelledError):
             pass
         finally:
@@ -120,8 +215,8 @@ class StubServer:
 class ThreadedStub:
     """The stub on its own event loop in a daemon thread (for tests): `with ThreadedStub() as s:`."""
 
-    def __init__(self, require_key: str | None = None):
-        self.stub = StubServer(require_key)
+    def __init__(self, require_key: str | None = None, faults: FaultPlan | None = None):
+        self.stub = StubServer(require_key, faults)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 
@@ -151,8 +246,8 @@ def stub_spec(base_url: str = "http://127.0.0.1:1/v1", **fields):
                         "api_key_env": "STUB_TEST_KEY", **fields})
 
 
-async def _main(port: int, max_seconds: float) -> None:
-    stub = StubServer()
+async def _main(port: int, max_seconds: float, faults: FaultPlan) -> None:
+    stub = StubServer(faults=faults)
     actual = await stub.start(port)
     print(actual, flush=True)  # the parent reads the port from the first line
     await asyncio.sleep(max_seconds)  # stops itself: a forgotten benchmark server never lingers
@@ -162,5 +257,10 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--max-seconds", type=float, default=600.0)
+    ap.add_argument("--fault-rate", type=float, default=0.0, help="share of attempts that get a seeded fault")
+    ap.add_argument("--fault-seed", type=int, default=0)
+    ap.add_argument("--fault-kinds", default=",".join(FAULT_KINDS), help=f"comma list from {FAULT_KINDS}")
     args = ap.parse_args()
-    asyncio.run(_main(args.port, args.max_seconds))
+    plan = FaultPlan(rate=args.fault_rate, seed=args.fault_seed,
+                     weights={k: 1.0 for k in args.fault_kinds.split(",") if k})
+    asyncio.run(_main(args.port, args.max_seconds, plan))
