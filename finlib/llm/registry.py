@@ -53,6 +53,8 @@ class ModelSpec:
     hf_path: str | None = None
     paper_name: str | None = None   # the row name in Fin-Bias Tables 4-7 (e.g. "GPT-5" for gpt-5.1)
     plumbing: bool = False          # a pipeline-test model whose numbers are not research results
+    thinks: bool = False            # reasons by default (<think> or hidden reasoning tokens) before answering
+    max_new_tokens: int = 4096      # output-token limit for this model (the authors' code: 4096 for API/vLLM)
 
     def cost(self, input_tokens: int, output_tokens: int, discount: float = 1.0) -> float:
         """USD for one call (discount 0.5 for the Batch API)."""
@@ -77,7 +79,8 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "sampling": (dict,), "concurrency": (int,), "rpm": (int,), "tpm": (int,), "max_attempts": (int,),
     "timeout_s": (int, float), "max_tokens_param": (str,), "base_url": (str, type(None)),
     "api_key_env": (str, type(None)), "gguf_package": (str, type(None)), "gguf_file": (str, type(None)),
-    "hf_path": (str, type(None)), "paper_name": (str, type(None)), "plumbing": (bool,),
+    "hf_path": (str, type(None)), "paper_name": (str, type(None)), "plumbing": (bool,), "thinks": (bool,),
+    "max_new_tokens": (int,),
 }
 _REQUIRED = ("name", "backend", "model_id", "supports_system", "context_length",
              "price_input_per_m", "price_output_per_m", "sampling")
@@ -98,7 +101,7 @@ def validate_record(rec: Any, path: Path, index: int) -> ModelSpec:
     for key in rec:
         lowered = str(key).lower()
         secretish = any(m in lowered for m in ("key", "secret", "token", "password"))
-        if secretish and key not in ("api_key_env", "max_tokens_param"):
+        if secretish and key not in ("api_key_env", "max_tokens_param", "max_new_tokens"):
             raise _fail(path, where, key, "looks like a secret; name the environment variable in api_key_env")
         if key not in _TYPES:
             raise _fail(path, where, key, f"unknown field (known: {', '.join(sorted(_TYPES))})")
@@ -120,7 +123,7 @@ def validate_record(rec: Any, path: Path, index: int) -> ModelSpec:
     for key in ("price_input_per_m", "price_output_per_m", "rpm", "tpm"):
         if rec.get(key, 0) < 0:
             raise _fail(path, where, key, "must be >= 0")
-    for key in ("concurrency", "max_attempts"):
+    for key in ("concurrency", "max_attempts", "max_new_tokens"):
         if rec.get(key, 1) < 1:
             raise _fail(path, where, key, "must be >= 1")
     if rec.get("timeout_s", 1) <= 0:
@@ -131,7 +134,7 @@ def validate_record(rec: Any, path: Path, index: int) -> ModelSpec:
         raise _fail(path, where, "sampling", f"unknown keys {sorted(unknown)} (known: {sorted(_SAMPLING_KEYS)})")
     for key in ("temperature", "top_p"):
         if key not in sampling:
-            raise _fail(path, where, f"sampling.{key}", "missing (make the paper's 1.0 explicit)")
+            raise _fail(path, where, f"sampling.{key}", "missing (make it explicit; the authors' code uses 1.0)")
         v = sampling[key]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or (key == "top_p" and v > 1):
             raise _fail(path, where, f"sampling.{key}", f"invalid value {v!r}")

@@ -22,7 +22,7 @@ from finlib.artifacts import read_frame, require_columns, write_frame, write_jso
 from finlib.config import ConfigError, RunConfig
 from finlib.llm.engine import engine_key, send_pending
 from finlib.llm.progress import Progress
-from finlib.llm.prompts import PROMPT_VERSION, build_messages, truncate_text
+from finlib.llm.prompts import FINBIAS_PROMPTS, build_messages, finbias_prompt, truncate_text
 from finlib.llm.registry import ModelSpec, load_registry, select_models
 from finlib.llm.store import Request, ResponseStore, make_key
 from finlib.answers import condition_texts, parse_predictions
@@ -31,13 +31,15 @@ CALL_COLUMNS = ["item_id", "report_id", "condition", "model", "mode", "raw_text"
                 "p_bearish", "status", "error", "input_tokens", "output_tokens", "cost_usd", "latency_s",
                 "truncated", "cache_key", "truncated_output"]
 # truncated_output: the answer stopped at the output-token limit (finish_reason "length"); NA when unknown
-PARSE_COLUMNS = ["answer", "parsed", "parse_note"]  # stage 04's reading, for this stage's report (04 reads again)
+PARSE_COLUMNS = ["answer", "parsed", "parse_note", "answered"]  # stage 04's reading (04 reads again); answered:
+# False for "not answered" rows (server/transport errors after retries), which are outside every N
 PREDICTION_COLUMNS = CALL_COLUMNS + PARSE_COLUMNS
 CONDITION_COLUMNS = ("item_id", "report_id", "condition", "text", "status", "skip_reason")
 API_CHARS_PER_TOKEN = 4.0  # token estimate for API models (no local tokenizer); truncation only
 
 
-INFERENCE_KEYS = ("models", "mode", "generate_subset", "max_new_tokens", "max_input_tokens", "budget_usd", "store",
+INFERENCE_KEYS = ("models", "mode", "prompt_version", "generate_subset", "max_new_tokens", "max_input_tokens",
+                  "budget_usd", "store",
                   "registry", "model_cache", "dtype", "batch_size", "score_batch_size", "max_batch_tokens", "threads",
                   "device", "progress", "batch", "batch_dir", "batch_poll_s")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -62,7 +64,15 @@ def inference_params(cfg: RunConfig) -> dict:
         raise ConfigError(f"{cfg.params_file}: inference.models must be a non-empty list of registry names")
     if inf.get("mode") not in ("score", "generate"):
         raise ConfigError(f"{cfg.params_file}: inference.mode must be 'score' or 'generate', got {inf.get('mode')!r}")
-    for k in ("generate_subset", "max_new_tokens", "max_input_tokens", "batch_size", "score_batch_size"):
+    if inf["prompt_version"] not in FINBIAS_PROMPTS:
+        raise ConfigError(f"{cfg.params_file}: inference.prompt_version must be one of {sorted(FINBIAS_PROMPTS)}, "
+                          f"got {inf['prompt_version']!r}")
+    if inf["max_new_tokens"] != "registry" and (isinstance(inf["max_new_tokens"], bool)
+                                                or not isinstance(inf["max_new_tokens"], int)
+                                                or inf["max_new_tokens"] < 1):
+        raise ConfigError(f"{cfg.params_file}: inference.max_new_tokens must be 'registry' (each model's own "
+                          f"limit, the authors' 4096) or an integer >= 1, got {inf['max_new_tokens']!r}")
+    for k in ("generate_subset", "max_input_tokens", "batch_size", "score_batch_size"):
         lowest = 1 if k.endswith("batch_size") or k.startswith("max_") else 0
         if not isinstance(inf.get(k), int) or isinstance(inf[k], bool) or inf[k] < lowest:
             raise ConfigError(f"{cfg.params_file}: inference.{k} must be an integer >= {lowest}, got {inf.get(k)!r}")
@@ -93,6 +103,12 @@ def generate_subset_ids(ok: pd.DataFrame, n: int) -> set[str]:
     return set(sorted(ok["report_id"].astype(str).unique())[:n])
 
 
+def max_new_tokens_for(spec: ModelSpec, inf: dict) -> int:
+    """The output-token limit of a model in this run: the registry's (the authors' 4096) when
+    `inference.max_new_tokens` is "registry", else the run's explicit override (a CPU-time cap)."""
+    return spec.max_new_tokens if inf["max_new_tokens"] == "registry" else int(inf["max_new_tokens"])
+
+
 def engine_of(spec: ModelSpec, inf: dict) -> dict | None:
     """The store-key engine fields of a model under this run's params (see `engine.engine_key`)."""
     return engine_key(spec, inf["dtype"])
@@ -102,19 +118,21 @@ def plan_requests(ok: pd.DataFrame, spec: ModelSpec, modes_for: Callable[[pd.Ser
                   inf: dict, n_tokens: Callable[[str], int], overhead: int) -> list[Request]:
     """One Request per ok row x mode, with the text truncated to the input budget."""
     engine = engine_of(spec, inf)
-    budget = min(inf["max_input_tokens"], spec.context_length - inf["max_new_tokens"]) - overhead - 2
+    version = inf["prompt_version"]
+    max_new = max_new_tokens_for(spec, inf)
+    budget = min(inf["max_input_tokens"], spec.context_length - max_new) - overhead - 2
     if budget <= 0:
         raise ConfigError(f"inference.max_input_tokens={inf['max_input_tokens']} leaves no room for the report "
                           f"after the prompt ({overhead} tokens) for model {spec.name}")
     out = []
     for _, row in ok.iterrows():
         text, truncated = truncate_text(str(row["text"]), budget, n_tokens)
-        messages = build_messages(text, spec.supports_system)
+        messages = build_messages(text, spec.supports_system, version)
         for mode in modes_for(row):
             params = dict(spec.sampling)
             if mode == "generate":
-                params["max_new_tokens"] = inf["max_new_tokens"]
-            key = make_key(spec.backend, spec.model_id, messages, params, PROMPT_VERSION, mode, engine)
+                params["max_new_tokens"] = max_new
+            key = make_key(spec.backend, spec.model_id, messages, params, version, mode, engine)
             out.append(Request(key=key, model=spec.name, backend=spec.backend, mode=mode, messages=messages,
                                params=params, truncated=truncated, input_tokens_est=overhead + n_tokens(text),
                                meta={"item_id": row["item_id"], "report_id": row["report_id"],
@@ -183,11 +201,12 @@ def _run_model(cfg: RunConfig, spec: ModelSpec, ok: pd.DataFrame, inf: dict, sto
                            score_batch_size=inf["score_batch_size"], max_batch_tokens=inf["max_batch_tokens"],
                            seed=cfg.seed, threads=inf["threads"], device=inf["device"])
         n_tokens = model.n_tokens
-        overhead = model.n_tokens(model.prompt_text(build_messages("", spec.supports_system), "score"))
+        overhead = model.n_tokens(model.prompt_text(build_messages("", spec.supports_system, inf["prompt_version"]),
+                                                    "score"))
     else:
         def n_tokens(text: str) -> int:
             return int(np.ceil(len(text) / API_CHARS_PER_TOKEN))
-        overhead = n_tokens(build_messages("", spec.supports_system)[0]["content"]) + 16
+        overhead = n_tokens(build_messages("", spec.supports_system, inf["prompt_version"])[0]["content"]) + 16
 
     requests = plan_requests(ok, spec, modes_for, inf, n_tokens, overhead)
     unique = _unique(requests)
@@ -208,7 +227,8 @@ def _run_model(cfg: RunConfig, spec: ModelSpec, ok: pd.DataFrame, inf: dict, sto
         "requests": len(requests), "unique_keys": len(unique), "cached": len(answered), "sent": len(pending),
         "truncated_inputs": int(sum(r.truncated for r in requests if r.mode == primary)),
         "load_s": round(getattr(model, "load_s", 0.0), 3), "wall_s": round(time.perf_counter() - t0, 3),
-        "input_token_budget": min(inf["max_input_tokens"], spec.context_length - inf["max_new_tokens"]),
+        "input_token_budget": min(inf["max_input_tokens"], spec.context_length - max_new_tokens_for(spec, inf)),
+        "max_new_tokens": max_new_tokens_for(spec, inf), "thinks": spec.thinks,
         # label scoring: total next-token probability of the three label stems before renormalising
         # (near 1 = the model answers in the format; small = the three-way probabilities are fragile)
         "label_mass_mean": float(np.mean(masses)) if masses else None,
@@ -264,6 +284,13 @@ def summarise(pred: pd.DataFrame, report: dict) -> dict:
                                 "by_note": dict(Counter(gen["parse_note"])),
                                 "parser": "finlib.answers.parse_rating_detail (the one parser)"}
     report["truncated_outputs"] = int(pred["truncated_output"].fillna(False).astype(bool).sum())
+    # issue 15: the model's failures (answered but unparsed/truncated, inside N) apart from the
+    # infrastructure's (not answered: errors after retries, outside N)
+    report["answer_status"] = {"answered": int(pred["answered"].sum()),
+                               "not_answered": int((pred["parse_note"] == "not_answered").sum()),
+                               "skipped": int((pred["parse_note"] == "skipped").sum()),
+                               "answered_unparsed": int((pred["answered"] & ~pred["parsed"]).sum()),
+                               "answered_truncated": int((pred["parse_note"] == "truncated").sum())}
     report["errors"] = dict(Counter(pred.loc[pred["status"] == "error", "error"].astype(str).str[:120]))
     return report
 
@@ -279,7 +306,9 @@ def run_stage(cfg: RunConfig, models: list[str] | None = None) -> tuple[pd.DataF
     ok = conditions[conditions["status"] == "ok"]
     skipped = conditions[conditions["status"] == "skipped"]
     gen_ids = generate_subset_ids(ok, inf["generate_subset"])
-    report: dict = {"prompt_version": PROMPT_VERSION, "models": {}, "n_conditions": int(len(conditions)),
+    report: dict = {"prompt_version": inf["prompt_version"],
+                    "prompt_source": finbias_prompt(inf["prompt_version"]).source,
+                    "models": {}, "n_conditions": int(len(conditions)),
                     "n_ok_conditions": int(len(ok)), "n_skipped_conditions": int(len(skipped)),
                     "skip_reasons": dict(Counter(skipped["skip_reason"].astype(str))),
                     "generate_subset_reports": sorted(gen_ids), "budget_usd": float(inf["budget_usd"]),
