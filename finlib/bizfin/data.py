@@ -1,0 +1,204 @@
+"""BizFinBench items from the published JSONL format: a local folder, the Hugging Face dataset,
+or the format samples shipped here.
+
+Published format (one JSON object per line): `messages` = list of {role, content}, content a
+list of parts {"type": "text", "text": ...} (a plain string is accepted too); `choices[0]
+.message.content[0].text` is the gold answer (empty for judge-scored tasks). Every line is
+validated; a bad one is an error naming the file, the line and the field, never skipped.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import pandas as pd
+
+from finlib.bizfin.scorers import GOLD_CHECKS
+from finlib.bizfin.tasks import TASKS, task_info
+from finlib.tables import paper_table
+
+HF_DATASET = "HiThink-Research/BizFinBench"
+ROLES = ("system", "user", "assistant")
+FORMAT_SAMPLE_LABEL = "format sample, not the benchmark"
+
+
+class BizFinDataError(ValueError):
+    """A BizFinBench file that does not follow the published format."""
+
+
+@dataclass(frozen=True)
+class BizFinItem:
+    """One benchmark item: the messages exactly as published (text parts joined) and the gold text."""
+
+    task: str
+    id: str
+    line: int
+    messages: tuple[tuple[str, str], ...]     # (role, text)
+    gold: str
+    source: str                               # "benchmark" | "format_sample"
+    path: str = field(default="", compare=False)
+
+    @property
+    def question(self) -> str:
+        """The last user turn: what the judge is shown as the question."""
+        return next(text for role, text in reversed(self.messages) if role == "user")
+
+    def chat_messages(self, supports_system: bool = True) -> list[dict[str, str]]:
+        """Messages for the engine. Empty system turns (the published FQA/FNER files carry
+        `{"role": "system", "text": ""}`) are dropped: they say nothing and some servers refuse
+        them. For models without a system role a system text is prepended to the next user turn."""
+        out: list[dict[str, str]] = []
+        pending = ""
+        for r, t in self.messages:
+            if r == "system":
+                if t.strip():
+                    if supports_system:
+                        out.append({"role": "system", "content": t})
+                    else:
+                        pending += t + "\n\n"
+                continue
+            out.append({"role": r, "content": (pending + t) if r == "user" else t})
+            if r == "user":
+                pending = ""
+        return out
+
+    def query_text(self) -> str:
+        """All non-empty message texts joined: what Table 6 measures as the query."""
+        return "\n".join(t for _, t in self.messages if t.strip())
+
+
+def _fail(path: Path | str, line: int, fld: str, msg: str) -> BizFinDataError:
+    return BizFinDataError(f"{path}, line {line}, field '{fld}': {msg}")
+
+
+def _text_of(content, path, line: int, fld: str) -> str:
+    """Join the text parts of one message content (list of parts or a plain string)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise _fail(path, line, fld, f"expected a list of parts or a string, got {type(content).__name__}")
+    texts = []
+    for j, part in enumerate(content):
+        if not isinstance(part, dict):
+            raise _fail(path, line, f"{fld}[{j}]", "expected an object with 'type' and 'text'")
+        if part.get("type", "text") != "text":
+            raise _fail(path, line, f"{fld}[{j}].type", f"only text parts are supported, got {part.get('type')!r}")
+        if not isinstance(part.get("text"), str):
+            raise _fail(path, line, f"{fld}[{j}].text", "missing or not a string")
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+def parse_record(rec, task: str, line: int, path: Path | str, source: str) -> BizFinItem:
+    """Validate one decoded line and turn it into an item (errors name file, line and field)."""
+    if not isinstance(rec, dict):
+        raise _fail(path, line, "<line>", "expected a JSON object")
+    msgs = rec.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        raise _fail(path, line, "messages", "missing or empty list")
+    messages = []
+    for i, m in enumerate(msgs):
+        if not isinstance(m, dict):
+            raise _fail(path, line, f"messages[{i}]", "expected an object")
+        if m.get("role") not in ROLES:
+            raise _fail(path, line, f"messages[{i}].role", f"expected one of {ROLES}, got {m.get('role')!r}")
+        messages.append((m["role"], _text_of(m.get("content"), path, line, f"messages[{i}].content")))
+    if messages[-1][0] != "user" or not messages[-1][1].strip():
+        raise _fail(path, line, f"messages[{len(msgs) - 1}]", "the last message must be a non-empty user turn")
+    choices = rec.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise _fail(path, line, "choices", "missing or empty list")
+    msg = choices[0].get("message")
+    if not isinstance(msg, dict):
+        raise _fail(path, line, "choices[0].message", "missing")
+    gold = _text_of(msg.get("content", ""), path, line, "choices[0].message.content")
+    if task_info(task).kind == "accuracy" and not gold.strip():
+        raise _fail(path, line, "choices[0].message.content", f"{task} is scored against a gold answer, which is empty")
+    check = GOLD_CHECKS.get(task)
+    if check is not None:
+        try:
+            check(gold)
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise _fail(path, line, "choices[0].message.content", f"{task} gold answer unreadable ({exc})") from None
+    return BizFinItem(task=task, id=f"{task}-{source[0]}{line:05d}", line=line, messages=tuple(messages),
+                      gold=gold.strip(), source=source, path=str(path))
+
+
+def read_jsonl(path: Path | str, task: str, source: str = "benchmark", text: str | None = None) -> list[BizFinItem]:
+    """All items of one task file (`text` given: parse it instead of reading `path`)."""
+    task_info(task)
+    body = Path(path).read_text(encoding="utf-8") if text is None else text
+    items = []
+    for n, raw in enumerate(body.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            rec = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise _fail(path, n, "<line>", f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+        items.append(parse_record(rec, task, n, path, source))
+    return items
+
+
+def load_local(folder: Path | str, tasks: list[str]) -> dict[str, list[BizFinItem]]:
+    """Items of every task whose published file `<folder>/<File_Stem>.jsonl` exists (absent tasks
+    are simply not in the result: the caller reports them)."""
+    folder = Path(folder)
+    out = {}
+    for t in tasks:
+        p = folder / f"{task_info(t).file_stem}.jsonl"
+        if p.exists():
+            out[t] = read_jsonl(p, t)
+    return out
+
+
+def load_huggingface(tasks: list[str], repo: str = HF_DATASET, revision: str | None = None) -> dict[str, list[BizFinItem]]:
+    """Download the published files (`<Stem>/<Stem>.jsonl` in the dataset repo) and validate them
+    with the same reader. Offline this fails at once with what to do instead."""
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError as exc:  # pragma: no cover - huggingface_hub comes with datasets/transformers
+        raise RuntimeError("bizfin.source: huggingface needs the package huggingface_hub") from exc
+    out = {}
+    for t in tasks:
+        stem = task_info(t).file_stem
+        try:
+            path = hf_hub_download(repo, f"{stem}/{stem}.jsonl", repo_type="dataset", revision=revision)
+        except Exception as exc:  # noqa: BLE001 - any hub failure gets the same actionable message
+            raise RuntimeError(
+                f"could not fetch {repo} file {stem}/{stem}.jsonl from the Hugging Face Hub ({type(exc).__name__}: "
+                f"{exc}). Offline? Download the dataset once where you have network, put the JSONL files in a "
+                f"folder and set bizfin.source: local with bizfin.data_dir pointing at it.") from None
+        out[t] = read_jsonl(path, t)
+    return out
+
+
+def load_format_samples(tasks: list[str]) -> dict[str, list[BizFinItem]]:
+    """The few items per task written for this repository in the published format (Chinese).
+    They test the pipeline; they are a format sample, not the benchmark."""
+    out = {}
+    root = resources.files("finlib.bizfin") / "format_samples"
+    for t in tasks:
+        ref = root / f"{task_info(t).file_stem}.jsonl"
+        if ref.is_file():
+            out[t] = read_jsonl(f"finlib/bizfin/format_samples/{ref.name}", t, source="format_sample",
+                                text=ref.read_text(encoding="utf-8"))
+    return out
+
+
+def check_counts(items: dict[str, list[BizFinItem]]) -> pd.DataFrame:
+    """Items per task vs the paper (Table 2 "Numbers" and Table 6 "Count"): only meaningful for
+    full benchmark files, so format samples are marked as such."""
+    t2 = paper_table("bizfin_table2").set_index("abbrev")["numbers"]
+    t6 = paper_table("bizfin_table6").set_index("dataset")["count"]
+    rows = []
+    for t, its in items.items():
+        info = TASKS[t]
+        n = len(its)
+        source = its[0].source if its else "none"
+        paper2, paper6 = int(t2[t]), int(t6[info.table6_name])
+        rows.append({"task": t, "source": source, "items": n, "table2": paper2, "table6": paper6,
+                     "matches_paper": bool(source == "benchmark" and n in (paper2, paper6))})
+    return pd.DataFrame(rows, columns=["task", "source", "items", "table2", "table6", "matches_paper"])

@@ -1,0 +1,233 @@
+"""Stage 07: BizFinBench — load items, ask the models through the engine, score, write tables.
+
+Flow: items (real files where present, else the format samples) -> `engine.chat` per model
+(response store: cached, resumable, cost-counted) -> accuracy tasks scored by the published
+rules (and ours beside them) -> judge tasks scored by the vanilla LLM-as-judge
+(`finlib.bizfin.judge`) -> item-level artifact `bizfin_items.parquet` -> Table 3 and Table 6
+(`finlib.bizfin.results`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from finlib.artifacts import write_frame, write_json
+from finlib.bizfin import score_item_detail, unit_score
+from finlib.bizfin.data import (BizFinItem, check_counts, load_format_samples, load_huggingface, load_local)
+from finlib.bizfin.scorers import official_unscorable
+from finlib.bizfin.tasks import TASKS, check_tasks, task_info
+from finlib.config import ConfigError, RunConfig
+from finlib.llm.engine import ChatItem, chat
+from finlib.llm.prompts import BIZFIN_ANSWER_VERSION
+from finlib.llm.registry import ModelSpec, load_registry, select_models
+
+BIZFIN_KEYS = ("models", "judge", "judge_method", "source", "data_dir", "hf_dataset", "tasks",
+               "real_items_per_task", "sample_items_per_task", "item_selection", "max_new_tokens",
+               "judge_max_new_tokens", "tokenizer", "iterajudge")
+SOURCES = ("auto", "local", "huggingface", "format_sample")
+SELECTIONS = ("shortest", "first")
+ITEM_COLUMNS = ["model", "task", "kind", "item_id", "source", "status", "parsed", "official", "ours", "answer",
+                "note", "judge_status", "raw_text", "input_tokens", "output_tokens", "cost_usd", "cached"]
+
+
+@dataclass
+class BizFinRun:
+    """What stage 07 produced: item-level scores, the items asked, and the stage report."""
+
+    items: pd.DataFrame
+    asked: dict[str, list[BizFinItem]]
+    loaded: dict[str, list[BizFinItem]]
+    report: dict = field(default_factory=dict)
+
+
+def bizfin_params(cfg: RunConfig) -> dict:
+    """The `bizfin:` section, checked (unknown keys, sources, tasks, counts)."""
+    p = cfg.section("bizfin", known=BIZFIN_KEYS)
+    missing = [k for k in BIZFIN_KEYS if k not in p and k != "iterajudge"]
+    if missing:
+        raise ConfigError(f"{cfg.params_file}: bizfin: missing keys {missing}")
+    if p["source"] not in SOURCES:
+        raise ConfigError(f"{cfg.params_file}: bizfin.source must be one of {SOURCES}, got {p['source']!r}")
+    if p["item_selection"] not in SELECTIONS:
+        raise ConfigError(f"{cfg.params_file}: bizfin.item_selection must be one of {SELECTIONS}")
+    if p["judge_method"] != "vanilla":
+        raise ConfigError(f"{cfg.params_file}: bizfin.judge_method: stage 07 uses the vanilla judge "
+                          f"(IteraJudge is stage 08); got {p['judge_method']!r}")
+    check_tasks(list(p["tasks"]), "bizfin.tasks")
+    for k in ("real_items_per_task", "sample_items_per_task"):
+        if p[k] is not None and (not isinstance(p[k], int) or p[k] < 1):
+            raise ConfigError(f"{cfg.params_file}: bizfin.{k} must be a positive integer or null")
+    return p
+
+
+def judge_scale(p: dict) -> tuple[int, int]:
+    """The judge's integer score scale: `bizfin.iterajudge.score_range` when set (one scale for
+    both judges), else the paper's 0-100."""
+    rng = (p.get("iterajudge") or {}).get("score_range", [0, 100])
+    return int(rng[0]), int(rng[1])
+
+
+def load_items(cfg: RunConfig, p: dict) -> tuple[dict[str, list[BizFinItem]], dict]:
+    """Every available item per task: the real files for the tasks they cover, the format samples
+    for the rest (source `auto`), and a report saying which task came from where."""
+    tasks = list(p["tasks"])
+    real: dict[str, list[BizFinItem]] = {}
+    if p["source"] in ("auto", "local"):
+        folder = cfg.path(p["data_dir"])
+        real = load_local(folder, tasks) if folder.is_dir() else {}
+        if p["source"] == "local" and not real:
+            raise FileNotFoundError(f"bizfin.source: local, but no task file (e.g. {task_info(tasks[0]).file_stem}"
+                                    f".jsonl) in {folder}. Link or copy the published JSONL files there.")
+    elif p["source"] == "huggingface":
+        real = load_huggingface(tasks, p["hf_dataset"])
+    rest = [t for t in tasks if t not in real] if p["source"] in ("auto", "format_sample") else []
+    samples = load_format_samples(rest)
+    loaded = {t: real.get(t) or samples.get(t) for t in tasks if t in real or t in samples}
+    missing = [t for t in tasks if t not in loaded]
+    counts = check_counts(loaded)
+    unscorable = {t: sum(official_unscorable(t, it.gold) is not None for it in its) for t, its in real.items()}
+    report = {"source_param": p["source"], "tasks_from_files": sorted(real, key=tasks.index),
+              "tasks_from_format_samples": sorted(samples, key=tasks.index), "tasks_missing": missing,
+              "counts": counts.to_dict(orient="records"), "official_rule_unscorable_gold": unscorable}
+    return loaded, report
+
+
+def select_items(loaded: dict[str, list[BizFinItem]], p: dict) -> dict[str, list[BizFinItem]]:
+    """The items asked this run: `real_items_per_task` benchmark items (the shortest queries or
+    the first ones: `item_selection`) and `sample_items_per_task` format samples; null = all."""
+    out = {}
+    for t, its in loaded.items():
+        n = p["real_items_per_task"] if its and its[0].source == "benchmark" else p["sample_items_per_task"]
+        order = sorted(its, key=lambda i: (len(i.query_text()), i.line)) if p["item_selection"] == "shortest" else its
+        out[t] = list(order if n is None else order[:n])
+    return out
+
+
+def _judge_fn(judge_spec: ModelSpec, store, p: dict, budget, inf: dict, cfg: RunConfig):
+    """A batch judge with everything but the inputs fixed (the stage's vanilla judge)."""
+    from finlib.bizfin.judge import judge_batch
+
+    def run(inputs):
+        return judge_batch(judge_spec, store, inputs, method="vanilla", budget=budget,
+                           max_new_tokens=int(p["judge_max_new_tokens"]), score_range=judge_scale(p),
+                           model_cache=cfg.path(inf["model_cache"]), log_dir=cfg.run_dir / "logs",
+                           progress=bool(inf.get("progress", True)))
+    return run
+
+
+def score_model(spec_name: str, asked: dict[str, list[BizFinItem]], answers: pd.DataFrame, judge_batch_fn,
+                scale: tuple[int, int]) -> list[dict]:
+    """Item rows for one model: accuracy tasks by rule, judge tasks by one judge batch."""
+    by_id = answers.set_index("id")
+    rows, to_judge = [], []
+    for t, its in asked.items():
+        for it in its:
+            a = by_id.loc[it.id]
+            ok = a["status"] == "ok"
+            base = {"model": spec_name, "task": t, "kind": TASKS[t].kind, "item_id": it.id, "source": it.source,
+                    "status": a["status"], "raw_text": a["raw_text"], "input_tokens": int(a["input_tokens"]),
+                    "output_tokens": int(a["output_tokens"]), "cost_usd": float(a["cost_usd"]),
+                    "cached": bool(a["cached"]), "judge_status": None}
+            if TASKS[t].kind == "judge":
+                if ok:
+                    to_judge.append((base, it, a["raw_text"]))
+                else:
+                    rows.append({**base, "parsed": False, "official": math.nan, "ours": math.nan, "answer": None,
+                                 "note": f"no answer to judge ({a['error']})", "judge_status": "no_answer"})
+                continue
+            s = score_item_detail(t, it, a["raw_text"] if ok else None)
+            note = s.note if ok else f"inference error: {a['error']}"
+            rows.append({**base, "parsed": s.parsed, "official": s.official, "ours": s.ours, "answer": s.answer,
+                         "note": note})
+    if to_judge:
+        from finlib.bizfin import judge_input
+
+        inputs = [judge_input(it, text, item_id=f"{spec_name}|{it.id}") for _, it, text in to_judge]
+        results = judge_batch_fn(inputs)
+        for (base, _, _), res in zip(to_judge, results):
+            s = unit_score(res.score, scale) if res.status == "ok" else math.nan
+            rows.append({**base, "parsed": res.status == "ok", "official": s, "ours": s,
+                         "answer": None if res.score is None else str(res.score),
+                         "note": res.note if res.status != "ok" else "", "judge_status": res.status})
+    return rows
+
+
+def run_stage(cfg: RunConfig) -> BizFinRun:
+    """Load, ask, score; write `bizfin_items.parquet` and `bizfin_report.json`."""
+    from finlib.llm.openai_backend import Budget
+    from finlib.llm.store import ResponseStore
+
+    p = bizfin_params(cfg)
+    inf = cfg["inference"]
+    loaded, report = load_items(cfg, p)
+    asked = select_items(loaded, p)
+    registry = load_registry(cfg.path(inf["registry"]))
+    specs = select_models(registry, list(p["models"]), source="bizfin.models")
+    judge_spec = select_models(registry, [p["judge"]], source="bizfin.judge")[0] if any(
+        TASKS[t].kind == "judge" for t in asked) else None
+    budget = Budget(float(inf["budget_usd"]))
+    rows: list[dict] = []
+    with ResponseStore(cfg.path(inf["store"])) as store:
+        judge_fn = _judge_fn(judge_spec, store, p, budget, inf, cfg) if judge_spec else None
+        for spec in specs:
+            items = [ChatItem(it.id, it.chat_messages(spec.supports_system), BIZFIN_ANSWER_VERSION)
+                     for its in asked.values() for it in its]
+            answers = chat(spec, items, store, max_new_tokens=int(p["max_new_tokens"]), budget=budget,
+                           progress=bool(inf.get("progress", True)), model_cache=cfg.path(inf["model_cache"]),
+                           log_dir=cfg.run_dir / "logs")
+            rows += score_model(spec.name, asked, answers, judge_fn, judge_scale(p))
+    df = pd.DataFrame(rows, columns=ITEM_COLUMNS)
+    report.update({
+        "models": [s.name for s in specs], "judge": None if judge_spec is None else judge_spec.name,
+        "judge_plumbing": bool(judge_spec is not None and judge_spec.plumbing),
+        "plumbing_models": [s.name for s in specs if s.plumbing],
+        "items_asked": {t: len(v) for t, v in asked.items()},
+        "answer_status": df.groupby("status").size().to_dict() if len(df) else {},
+        "judge_status": df["judge_status"].value_counts().to_dict() if len(df) else {},
+        "cost_usd": float(df["cost_usd"].sum()) if len(df) else 0.0, "budget_refused": int(budget.refused),
+        "answer_prompt_version": BIZFIN_ANSWER_VERSION, "max_new_tokens": int(p["max_new_tokens"]),
+    })
+    write_frame(cfg, "bizfin_items", df)
+    write_json(cfg, "bizfin_report", report)
+    return BizFinRun(df, asked, loaded, report)
+
+
+def rule_differences(long: pd.DataFrame) -> pd.DataFrame:
+    """Official vs our rule per model x task, where they differ by design (see scorers)."""
+    w = long[long["task"] != "Average"].pivot_table(index=["model", "task"], columns="rule", values="score",
+                                                    sort=False).reset_index()
+    w["difference"] = w["ours"] - w["official"]
+    return w
+
+
+def make_tables(cfg: RunConfig, run: BizFinRun, count_tokens=None, tokenizer_name: str | None = None) -> dict:
+    """Table 3 (long with CIs, wide with the paper's rows), the rule comparison and Table 6;
+    all written as CSV/Markdown/LaTeX. `count_tokens` defaults to the `bizfin.tokenizer` model's."""
+    from finlib.bizfin import results
+    from finlib.tables import write_table
+
+    sc = cfg["scoring"]
+    long = results.task_scores(run.items, int(sc["bootstrap_reps"]), cfg.seed, float(sc.get("ci", 0.95)))
+    caption = results.table3_caption(run.report, long)
+    wide = results.table3(long)
+    out = {"table3_long": long, "table3": wide, "rules": rule_differences(long)}
+    write_table(cfg, "bizfin_table3", wide, caption)
+    write_table(cfg, "bizfin_table3_ci", long, caption + " Long form: N, parse rate, judge-invalid count, 95 % "
+                "bootstrap interval over items.")
+    write_table(cfg, "bizfin_rules", out["rules"], "BizFinBench accuracy tasks: published rule vs ours (score %, "
+                "difference = ours - official); see finlib/bizfin/scorers.py for each reason.")
+    if count_tokens is None:
+        p = bizfin_params(cfg)
+        registry = load_registry(cfg.path(cfg["inference"]["registry"]))
+        spec = select_models(registry, [p["tokenizer"]], source="bizfin.tokenizer")[0]
+        count_tokens = results.hf_counter(results.load_tokenizer(spec, cfg.path(cfg["inference"]["model_cache"])))
+        tokenizer_name = f"{spec.name} ({spec.model_id})"
+    t6 = results.token_lengths(run.loaded, count_tokens)
+    out["table6"] = t6
+    write_table(cfg, "bizfin_table6", t6, f"BizFinBench Table 6: query token lengths of the items present, tokenizer "
+                f"{tokenizer_name} (the paper does not name its tokenizer); format-sample rows measure our samples, "
+                f"not the benchmark.", float_format="{:.1f}")
+    return out
