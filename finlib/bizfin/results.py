@@ -123,7 +123,7 @@ def load_tokenizer(spec, cache_root: Path):
     elif spec.hf_path:
         return AutoTokenizer.from_pretrained(spec.hf_path)
     else:
-        raise ValueError(f"bizfin.tokenizer: model {spec.name!r} has no GGUF file or hf_path to take a tokenizer from")
+        raise ValueError(f"bizfin.table6_model: model {spec.name!r} has no GGUF file or hf_path to take a tokenizer from")
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     tok.save_pretrained(cached)
     return tok

@@ -26,7 +26,7 @@ from finlib.llm.registry import ModelSpec, load_registry, select_models
 
 BIZFIN_KEYS = ("models", "judge", "judge_method", "source", "data_dir", "hf_dataset", "tasks",
                "real_items_per_task", "sample_items_per_task", "item_selection", "max_new_tokens",
-               "judge_max_new_tokens", "tokenizer", "iterajudge")
+               "judge_max_new_tokens", "table6_model", "iterajudge")
 SOURCES = ("auto", "local", "huggingface", "format_sample")
 SELECTIONS = ("shortest", "first")
 ITEM_COLUMNS = ["model", "task", "kind", "item_id", "source", "status", "parsed", "official", "ours", "answer",
@@ -205,7 +205,7 @@ def rule_differences(long: pd.DataFrame) -> pd.DataFrame:
 
 def make_tables(cfg: RunConfig, run: BizFinRun, count_tokens=None, tokenizer_name: str | None = None) -> dict:
     """Table 3 (long with CIs, wide with the paper's rows), the rule comparison and Table 6;
-    all written as CSV/Markdown/LaTeX. `count_tokens` defaults to the `bizfin.tokenizer` model's."""
+    all written as CSV/Markdown/LaTeX. `count_tokens` defaults to the `bizfin.table6_model` model's."""
     from finlib.bizfin import results
     from finlib.tables import write_table
 
@@ -222,7 +222,7 @@ def make_tables(cfg: RunConfig, run: BizFinRun, count_tokens=None, tokenizer_nam
     if count_tokens is None:
         p = bizfin_params(cfg)
         registry = load_registry(cfg.path(cfg["inference"]["registry"]))
-        spec = select_models(registry, [p["tokenizer"]], source="bizfin.tokenizer")[0]
+        spec = select_models(registry, [p["table6_model"]], source="bizfin.table6_model")[0]
         count_tokens = results.hf_counter(results.load_tokenizer(spec, cfg.path(cfg["inference"]["model_cache"])))
         tokenizer_name = f"{spec.name} ({spec.model_id})"
     t6 = results.token_lengths(run.loaded, count_tokens)
