@@ -146,10 +146,32 @@ def result_from_completion(req: Request, spec: ModelSpec, body: dict, discount: 
                               truncated_output=choice.get("finish_reason") == "length", **fields)
 
 
+class MalformedResponse(Exception):
+    """A 200 whose body is not a chat completion (no choices, no message): a server or proxy fault,
+    retried like a 5xx and recorded as an error -- never stored as an (empty) answer."""
+
+
+def malformed_reason(body: dict) -> str | None:
+    """Why a completion body carries no answer, or None when it does (content "" is an answer)."""
+    choices = body.get("choices")
+    if not choices:
+        return "no choices"
+    message = choices[0].get("message")
+    if not isinstance(message, dict) or message.get("content") is None:
+        return "choice without message content"
+    return None
+
+
 def classify(exc: Exception) -> tuple[bool, str]:
     """(retryable, reason) for an exception raised by the SDK."""
+    import json
+
     import openai
 
+    if isinstance(exc, MalformedResponse):
+        return True, f"malformed response: {exc}"
+    if isinstance(exc, json.JSONDecodeError):  # a 200 whose body is not JSON (proxy error page, cut stream)
+        return True, f"malformed response: body is not JSON ({exc.msg})"
     if isinstance(exc, openai.APITimeoutError):
         return True, "timeout"
     if isinstance(exc, openai.APIConnectionError):
@@ -173,13 +195,16 @@ async def call_with_retries(client, spec: ModelSpec, req: Request, limiter: Rate
         await limiter.acquire(est_tokens)
         try:
             resp = await client.chat.completions.create(**kwargs)
+            body = resp.model_dump()
+            if (why := malformed_reason(body)) is not None:
+                raise MalformedResponse(why)
         except Exception as exc:  # noqa: BLE001 -- classified below; unknown errors are terminal
             retryable, reason = classify(exc)
             if not retryable or attempt == spec.max_attempts:
                 break
             await sleep(backoff_s(attempt, backoff_base_s, backoff_cap_s, retry_after_s(exc), rng))
             continue
-        return result_from_completion(req, spec, resp.model_dump(), latency_s=time.perf_counter() - t_start,
+        return result_from_completion(req, spec, body, latency_s=time.perf_counter() - t_start,
                                       attempts=attempt)
     return Result.for_request(req, status="error", latency_s=time.perf_counter() - t_start, attempts=attempt,
                               error=redact(f"{reason} (after {attempt} attempt(s))", secret)[:1000])
