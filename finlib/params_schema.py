@@ -7,10 +7,10 @@ such mistake fails at load time with the file, the dotted key, the expected type
 
 Design:
 - The top level is a fixed list of sections (`TOP_LEVEL`); any other key is an error.
-- data / labels / perturb are typed and closed (`extra="forbid"`). inference / scoring are typed
-  for the keys declared here and *open*: their stages (`finlib.llm.stage.INFERENCE_KEYS`,
-  `finlib.scoring.SCORING_KEYS`) stay the one list of allowed keys, so a key another stage adds
-  does not have to be declared twice (a test checks that every declared key is one they read).
+- data / labels are typed and closed (`extra="forbid"`). perturb / inference / scoring are typed
+  for the keys declared here and *open*: their stages (`PERTURB_KEYS`, `INFERENCE_KEYS`,
+  `SCORING_KEYS`) stay the one list of allowed keys, so a key added there does not have to be
+  declared twice (a test checks that every declared key is one the stage reads).
 - dpo / figures / plan / bizfin are free-form mappings validated by their own stages for now.
   Hook: write a pydantic model for the section and register it with `register_section(name, Model)`
   (from that stage's module, or here); from then on it is validated at load time like the rest.
@@ -80,7 +80,7 @@ class LabelsSection(_Closed):
     mackinlay: Optional[MackinlaySection] = None
 
 
-class PerturbSection(_Closed):
+class PerturbSection(_Open):
     lexicon_path: Optional[str] = None
     lexicon_url: Optional[str] = None
     fake_rating: Optional[Literal["one", "both"]] = None

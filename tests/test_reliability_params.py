@@ -59,7 +59,7 @@ def test_wrong_types_name_key_expected_type_and_value(default, dotted, value, ex
     ("labels.windows", r"unknown key 'labels\.windows'"),
     ("data.synthetic.nreports", r"unknown key 'data\.synthetic\.nreports'"),
     ("data.reports.colums", r"unknown key 'data\.reports\.colums'"),
-    ("perturb.lexicon", r"unknown key 'perturb\.lexicon'"),
+    ("labels.mackinlay.gaps", r"unknown key 'labels\.mackinlay\.gaps'"),
 ])
 def test_unknown_keys_are_errors(default, params_key, expect):
     with pytest.raises(ConfigError, match=expect):
@@ -98,11 +98,20 @@ def test_free_form_sections_pass_until_a_model_is_registered(default):
 def test_open_sections_declare_only_keys_their_stage_reads():
     """inference/scoring accept undeclared keys (their stage's key list refuses typos), so the
     schema must never declare a key the stage would refuse."""
+    from finlib.data import DATA_KEYS, PRICES_KEYS, REPORTS_KEYS
+    from finlib.labels import LABEL_KEYS, MACKINLAY_KEYS
     from finlib.llm.stage import INFERENCE_KEYS
+    from finlib.params_schema import LabelsSection, MackinlaySection, PerturbSection, PricesSection, ReportsSection
+    from finlib.perturb import PERTURB_KEYS
     from finlib.scoring import SCORING_KEYS
 
     assert set(ScoringSection.model_fields) <= set(SCORING_KEYS)
-    declared = set(InferenceSection.model_fields) - {"max_error_share"}
+    assert set(PerturbSection.model_fields) <= set(PERTURB_KEYS)
+    # closed sections: exactly the stage's keys (a key added to the stage must be declared here)
+    for model, keys in ((LabelsSection, LABEL_KEYS), (MackinlaySection, MACKINLAY_KEYS),
+                        (ReportsSection, REPORTS_KEYS), (PricesSection, PRICES_KEYS)):
+        assert set(model.model_fields) == set(keys), model.__name__
+    declared = set(InferenceSection.model_fields)
     assert declared <= set(INFERENCE_KEYS), declared - set(INFERENCE_KEYS)
     assert "bizfin" in TOP_LEVEL and "dpo" in TOP_LEVEL
 

@@ -41,7 +41,7 @@ API_CHARS_PER_TOKEN = 4.0  # token estimate for API models (no local tokenizer);
 INFERENCE_KEYS = ("models", "mode", "prompt_version", "generate_subset", "max_new_tokens", "max_input_tokens",
                   "budget_usd", "store",
                   "registry", "model_cache", "dtype", "batch_size", "score_batch_size", "max_batch_tokens", "threads",
-                  "device", "progress", "batch", "batch_dir", "batch_poll_s")
+                  "device", "progress", "batch", "batch_dir", "batch_poll_s", "max_error_share")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -57,6 +57,9 @@ def inference_params(cfg: RunConfig) -> dict:
     for k in ("progress", "batch"):
         if not isinstance(inf[k], bool):
             raise ConfigError(f"{cfg.params_file}: inference.{k} must be true or false, got {inf[k]!r}")
+    share = inf["max_error_share"]
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+        raise ConfigError(f"{cfg.params_file}: inference.max_error_share must be a number in [0, 1], got {share!r}")
     if isinstance(inf["batch_poll_s"], bool) or not isinstance(inf["batch_poll_s"], (int, float)) \
             or inf["batch_poll_s"] < 0:
         raise ConfigError(f"{cfg.params_file}: inference.batch_poll_s must be a number >= 0")
@@ -79,6 +82,26 @@ def inference_params(cfg: RunConfig) -> dict:
     if not isinstance(inf.get("budget_usd"), (int, float)) or inf["budget_usd"] < 0:
         raise ConfigError(f"{cfg.params_file}: inference.budget_usd must be a number >= 0")
     return inf
+
+
+class InferenceFailed(RuntimeError):
+    """Most calls of a model failed (wrong key, server down, ...): the run must not go on to score them."""
+
+
+def check_error_share(pred: pd.DataFrame, max_share: float) -> None:
+    """Fail the stage when, for any model, more than `max_share` of its sent calls ended in error,
+    naming the most frequent error -- a run whose every call got HTTP 401 must not "succeed".
+    The artifacts are written first, so the failures can be inspected."""
+    bad = []
+    for model, g in pred[pred["status"] != "skipped"].groupby("model"):
+        errors = g.loc[g["status"] == "error", "error"].astype(str)
+        if len(g) and len(errors) / len(g) > max_share:
+            top, n = Counter(errors.str[:300]).most_common(1)[0]
+            bad.append(f"model '{model}': {len(errors)}/{len(g)} calls failed; most frequent error ({n}x): {top}")
+    if bad:
+        raise InferenceFailed("stage 03: too many failed calls (inference.max_error_share="
+                              f"{max_share:g}): " + " | ".join(bad) + ". Answers already stored are kept; fix the "
+                              "cause and rerun (only the failed calls are sent again).")
 
 
 def check_conditions(df: pd.DataFrame, source: str = "conditions.parquet") -> pd.DataFrame:
@@ -326,6 +349,7 @@ def run_stage(cfg: RunConfig, models: list[str] | None = None) -> tuple[pd.DataF
     report["wall_s"] = round(time.perf_counter() - t0, 3)
     write_frame(cfg, "predictions", pred)
     write_json(cfg, "inference_report", report)
+    check_error_share(pred, float(inf["max_error_share"]))
     return pred, report
 
 
