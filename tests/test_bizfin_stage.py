@@ -98,3 +98,38 @@ def test_params_refuse_unknown_and_bad_values(bizfin_run):
     cfg.params["bizfin"]["real_items"] = 3
     with pytest.raises(ConfigError, match="real_items"):
         stage.bizfin_params(cfg)
+
+
+def test_plan_counts_requests_and_worst_case_cost(bizfin_run, repo_root):
+    from finlib.bizfin.plan import build_plan
+    from finlib.llm.registry import load_registry
+
+    cfg = bizfin_run
+    cfg.params["inference"]["registry"] = str(repo_root / "params" / "models.yaml")
+    cfg.params["bizfin"].update({"models": ["gpt-4o"], "judge": "gpt-4o", "real_items_per_task": None,
+                                 "max_new_tokens": 1024, "judge_max_new_tokens": 256})
+    plan = build_plan(cfg).set_index("role")
+    assert plan.loc["answers", "requests"] == 6783          # Table 2's counts (FNER 435)
+    assert plan.loc["judge", "requests"] == 641 + 990 + 1461
+    spec = load_registry(repo_root / "params" / "models.yaml")["gpt-4o"]
+    a = plan.loc["answers"]
+    assert a["usd_worst_case"] == pytest.approx(spec.cost(a["input_tokens"], 6783 * 1024), rel=1e-6)
+
+
+def test_average_is_plain_mean_of_tasks_and_skips_unscored():
+    from finlib.bizfin.results import task_scores
+
+    rows = []
+    for i in range(4):
+        rows.append({"model": "m", "task": "FNC", "source": "benchmark", "parsed": True, "judge_status": None,
+                     "official": 1.0, "ours": 1.0})
+    rows.append({"model": "m", "task": "FTR", "source": "benchmark", "parsed": True, "judge_status": None,
+                 "official": 0.0, "ours": 1.0})
+    rows.append({"model": "m", "task": "FQA", "source": "benchmark", "parsed": False, "judge_status": "invalid",
+                 "official": float("nan"), "ours": float("nan")})
+    long = task_scores(pd.DataFrame(rows), reps=200, seed=1).set_index(["rule", "task"])
+    assert long.loc[("official", "Average"), "score"] == pytest.approx(50.0)   # (100 + 0) / 2, not 4/5 pooled
+    assert long.loc[("ours", "Average"), "score"] == pytest.approx(100.0)
+    assert long.loc[("official", "FQA"), "judge_invalid"] == 1 and long.loc[("official", "FQA"), "n_scored"] == 0
+    lo, hi = long.loc[("official", "Average"), ["ci_low", "ci_high"]]
+    assert lo <= 50.0 <= hi

@@ -26,7 +26,7 @@ from finlib.llm.registry import ModelSpec, load_registry, select_models
 
 BIZFIN_KEYS = ("models", "judge", "judge_method", "source", "data_dir", "hf_dataset", "tasks",
                "real_items_per_task", "sample_items_per_task", "item_selection", "max_new_tokens",
-               "judge_max_new_tokens", "table6_model", "iterajudge")
+               "judge_max_new_tokens", "temperature", "table6_model", "iterajudge")
 SOURCES = ("auto", "local", "huggingface", "format_sample")
 SELECTIONS = ("shortest", "first")
 ITEM_COLUMNS = ["model", "task", "kind", "item_id", "source", "status", "parsed", "official", "ours", "answer",
@@ -68,6 +68,13 @@ def judge_scale(p: dict) -> tuple[int, int]:
     both judges), else the paper's 0-100."""
     rng = (p.get("iterajudge") or {}).get("score_range", [0, 100])
     return int(rng[0]), int(rng[1])
+
+
+def sampling_for(spec: ModelSpec, p: dict) -> dict | None:
+    """The answer sampling: the registry record's, with `bizfin.temperature` when set (the paper: 0)."""
+    if p["temperature"] is None:
+        return None
+    return {**spec.sampling, "temperature": float(p["temperature"])}
 
 
 def load_items(cfg: RunConfig, p: dict) -> tuple[dict[str, list[BizFinItem]], dict]:
@@ -176,6 +183,7 @@ def run_stage(cfg: RunConfig) -> BizFinRun:
             items = [ChatItem(it.id, it.chat_messages(spec.supports_system), BIZFIN_ANSWER_VERSION)
                      for its in asked.values() for it in its]
             answers = chat(spec, items, store, max_new_tokens=int(p["max_new_tokens"]), budget=budget,
+                           sampling=sampling_for(spec, p),
                            progress=bool(inf.get("progress", True)), model_cache=cfg.path(inf["model_cache"]),
                            log_dir=cfg.run_dir / "logs")
             rows += score_model(spec.name, asked, answers, judge_fn, judge_scale(p))
@@ -189,6 +197,7 @@ def run_stage(cfg: RunConfig) -> BizFinRun:
         "judge_status": df["judge_status"].value_counts().to_dict() if len(df) else {},
         "cost_usd": float(df["cost_usd"].sum()) if len(df) else 0.0, "budget_refused": int(budget.refused),
         "answer_prompt_version": BIZFIN_ANSWER_VERSION, "max_new_tokens": int(p["max_new_tokens"]),
+        "temperature": p["temperature"],
     })
     write_frame(cfg, "bizfin_items", df)
     write_json(cfg, "bizfin_report", report)
@@ -231,3 +240,30 @@ def make_tables(cfg: RunConfig, run: BizFinRun, count_tokens=None, tokenizer_nam
                 f"{tokenizer_name} (the paper does not name its tokenizer); format-sample rows measure our samples, "
                 f"not the benchmark.", float_format="{:.1f}")
     return out
+
+
+def item_view(run: BizFinRun, width: int = 140) -> pd.DataFrame:
+    """Item-level view for the notebook: scores, parse flags, notes and the start of each answer."""
+    cols = ["model", "task", "item_id", "source", "status", "parsed", "official", "ours", "answer", "judge_status",
+            "note"]
+    v = run.items[cols].copy()
+    v["reply"] = run.items["raw_text"].fillna("").str.replace(r"\s+", " ", regex=True).str.slice(0, width)
+    return v
+
+
+def caveat_banner(run: BizFinRun) -> str:
+    """What the numbers are: the judge, the sources, and the plumbing caveat, in one paragraph."""
+    r = run.report
+    lines = [f"**Models:** {', '.join(r['models'])}; **judge (FTU/FQA/FDD):** {r['judge']} (vanilla LLM-as-judge; "
+             f"the paper used GPT-4o)."]
+    if r["tasks_from_files"]:
+        lines.append(f"**Real benchmark files:** {', '.join(r['tasks_from_files'])} — only "
+                     f"{max(r['items_asked'][t] for t in r['tasks_from_files'])} item(s) per task asked: a plumbing result.")
+    if r["tasks_from_format_samples"]:
+        lines.append(f"**Format samples (not the benchmark):** {', '.join(r['tasks_from_format_samples'])}.")
+    if r["tasks_missing"]:
+        lines.append(f"**Tasks without items:** {', '.join(r['tasks_missing'])}.")
+    if r["plumbing_models"] or r["judge_plumbing"]:
+        lines.append("**Plumbing model(s):** the embedded model and judge test the pipeline; their scores are not "
+                     "research results.")
+    return "\n\n".join(lines)
