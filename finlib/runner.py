@@ -142,6 +142,30 @@ def _artifact_hashes(cfg: RunConfig, since: float) -> dict[str, str]:
     return out
 
 
+def _strings(obj: Any) -> set[str]:
+    if isinstance(obj, dict):
+        return set().union(*(_strings(v) for v in obj.values())) if obj else set()
+    if isinstance(obj, list):
+        return set().union(*(_strings(v) for v in obj)) if obj else set()
+    return {obj} if isinstance(obj, str) else set()
+
+
+def env_var_names(cfg: RunConfig) -> dict[str, Any]:
+    """The NAMES of the key variables this run's models read (and whether each is set) -- never
+    a value. Models are the registry records named anywhere in params (inference.models, judges,
+    teachers...)."""
+    try:
+        from finlib.llm.registry import load_registry
+
+        registry = load_registry(cfg.path(cfg.params.get("inference", {}).get("registry", "params/models.yaml")))
+    except Exception as exc:  # the stages report a broken registry themselves; the manifest notes it
+        return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    used = sorted(_strings(cfg.params) & set(registry))
+    names = {m: registry[m].api_key_env for m in used}
+    return {"models": names,
+            "set": {v: bool(os.environ.get(v)) for v in sorted({v for v in names.values() if v})}}
+
+
 def _kernel_manager_class() -> type:
     """A KernelManager that encrypts the kernel's loopback traffic when pyzmq can (CurveZMQ).
 
@@ -172,6 +196,8 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
     entry: dict[str, Any] = {"notebook": display_path(notebook, cfg.root),
                              "output": display_path(output, cfg.root), "started": started}
     print(f"[{cfg.name}] stage {stage}: {notebook.name} ...", flush=True)
+    manifest.setdefault("stages", {})[stage] = {**entry, "status": "running"}  # a killed run leaves "running"
+    write_manifest(cfg, manifest)
     try:
         pm.execute_notebook(
             str(notebook), str(output),
@@ -195,14 +221,25 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
 
 
 def run_pipeline(run_name: str = "default", stages: Iterable[str] | None = None,
-                 start: str | None = None, params_file: str | None = None) -> dict[str, Any]:
-    """Run the selected stages of one run and return the manifest."""
+                 start: str | None = None, params_file: str | None = None,
+                 report: bool = False) -> dict[str, Any]:
+    """Run the selected stages of one run and return the manifest; with `report`, then build the
+    HTML report (`finlib.report`, runs/<run>/report/), its time recorded in the manifest too."""
     os.environ.setdefault("JUPYTER_PREFER_ENV_PATH", "1")  # the venv's kernel, not a user-level one
     cfg = load_run(run_name, params_file)
+    if (cfg.params.get("plan") or {}).get("preflight"):  # e.g. params/paper.yaml: stop at once, naming what is missing
+        from finlib.plan import check_preflight
+
+        check_preflight(cfg)
     available = discover_stages(cfg.root / "notebooks")
     selected = select_stages(available, stages, start)
     manifest = load_manifest(cfg)
+    previous = {k: v.get("status") for k, v in manifest.get("stages", {}).items()}
+    manifest["invocation"] = {  # this call: which stages it (re)ran and what they were before
+        "started": _now(), "stages": selected, "rerun": [s for s in selected if s in previous],
+        "previous_status": {s: previous[s] for s in selected if s in previous}}
     manifest.update({
+        "env_vars": env_var_names(cfg),
         "run": cfg.name,
         "params_file": display_path(cfg.params_file, cfg.root),
         "params": cfg.params,
@@ -215,6 +252,15 @@ def run_pipeline(run_name: str = "default", stages: Iterable[str] | None = None,
     })
     for stage in selected:
         run_stage(cfg, stage, available[stage], manifest)
+    if report:
+        from finlib.report import build_report
+
+        t0 = time.time()
+        index = build_report(cfg)
+        manifest["report"] = {"index": display_path(index, cfg.root), "seconds": round(time.time() - t0, 2),
+                              "built": _now()}
+        write_manifest(cfg, manifest)
+        print(f"[{cfg.name}] report: {manifest['report']['index']} ({manifest['report']['seconds']:.1f} s)", flush=True)
     return manifest
 
 
@@ -225,9 +271,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--params", default=None, help="explicit params file (overrides --run's)")
     parser.add_argument("--stages", nargs="*", default=None, help="only these stage ids, e.g. 00 02")
     parser.add_argument("--from", dest="start", default=None, help="this stage and all after it")
+    parser.add_argument("--report", action="store_true", help="then build runs/<run>/report/ (static HTML)")
     args = parser.parse_args(argv)
     os.chdir(repo_root())
-    manifest = run_pipeline(args.run, args.stages, args.start, args.params)
+    try:
+        manifest = run_pipeline(args.run, args.stages, args.start, args.params, report=args.report)
+    except Exception as exc:  # a failed stage: one clear line and a non-zero exit, no "done"
+        name = getattr(exc, "ename", type(exc).__name__)
+        value = getattr(exc, "evalue", str(exc))
+        print(f"[{args.run}] FAILED: {name}: {value}\n(see runs/{args.run}/manifest.json and the executed "
+              f"notebook in runs/{args.run}/notebooks/)", file=sys.stderr)
+        return 1
     done = ", ".join(f"{k} {v['seconds']:.0f}s" for k, v in sorted(manifest.get("stages", {}).items()))
     print(f"[{args.run}] manifest: runs/{args.run}/manifest.json ({done})")
     return 0

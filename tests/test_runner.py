@@ -122,3 +122,33 @@ def test_git_state_counts_untracked_files(tmp_path: Path):
     (tmp_path / "new_module.py").write_text("y = 2\n")
     state = git_state(tmp_path)
     assert state["dirty"] is True and any("new_module.py" in f for f in state["changed_files"])
+
+
+def test_manifest_records_reruns_and_key_variable_names_only(mini_repo: Path, monkeypatch):
+    """Helper H (issue 15): which stages an invocation reran, and the NAMES of the key variables."""
+    from llm_helpers import api_record, write_registry
+    import yaml
+
+    monkeypatch.setenv("RUNNER_TEST_KEY", "sk-runner-sentinel-42")
+    registry = write_registry(mini_repo, api_record("keyed", "http://127.0.0.1:1/v1", "RUNNER_TEST_KEY"))
+    smoke = yaml.safe_load((mini_repo / "params" / "smoke.yaml").read_text())
+    smoke.setdefault("inference", {}).update(registry=registry, models=["keyed"])
+    (mini_repo / "params" / "smoke.yaml").write_text(yaml.safe_dump(smoke))
+    first = run_pipeline("smoke")
+    assert first["invocation"]["rerun"] == [] and first["invocation"]["stages"] == ["00", "01"]
+    assert first["env_vars"] == {"models": {"keyed": "RUNNER_TEST_KEY"}, "set": {"RUNNER_TEST_KEY": True}}
+    second = run_pipeline("smoke", stages=["01"])
+    assert second["invocation"]["rerun"] == ["01"] and second["invocation"]["previous_status"] == {"01": "ok"}
+    text = (mini_repo / "runs" / "smoke" / "manifest.json").read_text()
+    assert "RUNNER_TEST_KEY" in text and "sk-runner-sentinel-42" not in text
+
+
+def test_failed_stage_exits_non_zero_with_one_clear_line(mini_repo: Path, capsys):
+    from finlib.runner import main
+
+    _notebook(mini_repo / "notebooks" / "01_read.ipynb", "raise RuntimeError('most calls failed: HTTP 401')")
+    assert main(["--run", "smoke"]) == 1
+    err = capsys.readouterr().err
+    assert "FAILED: RuntimeError: most calls failed: HTTP 401" in err
+    manifest = json.loads((mini_repo / "runs" / "smoke" / "manifest.json").read_text())
+    assert manifest["stages"]["01"]["status"] == "failed" and manifest["stages"]["00"]["status"] == "ok"
