@@ -118,11 +118,11 @@ def test_inference_params_are_checked(tmp_run):
         tmp_run.params["inference"][key] = saved
 
 
-def test_every_paper_model_has_a_paper_name_and_only_smollm_is_plumbing(registry):
+def test_every_paper_model_has_a_paper_name_and_only_embedded_models_are_plumbing(registry):
     named = {s.name: s.paper_name for s in registry.values() if s.paper_name}
     assert len(named) == PAPER_MODELS
     assert named["gpt-5.1"] == "GPT-5" and named["llama-3.1-8b-it"] == "Meta-Llama-3.1-8B-it"
-    assert {s.name for s in registry.values() if s.plumbing} == {"smollm2-135m"}
+    assert {s.name for s in registry.values() if s.plumbing} == {"smollm2-135m", "qwen2.5-coder-0.5b"}
 
 
 def test_vllm_records_run_against_a_keyless_server(registry, monkeypatch):

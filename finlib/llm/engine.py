@@ -17,6 +17,8 @@ from finlib.llm.progress import Progress
 from finlib.llm.registry import ModelSpec
 from finlib.llm.store import Request, ResponseStore, make_key
 
+DEFAULT_MODEL_CACHE = Path("data/interim/models")  # params inference.model_cache (callers pass theirs)
+DEFAULT_LOG_DIR = Path("runs/llamacpp")           # stages pass runs/<run>/
 CHAT_COLUMNS = ["id", "model", "status", "raw_text", "error", "input_tokens", "output_tokens", "cost_usd",
                 "latency_s", "truncated_output", "cache_key", "cached"]
 
@@ -31,15 +33,20 @@ class ChatItem:
     prompt_version: str
 
 
-def engine_key(spec: ModelSpec, dtype: str | None = None) -> dict | None:
+def engine_key(spec: ModelSpec, dtype: str | None = None, adapter_sha256: str | None = None) -> dict | None:
     """What besides messages and sampling fixes a self-hosted model's output (part of its store
     key): the weight source (and dtype for torch models). None for remote servers, whose model
     id names the weights."""
     if spec.backend == "openai":
         return None
+    if spec.backend == "llamacpp":  # the pinned hash names the weights; llama.cpp has no dtype choice
+        return {"gguf_file": spec.gguf_file, "gguf_sha256": spec.gguf_sha256,
+                "gguf_package": spec.gguf_package, "runtime": "llama.cpp"}
     engine = {"gguf_package": spec.gguf_package, "gguf_file": spec.gguf_file, "hf_path": spec.hf_path}
     if spec.backend == "local":
         engine["dtype"] = dtype
+    if adapter_sha256:  # a LoRA adapter on top (stage 05's DPO model): its content hash names the weights
+        engine["adapter_sha256"] = adapter_sha256
     return engine
 
 
@@ -52,7 +59,9 @@ def send_pending(spec: ModelSpec, pending: list[Request], store: ResponseStore, 
     The single backend switch of the project: local torch (`local_model`), the OpenAI Batch API,
     or live OpenAI-compatible chat completions (API models, vLLM, llama.cpp servers).
     `model_cache` (where self-hosted weights are unpacked) and `log_dir` (server logs) are for
-    self-hosted servers started here.
+    self-hosted servers started here: a `llamacpp` record gets a llama.cpp server on a free local
+    port (one per process, reused, see `llamacpp.ensure_server`) and is then sent exactly like a
+    vLLM record, through the openai backend with the server's slots as its concurrency.
     """
     if not pending:
         return
@@ -62,6 +71,13 @@ def send_pending(spec: ModelSpec, pending: list[Request], store: ResponseStore, 
         if local_model is None:
             raise ValueError(f"model {spec.name!r}: the local backend needs a loaded LocalModel")
         run_local(local_model, pending, store, progress)
+    elif spec.backend == "llamacpp":
+        from finlib.llm.llamacpp import ensure_server, served_spec
+        from finlib.llm.openai_backend import run_openai
+        from finlib.llm.stage import run_coroutine
+
+        url = ensure_server(spec, Path(model_cache or DEFAULT_MODEL_CACHE), Path(log_dir or DEFAULT_LOG_DIR))
+        run_coroutine(run_openai(served_spec(spec, url), pending, store, budget=budget, progress=progress))
     elif batch:
         from finlib.llm.batch_api import run_batch
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from finlib.config import read_yaml_mapping
 
-BACKENDS = ("openai", "local")
+BACKENDS = ("openai", "local", "llamacpp")  # llamacpp: a GGUF served here by llama.cpp (finlib/llm/llamacpp.py)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -53,6 +53,9 @@ class ModelSpec:
     hf_path: str | None = None
     paper_name: str | None = None   # the row name in Fin-Bias Tables 4-7 (e.g. "GPT-5" for gpt-5.1)
     plumbing: bool = False          # a pipeline-test model whose numbers are not research results
+    gguf_parts: tuple[str, ...] | None = None  # llamacpp: GGUF split across packages (pip pins, in order)
+    gguf_sha256: str | None = None  # llamacpp: SHA-256 of the (joined) GGUF file, verified before serving
+    threads: int | None = None      # llamacpp: server threads (None = every core llama.cpp sees)
     thinks: bool = False            # reasons by default (<think> or hidden reasoning tokens) before answering
     max_new_tokens: int = 4096      # output-token limit for this model (the authors' code: 4096 for API/vLLM)
 
@@ -79,7 +82,8 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "sampling": (dict,), "concurrency": (int,), "rpm": (int,), "tpm": (int,), "max_attempts": (int,),
     "timeout_s": (int, float), "max_tokens_param": (str,), "base_url": (str, type(None)),
     "api_key_env": (str, type(None)), "gguf_package": (str, type(None)), "gguf_file": (str, type(None)),
-    "hf_path": (str, type(None)), "paper_name": (str, type(None)), "plumbing": (bool,), "thinks": (bool,),
+    "hf_path": (str, type(None)), "paper_name": (str, type(None)), "plumbing": (bool,),
+    "gguf_parts": (list, type(None)), "gguf_sha256": (str, type(None)), "threads": (int, type(None)), "thinks": (bool,),
     "max_new_tokens": (int,),
 }
 _REQUIRED = ("name", "backend", "model_id", "supports_system", "context_length",
@@ -149,12 +153,37 @@ def validate_record(rec: Any, path: Path, index: int) -> ModelSpec:
         env = rec["api_key_env"]
         if env is not None and not _ENV_NAME.match(env):
             raise _fail(path, where, "api_key_env", f"must be an environment variable NAME, got {env[:4]!r}...")
+    elif rec["backend"] == "llamacpp":
+        _check_llamacpp(rec, path, where)
     else:
         has_gguf = bool(rec.get("gguf_package") and rec.get("gguf_file"))
         if not has_gguf and not rec.get("hf_path"):
             raise _fail(path, where, "gguf_package/gguf_file/hf_path",
                         "a local model needs gguf_package + gguf_file, or hf_path (a folder or hub id)")
+    if isinstance(rec.get("gguf_parts"), list):
+        rec = {**rec, "gguf_parts": tuple(rec["gguf_parts"])}
     return ModelSpec(**{k: (float(v) if k.startswith("price") or k == "timeout_s" else v) for k, v in rec.items()})
+
+
+def _check_llamacpp(rec: dict, path: Path, where: str) -> None:
+    """A llama.cpp-served GGUF: one file in a package, or chunks in pinned packages + the joined
+    file's SHA-256 (anonymous uploads are trusted only by hash); the URL is made at run time."""
+    if rec.get("base_url"):
+        raise _fail(path, where, "base_url", "a llamacpp model is served by finlib on a free local port: omit it "
+                    "(for a server you run yourself use backend openai with its base_url)")
+    if not rec.get("gguf_file"):
+        raise _fail(path, where, "gguf_file", "missing (the GGUF file name)")
+    parts = rec.get("gguf_parts")
+    if parts is not None:
+        if not parts or not all(isinstance(p, str) and re.match(r"^[A-Za-z0-9._-]+==[A-Za-z0-9._+-]+$", p)
+                                for p in parts):
+            raise _fail(path, where, "gguf_parts", "a non-empty list of pinned pip requirements 'name==version'")
+        if not re.match(r"^[0-9a-f]{64}$", rec.get("gguf_sha256") or ""):
+            raise _fail(path, where, "gguf_sha256", "64 lowercase hex digits required with gguf_parts")
+    elif not rec.get("gguf_package"):
+        raise _fail(path, where, "gguf_package/gguf_parts", "a llamacpp model needs gguf_package or gguf_parts")
+    if rec.get("threads") is not None and rec["threads"] < 1:
+        raise _fail(path, where, "threads", "must be >= 1 or null")
 
 
 def load_registry(path: Path) -> dict[str, ModelSpec]:
