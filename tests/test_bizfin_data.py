@@ -84,7 +84,7 @@ def test_judge_tasks_allow_empty_gold(tmp_path):
 def test_format_samples_cover_all_tasks_and_are_labelled():
     samples = load_format_samples(list(TASK_ORDER))
     assert set(samples) == set(TASK_ORDER)
-    for t, items in samples.items():
+    for items in samples.values():
         assert len(items) >= 2 and all(i.source == "format_sample" for i in items)
     counts = check_counts(samples)
     assert not counts["matches_paper"].any()

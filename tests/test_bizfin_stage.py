@@ -120,7 +120,7 @@ def test_average_is_plain_mean_of_tasks_and_skips_unscored():
     from finlib.bizfin.results import task_scores
 
     rows = []
-    for i in range(4):
+    for _ in range(4):
         rows.append({"model": "m", "task": "FNC", "source": "benchmark", "parsed": True, "judge_status": None,
                      "official": 1.0, "ours": 1.0})
     rows.append({"model": "m", "task": "FTR", "source": "benchmark", "parsed": True, "judge_status": None,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pandas as pd
 
@@ -154,7 +153,7 @@ def score_model(spec_name: str, asked: dict[str, list[BizFinItem]], answers: pd.
 
         inputs = [judge_input(it, text, item_id=f"{spec_name}|{it.id}") for _, it, text in to_judge]
         results = judge_batch_fn(inputs)
-        for (base, _, _), res in zip(to_judge, results):
+        for (base, _, _), res in zip(to_judge, results, strict=True):
             s = unit_score(res.score, scale) if res.status == "ok" else math.nan
             rows.append({**base, "parsed": res.status == "ok", "official": s, "ours": s,
                          "answer": None if res.score is None else str(res.score),
