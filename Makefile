@@ -12,7 +12,7 @@ SMOLLM2_VERSION := 0.1.2
 export JUPYTER_PREFER_ENV_PATH := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: help venv reproduce stage figures test unit lab data bench clean
+.PHONY: help venv reproduce stage figures report plan test unit lab data bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -29,15 +29,21 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## create/refresh the virtual environment (.venv)
 
-reproduce: $(STAMP) ## run every stage for params/$(RUN).yaml (default: the embedded synthetic run)
-	$(PY) -m finlib.runner --run $(RUN)
+reproduce: $(STAMP) ## run every stage for params/$(RUN).yaml (default: the embedded synthetic run), then the report
+	$(PY) -m finlib.runner --run $(RUN) --report
 
 stage: $(STAMP) ## rerun one stage alone: make stage STAGE=01 [RUN=default]
 	@test -n "$(STAGE)" || { echo "usage: make stage STAGE=NN [RUN=name]"; exit 2; }
 	$(PY) -m finlib.runner --run $(RUN) --stages $(STAGE)
 
-figures: $(STAMP) ## regenerate tables and figures from cached artifacts (stage 04 onwards)
-	$(PY) -m finlib.runner --run $(RUN) --from 04
+figures: $(STAMP) ## regenerate tables and figures from cached artifacts (stage 04 onwards), then the report
+	$(PY) -m finlib.runner --run $(RUN) --from 04 --report
+
+report: $(STAMP) ## static HTML report of a run: runs/$(RUN)/report/index.html (notebooks, figures, tables)
+	$(PY) -m finlib.report --run $(RUN)
+
+plan: $(STAMP) ## requests, tokens, cost and wall time of params/$(RUN).yaml (no calls): runs/$(RUN)/plan.md
+	$(PY) -m finlib.plan --run $(RUN)
 
 # pytest exits 5 when it collected nothing: that fails here like any other error.
 test: $(STAMP) ## unit tests + every notebook executed on params/smoke.yaml (nbval)

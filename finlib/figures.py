@@ -1,0 +1,618 @@
+"""Stage 06: the paper's figures and the results figures, in one matplotlib style.
+
+Every figure is drawn from artifacts on disk (stages 00-05), saved as PNG + PDF under
+`figures/<run>/`, and carries a caption that names its data source and, on the synthetic
+default, says "synthetic data". A figure whose input is absent (e.g. stage 05 not run) is not
+drawn; `build_figures` lists it with the reason instead of failing the stage.
+"""
+from __future__ import annotations
+
+import difflib
+import textwrap
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+import pandas as pd
+
+from finlib.artifacts import MissingArtifactError, artifact_path, read_frame, write_json
+from finlib.config import RunConfig
+from finlib.schema import POOLED, SECTORS, Condition, Rating
+from finlib.sentences import split_sentences
+from finlib.tables import save_figure
+
+CONDITION_ORDER = (Condition.ORIGINAL, Condition.NO_RATING, Condition.NO_OPINION, Condition.FAKE_RATING)
+RATING_COLORS = {Rating.BULLISH.value: "#2a9d55", Rating.NEUTRAL.value: "#8c8c8c", Rating.BEARISH.value: "#c8423b",
+                 "unparsed": "#e0b040"}
+CONDITION_COLORS = {"original": "#1f5a99", "no_rating": "#e08a1e", "no_opinion": "#6a4c93", "fake_rating": "#c8423b"}
+STYLE = {
+    "figure.dpi": 100, "savefig.dpi": 150, "font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8,
+    "xtick.labelsize": 7, "ytick.labelsize": 7, "legend.fontsize": 7, "legend.frameon": False,
+    "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3,
+    "font.family": "DejaVu Sans", "pdf.fonttype": 42,
+}
+FIGURES_KEYS = ("example_report", "case_model", "case_report", "text_chars")
+
+
+@contextmanager
+def figure_style() -> Iterator[None]:
+    """One look for every stage-06 figure (fonts, grid, no top/right spines)."""
+    import matplotlib.pyplot as plt
+
+    with plt.rc_context(STYLE):
+        yield
+
+
+def figures_params(cfg: RunConfig) -> dict:
+    """The `figures:` section (every key documented in params/default.yaml; misspellings are errors)."""
+    return cfg.section("figures", known=FIGURES_KEYS)
+
+
+def data_source(cfg: RunConfig) -> str:
+    """Where the numbers come from, in words, for every caption."""
+    data = cfg.params.get("data", {})
+    source = data.get("source", "synthetic")
+    if source == "synthetic":
+        return f"seeded synthetic market (finlib.synth, seed {cfg.seed}) — synthetic data"
+    if source == "huggingface":
+        return f"Hugging Face dataset {data.get('reports', {}).get('hf_dataset')}"
+    return f"local corpus {data.get('reports', {}).get('path')}"
+
+
+def caption(cfg: RunConfig, text: str) -> str:
+    """Caption = what the figure shows + run + data source (says "synthetic data" when synthetic)."""
+    return f"{text} Run '{cfg.name}'; data: {data_source(cfg)}."
+
+
+@dataclass
+class FigureRecord:
+    """One figure of the stage: its name, caption and files, or why it was not drawn."""
+
+    name: str
+    caption: str
+    files: list[str] = field(default_factory=list)
+    skipped: str | None = None
+
+
+def finish(cfg: RunConfig, fig, name: str, text: str) -> FigureRecord:
+    """Put the caption under the figure, save PNG + PDF, return the record."""
+    cap = caption(cfg, text)
+    fig.text(0.01, -0.01, "\n".join(textwrap.wrap(cap, 150)), ha="left", va="top", fontsize=6.5, color="#333333")
+    paths = save_figure(cfg, fig, name)
+    return FigureRecord(name, cap, [str(p.relative_to(cfg.root)) for p in paths])
+
+
+# ---- Figures 2-5: one report in its four conditions ---------------------------------------
+
+def sentence_marks(original: str, text: str | None) -> list[tuple[str, str]]:
+    """(sentence, mark) for a condition's text against the original: "same", "removed" (in the
+    original only) or "changed" (new or rewritten), in reading order."""
+    a = split_sentences(original)
+    if text is None:
+        return [(s, "removed") for s in a]
+    b = split_sentences(text)
+    out: list[tuple[str, str]] = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if op == "equal":
+            out += [(s, "same") for s in a[i1:i2]]
+        else:
+            out += [(s, "removed") for s in a[i1:i2]] + [(s, "changed") for s in b[j1:j2]]
+    return out
+
+
+MARK_STYLE = {"same": ("#222222", ""), "removed": ("#c8423b", "[removed] "), "changed": ("#1a7f3c", "[new] ")}
+
+
+def _draw_text(ax, marks: list[tuple[str, str]], max_chars: int, width: int = 62) -> None:
+    ax.set_axis_off()
+    y, used = 0.97, 0
+    for sentence, mark in marks:
+        color, prefix = MARK_STYLE[mark]
+        lines = textwrap.wrap(prefix + sentence, width)
+        for line in lines:
+            if used > max_chars or y < 0.02:
+                ax.text(0.0, y, "…", transform=ax.transAxes, fontsize=6.5, va="top")
+                return
+            ax.text(0.0, y, line, transform=ax.transAxes, fontsize=6.2, va="top", color=color, family="monospace")
+            y -= 0.037
+            used += len(line)
+
+
+def pick_example(conditions: pd.DataFrame, wanted: str | None) -> str:
+    """The report shown: `wanted`, else the first with all four conditions ok."""
+    if wanted is not None:
+        if wanted not in set(conditions["report_id"].astype(str)):
+            raise ValueError(f"figures.example_report: report {wanted!r} is not in conditions.parquet")
+        return wanted
+    ok = conditions[conditions["status"] == "ok"].groupby("report_id")["condition"].nunique()
+    full = sorted(ok[ok == ok.max()].index.astype(str)) if len(ok) else []
+    if not full:
+        raise ValueError("conditions.parquet has no report with an ok condition")
+    return full[0]
+
+
+def plot_conditions_example(cfg: RunConfig, conditions: pd.DataFrame, report_id: str,
+                            max_chars: int = 1400) -> tuple[object, FigureRecord]:
+    """Fin-Bias Figures 2-5: the same report original / without rating / fake rating / without
+    opinions, removed sentences in red, new or rewritten ones in green."""
+    import matplotlib.pyplot as plt
+
+    rows = conditions[conditions["report_id"].astype(str) == report_id].set_index("condition")
+    original = str(rows.loc[Condition.ORIGINAL.value, "text"])
+    with figure_style():
+        fig, axes = plt.subplots(1, 4, figsize=(16, 6.5))
+        for ax, cond in zip(axes, CONDITION_ORDER):
+            r = rows.loc[cond.value] if cond.value in rows.index else None
+            if r is None or r["status"] != "ok":
+                reason = "not built" if r is None else f"skipped: {r['skip_reason']}"
+                ax.set_axis_off()
+                ax.text(0.5, 0.5, f"{cond.value}\n({reason})", ha="center", transform=ax.transAxes)
+                continue
+            extra = f" (fake: {r['fake_rating']})" if cond == Condition.FAKE_RATING else ""
+            ax.set_title(f"{cond.value}{extra}", loc="left")
+            _draw_text(ax, sentence_marks(original, str(r["text"])), max_chars)
+        fig.suptitle(f"Report {report_id} in the four conditions (analyst rating: "
+                     f"{rows.iloc[0]['analyst_rating']})", x=0.01, ha="left")
+        fig.tight_layout()
+    rec = finish(cfg, fig, "fig_conditions_example",
+                 "Fin-Bias Figures 2–5 equivalent: one report as each condition shows it; red = removed "
+                 "sentence, green = new or rewritten sentence (the rating sentence), black = unchanged.")
+    return fig, rec
+
+
+# ---- Figures 6-9: case study of one model's answers ----------------------------------------
+
+def reason_and_answer(raw: str | None) -> tuple[str, str]:
+    """The `reason` and `answer` of a generated reply (JSON via `finlib.answers`), else the raw text."""
+    from finlib.answers import json_objects, parse_rating
+
+    if raw is None or (isinstance(raw, float) and np.isnan(raw)):
+        return "(no reply stored)", "unparsed"
+    objs = json_objects(str(raw))
+    answer = parse_rating(str(raw))
+    answer_s = answer.value if answer is not None else "unparsed"
+    for obj in objs:
+        if isinstance(obj, dict) and "reason" in obj:
+            return str(obj["reason"]), answer_s
+    return str(raw), answer_s
+
+
+def case_rows(predictions: pd.DataFrame, model: str | None, report_id: str | None) -> pd.DataFrame:
+    """Generated answers of one model on one report, every condition (first available if unset)."""
+    gen = predictions[(predictions["mode"] == "generate") & (predictions["status"] == "ok")]
+    if model is not None:
+        gen = gen[gen["model"] == model]
+    if report_id is not None:
+        gen = gen[gen["report_id"].astype(str) == report_id]
+    if gen.empty:
+        return gen
+    counts = gen.groupby(["model", "report_id"])["condition"].nunique().sort_index()
+    m, r = counts.idxmax()
+    return gen[(gen["model"] == m) & (gen["report_id"] == r)]
+
+
+def plot_case_study(cfg: RunConfig, predictions: pd.DataFrame, conditions: pd.DataFrame,
+                    model: str | None = None, report_id: str | None = None) -> tuple[object, FigureRecord]:
+    """Fin-Bias Figures 6-9: what one model answered (reason + answer) with and without the
+    rating and under a fake rating, from the stored responses."""
+    import matplotlib.pyplot as plt
+
+    rows = case_rows(predictions, model, report_id)
+    if rows.empty:
+        raise LookupError("no generated (chain-of-thought) answers in predictions.parquet"
+                          + (f" for model {model!r}" if model else "") + ": set inference.generate_subset > 0")
+    m, rid = rows["model"].iloc[0], str(rows["report_id"].iloc[0])
+    ctx = conditions[conditions["report_id"].astype(str) == rid].set_index("condition")
+    conds = [c for c in (Condition.ORIGINAL, Condition.NO_RATING, Condition.FAKE_RATING)
+             if c.value in set(rows["condition"])]
+    with figure_style():
+        fig, axes = plt.subplots(len(conds), 2, figsize=(13, 2.6 * len(conds)), squeeze=False,
+                                 gridspec_kw={"width_ratios": [1, 1.3]})
+        for (ax_ctx, ax_out), cond in zip(axes, conds):
+            r = rows[rows["condition"] == cond.value].iloc[0]
+            first = split_sentences(str(ctx.loc[cond.value, "text"]))[:2] if cond.value in ctx.index else []
+            reason, answer = reason_and_answer(r["raw_text"])
+            ax_ctx.set_axis_off()
+            ax_ctx.set_title(f"context: {cond.value} (first sentences)", loc="left")
+            ax_ctx.text(0, 0.95, "\n".join(textwrap.wrap(" ".join(first), 70)[:9]), va="top", fontsize=6.5,
+                        family="monospace", transform=ax_ctx.transAxes)
+            ax_out.set_axis_off()
+            ax_out.set_title(f"{m} answer: {answer}", loc="left", color=RATING_COLORS.get(answer, "black"))
+            ax_out.text(0, 0.95, "\n".join(textwrap.wrap(reason, 95)[:10]), va="top", fontsize=6.5,
+                        transform=ax_out.transAxes)
+        fig.suptitle(f"Case study: {m} on report {rid} (analyst rating {ctx.iloc[0]['analyst_rating']})",
+                     x=0.01, ha="left")
+        fig.tight_layout()
+    rec = finish(cfg, fig, "fig_case_study",
+                 f"Fin-Bias Figures 6–9 equivalent: {m}'s stored chain-of-thought answers (reason, answer) "
+                 "to the same report with the rating, without it and with a fake one.")
+    return fig, rec
+
+
+# ---- Results figures from stage 04's metrics ------------------------------------------------
+
+def _metric(metrics: pd.DataFrame, metric: str) -> pd.DataFrame:
+    return metrics[(metrics["metric"] == metric) & (metrics["model"] != "Analyst")]
+
+
+def plot_herding_heatmap(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object, FigureRecord]:
+    """Herding (%) model x sector, one panel per condition; N of parsed answers in each cell."""
+    import matplotlib.pyplot as plt
+
+    h = _metric(metrics, "herding")
+    models = sorted(h["model"].unique())
+    cols = [s for s in (*SECTORS, POOLED) if s in set(h["sector"])]
+    with figure_style():
+        fig, axes = plt.subplots(1, 4, figsize=(16, 1.2 + 0.45 * max(len(models), 1)), squeeze=False)
+        for ax, cond in zip(axes[0], CONDITION_ORDER):
+            d = h[h["condition"] == cond.value]
+            val = d.pivot(index="model", columns="sector", values="value").reindex(index=models, columns=cols)
+            n = d.pivot(index="model", columns="sector", values="n").reindex(index=models, columns=cols)
+            im = ax.imshow(100 * val.to_numpy(float), vmin=0, vmax=100, cmap="viridis", aspect="auto")
+            for i in range(len(models)):
+                for j in range(len(cols)):
+                    v, k = val.iat[i, j], n.iat[i, j]
+                    label = "–" if pd.isna(v) else f"{100 * v:.0f}\nN={int(k)}"
+                    ax.text(j, i, label, ha="center", va="center", fontsize=5, color="white")
+            ax.set_xticks(range(len(cols)), [c.replace(" ", "\n", 1) for c in cols], rotation=90)
+            ax.set_yticks(range(len(models)), models)
+            ax.set_title(cond.value)
+            ax.grid(False)
+        fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="herding %")
+    rec = finish(cfg, fig, "fig_herding_heatmap",
+                 "Herding score (% of parsed answers equal to the reference rating) by model and sector, per "
+                 "condition; N = parsed answers, '–' = no answers (stage 04 metrics).")
+    return fig, rec
+
+
+def _interval(d: pd.DataFrame) -> np.ndarray:
+    return 100 * np.vstack([d["value"] - d["ci_low"], d["ci_high"] - d["value"]]).clip(min=0)
+
+
+def plot_with_without(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object, FigureRecord]:
+    """Dumbbell: herding with vs without the rating per model x sector, 95 % intervals."""
+    import matplotlib.pyplot as plt
+
+    h = _metric(metrics, "herding")
+    h = h[h["condition"].isin([Condition.ORIGINAL.value, Condition.NO_RATING.value])]
+    rows = [(m, s) for m in sorted(h["model"].unique()) for s in (POOLED, *SECTORS) if s in set(h["sector"])]
+    with figure_style():
+        fig, ax = plt.subplots(figsize=(7, 1 + 0.22 * max(len(rows), 1)))
+        for y, (m, s) in enumerate(rows):
+            d = h[(h["model"] == m) & (h["sector"] == s)].set_index("condition")
+            pts = [d.loc[c] if c in d.index else None for c in ("original", "no_rating")]
+            xs = [100 * p["value"] for p in pts if p is not None and pd.notna(p["value"])]
+            if len(xs) == 2:
+                ax.plot(xs, [y, y], color="#bbbbbb", lw=2, zorder=1)
+            for cond, p in zip(("original", "no_rating"), pts):
+                if p is None or pd.isna(p["value"]):
+                    continue
+                err = _interval(p.to_frame().T)
+                ax.errorbar(100 * p["value"], y, xerr=err, fmt="o", ms=4, capsize=2,
+                            color=CONDITION_COLORS[cond], label=cond if y == 0 else None)
+        ax.set_yticks(range(len(rows)), [f"{m} · {s}" for m, s in rows])
+        ax.invert_yaxis()
+        ax.set_xlabel("herding % (95 % cluster-bootstrap CI)")
+        ax.set_xlim(-2, 102)
+        handles, labels = ax.get_legend_handles_labels()
+        if handles:
+            ax.legend(handles, labels, loc="lower right")
+    rec = finish(cfg, fig, "fig_herding_with_without",
+                 "Herding with the analyst rating (original) vs without it (no_rating), per model and sector, "
+                 "with 95 % cluster-bootstrap intervals (Fin-Bias Table 4 as a figure).")
+    return fig, rec
+
+
+def plot_fake_transitions(cfg: RunConfig, transitions: pd.DataFrame) -> tuple[object, FigureRecord]:
+    """Stacked shares of answers per (model, analyst rating -> fake rating): followed the fake?"""
+    import matplotlib.pyplot as plt
+
+    if transitions.empty:
+        raise LookupError("no fake_rating rows scored (table5_fake_transitions is empty)")
+    t = transitions.assign(group=transitions["model"] + ": " + transitions["analyst_rating"].astype(str)
+                           + " → " + transitions["fake_rating"].astype(str))
+    wide = t.pivot_table(index="group", columns="answer", values="share", aggfunc="sum", fill_value=0.0)
+    n = t.groupby("group")["n"].sum()
+    order = [c for c in RATING_COLORS if c in wide.columns]
+    with figure_style():
+        fig, ax = plt.subplots(figsize=(7, 1 + 0.3 * len(wide)))
+        left = np.zeros(len(wide))
+        for ans in order:
+            ax.barh(range(len(wide)), 100 * wide[ans], left=left, color=RATING_COLORS[ans], label=ans)
+            left += 100 * wide[ans].to_numpy()
+        ax.set_yticks(range(len(wide)), [f"{g} (N={int(n[g])})" for g in wide.index])
+        ax.invert_yaxis()
+        ax.set_xlabel("% of answers")
+        ax.legend(ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.15))
+    rec = finish(cfg, fig, "fig_fake_transitions",
+                 "Answers under a fake rating: for each model and (analyst rating → fake rating shown), the "
+                 "share of answers per label; unparsed answers shown, not dropped (stage 04 transitions).")
+    return fig, rec
+
+
+def plot_accuracy_vs_analyst(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object, FigureRecord]:
+    """Pooled accuracy per model x condition with 95 % intervals, the analyst's accuracy as a band."""
+    import matplotlib.pyplot as plt
+
+    acc = metrics[(metrics["metric"] == "accuracy") & (metrics["sector"] == POOLED)]
+    analyst = acc[acc["model"] == "Analyst"]
+    acc = acc[acc["model"] != "Analyst"]
+    models = sorted(acc["model"].unique())
+    width = 0.8 / len(CONDITION_ORDER)
+    with figure_style():
+        fig, ax = plt.subplots(figsize=(7, 3.4))
+        if not analyst.empty:
+            a = analyst.iloc[0]
+            ax.axhspan(100 * a["ci_low"], 100 * a["ci_high"], color="#cccccc", alpha=0.5, lw=0)
+            ax.axhline(100 * a["value"], color="black", lw=1, ls="--", label=f"analyst {100 * a['value']:.1f} %")
+        for i, cond in enumerate(CONDITION_ORDER):
+            d = acc[acc["condition"] == cond.value].set_index("model").reindex(models)
+            x = np.arange(len(models)) + (i - 1.5) * width
+            ax.bar(x, 100 * d["value"], width, yerr=np.nan_to_num(_interval(d)), capsize=2,
+                   color=CONDITION_COLORS[cond.value], label=cond.value)
+        ax.axhline(100 / 3, color="#888888", lw=0.8, ls=":", label="chance (1/3)")
+        ax.set_xticks(range(len(models)), models, rotation=15)
+        ax.set_ylabel("accuracy % (pooled, 95 % CI)")
+        ax.set_ylim(0, 100)
+        ax.legend(ncol=3, fontsize=6)
+    rec = finish(cfg, fig, "fig_accuracy_vs_analyst",
+                 "Accuracy against the return-based labels, pooled over sectors, per model and condition, with "
+                 "95 % cluster-bootstrap intervals; dashed line and band: the analysts' own rating and its interval.")
+    return fig, rec
+
+
+def plot_labels_by_year(cfg: RunConfig, labels: pd.DataFrame, reports: pd.DataFrame) -> tuple[object, FigureRecord]:
+    """CAR distribution per report year and the label shares per year (30/40/30 by construction)."""
+    import matplotlib.pyplot as plt
+
+    df = labels.merge(reports[["report_id", "date"]], on="report_id", how="left")
+    df = df.dropna(subset=["car"]).assign(year=lambda d: pd.to_datetime(d["date"]).dt.year)
+    years = sorted(df["year"].unique())
+    with figure_style():
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.4))
+        if years:
+            a1.boxplot([100 * df.loc[df.year == y, "car"] for y in years], positions=range(len(years)),
+                       widths=0.5, showfliers=True)
+            a1.set_xticks(range(len(years)), [str(y) for y in years])
+            shares = pd.crosstab(df["year"], df["label"], normalize="index").reindex(years)
+            bottom = np.zeros(len(years))
+            for lab in (Rating.BEARISH.value, Rating.NEUTRAL.value, Rating.BULLISH.value):
+                if lab in shares.columns:
+                    a2.bar(range(len(years)), 100 * shares[lab], bottom=bottom, color=RATING_COLORS[lab], label=lab)
+                    bottom += 100 * shares[lab].to_numpy()
+            counts = df["year"].value_counts().reindex(years)
+            a2.set_xticks(range(len(years)), [f"{y}\nN={counts[y]}" for y in years])
+            a2.legend(ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.18))
+        a1.axhline(0, color="black", lw=0.5)
+        a1.set_ylabel("CAR % (days +1..+window)")
+        a1.set_title("CAR per report year")
+        a2.set_ylabel("% of labelled reports")
+        a2.set_title("return-based labels per year")
+        fig.tight_layout()
+    rec = finish(cfg, fig, "fig_labels_by_year",
+                 "Cumulative abnormal returns and return-based label shares per report year (stage 01 labels; "
+                 "excluded reports left out).")
+    return fig, rec
+
+
+def plot_prob_herding(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object, FigureRecord]:
+    """Mean probability on the reference rating per condition (label-scored models), 95 % CIs."""
+    import matplotlib.pyplot as plt
+
+    p = metrics[(metrics["metric"] == "prob_herding") & (metrics["sector"] == POOLED)]
+    p = p[p["value"].notna()]
+    if p.empty:
+        raise LookupError("no label-scored model in this run (prob_herding needs inference.mode: score)")
+    conds = [c.value for c in CONDITION_ORDER]
+    with figure_style():
+        fig, ax = plt.subplots(figsize=(6, 3.2))
+        for m, d in p.groupby("model"):
+            d = d.set_index("condition").reindex(conds)
+            ax.errorbar(range(len(conds)), 100 * d["value"], yerr=np.nan_to_num(_interval(d)), marker="o",
+                        capsize=3, label=m)
+        ax.set_xticks(range(len(conds)), conds)
+        ax.set_ylabel("mean p(reference rating) % (95 % CI)")
+        ax.set_ylim(0, 100)
+        ax.legend()
+    rec = finish(cfg, fig, "fig_prob_herding",
+                 "Probability-level herding: the label-scored models' mean probability on the reference rating per "
+                 "condition (pooled), a finer view of the shift than the argmax herding score.")
+    return fig, rec
+
+
+def plot_dpo(cfg: RunConfig, dpo: pd.DataFrame) -> tuple[object, FigureRecord]:
+    """Fin-Bias Table 8 as a figure: accuracy per sector, base vs DPO-tuned, per model."""
+    import matplotlib.pyplot as plt
+
+    need = {"model", "sector", "variant", "accuracy"}
+    if not need <= set(dpo.columns):
+        raise ValueError(f"stage 05 DPO accuracy: needs columns {sorted(need)}, has {list(dpo.columns)}")
+    models = sorted(dpo["model"].unique())
+    with figure_style():
+        fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.4), squeeze=False, sharey=True)
+        for ax, m in zip(axes[0], models):
+            d = dpo[dpo["model"] == m].pivot_table(index="sector", columns="variant", values="accuracy")
+            for i, variant in enumerate(sorted(d.columns)):
+                ax.bar(np.arange(len(d)) + (i - 0.5) * 0.4, d[variant], 0.4, label=variant)
+            ax.set_xticks(range(len(d)), d.index, rotation=60, ha="right")
+            ax.set_title(m)
+            ax.legend()
+        axes[0][0].set_ylabel("accuracy %")
+        fig.tight_layout()
+    rec = finish(cfg, fig, "fig_dpo_accuracy",
+                 "Accuracy per sector of each model before (base) and after DPO fine-tuning (stage 05; Fin-Bias "
+                 "Table 8).")
+    return fig, rec
+
+
+def plot_paper_vs_ours(cfg: RunConfig, long: pd.DataFrame) -> tuple[object, FigureRecord]:
+    """Ours against the published value for every matched cell, one panel per paper table."""
+    import matplotlib.pyplot as plt
+
+    from finlib.compare import MATCHED, NOT_COMPARABLE
+
+    m = long[long["status"] == MATCHED]
+    if m.empty:
+        raise LookupError("no row of our run matches a published row (models/tasks differ from the papers')")
+    tables = sorted(m["table"].unique())
+    with figure_style():
+        fig, axes = plt.subplots(1, len(tables), figsize=(3.2 * len(tables), 3.3), squeeze=False)
+        for ax, t in zip(axes[0], tables):
+            d = m[m["table"] == t]
+            for col, g in d.groupby("column"):
+                ax.scatter(g["paper"], g["ours"], s=12, label=col)
+            lo = float(np.nanmin(d[["paper", "ours"]].to_numpy()))
+            hi = float(np.nanmax(d[["paper", "ours"]].to_numpy()))
+            ax.plot([lo, hi], [lo, hi], color="black", lw=0.6)
+            ax.set_title(f"{t} (N={len(d)})")
+            ax.set_xlabel("published")
+            ax.legend(fontsize=5)
+        axes[0][0].set_ylabel("ours")
+        if cfg.is_synthetic:
+            fig.suptitle(NOT_COMPARABLE, fontsize=7, color="#c8423b")
+        fig.tight_layout()
+    rec = finish(cfg, fig, "fig_paper_vs_ours",
+                 "Paper vs ours: every cell where our run has the published row (same model via the registry's "
+                 "paper_name, same sector/task), ours against the published value; the line is equality.")
+    return fig, rec
+
+
+# ---- the stage ------------------------------------------------------------------------------
+
+def optional_frame(cfg: RunConfig, name: str) -> pd.DataFrame | None:
+    """An artifact that may legitimately be absent (a later or optional stage)."""
+    try:
+        return read_frame(cfg, name)
+    except MissingArtifactError:
+        return None
+
+
+def attempt(records: list[FigureRecord], name: str, draw: Callable[[], tuple[object, FigureRecord]]):
+    """Draw one figure; a missing input is recorded (name + reason), not raised. Returns the figure or None."""
+    try:
+        fig, rec = draw()
+    except (LookupError, MissingArtifactError) as exc:
+        records.append(FigureRecord(name, "", skipped=str(exc).strip("'\"")))
+        return None
+    records.append(rec)
+    return fig
+
+
+def write_figures_report(cfg: RunConfig, records: list[FigureRecord]) -> Path:
+    """`figures_report.json`: every figure with its caption and files, or why it was not drawn."""
+    return write_json(cfg, "figures_report", [r.__dict__ for r in records])
+
+
+def figures_report_path(cfg: RunConfig) -> Path:
+    return artifact_path(cfg, "figures_report", ".json")
+
+
+DPO_ACCURACY = "dpo_accuracy"  # stage 05's per-sector accuracy (model, sector, variant base|dpo, accuracy %)
+
+
+class FigureStage:
+    """Notebook 06's one object: loads each artifact once, draws the named figures, saves the
+    paper-vs-ours tables and the figures report. Missing inputs become recorded notes."""
+
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
+        self.params = figures_params(cfg)
+        self.records: list[FigureRecord] = []
+        self._frames: dict[str, pd.DataFrame | None] = {}
+
+    def frame(self, name: str) -> pd.DataFrame | None:
+        if name not in self._frames:
+            self._frames[name] = optional_frame(self.cfg, name)
+        return self._frames[name]
+
+    def need(self, name: str) -> pd.DataFrame:
+        df = self.frame(name)
+        if df is None:
+            from finlib.artifacts import PRODUCERS
+
+            stage = PRODUCERS.get(name, "05" if name.startswith("dpo") else "??")
+            raise MissingArtifactError(f"stage {stage} artifacts not found ({name}): run stage {stage} "
+                                       f"(`make stage STAGE={stage} RUN={self.cfg.name}`)")
+        return df
+
+    def _transitions(self) -> pd.DataFrame:
+        from finlib.tables import read_table_csv
+
+        path = self.cfg.tables_dir / "table5_fake_transitions.csv"
+        if not path.is_file():
+            raise MissingArtifactError(f"{path} not found: run stage 04")
+        return read_table_csv(path)
+
+    def drawers(self) -> dict[str, Callable[[], tuple[object, FigureRecord]]]:
+        cfg, p = self.cfg, self.params
+        return {
+            "fig_conditions_example": lambda: plot_conditions_example(
+                cfg, self.need("conditions"), pick_example(self.need("conditions"), p["example_report"]),
+                int(p["text_chars"])),
+            "fig_case_study": lambda: plot_case_study(cfg, self.need("predictions"), self.need("conditions"),
+                                                      p["case_model"], p["case_report"]),
+            "fig_herding_heatmap": lambda: plot_herding_heatmap(cfg, self.need("metrics")),
+            "fig_herding_with_without": lambda: plot_with_without(cfg, self.need("metrics")),
+            "fig_fake_transitions": lambda: plot_fake_transitions(cfg, self._transitions()),
+            "fig_accuracy_vs_analyst": lambda: plot_accuracy_vs_analyst(cfg, self.need("metrics")),
+            "fig_labels_by_year": lambda: plot_labels_by_year(cfg, self.need("labels"), self.need("reports")),
+            "fig_prob_herding": lambda: plot_prob_herding(cfg, self.need("metrics")),
+            "fig_dpo_accuracy": lambda: plot_dpo(cfg, self.need(DPO_ACCURACY)),
+            "fig_paper_vs_ours": lambda: plot_paper_vs_ours(cfg, self.comparisons()),
+        }
+
+    def draw(self, name: str) -> None:
+        """Draw one figure (the notebook's inline backend shows it); a missing input prints a note instead."""
+        if attempt(self.records, name, self.drawers()[name]) is None:
+            print(f"{name}: not drawn — {self.records[-1].skipped}")
+
+    def paper_names(self) -> dict[str, str]:
+        from finlib.llm.registry import load_registry
+
+        reg = load_registry(self.cfg.path(self.cfg.section("inference")["registry"]))
+        return {name: spec.paper_name for name, spec in reg.items() if spec.paper_name}
+
+    def write_comparisons(self) -> pd.DataFrame:
+        """Fin-Bias Tables 2-8 beside ours (those whose inputs exist); saved per table; summary returned."""
+        from finlib import compare
+
+        parts = [compare.finbias_data_comparisons(self.need("reports"), self.frame("labels"))]
+        if self.frame("metrics") is not None:
+            parts.append(compare.finbias_metric_comparisons(self.need("metrics"), self.paper_names()))
+        dpo = self.frame(DPO_ACCURACY)
+        if dpo is not None:
+            tuned = dpo[dpo["variant"] == "dpo"] if "variant" in dpo.columns else dpo
+            parts.append(compare.finbias_dpo_comparison(tuned, self.paper_names()))
+        for table, long in compare.split_by_table(pd.concat(parts, ignore_index=True)):
+            compare.write_comparison(self.cfg, table, long, "")
+        summary = compare.comparison_summary(self.comparisons())
+        from finlib.tables import write_table
+
+        write_table(self.cfg, "paper_vs_ours_summary", summary,
+                    "Paper vs ours per published table: rows matched, rows on one side only, mean and mean absolute "
+                    "difference (ours - paper)" + (f" [{compare.NOT_COMPARABLE}]" if self.cfg.is_synthetic else ""))
+        return summary
+
+    def comparisons(self) -> pd.DataFrame:
+        from finlib.compare import read_comparisons
+
+        return read_comparisons(self.cfg)
+
+    def missing_notes(self) -> list[str]:
+        """One line per later stage whose artifacts are absent (shown by the notebook, never an error)."""
+        notes = []
+        if self.frame(DPO_ACCURACY) is None:
+            notes.append("stage 05 artifacts not found: run stage 05 (DPO) for Table 8 and its figure")
+        bizfin = list(self.cfg.tables_dir.glob("paper_vs_ours_bizfin_*.csv"))
+        if not bizfin:
+            notes.append("BizFinBench comparisons not found: run stages 07/08 for the BizFinBench tables")
+        return notes
+
+    def close(self) -> Path:
+        return write_figures_report(self.cfg, self.records)
+
+    def summary(self) -> pd.DataFrame:
+        return pd.DataFrame([{"figure": r.name, "drawn": r.skipped is None, "note": r.skipped or r.caption}
+                             for r in self.records])
