@@ -607,7 +607,8 @@ class FigureStage:
             notes.append("stage 05 artifacts not found: run stage 05 (DPO) for Table 8 and its figure")
         bizfin = list(self.cfg.tables_dir.glob("paper_vs_ours_bizfin_*.csv"))
         if not bizfin:
-            notes.append("BizFinBench comparisons not found: run stages 07/08 for the BizFinBench tables")
+            notes.append("BizFinBench comparisons not found yet: stages 07/08 run after this one and save theirs; "
+                         "the HTML report's paper-vs-ours summary includes them (`make report`)")
         return notes
 
     def close(self) -> Path:

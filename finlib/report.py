@@ -94,6 +94,15 @@ def parse_rates(cfg: RunConfig) -> pd.DataFrame:
     return pd.DataFrame(json.loads(path.read_text(encoding="utf-8")).get("parse_rate", []))
 
 
+def comparison_html(cfg: RunConfig) -> str:
+    """Every saved paper-vs-ours table summarised (Fin-Bias from stage 06, BizFinBench from 07/08, which
+    run after 06: the report is built last, so it sees them all)."""
+    from finlib.compare import NOT_COMPARABLE, comparison_summary, read_comparisons
+
+    banner = f'<p class="banner">{_e(NOT_COMPARABLE)}</p>' if cfg.is_synthetic else ""
+    return banner + frame_html(comparison_summary(read_comparisons(cfg)))
+
+
 def figure_captions(cfg: RunConfig) -> tuple[dict[str, str], list[dict]]:
     """Captions by figure name, and the figures stage 06 could not draw (with the reason)."""
     path = cfg.processed_dir / "figures_report.json"
@@ -193,6 +202,7 @@ def build_report(cfg: RunConfig) -> Path:
 <h2>Executed notebooks</h2>{_notebooks_section(cfg, tmp)}
 <h2>Figures</h2>{_figures_section(cfg, tmp)}
 <h2>Tables</h2>{_tables_section(cfg, tmp)}
+<h2>Paper vs ours</h2>{comparison_html(cfg)}
 <h2>Parse rates</h2>{frame_html(parse_rates(cfg))}
 <h2>Exclusions and skipped items</h2>{exclusions}
 <h2>Stage reports (JSON)</h2>{reports}

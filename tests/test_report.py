@@ -52,6 +52,11 @@ def built(tmp_path: Path):
     save_figure(cfg, fig, "fig_demo")
     plt.close(fig)
     write_table(cfg, "table4_demo", pd.DataFrame({"model": ["m"], "value": [0.5]}), "Demo table")
+    from finlib.compare import write_comparison
+
+    write_comparison(cfg, "bizfin_table3", pd.DataFrame({
+        "table": ["bizfin_table3"], "row": ["GPT-4o | AEA"], "column": ["score"], "ours": [80.0],
+        "paper": [79.42], "diff": [0.58], "status": ["matched"]}), "")
     (cfg.processed_dir / "figures_report.json").write_text(json.dumps([
         {"name": "fig_demo", "caption": "Demo caption (synthetic data).", "files": [], "skipped": None},
         {"name": "fig_dpo_accuracy", "caption": "", "files": [],
@@ -79,6 +84,8 @@ def test_report_links_resolve_and_show_what_the_run_recorded(built):
     assert "stage 05 artifacts not found" in page                        # figures not drawn, with the reason
     assert "too_few_obs" in page and "no lexicon" in page                # exclusions and skipped items
     assert "0.9" in page and "1.5" in page                               # parse rates, time per stage
+    paper_vs_ours = page.split("<h2>Paper vs ours</h2>")[1].split("<h2>")[0]
+    assert "bizfin_table3" in paper_vs_ours and "0.58" in paper_vs_ours and "not comparable" in paper_vs_ours
     nb_page = (index.parent / "notebooks" / "04_scoring.html").read_text()
     assert "data:image/png;base64" in nb_page and "cdnjs" not in report.EXTERNAL_SCRIPT.pattern
     assert not report.EXTERNAL_SCRIPT.search(nb_page)                   # loads offline
