@@ -9,17 +9,21 @@ Two estimators of the market model are offered:
 
 * ``method="paper"`` — Appendix A.1 as written: OLS of the firm's on the market's simple
   returns over the event window itself (days +1..+window); ``alpha = mean(R_i) -
-  beta * mean(R_m)`` and ``CAR = sum(R_i - beta R_m) = n_obs * alpha``.
+  beta * mean(R_m)`` and ``CAR = window * alpha`` (Eq. 7 sums the daily alpha over the window
+  the paper defines, however many of its days had valid returns; ``min_event_obs`` still
+  applies). With no missing day this is ``sum(R_i - beta R_m)``.
 * ``method="mackinlay"`` — the textbook event study (MacKinlay 1997): alpha and beta from
   an estimation window that ends ``gap`` trading days before day 0 (days
   ``-(gap+L)..-(gap+1)``), abnormal returns ``R_i - alpha - beta R_m`` summed over the
   event window.
 
-Timing. The trading calendar is the market series' dates. Day 0 is the first calendar
-day on or after the report date; the return of day t is ``P_t / P_{t-1} - 1`` and needs
-valid prices on both calendar days (a missing day breaks two returns, it is never
+Timing. The trading calendar is the market series' dates. Day 0 is the report date when it
+is a trading day, otherwise the last trading day before it, so the first return after the
+report is issued (Monday's for a Saturday report, the next session's for a holiday report)
+is day +1, inside the window +1..+window. The return of day t is ``P_t / P_{t-1} - 1`` and
+needs valid prices on both calendar days (a missing day breaks two returns, it is never
 bridged). ``n_obs`` counts the days in a window where both the firm's and the market's
-return exist; sums run over those days only (no rescaling for missing days).
+return exist; the OLS moments (and MacKinlay's abnormal-return sum) run over those days only.
 
 Everything is vectorised across events: prices are pivoted once into a date x ticker
 return matrix, and prefix sums of the OLS moments over valid (firm, market) pairs
@@ -290,6 +294,13 @@ def _any_bad(panel: ReturnPanel, day0: np.ndarray, col: np.ndarray, start: int, 
     return window_sums(panel, day0, col, start, length, keys=("bad",))["bad"] > 0
 
 
+def event_day0(calendar: pd.DatetimeIndex, report_dates) -> np.ndarray:
+    """Calendar row of day 0 for each report date: the date itself when it is a trading day, else the
+    last trading day before it (-1 when the report predates the calendar)."""
+    cal = calendar.to_numpy(dtype="datetime64[ns]")
+    return np.searchsorted(cal, np.asarray(report_dates, dtype="datetime64[ns]"), side="right") - 1
+
+
 # --------------------------------------------------------------------------- buckets
 
 def bucket_counts(n: int, quantiles: tuple[float, float]) -> tuple[int, int, int]:
@@ -383,9 +394,8 @@ def labels_from_panel(events: pd.DataFrame, panel: ReturnPanel, *, window: int =
     flag(col < 0, "no_prices")
     col = np.where(col < 0, 0, col)
     ev_dates = ev["date"].to_numpy(dtype="datetime64[ns]")
-    day0 = np.searchsorted(panel.dates.to_numpy(dtype="datetime64[ns]"), ev_dates, side="left")
-    first_date = panel.dates.to_numpy()[np.clip(panel.first_row[col], 0, None)] if T else ev_dates
-    out_cov = ((day0 >= T) | (ev_dates < first_date) | (day0 + window > panel.last_row[col])
+    day0 = event_day0(panel.dates, ev_dates)
+    out_cov = ((day0 < 0) | (day0 < panel.first_row[col]) | (day0 + window > panel.last_row[col])
                | (day0 < panel.market_first_row) | (day0 + window > panel.market_last_row))
     flag(out_cov, "outside_price_coverage")
     day0 = np.clip(day0, 0, max(T - 1, 0))
@@ -410,7 +420,7 @@ def labels_from_panel(events: pd.DataFrame, panel: ReturnPanel, *, window: int =
             fit = ols_from_sums(ew, panel.cx, cy)
             alpha, beta = fit["alpha"], fit["beta"]
             flag(~(fit["sxx"] > 0), "zero_market_variance")
-            car = sy - beta * sx                       # = n_obs * alpha (Eq. 7)
+            car = window * alpha                       # Eq. 7: alpha summed over days +1..+window
         else:
             flag(est["n"] < int(opt["min_obs"]), "too_few_estimation_obs")
             flag(~(est["sxx"] > 0), "zero_market_variance")
@@ -630,7 +640,8 @@ def synthetic_recovery(labels: pd.DataFrame, truth: pd.DataFrame, primary: str) 
     rows = []
     for m in (primary, other_method(primary)):
         s = _suffix(m, primary)
-        mean_ar = df[f"car{s}"] / df[f"n_obs{s}"]  # paper: = alpha over the event window
+        # mean daily abnormal return: the paper's is alpha itself (CAR = window x alpha)
+        mean_ar = df[f"alpha{s}"] if m == "paper" else df[f"car{s}"] / df[f"n_obs{s}"]
         for quantity, est, true in (("CAR vs planted quality q", df[f"car{s}"], df["q"]),
                                     ("mean daily AR vs planted drift", mean_ar, df["drift"]),
                                     ("estimated vs true beta", df[f"beta{s}"], df["beta_true"])):
@@ -662,7 +673,8 @@ def labels_report(labels: pd.DataFrame, reports: pd.DataFrame, primary: str, opt
         "method": primary,
         "other_method": other,
         "options": {k: (list(v) if isinstance(v, tuple) else v) for k, v in options.items()},
-        "timing": "day 0 = first trading day on or after the report date; event window = days +1..+window",
+        "timing": ("day 0 = the report date if a trading day, else the last trading day before it; "
+                   "event window = days +1..+window; paper CAR = window x alpha"),
         "tie_rule": "per report year, stable sort by (car, report_id); counts round half down (ties -> neutral)",
         "n_events": int(len(labels)),
         "methods": methods,
@@ -791,6 +803,6 @@ def write_recovery_table(cfg, report: dict) -> pd.DataFrame | str:
     table = pd.DataFrame(report["synthetic_recovery"])
     write_table(cfg, "labels_synthetic_recovery", table,
                 "Recovery of the planted signal: correlation of the estimated CAR with the latent quality q, "
-                "of the mean daily abnormal return (CAR / n_obs; = alpha for the paper's method) with the "
+                "of the mean daily abnormal return (alpha for the paper's method, CAR / n_obs for MacKinlay's) with the "
                 "planted daily drift, and of estimated with true beta.", float_format="{:.3f}")
     return table

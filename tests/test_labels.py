@@ -40,12 +40,14 @@ def oracle(prices: pd.DataFrame, market: pd.Series, ticker: str, date, window: i
     firm = prices[prices.ticker == ticker].set_index("date")["adj_close"].reindex(cal)
     ri = firm / firm.shift(1) - 1
     rm = market / market.shift(1) - 1
-    i0 = int(np.flatnonzero(cal >= pd.Timestamp(date))[0])
+    i0 = int(np.flatnonzero(cal <= pd.Timestamp(date))[-1])  # day 0: the date, or the last session before
     ev = pd.DataFrame({"y": ri.iloc[i0 + 1:i0 + 1 + window], "x": rm.iloc[i0 + 1:i0 + 1 + window]}).dropna()
     if method == "paper":
         fit = sm.OLS(ev["y"], sm.add_constant(ev["x"])).fit()
         a, b = fit.params["const"], fit.params["x"]
-        car = float((ev["y"] - b * ev["x"]).sum())
+        car = window * float(a)  # Eq. 7: alpha summed over the window the paper defines
+        if len(ev) == window:    # with no missing day, the same as the sum of R_i - beta R_m
+            assert abs(car - float((ev["y"] - b * ev["x"]).sum())) < 1e-12
     else:
         es = pd.DataFrame({"y": ri.iloc[i0 - gap - L:i0 - gap], "x": rm.iloc[i0 - gap - L:i0 - gap]}).dropna()
         fit = sm.OLS(es["y"], sm.add_constant(es["x"])).fit()
@@ -62,7 +64,7 @@ def test_matches_statsmodels_on_random_events(method):
     rng = np.random.default_rng(11)
     n = 60
     cal = market.index
-    # report dates include weekends/holidays (day 0 = next trading day) and intraday timestamps
+    # report dates include weekends/holidays (day 0 = last trading day before) and intraday timestamps
     dates = cal[rng.integers(300, 600, n)] - pd.to_timedelta(rng.integers(0, 3, n), unit="D") \
         + pd.to_timedelta(rng.integers(0, 20, n), unit="h")
     events = pd.DataFrame({"report_id": [f"r{i}" for i in range(n)],
@@ -77,8 +79,8 @@ def test_matches_statsmodels_on_random_events(method):
         assert row["n_obs"] == exp["n_obs"]
         for k in ("car", "alpha", "beta"):
             assert abs(row[k] - exp[k]) <= TOL, (method, i, k, row[k], exp[k])
-    if method == "paper":  # CAR = n_obs * alpha is the paper's identity (Eq. 7)
-        np.testing.assert_allclose(got["car"], got["n_obs"] * got["alpha"], rtol=0, atol=1e-12)
+    if method == "paper":  # CAR = window * alpha (Eq. 7), also where days were missing
+        np.testing.assert_allclose(got["car"], 60 * got["alpha"], rtol=0, atol=1e-12)
 
 
 def test_market_frame_and_series_give_the_same_result():
@@ -101,7 +103,7 @@ def test_market_frame_and_series_give_the_same_result():
 def _hand_fixture():
     """Four firms on a 10-day calendar with returns built as exact linear functions of the market.
 
-    Report on Sunday 2021-01-10 -> day 0 = Monday 2021-01-11 (row 5); window = 3 -> rows 6..8;
+    Report on Monday 2021-01-11, a trading day -> day 0 = row 5; window = 3 -> rows 6..8;
     MacKinlay estimation window L = 3, gap = 1 -> rows 1..3.
       A: R = 0.005 + 1.5 Rm on rows 1..5, 0.02 + 1.5 Rm afterwards
          paper: beta 1.5, alpha 0.02, CAR 0.06;  mackinlay: alpha 0.005, beta 1.5, CAR 3 * 0.015 = 0.045
@@ -127,7 +129,7 @@ def _hand_fixture():
     prices = pd.DataFrame(rows, columns=["date", "ticker", "adj_close"])
     market = pd.Series(m, index=cal)
     events = pd.DataFrame({"report_id": ["rC", "rA", "rB"], "ticker": ["C", "A", "B"],
-                           "date": pd.Timestamp("2021-01-10")})
+                           "date": pd.Timestamp("2021-01-11")})
     return prices, market, events
 
 
@@ -178,15 +180,61 @@ def test_hand_computed_exact_fractions():
     assert got["label"] == "neutral"  # a year with a single event: the middle bucket
 
 
-def test_day0_is_first_trading_day_on_or_after_report_date():
-    prices, market, events = _hand_fixture()
-    # Friday 2021-01-08 is itself a trading day (row 4): the window moves one row earlier.
-    a = compute_labels(events.assign(date=pd.Timestamp("2021-01-08")), prices, market, window=3)
-    b = compute_labels(events.assign(date=pd.Timestamp("2021-01-11")), prices, market, window=3)
-    c = compute_labels(events.assign(date=pd.Timestamp("2021-01-09 15:30")), prices, market, window=3)
-    assert a.set_index("report_id").loc["rA", "car"] != pytest.approx(0.06)
-    pd.testing.assert_frame_equal(b, c)  # Saturday afternoon -> Monday
-    assert b.set_index("report_id").loc["rA", "car"] == pytest.approx(0.06, abs=1e-12)
+def test_day0_is_the_report_date_or_the_last_trading_day_before():
+    cal = pd.bdate_range("2021-01-04", periods=10).delete(5)  # Monday 2021-01-11 made a holiday
+    dates = pd.to_datetime(["2021-01-08", "2021-01-09 15:30", "2021-01-10", "2021-01-11", "2021-01-12",
+                            "2021-01-01", "2021-01-30"], format="ISO8601")
+    # Friday is itself day 0; Saturday, Sunday and the Monday holiday fall back to Friday (row 4);
+    # before the calendar -1 (outside coverage); after it the last row
+    assert L.event_day0(cal, dates).tolist() == [4, 4, 4, 4, 5, -1, 8]
+
+
+def _jump_fixture(holiday: bool):
+    """Firm J moves with the market except for one +5 % abnormal return on the first session after
+    the weekend of 2021-01-09/10 (Monday, or Tuesday when Monday 2021-01-11 is a holiday)."""
+    cal = pd.bdate_range("2020-12-21", periods=20)
+    if holiday:
+        cal = cal.delete(cal.get_loc(pd.Timestamp("2021-01-11")))
+    rm = np.resize([0.01, -0.02, 0.015, 0.005, -0.01], len(cal))
+    rm[0] = 0.0
+    first_after = int(np.searchsorted(cal, pd.Timestamp("2021-01-11")))
+    rj = rm + np.where(np.arange(len(cal)) == first_after, 0.05, 0.0)
+    market = pd.Series(100 * np.cumprod(1 + rm), index=cal)
+    prices = pd.DataFrame({"date": cal, "ticker": "J", "adj_close": 50 * np.cumprod(1 + rj)})
+    return prices, market
+
+
+@pytest.mark.parametrize("holiday", [False, True])
+def test_first_return_after_a_weekend_or_holiday_report_is_in_the_window(holiday):
+    prices, market = _jump_fixture(holiday)
+    report_days = ["2021-01-09", "2021-01-10"] + (["2021-01-11"] if holiday else [])  # Sat, Sun, holiday
+    events = pd.DataFrame({"report_id": [f"r{i}" for i in range(len(report_days))], "ticker": "J",
+                           "date": pd.to_datetime(report_days)})
+    kw = dict(window=3, method="mackinlay", estimation_window=5, gap=1, min_obs=5, min_event_obs=3)
+    got = compute_labels(events, prices, market, **kw)
+    friday = compute_labels(events.assign(date=pd.Timestamp("2021-01-08")), prices, market, **kw)
+    np.testing.assert_allclose(got["car"], 0.05, atol=1e-12)  # the jump is day +1
+    np.testing.assert_allclose(got["car"], friday["car"], atol=0)
+    after = pd.Timestamp("2021-01-12" if holiday else "2021-01-11")  # a report on that session itself
+    later = compute_labels(events.assign(date=after), prices, market, **kw)
+    np.testing.assert_allclose(later["car"], 0.0, atol=1e-12)  # its own day-0 return is not in the window
+
+
+def test_paper_car_is_window_times_alpha_with_missing_days():
+    """R = 0.01 + 1.2 Rm exactly; one missing price breaks two of the six window returns. alpha is still
+    0.01, and the paper's CAR is 6 x 0.01 (its window), not 4 x 0.01 (the valid days)."""
+    cal = pd.bdate_range("2021-03-01", periods=12)
+    rm = np.resize([0.01, -0.02, 0.015, 0.005, -0.01, 0.02], 12)
+    rm[0] = 0.0
+    firm = 40 * np.cumprod(1 + np.where(np.arange(12) > 0, 0.01 + 1.2 * rm, 0.0))
+    prices = pd.DataFrame({"date": cal, "ticker": "F", "adj_close": firm}).drop(index=5)
+    market = pd.Series(100 * np.cumprod(1 + rm), index=cal)
+    events = pd.DataFrame({"report_id": ["f"], "ticker": ["F"], "date": [cal[2]]})
+    got = compute_labels(events, prices, market, window=6, min_event_obs=4).iloc[0]
+    assert got["n_obs"] == 4 and got["alpha"] == pytest.approx(0.01, abs=1e-12)
+    assert got["car"] == pytest.approx(0.06, abs=1e-12)
+    excluded = compute_labels(events, prices, market, window=6, min_event_obs=5).iloc[0]
+    assert excluded["excluded_reason"] == "too_few_event_obs"  # min_event_obs still applies
 
 
 # --------------------------------------------------------------------------- year buckets
