@@ -433,9 +433,14 @@ def plot_dpo(cfg: RunConfig, dpo: pd.DataFrame) -> tuple[object, FigureRecord]:
     with figure_style():
         fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.4), squeeze=False, sharey=True)
         for ax, m in zip(axes[0], models):
-            d = dpo[dpo["model"] == m].pivot_table(index="sector", columns="variant", values="accuracy")
+            g = dpo[dpo["model"] == m]
+            d = g.pivot_table(index="sector", columns="variant", values="accuracy")
+            d = d.reindex([s for s in (*SECTORS, POOLED) if s in d.index])
             for i, variant in enumerate(sorted(d.columns)):
                 ax.bar(np.arange(len(d)) + (i - 0.5) * 0.4, d[variant], 0.4, label=variant)
+            n = g[g["sector"] == POOLED].set_index("variant")["n"] if "n" in g.columns else pd.Series(dtype=float)
+            if len(n):
+                ax.set_xlabel("N (pooled): " + ", ".join(f"{k} {int(v)}" for k, v in n.items()))
             ax.set_xticks(range(len(d)), d.index, rotation=60, ha="right")
             ax.set_title(m)
             ax.legend()
@@ -509,7 +514,20 @@ def figures_report_path(cfg: RunConfig) -> Path:
     return artifact_path(cfg, "figures_report", ".json")
 
 
-DPO_ACCURACY = "dpo_accuracy"  # stage 05's per-sector accuracy (model, sector, variant base|dpo, accuracy %)
+DPO_METRICS = "dpo_metrics"  # stage 05: base and tuned ("<model> + DPO") metrics in stage 04's long layout
+DPO_SUFFIX = " + DPO"
+
+
+def dpo_accuracy(dpo_metrics: pd.DataFrame) -> pd.DataFrame:
+    """Stage 05's accuracy on the original condition as (model, sector, variant base|dpo, accuracy %, CI %)."""
+    from finlib.scoring import base_model
+
+    a = dpo_metrics[(dpo_metrics["metric"] == "accuracy") & (dpo_metrics["condition"] == Condition.ORIGINAL.value)]
+    name = a["model"].map(base_model)
+    tuned = name.str.endswith(DPO_SUFFIX)
+    return pd.DataFrame({"model": name.str.removesuffix(DPO_SUFFIX), "sector": a["sector"],
+                         "variant": np.where(tuned, "dpo", "base"), "accuracy": 100 * a["value"],
+                         "ci_low": 100 * a["ci_low"], "ci_high": 100 * a["ci_high"], "n": a["n"]}).reset_index(drop=True)
 
 
 class FigureStage:
@@ -559,7 +577,7 @@ class FigureStage:
             "fig_accuracy_vs_analyst": lambda: plot_accuracy_vs_analyst(cfg, self.need("metrics")),
             "fig_labels_by_year": lambda: plot_labels_by_year(cfg, self.need("labels"), self.need("reports")),
             "fig_prob_herding": lambda: plot_prob_herding(cfg, self.need("metrics")),
-            "fig_dpo_accuracy": lambda: plot_dpo(cfg, self.need(DPO_ACCURACY)),
+            "fig_dpo_accuracy": lambda: plot_dpo(cfg, dpo_accuracy(self.need(DPO_METRICS))),
             "fig_paper_vs_ours": lambda: plot_paper_vs_ours(cfg, self.comparisons()),
         }
 
@@ -581,10 +599,10 @@ class FigureStage:
         parts = [compare.finbias_data_comparisons(self.need("reports"), self.frame("labels"))]
         if self.frame("metrics") is not None:
             parts.append(compare.finbias_metric_comparisons(self.need("metrics"), self.paper_names()))
-        dpo = self.frame(DPO_ACCURACY)
+        dpo = self.frame(DPO_METRICS)
         if dpo is not None:
-            tuned = dpo[dpo["variant"] == "dpo"] if "variant" in dpo.columns else dpo
-            parts.append(compare.finbias_dpo_comparison(tuned, self.paper_names()))
+            acc = dpo_accuracy(dpo)
+            parts.append(compare.finbias_dpo_comparison(acc[acc["variant"] == "dpo"], self.paper_names()))
         for table, long in compare.split_by_table(pd.concat(parts, ignore_index=True)):
             compare.write_comparison(self.cfg, table, long, "")
         summary = compare.comparison_summary(self.comparisons())
@@ -603,7 +621,7 @@ class FigureStage:
     def missing_notes(self) -> list[str]:
         """One line per later stage whose artifacts are absent (shown by the notebook, never an error)."""
         notes = []
-        if self.frame(DPO_ACCURACY) is None:
+        if self.frame(DPO_METRICS) is None:
             notes.append("stage 05 artifacts not found: run stage 05 (DPO) for Table 8 and its figure")
         bizfin = list(self.cfg.tables_dir.glob("paper_vs_ours_bizfin_*.csv"))
         if not bizfin:

@@ -215,3 +215,25 @@ def test_comparisons_round_trip_and_summary(tmp_path):
     assert s["matched"].item() == 1 and s["mean_abs_diff"].item() == pytest.approx(0.58)
     write_table(cfg, "unrelated", pd.DataFrame({"a": [1]}), "x")
     assert len(compare.read_comparisons(cfg)) == 1
+
+
+def test_dpo_figure_and_table8_comparison_from_stage05_metrics(tmp_path):
+    cfg = make_cfg(tmp_path)
+    recs = []
+    for model, v in (("qwen2-7b-it", 0.30), ("qwen2-7b-it + DPO", 0.40)):
+        for sector in ("Energy", POOLED):
+            recs.append({"model": model, "condition": "original", "sector": sector, "metric": "accuracy",
+                         "value": v, "ci_low": v - 0.05, "ci_high": v + 0.05, "n": 20, "parse_rate": 1.0})
+    write_frame(cfg, figures.DPO_METRICS, pd.DataFrame(recs))
+    acc = figures.dpo_accuracy(pd.DataFrame(recs))
+    assert set(acc["variant"]) == {"base", "dpo"} and set(acc["model"]) == {"qwen2-7b-it"}
+    stage = figures.FigureStage(cfg)
+    stage.draw("fig_dpo_accuracy")
+    assert stage.records[-1].skipped is None
+    assert not any("stage 05" in n for n in stage.missing_notes())
+    long = compare.finbias_dpo_comparison(acc[acc["variant"] == "dpo"], {"qwen2-7b-it": "Qwen2-7B-it"})
+    t8 = paper_table("finbias_table8")
+    energy = long[long["row"] == "Qwen2-7B-it | Energy"].iloc[0]
+    published = t8[(t8.model == "Qwen2-7B-it") & (t8.sector == "Energy")]["accuracy"].item()
+    assert energy["diff"] == pytest.approx(40.0 - published)
+    assert long[long["row"] == "Qwen2-7B-it | Average"]["status"].item() == compare.MATCHED
