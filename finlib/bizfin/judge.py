@@ -172,20 +172,23 @@ def _verdict(inp_id: str, row: Any, score_range: tuple[int, int], cost: float) -
 
 
 def _chat(spec: ModelSpec, items: list[ChatItem], store: ResponseStore, max_new_tokens: int, **kw) -> pd.DataFrame:
+    if not items:
+        return pd.DataFrame(columns=engine.CHAT_COLUMNS)
     return engine.chat(spec, items, store, max_new_tokens=max_new_tokens, **kw)
 
 
 def vanilla_judge(judge_spec: ModelSpec, store: ResponseStore, inputs: list[JudgeInput], *, budget=None,
                   max_new_tokens: int = 128, score_range: tuple[int, int] = DEFAULT_SCORE_RANGE,
-                  progress: bool = True, model_cache: Path | None = None,
-                  log_dir: Path | None = None) -> list[JudgeResult]:
-    """The plain LLM-as-a-judge: one call per answer (question, answer, dimensions, reference)."""
+                  progress: bool = True, model_cache: Path | None = None, log_dir: Path | None = None,
+                  sampling: dict | None = None) -> list[JudgeResult]:
+    """The plain LLM-as-a-judge: one call per answer (question, answer, dimensions, reference).
+    `sampling` overrides the registry record's (e.g. temperature 0 for a judge)."""
     _check_inputs(inputs)
     items = [ChatItem(f"{i.id}#judge", build_vanilla_judge_messages(i.question, i.answer, i.dimensions,
                                                                      score_range, i.reference),
                       JUDGE_VANILLA_VERSION) for i in inputs]
     rows = _chat(judge_spec, items, store, max_new_tokens, budget=budget, progress=progress,
-                 model_cache=model_cache, log_dir=log_dir)
+                 model_cache=model_cache, log_dir=log_dir, sampling=sampling)
     return [_verdict(i.id, row, score_range, float(row["cost_usd"]))
             for i, (_, row) in zip(inputs, rows.iterrows())]
 
@@ -202,8 +205,8 @@ def _step(k: int, dimension: str, row: Any) -> Step:
 def iterajudge(judge_spec: ModelSpec, store: ResponseStore, inputs: list[JudgeInput], *,
                refiner_spec: ModelSpec | None = None, budget=None, max_new_tokens: int = 128,
                refine_max_new_tokens: int | None = None, score_range: tuple[int, int] = DEFAULT_SCORE_RANGE,
-               progress: bool = True, model_cache: Path | None = None,
-               log_dir: Path | None = None) -> list[Trajectory]:
+               progress: bool = True, model_cache: Path | None = None, log_dir: Path | None = None,
+               sampling: dict | None = None) -> list[Trajectory]:
     """IteraJudge on a batch, returning each input's whole trajectory (y_0..y_K, judge raw reply,
     verdict).
 
@@ -215,7 +218,8 @@ def iterajudge(judge_spec: ModelSpec, store: ResponseStore, inputs: list[JudgeIn
     refiner = refiner_spec or judge_spec
     refine_tokens = int(refine_max_new_tokens or max_new_tokens)
     trajs = [Trajectory(i) for i in inputs]
-    kw = {"budget": budget, "progress": progress, "model_cache": model_cache, "log_dir": log_dir}
+    kw = {"budget": budget, "progress": progress, "model_cache": model_cache, "log_dir": log_dir,
+          "sampling": sampling}
     for k in range(1, max(len(i.dimensions) for i in inputs) + 1 if inputs else 1):
         going = [t for t in trajs if len(t.input.dimensions) >= k and all(s.status == "ok" for s in t.steps)]
         if not going:
@@ -256,7 +260,8 @@ def iterajudge(judge_spec: ModelSpec, store: ResponseStore, inputs: list[JudgeIn
 def judge_batch(judge_spec: ModelSpec, store: ResponseStore, inputs: list[JudgeInput], *, method: str = "vanilla",
                 budget=None, max_new_tokens: int = 128, model_cache: Path | None = None, log_dir: Path | None = None,
                 refiner_spec: ModelSpec | None = None, refine_max_new_tokens: int | None = None,
-                score_range: tuple[int, int] = DEFAULT_SCORE_RANGE, progress: bool = True) -> list[JudgeResult]:
+                score_range: tuple[int, int] = DEFAULT_SCORE_RANGE, progress: bool = True,
+                sampling: dict | None = None) -> list[JudgeResult]:
     """Judge a batch of answers with the vanilla judge or IteraJudge; one result per input, in order.
 
     `max_new_tokens` is the judge's output length, `refine_max_new_tokens` the refiner's (defaults
@@ -266,7 +271,7 @@ def judge_batch(judge_spec: ModelSpec, store: ResponseStore, inputs: list[JudgeI
     if method not in METHODS:
         raise ValueError(f"unknown judge method {method!r}; known: {METHODS}")
     kw = {"budget": budget, "max_new_tokens": max_new_tokens, "score_range": tuple(score_range),
-          "progress": progress, "model_cache": model_cache, "log_dir": log_dir}
+          "progress": progress, "model_cache": model_cache, "log_dir": log_dir, "sampling": sampling}
     if method == "vanilla":
         return vanilla_judge(judge_spec, store, inputs, **kw)
     trajs = iterajudge(judge_spec, store, inputs, refiner_spec=refiner_spec,

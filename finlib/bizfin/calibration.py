@@ -1,0 +1,232 @@
+"""The judge-calibration study (BizFinBench Section 4.4, Table 4): how well do the vanilla
+LLM-as-a-judge and IteraJudge rank answers the way a reference score does?
+
+The paper correlates both judges with expert scores on FDD and FTU (Spearman, per judge model).
+The expert scores are not public, so the harness runs on a small reference set constructed here
+(`format_samples/calibration_<TASK>.jsonl`): fictional format-sample questions, answers of
+deliberately varied quality, and a reference score assigned by rule from the counted errors
+(`RULES`). Any other column of reference scores (real expert scores) plugs into the same
+functions. Numbers from this set exercise the code path; they are not the paper's experiment.
+
+Uncertainty: percentile bootstrap over items (pairs resampled together); resamples in which
+either side is constant have no rank correlation and are dropped (counted).
+"""
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.stats import rankdata
+
+from finlib.bizfin.judge import JudgeInput, judge_batch, results_frame
+from finlib.bizfin.tasks import task_info
+from finlib.llm.registry import ModelSpec
+from finlib.tables import paper_table
+
+# Error weights of the rule that scores the reference answers: 100 minus the weighted error count,
+# floored at 0. Weights follow the paper's FDD rubric (a wrong trend costs more than a wrong
+# number, BizFinBench's published FDD judge prompt: 100 / 60 / 0) and Table 2's FTU dimensions.
+RULES: dict[str, dict[str, int]] = {
+    "FDD": {"trend": 50, "number": 20, "omission": 10},
+    "FTU": {"tool": 40, "param": 20, "coordination": 30},
+}
+TABLE4_TASKS = ("FDD", "FTU")
+METHOD_LABELS = {"vanilla": "LLM as a judge", "iterajudge": "Ours"}
+REFERENCE_LABEL = ("constructed reference set (rule-assigned scores; NOT the paper's expert scores)")
+_FIELDS = {"id": str, "task": str, "question_id": str, "question": str, "answer": str, "errors": dict,
+           "reference_score": (int, float)}
+
+
+class CalibrationDataError(ValueError):
+    """A reference-set line that does not follow the format; names the file, line and field."""
+
+
+def rule_score(task: str, errors: dict[str, int]) -> int:
+    """The reference score of an answer from its counted errors (see RULES)."""
+    weights = RULES[task]
+    unknown = set(errors) - set(weights)
+    if unknown:
+        raise ValueError(f"{task}: unknown error kind(s) {sorted(unknown)}; known: {sorted(weights)}")
+    return max(0, 100 - sum(weights[k] * int(n) for k, n in errors.items()))
+
+
+def _fail(path: Any, line: int, fld: str, msg: str) -> CalibrationDataError:
+    return CalibrationDataError(f"{path}, line {line}, field '{fld}': {msg}")
+
+
+def read_reference_set(path: str | Path, text: str | None = None) -> pd.DataFrame:
+    """Read and validate a calibration JSONL file (one answer per line). A rule-scored set must
+    carry scores that agree with `rule_score`: a hand-edited score is an error, not a silent
+    change of the reference."""
+    text = Path(path).read_text(encoding="utf-8") if text is None else text
+    rows = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            rec = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise _fail(path, n, "<line>", f"not JSON ({exc.msg})") from None
+        for fld, kind in _FIELDS.items():
+            if fld not in rec:
+                raise _fail(path, n, fld, "missing")
+            if isinstance(rec[fld], bool) or not isinstance(rec[fld], kind):
+                raise _fail(path, n, fld, f"wrong type {type(rec[fld]).__name__}")
+        if rec["task"] not in RULES:
+            raise _fail(path, n, "task", f"{rec['task']!r} has no scoring rule (known: {sorted(RULES)})")
+        try:
+            expected = rule_score(rec["task"], rec["errors"])
+        except (ValueError, TypeError) as exc:
+            raise _fail(path, n, "errors", str(exc)) from None
+        if rec["reference_score"] != expected:
+            raise _fail(path, n, "reference_score", f"{rec['reference_score']} but the rule gives {expected}")
+        rows.append({k: rec[k] for k in _FIELDS} | {"line": n})
+    df = pd.DataFrame(rows)
+    if df.empty:
+        raise CalibrationDataError(f"{path}: no answers")
+    dup = df["id"][df["id"].duplicated()].tolist()
+    if dup:
+        raise CalibrationDataError(f"{path}: duplicate id(s) {dup}")
+    return df
+
+
+def spread(df: pd.DataFrame, answers: int) -> pd.DataFrame:
+    """`answers` answers per question spread evenly over its quality ladder (best, worst and
+    between), so a smaller run still spans the whole reference scale."""
+    keep = []
+    for _, g in df.groupby("question_id", sort=False):
+        g = g.sort_values(["reference_score", "id"], ascending=[False, True])
+        idx = sorted(set(np.linspace(0, len(g) - 1, min(int(answers), len(g))).round().astype(int)))
+        keep.append(g.iloc[idx])
+    return pd.concat(keep).sort_index()
+
+
+def load_reference_sets(tasks: list[str], questions: int | None = None, answers: int | None = None) -> pd.DataFrame:
+    """The shipped reference sets of `tasks`; `questions` keeps the first N questions per task
+    (each with its whole quality ladder, so every kept question still spans the scale) and
+    `answers` thins each ladder evenly (`spread`); None keeps all."""
+    frames = []
+    for task in tasks:
+        ref = resources.files("finlib") / "bizfin" / "format_samples" / f"calibration_{task}.jsonl"
+        df = read_reference_set(f"finlib/bizfin/format_samples/calibration_{task}.jsonl",
+                                ref.read_text(encoding="utf-8"))
+        if questions is not None:
+            keep = list(dict.fromkeys(df["question_id"]))[:int(questions)]
+            df = df[df["question_id"].isin(keep)]
+        if answers is not None:
+            df = spread(df, answers)
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True)
+
+
+def ordered_dimensions(task: str, order: str = "table2") -> tuple[str, ...]:
+    """The task's Table 2 dimensions in the order IteraJudge applies them. The paper does not say
+    which order it used: `table2` (as printed) is our default, `reversed` tests its effect."""
+    dims = task_info(task).dimensions
+    if order == "table2":
+        return dims
+    if order == "reversed":
+        return tuple(reversed(dims))
+    raise ValueError(f"bizfin.iterajudge.dimension_order: {order!r} (known: table2, reversed)")
+
+
+def reference_inputs(ref: pd.DataFrame, order: str = "table2") -> list[JudgeInput]:
+    """Judge inputs of a reference set (no reference answer: the judge sees only q, y and E)."""
+    return [JudgeInput(r.id, r.task, r.question, r.answer, ordered_dimensions(r.task, order))
+            for r in ref.itertuples()]
+
+
+def judge_reference_set(ref: pd.DataFrame, judges: list[ModelSpec], store, *, refiner: ModelSpec | None = None,
+                        dimension_order: str = "table2", **judge_kw) -> pd.DataFrame:
+    """Both methods x every judge on the reference set: one row per (answer, judge, method) with
+    the judge's score, status and the reference score."""
+    inputs = reference_inputs(ref, dimension_order)
+    frames = []
+    for spec in judges:
+        for method in METHOD_LABELS:
+            res = judge_batch(spec, store, inputs, method=method, refiner_spec=refiner, **judge_kw)
+            frames.append(results_frame(inputs, res, method, spec.name))
+    out = pd.concat(frames, ignore_index=True)
+    return out.merge(ref[["id", "question_id", "reference_score"]], on="id", how="left", validate="many_to_one")
+
+
+def spearman_matrix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Spearman's rho for each row pair of x and y (shape (B, n)): Pearson on average ranks (ties
+    share their mean rank, as scipy does). NaN where a row is constant."""
+    rx = rankdata(np.atleast_2d(x), axis=1)
+    ry = rankdata(np.atleast_2d(y), axis=1)
+    rx = rx - rx.mean(axis=1, keepdims=True)
+    ry = ry - ry.mean(axis=1, keepdims=True)
+    den = np.sqrt((rx ** 2).sum(axis=1) * (ry ** 2).sum(axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho = (rx * ry).sum(axis=1) / den
+    return np.where(den > 0, rho, np.nan)
+
+
+def spearman_ci(x, y, reps: int = 1000, ci: float = 0.95, seed: int = 0) -> dict[str, float]:
+    """Spearman's rho with a percentile bootstrap CI over items; NaN when n < 3 or a side is constant."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    n = len(x)
+    out = {"n": n, "spearman": np.nan, "ci_low": np.nan, "ci_high": np.nan, "boot_used": 0}
+    if n < 3:
+        return out
+    out["spearman"] = float(spearman_matrix(x, y)[0])
+    if reps > 0 and np.isfinite(out["spearman"]):
+        idx = np.random.default_rng(seed).integers(0, n, size=(int(reps), n))
+        boot = spearman_matrix(x[idx], y[idx])
+        boot = boot[np.isfinite(boot)]
+        out["boot_used"] = int(boot.size)
+        if boot.size:
+            alpha = (1 - ci) / 2
+            out["ci_low"], out["ci_high"] = (float(v) for v in np.quantile(boot, [alpha, 1 - alpha]))
+    return out
+
+
+def correlation_table(scores: pd.DataFrame, reps: int = 1000, ci: float = 0.95, seed: int = 0,
+                      reference_column: str = "reference_score") -> pd.DataFrame:
+    """Per (judge, method, task): Spearman of the judge's scores with the reference column on the
+    answers the judge scored; invalid and unanswered verdicts are counted, never scored."""
+    rows = []
+    for (judge, method, task), g in scores.groupby(["judge", "method", "task"], sort=False):
+        ok = g[g["status"] == "ok"]
+        stats = spearman_ci(ok["score"], ok[reference_column], reps, ci, seed)
+        rows.append({"judge": judge, "method": method, "task": task, "n_items": len(g),
+                     "n_invalid": int((g["status"] == "invalid").sum()),
+                     "n_not_answered": int((g["status"] == "not_answered").sum()), **stats})
+    return pd.DataFrame(rows)
+
+
+def _cell(r: Any) -> str:
+    if not np.isfinite(r.spearman):
+        return f"n/a (n={r.n})"
+    ci = "" if not np.isfinite(r.ci_low) else f" [{r.ci_low:.2f}, {r.ci_high:.2f}]"
+    return f"{r.spearman:.4f}{ci} (n={r.n})"
+
+
+def table4(corr: pd.DataFrame, paper: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Table 4's layout: rows "LLM as a judge (<judge>)" / "Ours (<judge>)" per judge, columns
+    FDD and FTU; this run's rows (Spearman [CI] (n valid)) first, then the paper's printed rows."""
+    paper = paper_table("bizfin_table4") if paper is None else paper
+    ours = []
+    for judge in dict.fromkeys(corr["judge"]):
+        for method, label in METHOD_LABELS.items():
+            row = {"source": "this run", "Methods": f"{label} ({judge})"}
+            for task in TABLE4_TASKS:
+                hit = corr[(corr["judge"] == judge) & (corr["method"] == method) & (corr["task"] == task)]
+                row[task] = _cell(next(hit.itertuples())) if len(hit) else "not run"
+            ours.append(row)
+    printed = []
+    for (method, judge), g in paper.groupby(["method", "judge"], sort=False):
+        row = {"source": "paper (expert scores)", "Methods": f"{method} ({judge})"}
+        row.update({t: f"{g.loc[g['task'] == t, 'spearman'].iloc[0]:.4f}" for t in TABLE4_TASKS})
+        printed.append(row)
+    return pd.DataFrame(ours + printed, columns=["source", "Methods", *TABLE4_TASKS])
+
+
+__all__ = ["RULES", "rule_score", "read_reference_set", "load_reference_sets", "ordered_dimensions",
+           "reference_inputs", "judge_reference_set", "spearman_matrix", "spearman_ci", "correlation_table",
+           "table4", "REFERENCE_LABEL", "CalibrationDataError"]
