@@ -105,7 +105,7 @@ def sentence_marks(original: str, text: str | None) -> list[tuple[str, str]]:
 MARK_STYLE = {"same": ("#222222", ""), "removed": ("#c8423b", "[removed] "), "changed": ("#1a7f3c", "[new] ")}
 
 
-def _draw_text(ax, marks: list[tuple[str, str]], max_chars: int, width: int = 62) -> None:
+def _draw_text(ax, marks: list[tuple[str, str]], max_chars: int, width: int = 58) -> None:
     ax.set_axis_off()
     y, used = 0.97, 0
     for sentence, mark in marks:
@@ -148,14 +148,16 @@ def plot_conditions_example(cfg: RunConfig, conditions: pd.DataFrame, report_id:
             if r is None or r["status"] != "ok":
                 reason = "not built" if r is None else f"skipped: {r['skip_reason']}"
                 ax.set_axis_off()
-                ax.text(0.5, 0.5, f"{cond.value}\n({reason})", ha="center", transform=ax.transAxes)
+                ax.set_title(cond.value, loc="left")
+                ax.text(0.0, 0.97, "\n".join(textwrap.wrap(reason, 55)[:12]), va="top", fontsize=6.5,
+                        color="#a33", transform=ax.transAxes)
                 continue
             extra = f" (fake: {r['fake_rating']})" if cond == Condition.FAKE_RATING else ""
             ax.set_title(f"{cond.value}{extra}", loc="left")
             _draw_text(ax, sentence_marks(original, str(r["text"])), max_chars)
         fig.suptitle(f"Report {report_id} in the four conditions (analyst rating: "
                      f"{rows.iloc[0]['analyst_rating']})", x=0.01, ha="left")
-        fig.tight_layout()
+        fig.subplots_adjust(left=0.01, right=0.99, top=0.9, bottom=0.02, wspace=0.06)
     rec = finish(cfg, fig, "fig_conditions_example",
                  "Fin-Bias Figures 2–5 equivalent: one report as each condition shows it; red = removed "
                  "sentence, green = new or rewritten sentence (the rating sentence), black = unchanged.")
@@ -458,7 +460,7 @@ def plot_paper_vs_ours(cfg: RunConfig, long: pd.DataFrame) -> tuple[object, Figu
 
     from finlib.compare import MATCHED, NOT_COMPARABLE
 
-    m = long[long["status"] == MATCHED]
+    m = long[(long["status"] == MATCHED) & (long["column"] != "num")]  # counts scale with the corpus size
     if m.empty:
         raise LookupError("no row of our run matches a published row (models/tasks differ from the papers')")
     tables = sorted(m["table"].unique())
@@ -480,7 +482,8 @@ def plot_paper_vs_ours(cfg: RunConfig, long: pd.DataFrame) -> tuple[object, Figu
         fig.tight_layout()
     rec = finish(cfg, fig, "fig_paper_vs_ours",
                  "Paper vs ours: every cell where our run has the published row (same model via the registry's "
-                 "paper_name, same sector/task), ours against the published value; the line is equality.")
+                 "paper_name, same sector/task), ours against the published value; the line is equality. Counts (Tables "
+                 "2-3 'num') are left out: they scale with the corpus size; the tables keep them.")
     return fig, rec
 
 

@@ -143,6 +143,8 @@ def model_plan(cfg: RunConfig, spec: ModelSpec, texts: dict[str, list[str]], cou
     measured = answers.get(spec.name)
     answer = min(measured[0], cap) if measured else min(float(p["answer_tokens"]), cap)
     answer_src = f"measured (n={measured[1]})" if measured else "plan.answer_tokens"
+    if spec.backend == "local" and inf.get("mode") == "score":  # one forward pass, no output tokens
+        answer, cap, answer_src = 0.0, 0, "label scoring (no output; the generate subset is not planned)"
     discount = 0.5 if inf.get("batch") and spec.backend == "openai" else 1.0
     rows = []
     for cond, n in counts.items():
