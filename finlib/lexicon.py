@@ -12,16 +12,29 @@ without '=' ('m' on both 'pervasive' lines), unknown keys (`polarity=`, `mpqapol
 `stemmed1=1` ('lugubrious'). Missing `type` or `word1`, or an unknown `type`, is an error
 naming the file and line.
 
-Matching policy (a documented simplification of the MPQA README):
-- case-insensitive, on word tokens `[A-Za-z]+` joined by hyphens/apostrophes; a token
-  matches when the whole token or any hyphen/apostrophe part matches ("cost-effective",
-  "company's" -> "company");
-- `stemmed1=y` entries also match every word with the same Porter stem (NLTK PorterStemmer):
-  "abuse" matches "abused", "abusing"; `stemmed1=n` (and the odd `stemmed1=1`) entries match
-  the exact word only;
-- part of speech is ignored: `anypos` and POS-specific entries both count as the word (no
-  tagger; a word listed as strongsubj under any POS is strongsubj everywhere);
-- an entry ending in '-' ('anti-') is a prefix of hyphenated tokens ("anti-dumping").
+Matching policies (params `perturb.mpqa_pos`), both case-insensitive, on word tokens
+`[A-Za-z]+` joined by hyphens/apostrophes; an entry ending in '-' ('anti-') is a prefix of
+hyphenated tokens ("anti-dumping"):
+
+- `respect` (default; `Lexicon.match_tagged`): the lexicon's own rules (its README). A clue is a
+  (word, POS) pair: a token matches an entry only when the token's POS (spaCy tag mapped by
+  `finlib.postag.mpqa_pos`; the modal MD is not a verb) is the entry's or the entry is `anypos`.
+  Exact entries take precedence: when the word has its own entry for that POS (or `anypos`),
+  that entry decides ("assessment"/noun is weaksubj, so the stem of "assess"/verb never makes it
+  strongsubj; "concern"/verb is weaksubj, "concern"/noun strongsubj). Otherwise `stemmed1=y`
+  entries match words with the same Porter stem, only within their POS ("abuse"/verb matches
+  "abused" as a verb, not "abuses" as a noun); a word's entry under *another* POS does not block
+  that ("worried" used as a verb matches "worry"/verb although "worried"/adj exists), as the
+  README's "abuse" example prescribes. A hyphenated compound is looked up whole first (POS: its
+  last part's, a participle read as adjective: "best-known"); when it has its own entry that
+  decides, otherwise each part is looked up with its own tag, then the prefixes.
+- `ignore` (`Lexicon.match`; the matcher before POS tags, kept for comparison): part of speech
+  is ignored, any strongsubj entry's word matches exactly, and a `stemmed1=y` strongsubj entry's
+  Porter stem matches every word with that stem, even one with its own weaksubj entry
+  ("assessment" -> "assess"); a token matches when the whole token or any hyphen/apostrophe part
+  matches ("cost-effective", "company's" -> "company"), or starts with a prefix entry.
+
+`stemmed1=n` (and the odd `stemmed1=1`) entries match the exact word only, in both policies.
 """
 from __future__ import annotations
 
@@ -38,6 +51,9 @@ from typing import Iterable
 
 from nltk.stem import PorterStemmer
 
+POS_POLICIES: tuple[str, ...] = ("respect", "ignore")
+ANYPOS = "anypos"
+STRONG = "strongsubj"
 KNOWN_KEYS = frozenset({"type", "len", "word1", "pos1", "stemmed1", "priorpolarity"})
 TYPES = frozenset({"strongsubj", "weaksubj"})
 TOKEN = re.compile(r"[A-Za-z]+(?:[-'\u2019][A-Za-z]+)*")
@@ -127,6 +143,16 @@ class Lexicon:
             if e.stemmed:
                 self.stems.setdefault(self._stemmer.stem(e.word), e.word)
         self._memo: dict[str, str | None] = {}
+        # POS-aware lookups (policy `respect`): every entry by word, stemmed ones by stem
+        self.by_word: dict[str, list[LexEntry]] = {}
+        self.by_stem: dict[str, list[LexEntry]] = {}
+        for e in entries:
+            if not e.word.endswith("-"):
+                self.by_word.setdefault(e.word, []).append(e)
+                if e.stemmed:
+                    self.by_stem.setdefault(self._stemmer.stem(e.word), []).append(e)
+        self.prefix_entries = tuple(e for e in strong if e.word.endswith("-"))
+        self._pos_memo: dict[tuple[str, str], str | None] = {}
 
     @property
     def strong_words(self) -> frozenset[str]:
@@ -154,6 +180,40 @@ class Lexicon:
                 hit = next((p for p in self.prefixes if low.startswith(p)), None)
         self._memo[low] = hit
         return hit
+
+    def own_entries(self, word: str, pos: str) -> list[LexEntry]:
+        """The entries of `word` itself that apply to `pos` (its own POS or anypos)."""
+        return [e for e in self.by_word.get(word, ()) if e.pos in (ANYPOS, pos)]
+
+    def match_word_pos(self, word: str, pos: str) -> str | None:
+        """Policy `respect` for one lowercase word with its MPQA POS: the strongsubj entry word, or None."""
+        key = (word, pos)
+        try:
+            return self._pos_memo[key]
+        except KeyError:
+            pass
+        own = self.own_entries(word, pos)
+        if own:  # exact entries decide; no stem is tried
+            hit = word if any(e.type == STRONG for e in own) else None
+        else:
+            stemmed = self.by_stem.get(self._stemmer.stem(word), ()) if self.by_stem else ()
+            hit = next((e.word for e in stemmed if e.type == STRONG and e.pos in (ANYPOS, pos)), None)
+        self._pos_memo[key] = hit
+        return hit
+
+    def match_tagged(self, token: str, pos: str, parts: list[tuple[str, str]] | None = None) -> str | None:
+        """Policy `respect` for one token: `pos` its MPQA POS; for a hyphen/apostrophe compound,
+        `parts` are its (part, POS) pairs (``finlib.subjectivity`` reads them off the tagger)."""
+        low = token.lower()
+        if not parts or len(parts) < 2:
+            return self.match_word_pos(low, pos)
+        if self.own_entries(low, pos):
+            return self.match_word_pos(low, pos)
+        for part, part_pos in parts:
+            if part and (hit := self.match_word_pos(part.lower(), part_pos)):
+                return hit
+        return next((e.word for e in self.prefix_entries if low.startswith(e.word) and e.pos in (ANYPOS, pos)),
+                    None)
 
 
 def load_lexicon(path: str | Path, url: str | None = None) -> Lexicon:

@@ -6,7 +6,8 @@
 - fake_rating: the rating word(s) of the first sentence swapped for a different rating of the
                same vocabulary family (Buy -> Sell, Outperform -> Underperform, Bullish ->
                Bearish), articles fixed ("a Buy" -> "an Underperform"), the rest byte-for-byte.
-- no_opinion:  the no_rating text minus every sentence that contains an MPQA strongsubj word.
+- no_opinion:  the no_rating text minus every sentence that contains an MPQA strongsubj word
+               (`finlib.subjectivity`; the lexicon's POS honoured by default, `perturb.mpqa_pos`).
 
 Rating extraction policy (used by stage 00 too, so analyst_rating and the perturbations agree)
 ----------------------------------------------------------------------------------------------
@@ -77,13 +78,41 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from finlib import subjectivity
 from finlib.artifacts import read_frame, require_columns, write_frame, write_json
 from finlib.config import RunConfig
-from finlib.lexicon import TOKEN, Lexicon, LexiconUnavailable, load_lexicon, missing_message
-from finlib.schema import (AMBIGUOUS_RATING_TERMS, CONDITIONS, HYPHENS, RATINGS, Condition, Rating, normalise_term,
-                           rating_vocabulary, term_pattern)
-from finlib.sentences import first_sentence_span, iter_sentence_spans, sentence_spans, split_sentences
-from finlib.tables import save_figure, synthetic_title
+from finlib.lexicon import (
+    POS_POLICIES,
+    TOKEN,
+    Lexicon,
+    LexiconUnavailable,
+    load_lexicon,
+    missing_message,
+)
+from finlib.postag import PosTagger
+from finlib.schema import (
+    AMBIGUOUS_RATING_TERMS,
+    CONDITIONS,
+    HYPHENS,
+    RATINGS,
+    Condition,
+    Rating,
+    normalise_term,
+    rating_vocabulary,
+    term_pattern,
+)
+from finlib.sentences import (
+    first_sentence_span,
+    iter_sentence_spans,
+    sentence_spans,
+    split_sentences,
+)
+from finlib.subjectivity import (  # noqa: F401
+    SubjectivityFilter,
+    SubjectivityStats,
+    remove_subjective_sentences,
+)
+from finlib.tables import synthetic_title
 
 # Tiers (normalised phrases). Tier A: the rating jargon, everything outside the shared
 # schema.AMBIGUOUS_RATING_TERMS. The ambiguous terms split further here, because reading an
@@ -319,67 +348,6 @@ def replace_rating(text: str, new: Rating) -> str:
     return text[:span[0]] + replace_rating_in_sentence(sentence, new) + text[span[1]:]
 
 
-# ---- no_opinion: MPQA strongsubj sentence filter -------------------------------------------
-
-@dataclass
-class SubjectivityStats:
-    """What the strongsubj filter removed from one text (words = alphabetic tokens, numbers excluded)."""
-
-    n_sentences: int
-    n_sentences_removed: int
-    n_words: int
-    n_words_removed: int
-    triggers: Counter            # lowercase token -> occurrences (in removed sentences)
-    trigger_entries: dict        # lowercase token -> the lexicon word it matched
-
-
-def _join_kept(text: str, spans: list[tuple[int, int]], keep: list[int]) -> str:
-    """The kept sentences, byte for byte, each followed by the strongest whitespace gap
-    (most newlines) among the gaps it had up to the next kept sentence, so paragraph breaks
-    survive the removal of the sentence that preceded them. Nothing removed -> `text`."""
-    if not keep:
-        return ""
-    out = [text[:spans[0][0]]] if keep[0] == 0 else []
-    for j, i in enumerate(keep):
-        out.append(text[spans[i][0]:spans[i][1]])
-        if j + 1 < len(keep):
-            gaps = [text[spans[k][1]:spans[k + 1][0]] for k in range(i, keep[j + 1])]
-            out.append(max(gaps, key=lambda g: g.count("\n")))
-        elif i == len(spans) - 1:
-            out.append(text[spans[i][1]:])
-    return "".join(out)
-
-
-def remove_subjective_sentences(text: str, lexicon: Lexicon) -> tuple[str, SubjectivityStats]:
-    """`text` minus every sentence containing an MPQA strongsubj word (Fin-Bias Section 5.1).
-
-    Kept sentences keep their bytes; between two kept sentences goes the strongest whitespace
-    gap of the stretch removed between them (paragraph breaks survive). Tokens are looked up through the
-    lexicon's per-word memo, so the cost is one regex pass and one dict lookup per word.
-    """
-    spans = sentence_spans(text)
-    keep: list[int] = []
-    triggers: Counter = Counter()
-    entries: dict[str, str] = {}
-    n_words = n_removed_words = 0
-    lookup = lexicon.match
-    for i, (a, b) in enumerate(spans):
-        words = TOKEN.findall(text, a, b)
-        n_words += len(words)
-        hits = [(w, h) for w in words if (h := lookup(w))]
-        if hits:
-            n_removed_words += len(words)
-            for w, h in hits:
-                low = w.lower()
-                triggers[low] += 1
-                entries[low] = h
-        else:
-            keep.append(i)
-    out = _join_kept(text, spans, keep)
-    stats = SubjectivityStats(len(spans), len(spans) - len(keep), n_words, n_removed_words, triggers, entries)
-    return out, stats
-
-
 # ---- the stage: conditions artifact -----------------------------------------------------------
 
 CONDITION_COLUMNS = ("item_id", "report_id", "condition", "text", "analyst_rating", "fake_rating",
@@ -390,7 +358,9 @@ SKIP_EMPTY_NO_RATING = "report has no sentence besides the rating sentence"
 SKIP_ALL_SUBJECTIVE = "every sentence after the rating sentence contains an MPQA strongsubj word"
 FAKE_MODES = ("one", "both")
 # The keys of params `perturb:`; anything else (a typo) is an error, not a silent default.
-PERTURB_KEYS: tuple[str, ...] = ("lexicon_path", "lexicon_url", "fake_rating", "top_triggers", "example_report")
+PERTURB_KEYS: tuple[str, ...] = ("lexicon_path", "lexicon_url", "fake_rating", "top_triggers", "example_report",
+                                  "mpqa_pos", "tagger_model", "tagger_processes", "tag_cache")
+TAG_CHUNK = 256  # reports per tagging stream (spaCy batches sentences across the reports of a chunk)
 
 
 def fake_ratings_for(report_id: str, rating: Rating, seed: int, mode: str) -> list[Rating]:
@@ -420,44 +390,28 @@ def _row(report_id: str, condition: Condition, text: str | None, analyst: Rating
     }
 
 
-def report_conditions(report_id: str, text: str, seed: int, mode: str, lexicon: Lexicon | None,
-                      lexicon_reason: str | None = None) -> tuple[list[dict], SubjectivityStats | None]:
-    """All condition rows of one report (ok or skipped with a reason) and its filter stats."""
+def report_conditions(report_id: str, text: str, seed: int, mode: str) -> tuple[list[dict], Rating | None, str]:
+    """The original / no_rating / fake_rating rows of one report (ok or skipped with a reason), its
+    analyst rating and its no_rating text; no_opinion comes from ``no_opinion_row``."""
     rating = extract_analyst_rating(text)
     if rating is None:
-        rows = [_row(report_id, c, None, None, skip=SKIP_NO_RATING) for c in CONDITIONS]
-        return rows, None
+        return [_row(report_id, c, None, None, skip=SKIP_NO_RATING) for c in CONDITIONS], None, ""
     rows = [_row(report_id, Condition.ORIGINAL, text, rating)]
     rest = remove_rating_sentence(text)
     rows.append(_row(report_id, Condition.NO_RATING, rest, rating, skip=None if rest.strip() else SKIP_EMPTY_NO_RATING))
-    fakes = fake_ratings_for(report_id, rating, seed, mode)
-    for fake in fakes:
+    for fake in fake_ratings_for(report_id, rating, seed, mode):
         suffix = f":{fake.value}" if mode == "both" else ""
         rows.append(_row(report_id, Condition.FAKE_RATING, replace_rating(text, fake), rating, fake, item_suffix=suffix))
-    stats = None
-    if lexicon is None:
-        rows.append(_row(report_id, Condition.NO_OPINION, None, rating, skip=lexicon_reason or "no lexicon"))
-    elif not rest.strip():
-        rows.append(_row(report_id, Condition.NO_OPINION, None, rating, skip=SKIP_EMPTY_NO_RATING))
-    else:
-        filtered, stats = remove_subjective_sentences(rest, lexicon)
-        rows.append(_row(report_id, Condition.NO_OPINION, filtered, rating,
-                         skip=None if filtered.strip() else SKIP_ALL_SUBJECTIVE))
-    return rows, stats
+    return rows, rating, rest
 
 
-def _stats_row(report_id: str, stats: SubjectivityStats | None, reason: str | None) -> dict:
-    if stats is None:
-        return {"report_id": report_id, "n_sentences": pd.NA, "n_sentences_removed": pd.NA, "n_words": pd.NA,
-                "n_words_removed": pd.NA, "share_words_removed": np.nan, "n_trigger_tokens": pd.NA,
-                "top_triggers": None, "status": "skipped", "skip_reason": reason}
-    top = ";".join(w for w, _ in stats.triggers.most_common(5))
-    return {"report_id": report_id, "n_sentences": stats.n_sentences,
-            "n_sentences_removed": stats.n_sentences_removed, "n_words": stats.n_words,
-            "n_words_removed": stats.n_words_removed,
-            "share_words_removed": stats.n_words_removed / stats.n_words if stats.n_words else np.nan,
-            "n_trigger_tokens": sum(stats.triggers.values()), "top_triggers": top or None,
-            "status": "ok", "skip_reason": None}
+def no_opinion_row(report_id: str, rating: Rating, rest: str, filtered: str | None, lexicon_reason: str | None) -> dict:
+    """The no_opinion row: `filtered` is the strongsubj filter's output (None: no lexicon)."""
+    if not rest.strip():
+        return _row(report_id, Condition.NO_OPINION, None, rating, skip=SKIP_EMPTY_NO_RATING)
+    if filtered is None:
+        return _row(report_id, Condition.NO_OPINION, None, rating, skip=lexicon_reason or "no lexicon")
+    return _row(report_id, Condition.NO_OPINION, filtered, rating, skip=None if filtered.strip() else SKIP_ALL_SUBJECTIVE)
 
 
 @dataclass
@@ -465,55 +419,63 @@ class StageResult:
     """Everything stage 02 produces, in memory, before it is written."""
 
     conditions: pd.DataFrame
-    lexicon_stats: pd.DataFrame
-    triggers: pd.DataFrame
+    lexicon_stats: pd.DataFrame    # one row per report and policy (column `policy`)
+    triggers: pd.DataFrame         # one row per trigger word, both policies' counts side by side
     report: dict
-    lexicon: Lexicon | None = None
+    subjectivity: SubjectivityFilter | None = None
+
+    @property
+    def lexicon(self) -> Lexicon | None:
+        return None if self.subjectivity is None else self.subjectivity.lexicon
 
 
 def build_conditions(reports: pd.DataFrame, seed: int, mode: str = "one", lexicon: Lexicon | None = None,
-                     lexicon_reason: str | None = None, source: str = "reports.parquet") -> StageResult:
+                     lexicon_reason: str | None = None, source: str = "reports.parquet", policy: str = "respect",
+                     tagger: PosTagger | None = None, chunk: int = TAG_CHUNK) -> StageResult:
     """The conditions artifact for a reports frame (columns report_id, text[, analyst_rating]).
 
     When the frame carries stage 00's `analyst_rating`, it must equal what the extractor reads
     now (same function): a difference means stale artifacts, and is an error naming the report.
+    ``policy``: MPQA POS policy (`respect` tags with ``tagger``, an uncached one when None);
+    reports are filtered in chunks of ``chunk`` so the tagger sees long streams.
     """
     require_columns(reports, ("report_id", "text"), source)
+    if policy not in POS_POLICIES:
+        raise ValueError(f"perturb.mpqa_pos must be one of {POS_POLICIES}, got {policy!r}")
+    filt = None
+    if lexicon is not None:
+        filt = SubjectivityFilter(lexicon, policy, (tagger or PosTagger()) if policy == "respect" else None)
+    tally = subjectivity.TriggerTally(subjectivity.policies_reported(policy) if filt is not None else (policy,))
     rows: list[dict] = []
-    stats_rows: list[dict] = []
-    occurrences: Counter = Counter()
-    in_reports: Counter = Counter()
-    entries: dict[str, str] = {}
     has_stage00 = "analyst_rating" in reports.columns
-    for i, rec in enumerate(reports.itertuples(index=False)):
-        rid, text = str(rec.report_id), rec.text
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError(f"{source}: row {i} (report_id {rid!r}), field 'text': empty or missing")
-        r_rows, stats = report_conditions(rid, text, seed, mode, lexicon, lexicon_reason)
-        if has_stage00:
-            given = rec.analyst_rating if isinstance(rec.analyst_rating, str) else None
-            read = r_rows[0]["analyst_rating"]
-            if given != read:
-                raise ValueError(f"{source}: row {i} (report_id {rid!r}), field 'analyst_rating': stage 00 says "
-                                 f"{given!r} but the first sentence reads {read!r}; rerun stage 00")
-        rows.extend(r_rows)
-        reason = r_rows[-1]["skip_reason"]
-        stats_rows.append(_stats_row(rid, stats, reason))
-        if stats is not None:
-            occurrences.update(stats.triggers)
-            in_reports.update(stats.triggers.keys())
-            entries.update(stats.trigger_entries)
+    recs = list(reports.itertuples(index=False))
+    for start in range(0, len(recs), chunk):
+        pending = []
+        for i, rec in enumerate(recs[start:start + chunk], start=start):
+            rid, text = str(rec.report_id), rec.text
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"{source}: row {i} (report_id {rid!r}), field 'text': empty or missing")
+            r_rows, rating, rest = report_conditions(rid, text, seed, mode)
+            if has_stage00:
+                given = rec.analyst_rating if isinstance(rec.analyst_rating, str) else None
+                if given != r_rows[0]["analyst_rating"]:
+                    raise ValueError(f"{source}: row {i} (report_id {rid!r}), field 'analyst_rating': stage 00 "
+                                     f"says {given!r} but the first sentence reads "
+                                     f"{r_rows[0]['analyst_rating']!r}; rerun stage 00")
+            rows.extend(r_rows)
+            pending.append((rid, rating, rest))
+        todo = [rest for _, rating, rest in pending if rating is not None and rest.strip()]
+        results = iter(filt.run(todo) if filt is not None and todo else [])
+        for rid, rating, rest in pending:
+            res = next(results) if filt is not None and rating is not None and rest.strip() else None
+            if rating is not None:
+                rows.append(no_opinion_row(rid, rating, rest, None if res is None else res[0], lexicon_reason))
+            reason = rows[-1]["skip_reason"] if rating is not None else SKIP_NO_RATING
+            tally.add(rid, None if res is None else res[1:], reason)
     conditions = pd.DataFrame(rows, columns=list(CONDITION_COLUMNS)).astype("str")  # None stays missing
-    lexicon_stats = pd.DataFrame(stats_rows)
-    lexicon_stats[["top_triggers", "skip_reason"]] = lexicon_stats[["top_triggers", "skip_reason"]].astype("str")
-    for col in ("n_sentences", "n_sentences_removed", "n_words", "n_words_removed", "n_trigger_tokens"):
-        lexicon_stats[col] = lexicon_stats[col].astype("Int64")
-    polarity = {} if lexicon is None else {e.word: e.polarity for e in lexicon.entries if e.type == "strongsubj"}
-    triggers = pd.DataFrame(
-        [(w, entries[w], polarity.get(entries[w], ""), n, in_reports[w]) for w, n in occurrences.most_common()],
-        columns=["trigger", "lexicon_word", "prior_polarity", "occurrences", "reports"])
     report = stage_report(conditions, lexicon, lexicon_reason, mode, len(reports))
-    return StageResult(conditions, lexicon_stats, triggers, report, lexicon)
+    report["mpqa"] = tally.summary(policy, filt.tagger if filt is not None else None)
+    return StageResult(conditions, tally.stats_frame(), tally.triggers_frame(lexicon), report, filt)
 
 
 def stage_report(conditions: pd.DataFrame, lexicon: Lexicon | None, lexicon_reason: str | None,
@@ -545,12 +507,15 @@ def stage_report(conditions: pd.DataFrame, lexicon: Lexicon | None, lexicon_reas
 
 
 def perturb_params(cfg: RunConfig) -> dict:
-    """The `perturb:` section, unknown keys refused (e.g. `fake_ratings:` would otherwise mean `one`)
-    and the fake-rating mode checked: the one place it is validated."""
+    """The `perturb:` section, unknown keys refused (e.g. `fake_ratings:` would otherwise mean `one`),
+    the fake-rating mode and the MPQA POS policy checked: the one place they are validated."""
     params = cfg.section("perturb", known=PERTURB_KEYS)
     mode = params.get("fake_rating")
     if mode not in FAKE_MODES:
         raise ValueError(f"{cfg.params_file}: perturb.fake_rating must be one of {FAKE_MODES}, got {mode!r}")
+    if params.get("mpqa_pos") not in POS_POLICIES:
+        raise ValueError(f"{cfg.params_file}: perturb.mpqa_pos must be one of {POS_POLICIES}, "
+                         f"got {params.get('mpqa_pos')!r}")
     return params
 
 
@@ -577,8 +542,16 @@ def run_stage(cfg: RunConfig) -> StageResult:
     params = perturb_params(cfg)
     lexicon, reason = resolve_lexicon(cfg, params)
     reports = read_frame(cfg, "reports")
-    result = build_conditions(reports, cfg.seed, params["fake_rating"], lexicon, reason,
-                              source=str(cfg.processed_dir / "reports.parquet"))
+    tagger = None
+    if lexicon is not None and params["mpqa_pos"] == "respect":
+        tagger = PosTagger(cfg.path(params["tag_cache"]), params["tagger_model"], int(params["tagger_processes"]))
+    try:
+        result = build_conditions(reports, cfg.seed, params["fake_rating"], lexicon, reason,
+                                  source=str(cfg.processed_dir / "reports.parquet"), policy=params["mpqa_pos"],
+                                  tagger=tagger)
+    finally:
+        if tagger is not None:
+            tagger.close()
     write_frame(cfg, "conditions", result.conditions)
     write_frame(cfg, "lexicon_stats", result.lexicon_stats)
     write_json(cfg, "perturb_report", result.report)
@@ -587,13 +560,14 @@ def run_stage(cfg: RunConfig) -> StageResult:
 
 # ---- validation, tables and the side-by-side example (notebook 02) ---------------------------
 
-def validate_conditions(conditions: pd.DataFrame, lexicon: Lexicon | None = None) -> pd.DataFrame:
+def validate_conditions(conditions: pd.DataFrame, subjectivity: SubjectivityFilter | None = None) -> pd.DataFrame:
     """Check the Appendix A.3 invariants on every ok report; one row per check with failures.
 
     - no_rating is the original from its second sentence on (only the first sentence differs);
     - fake_rating differs from the original, only in the first sentence, names a rating other
       than the analyst's, and the extractor reads the fake rating back;
-    - no_opinion keeps only sentences of no_rating, none with a strongsubj word (with a lexicon).
+    - no_opinion keeps only sentences of no_rating, none with a strongsubj word under the run's
+      policy (with a lexicon: ``subjectivity`` is ``StageResult.subjectivity``; tags from its cache).
     """
     ok = conditions[conditions["status"] == "ok"]
     failures: dict[str, list[str]] = {k: [] for k in (
@@ -635,10 +609,10 @@ def validate_conditions(conditions: pd.DataFrame, lexicon: Lexicon | None = None
             it = iter(pool)
             if not all(any(s == p for p in it) for s in kept):  # ordered subsequence
                 failures["no_opinion: sentences of no_rating only"].append(rid)
-            if lexicon is not None:
+            if subjectivity is not None:
                 checked["no_opinion: no strongsubj word left"] += 1
-                text = by[Condition.NO_OPINION.value]["text"].iloc[0]
-                if any(lexicon.match(w) for w in TOKEN.findall(text)):
+                clean = set(subjectivity.clean_sentences(by[Condition.NO_RATING.value]["text"].iloc[0]))
+                if not set(kept) <= clean:
                     failures["no_opinion: no strongsubj word left"].append(rid)
     return pd.DataFrame([{"check": k, "n_checked": checked[k], "n_failed": len(v),
                           "first_failures": ", ".join(v[:5])} for k, v in failures.items()])
@@ -665,16 +639,6 @@ def conditions_summary(conditions: pd.DataFrame) -> pd.DataFrame:
                      "mean_chars": float(ok["text"].str.len().mean()) if len(ok) else np.nan,
                      "skip_reasons": "; ".join(f"{r} ({n})" for r, n in reasons.items()) or ""})
     return pd.DataFrame(rows)
-
-
-def removal_summary(lexicon_stats: pd.DataFrame) -> pd.DataFrame:
-    """Distribution over reports of the sentences and words the strongsubj filter removed."""
-    ok = lexicon_stats[lexicon_stats["status"] == "ok"]
-    cols = ["n_sentences", "n_sentences_removed", "n_words", "n_words_removed", "share_words_removed"]
-    if ok.empty:
-        return pd.DataFrame({"statistic": ["reports"], **{c: [0.0] for c in cols}})
-    desc = ok[cols].astype(float).describe(percentiles=[0.5]).loc[["count", "mean", "min", "50%", "max"]]
-    return desc.rename(index={"50%": "median", "count": "reports"}).reset_index(names="statistic")
 
 
 def _mark(text: str, spans: list[tuple[int, int, str]]) -> str:
@@ -747,22 +711,3 @@ def save_example(cfg: RunConfig, conditions: pd.DataFrame, report_id: str | None
 def example_note(cfg: RunConfig, path: Path) -> str:
     """Notebook 02's line under the example: where it was saved, and "(synthetic data)" when it is."""
     return synthetic_title(cfg, f"Saved to `{Path(path).relative_to(cfg.root)}`") + "."
-
-
-def removal_figure(cfg: RunConfig, lexicon_stats: pd.DataFrame):
-    """Histogram of the share of words removed per report, saved as PNG + PDF under figures/<run>/;
-    returns the figure for inline display."""
-    import matplotlib.pyplot as plt
-
-    ok = lexicon_stats[lexicon_stats["status"] == "ok"]
-    fig, ax = plt.subplots(figsize=(5, 3.2))
-    if len(ok):
-        ax.hist(ok["share_words_removed"].astype(float) * 100, bins=20, color="#4a7", edgecolor="white")
-    else:
-        ax.text(0.5, 0.5, "no_opinion skipped (no lexicon)", ha="center", va="center", transform=ax.transAxes)
-    ax.set_xlabel("words removed by the strongsubj filter (% of no_rating text)")
-    ax.set_ylabel("reports")
-    ax.set_title(synthetic_title(cfg, "MPQA strongsubj filter, per report"), fontsize=10)
-    fig.tight_layout()
-    save_figure(cfg, fig, "fig_strongsubj_removed")
-    return fig

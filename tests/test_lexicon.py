@@ -14,7 +14,7 @@ from finlib.lexicon import (
     load_lexicon,
     parse_tff,
 )
-from finlib.perturb import remove_subjective_sentences
+from finlib.subjectivity import remove_subjective_sentences
 
 MPQA_NAME = "subjclueslen1-HLTEMNLP05.tff"
 

@@ -220,20 +220,28 @@ def test_build_conditions_rows_and_schema(tiny_lex: Lexicon) -> None:
     # R4: only the rating sentence -> no_rating / no_opinion skipped, fake still ok
     assert df.loc["R4:no_rating", "status"] == "skipped" and df.loc["R4:fake_rating", "status"] == "ok"
     assert res.report["n_reports_without_rating"] == 1
-    stats = res.lexicon_stats.set_index("report_id")
-    assert stats.loc["R1", "n_sentences_removed"] == 2 and stats.loc["R1", "n_sentences"] == 4
+    assert set(res.lexicon_stats["policy"]) == {"respect", "ignore"}  # respect runs report ignore beside
+    for policy in ("respect", "ignore"):
+        stats = res.lexicon_stats[res.lexicon_stats["policy"] == policy].set_index("report_id")
+        assert stats.loc["R1", "n_sentences_removed"] == 2 and stats.loc["R1", "n_sentences"] == 4
     assert set(res.triggers["trigger"]) == {"compelling", "worried", "terrific"}
+    assert res.triggers.set_index("trigger").loc["worried", "pos_respect"] == "verb 1"
+    assert res.report["mpqa"]["mpqa_pos"] == "respect"
+    assert res.report["mpqa"]["per_policy"]["respect"]["sentences_removed"] == 3
 
 
 def test_validation_checks_pass_and_can_fail(tiny_lex: Lexicon) -> None:
     res = build_conditions(REPORTS, seed=1, mode="both", lexicon=tiny_lex)
-    checks = validate_conditions(res.conditions, tiny_lex)
+    checks = validate_conditions(res.conditions, res.subjectivity)
     assert (checks["n_failed"] == 0).all() and (checks["n_checked"] > 0).all()
     broken = res.conditions.copy()
     i = broken.index[broken.item_id == "R1:fake_rating:bearish"][0]
     broken.loc[i, "text"] = broken.loc[i, "text"].replace("Margins", "Margin")
-    bad = validate_conditions(broken, tiny_lex).set_index("check")
+    j = broken.index[broken.item_id == "R2:no_opinion"][0]
+    broken.loc[j, "text"] = "Sales in the U.S. fell 2%. The quarter was terrific."  # a subjective sentence kept
+    bad = validate_conditions(broken, res.subjectivity).set_index("check")
     assert bad.loc["fake: only the first sentence differs", "n_failed"] == 1
+    assert bad.loc["no_opinion: no strongsubj word left", "n_failed"] == 1
 
 
 def test_both_mode_gives_two_fakes_and_item_ids(tiny_lex: Lexicon) -> None:
@@ -316,7 +324,7 @@ def test_synthetic_market_round_trip(shared_data) -> None:
     assert (read == reports["analyst_rating"]).all()
     lex = load_lexicon(path)
     res = build_conditions(reports, seed=5, mode="both", lexicon=lex)
-    checks = validate_conditions(res.conditions, lex)
+    checks = validate_conditions(res.conditions, res.subjectivity)
     assert (checks["n_failed"] == 0).all(), checks.to_string()
     assert (res.conditions["status"] == "ok").all()
 
