@@ -86,6 +86,10 @@ class PerturbSection(_Open):
     fake_rating: Optional[Literal["one", "both"]] = None
     top_triggers: Optional[StrictInt] = None
     example_report: Optional[str] = None
+    mpqa_pos: Optional[Literal["respect", "ignore"]] = None
+    tagger_model: Optional[str] = None
+    tagger_processes: Optional[StrictInt] = None
+    tag_cache: Optional[str] = None
 
 
 class InferenceSection(_Open):
