@@ -58,14 +58,14 @@ def statsmodels_loop(prepared, events: pd.DataFrame, method: str) -> pd.DataFram
     ret, rm, col, cal = prepared
     out = []
     for ev in events.itertuples(index=False):
-        i0 = int(np.searchsorted(cal, np.datetime64(ev.date.normalize()), side="left"))
+        i0 = int(np.searchsorted(cal, np.datetime64(ev.date.normalize()), side="right")) - 1  # day 0: <= date
         k = col[ev.ticker]
         y, x = ret[i0 + 1:i0 + 1 + WINDOW, k], rm[i0 + 1:i0 + 1 + WINDOW]
         ok = np.isfinite(y) & np.isfinite(x)
         y, x = y[ok], x[ok]
         if method == "paper":
             a, b = sm.OLS(y, sm.add_constant(x)).fit().params
-            car = float(np.sum(y - b * x))
+            car = WINDOW * float(a)  # Eq. 7: alpha over the window, however many days were valid
         else:
             ey, ex = ret[i0 - GAP - L:i0 - GAP, k], rm[i0 - GAP - L:i0 - GAP]
             eok = np.isfinite(ey) & np.isfinite(ex)
@@ -82,11 +82,11 @@ def naive_loop(prices: pd.DataFrame, market: pd.Series, events: pd.DataFrame, me
     for ev in events.itertuples(index=False):
         firm = prices[prices["ticker"] == ev.ticker].set_index("date")["adj_close"].reindex(market.index)
         ri = firm / firm.shift(1) - 1
-        i0 = int(np.searchsorted(market.index, ev.date.normalize(), side="left"))
+        i0 = int(np.searchsorted(market.index, ev.date.normalize(), side="right")) - 1
         w = pd.DataFrame({"y": ri.iloc[i0 + 1:i0 + 1 + WINDOW], "x": rm_all.iloc[i0 + 1:i0 + 1 + WINDOW]}).dropna()
         if method == "paper":
             a, b = sm.OLS(w["y"], sm.add_constant(w["x"])).fit().params
-            car = float((w["y"] - b * w["x"]).sum())
+            car = WINDOW * float(a)
         else:
             e = pd.DataFrame({"y": ri.iloc[i0 - GAP - L:i0 - GAP], "x": rm_all.iloc[i0 - GAP - L:i0 - GAP]}).dropna()
             a, b = sm.OLS(e["y"], sm.add_constant(e["x"])).fit().params
