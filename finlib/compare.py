@@ -13,8 +13,8 @@ printed one is neither the pooled nor the sector mean (see the paper tables' REA
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import numpy as np
 import pandas as pd

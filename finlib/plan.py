@@ -17,9 +17,9 @@ from __future__ import annotations
 import os
 import socket
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 from urllib.parse import urlparse
 
 import numpy as np
@@ -69,7 +69,7 @@ def tokenizer_counter(spec: ModelSpec, model_cache: Path) -> TokenCounter | None
     for cand in candidates:
         try:
             tok = AutoTokenizer.from_pretrained(cand, local_files_only=True)
-        except Exception:  # noqa: BLE001 — not on disk (or not a tokenizer): try the next, then estimate
+        except Exception:  # noqa: BLE001, S112 — not on disk (or not a tokenizer): try the next, then estimate
             continue
         return TokenCounter(lambda t, tok=tok: len(tok(t, add_special_tokens=False)["input_ids"]),
                             f"tokenizer ({Path(cand).name if os.path.isdir(cand) else cand})")
@@ -156,9 +156,9 @@ def model_plan(cfg: RunConfig, spec: ModelSpec, texts: dict[str, list[str]], cou
         hours, binding = wall_hours(n, in_tok + out_exp, spec, float(p["latency_s"]))
         rows.append({
             "model": spec.name, "condition": cond, "requests": n,
-            "input_tokens": int(round(in_tok)), "input_source": counter.source if sample else
+            "input_tokens": round(in_tok), "input_source": counter.source if sample else
             f"plan.report_tokens ({int(p['report_tokens'])}/report)",
-            "output_tokens_expected": int(round(out_exp)), "answer_source": answer_src,
+            "output_tokens_expected": round(out_exp), "answer_source": answer_src,
             "output_tokens_cap": int(out_cap), "cost_usd_expected": spec.cost(in_tok, out_exp, discount),
             "cost_usd_cap": spec.cost(in_tok, out_cap, discount), "wall_hours": hours, "binding_limit": binding,
         })

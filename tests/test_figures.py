@@ -9,13 +9,13 @@ import pandas as pd
 import pytest
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from finlib import compare, figures  # noqa: E402
-from finlib.artifacts import write_frame  # noqa: E402
-from finlib.config import RunConfig  # noqa: E402
-from finlib.schema import POOLED, SECTORS  # noqa: E402
-from finlib.tables import paper_table, write_table  # noqa: E402
+from finlib import compare, figures, figures_paper
+from finlib.artifacts import write_frame
+from finlib.config import RunConfig
+from finlib.schema import POOLED, SECTORS
+from finlib.tables import paper_table, write_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,20 +66,20 @@ def metrics_frame() -> pd.DataFrame:
 
 def test_sentence_marks_show_removed_and_new_sentences():
     c = conditions_frame().set_index("condition")["text"]
-    no_rating = figures.sentence_marks(ORIGINAL, c["no_rating"])
+    no_rating = figures_paper.sentence_marks(ORIGINAL, c["no_rating"])
     assert [m for _, m in no_rating] == ["removed", "same", "same"]
     assert no_rating[0][0] == "Acme Corp. is rated Buy by us."   # "Corp." is not a sentence end
-    fake = figures.sentence_marks(ORIGINAL, c["fake_rating"])
+    fake = figures_paper.sentence_marks(ORIGINAL, c["fake_rating"])
     assert [m for _, m in fake] == ["removed", "changed", "same", "same"]
     assert fake[1][0] == "Acme Corp. is rated Sell by us."
-    assert [m for _, m in figures.sentence_marks(ORIGINAL, ORIGINAL)] == ["same"] * 3
+    assert [m for _, m in figures_paper.sentence_marks(ORIGINAL, ORIGINAL)] == ["same"] * 3
 
 
 def test_pick_example_prefers_wanted_and_refuses_unknown():
     cond = conditions_frame()
-    assert figures.pick_example(cond, None) == "R1"
+    assert figures_paper.pick_example(cond, None) == "R1"
     with pytest.raises(ValueError, match="R9"):
-        figures.pick_example(cond, "R9")
+        figures_paper.pick_example(cond, "R9")
 
 
 # ---- every figure: PNG + PDF, caption names the source ----------------------------------
@@ -89,7 +89,7 @@ def test_result_figures_are_saved_with_a_caption_naming_synthetic_data(tmp_path)
     m = metrics_frame()
     for fig, rec in (figures.plot_herding_heatmap(cfg, m), figures.plot_with_without(cfg, m),
                      figures.plot_accuracy_vs_analyst(cfg, m), figures.plot_prob_herding(cfg, m),
-                     figures.plot_conditions_example(cfg, conditions_frame(), "R1")):
+                     figures_paper.plot_conditions_example(cfg, conditions_frame(), "R1")):
         assert "synthetic data" in rec.caption and "Run 't'" in rec.caption
         for f in rec.files:
             assert (tmp_path / f).stat().st_size > 1000, f
@@ -108,13 +108,13 @@ def test_case_study_reads_reason_and_answer_from_stored_json(tmp_path):
         {"model": "m", "report_id": "R1", "condition": c, "mode": "generate", "status": "ok",
          "raw_text": f'{{"answer": "{a}", "reason": "because {c}"}}'}
         for c, a in (("original", "bullish"), ("no_rating", "neutral"), ("fake_rating", "bearish"))])
-    assert figures.reason_and_answer(pred["raw_text"][1]) == ("because no_rating", "neutral")
-    assert figures.reason_and_answer("I cannot tell.") == ("I cannot tell.", "unparsed")
-    fig, rec = figures.plot_case_study(cfg, pred, conditions_frame())
+    assert figures_paper.reason_and_answer(pred["raw_text"][1]) == ("because no_rating", "neutral")
+    assert figures_paper.reason_and_answer("I cannot tell.") == ("I cannot tell.", "unparsed")
+    fig, _ = figures_paper.plot_case_study(cfg, pred, conditions_frame())
     texts = " ".join([t.get_text() for ax in fig.axes for t in ax.texts] + [ax.get_title(loc="left") for ax in fig.axes])
     assert "because fake_rating" in texts and "m answer: bearish" in texts
     with pytest.raises(LookupError, match="generate_subset"):
-        figures.plot_case_study(cfg, pred.assign(mode="score"), conditions_frame())
+        figures_paper.plot_case_study(cfg, pred.assign(mode="score"), conditions_frame())
 
 
 def test_fake_transitions_figure_keeps_unparsed(tmp_path):

@@ -12,11 +12,11 @@ import pandas as pd
 import pytest
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from finlib import report  # noqa: E402
-from finlib.config import RunConfig  # noqa: E402
-from finlib.tables import save_figure, write_table  # noqa: E402
+from finlib import report
+from finlib.config import RunConfig
+from finlib.tables import save_figure, write_table
 
 
 def _notebook_with_a_plot(path: Path) -> None:
@@ -72,7 +72,7 @@ def built(tmp_path: Path):
 
 
 def test_report_links_resolve_and_show_what_the_run_recorded(built):
-    cfg, index = built
+    _, index = built
     links = report.local_links(index)
     assert {"notebooks/04_scoring.html", "figures/fig_demo.png", "figures/fig_demo.pdf", "tables/table4_demo.csv",
             "tables/table4_demo.md", "tables/table4_demo.tex", "manifest.json",
@@ -127,7 +127,7 @@ def _severe(driver) -> list[str]:
 
 
 def test_headless_browser_loads_every_figure_and_notebook_page(built):
-    cfg, index = built
+    _, index = built
     driver = _chrome()
     try:
         driver.get(index.as_uri())
@@ -148,7 +148,7 @@ def test_headless_browser_loads_every_figure_and_notebook_page(built):
 
 
 def test_browser_test_can_fail_on_a_broken_image(built):
-    cfg, index = built
+    _, index = built
     (index.parent / "figures" / "fig_demo.png").write_bytes(b"not a png")
     driver = _chrome()
     try:
