@@ -363,3 +363,20 @@ def test_lexicon_latin1_lines_reach_the_stage_report(tmp_run, tmp_path) -> None:
     run_stage(tmp_run)
     lines = read_json(tmp_run, "perturb_report")["lexicon"]["lines_not_utf8_decoded_as_latin1"]
     assert len(lines) == 1 and lines[0].startswith("line 2:") and "caf\u00e9" in lines[0]
+
+
+def test_mpqa_pos_policy_is_checked_with_the_params(tmp_run) -> None:
+    from finlib.perturb import perturb_params
+
+    assert perturb_params(tmp_run)["mpqa_pos"] == "respect"  # the default: the lexicon's POS honoured
+    tmp_run.params["perturb"]["mpqa_pos"] = "sometimes"
+    with pytest.raises(ValueError, match=r"perturb.mpqa_pos must be one of \('respect', 'ignore'\), got 'sometimes'"):
+        perturb_params(tmp_run)
+
+
+def test_ignore_policy_reports_itself_only(tiny_lex: Lexicon) -> None:
+    res = build_conditions(REPORTS, seed=1, lexicon=tiny_lex, policy="ignore")
+    assert set(res.lexicon_stats["policy"]) == {"ignore"} and "pos_respect" not in res.triggers.columns
+    assert res.report["mpqa"]["tagging"] is None and res.subjectivity.tagger is None
+    with pytest.raises(ValueError, match="perturb.mpqa_pos must be one of"):
+        build_conditions(REPORTS, seed=1, lexicon=tiny_lex, policy="blind")
