@@ -99,12 +99,21 @@ def ensure_cache(spec: ModelSpec, cache_root: Path) -> Path | str:
     return target
 
 
+def merge_adapter(model, adapter: Path):
+    """Load a saved PEFT (LoRA) adapter onto `model` and merge it (stage 05's DPO model): scoring
+    then runs at the base model's speed. Callers key its answers by the adapter's content hash
+    (`engine.engine_key(..., adapter_sha256=...)`), never by its path."""
+    from peft import PeftModel
+
+    return PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+
+
 class LocalModel:
     """A loaded causal LM with its tokenizer, ready to score or generate batches of requests."""
 
     def __init__(self, spec: ModelSpec, cache_root: Path, dtype: str = "bfloat16", batch_size: int = 8,
                  score_batch_size: int | None = None, max_batch_tokens: int = 16384, seed: int = 0,
-                 threads: int | None = None, device: str = "cpu"):
+                 threads: int | None = None, device: str = "cpu", adapter: Path | None = None):
         from tqdm import TqdmWarning
 
         with warnings.catch_warnings():  # transformers imports tqdm.auto, which warns in a kernel without ipywidgets
@@ -128,6 +137,8 @@ class LocalModel:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(self.device)
+        if adapter is not None:
+            self.model = merge_adapter(self.model, adapter)
         self.model.eval()
         self.load_s = time.perf_counter() - t0
         self.label_ids = self._label_token_ids()
