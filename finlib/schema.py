@@ -7,6 +7,7 @@ empty group.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
 from types import MappingProxyType
@@ -26,22 +27,75 @@ class Rating(str, Enum):
 
 RATINGS: tuple[Rating, ...] = (Rating.BULLISH, Rating.NEUTRAL, Rating.BEARISH)
 
+@dataclass(frozen=True)
+class RatingScale:
+    """One published rating scale: its terms per rating, and where it comes from."""
+
+    name: str
+    bullish: tuple[str, ...]
+    neutral: tuple[str, ...]
+    bearish: tuple[str, ...]
+    source: str
+
+
+# The stock-rating scales major brokers publish (each firm's "ratings definitions" section of its
+# research disclosures; read from memory of those disclosures, not fetched here: add a scale with
+# its source when a corpus uses another). Tiers above/below the 3-way scale (Strong Buy,
+# Conviction Buy, Strong Sell) map to the nearest of the paper's three ratings. "Not Rated",
+# "Restricted", "Under Review" are no rating. The first rows are the generic words the paper and
+# the models use.
+RATING_SCALES: tuple[RatingScale, ...] = (
+    RatingScale("Fin-Bias labels", ("bullish",), ("neutral",), ("bearish",), "Fin-Bias paper, Section 4.1"),
+    RatingScale("generic tone", ("positive",), (), ("negative",), "common sell-side shorthand (ambiguous English)"),
+    RatingScale("Argus / Goldman Sachs / Citi / UBS / Stifel / Truist", ("buy",), ("hold", "neutral"), ("sell",),
+                "Buy/Hold/Sell (Argus, Stifel, Truist) and Buy/Neutral/Sell (Goldman Sachs, Citi, UBS) rating "
+                "definitions"),
+    RatingScale("CFRA / Zacks / Needham / Raymond James", ("strong buy", "buy"), ("hold",), ("sell", "strong sell"),
+                "five-tier Strong Buy..Strong Sell scales (CFRA STARS, Zacks Rank; Needham and Raymond James "
+                "'Strong Buy')"),
+    RatingScale("Morgan Stanley / J.P. Morgan / Barclays / Wells Fargo / Piper Sandler",
+                ("overweight",), ("equal weight", "equal-weight", "neutral", "market weight"), ("underweight",),
+                "Overweight/Equal-weight/Underweight (Morgan Stanley, Barclays, Wells Fargo), "
+                "Overweight/Neutral/Underweight (J.P. Morgan, Piper Sandler); Market Weight (older Wells Fargo)"),
+    RatingScale("KeyBanc", ("overweight",), ("sector weight",), ("underweight",), "KeyBanc Capital Markets"),
+    RatingScale("RBC / BMO / TD Cowen / Bernstein / Evercore ISI",
+                ("outperform", "sector outperform", "market outperform"),
+                ("sector perform", "market perform", "in line", "in-line", "peer perform"),
+                ("underperform", "sector underperform", "market underperform"),
+                "Outperform/Sector Perform/Underperform (RBC), Outperform/Market Perform/Underperform (BMO, "
+                "TD Cowen, Bernstein), Outperform/In Line/Underperform (Evercore ISI), Peer Perform (Wolfe)"),
+    RatingScale("Oppenheimer", ("outperform",), ("perform",), ("underperform",), "Oppenheimer & Co."),
+    RatingScale("BofA / Jefferies / Mizuho / Baird / Macquarie", ("buy", "outperform"), ("neutral", "hold"),
+                ("underperform",),
+                "Buy/Neutral/Underperform (BofA Securities, Mizuho), Buy/Hold/Underperform (Jefferies), "
+                "Outperform/Neutral/Underperform (Baird, Macquarie)"),
+    RatingScale("HSBC / Nomura / European and Asian brokers", ("buy", "accumulate", "add"), ("hold", "neutral"),
+                ("reduce", "sell"),
+                "Buy/Hold/Reduce (HSBC), Buy/Neutral/Reduce (Nomura), Buy/Accumulate/Hold/Reduce/Sell and "
+                "Add/Hold/Reduce scales of several European and Asian brokers"),
+)
+
+
+def synonyms_from_scales(scales: Iterable[RatingScale]) -> dict[Rating, tuple[str, ...]]:
+    """Rating -> its terms over all scales (first appearance order, duplicates dropped)."""
+    out: dict[Rating, list[str]] = {r: [] for r in RATINGS}
+    for sc in scales:
+        for rating, terms in ((Rating.BULLISH, sc.bullish), (Rating.NEUTRAL, sc.neutral),
+                              (Rating.BEARISH, sc.bearish)):
+            out[rating] += [t for t in terms if t not in out[rating]]
+    return {r: tuple(t) for r, t in out.items()}
+
+
+def scale_table() -> list[dict[str, str]]:
+    """The scales as rows (scale, bullish, neutral, bearish, source): for a notebook or the README."""
+    return [{"scale": sc.name, "bullish": ", ".join(sc.bullish), "neutral": ", ".join(sc.neutral),
+             "bearish": ", ".join(sc.bearish), "source": sc.source} for sc in RATING_SCALES]
+
+
 # Rating vocabulary used by the analyst-rating extractor (stage 02) and the answer parser
-# (stage 04). Multi-word phrases are matched before single words. Lowercase.
-RATING_SYNONYMS: dict[Rating, tuple[str, ...]] = {
-    Rating.BULLISH: (
-        "bullish", "strong buy", "buy", "outperform", "overweight", "accumulate",
-        "market outperform", "sector outperform", "positive", "add",
-    ),
-    Rating.NEUTRAL: (
-        "neutral", "hold", "market perform", "sector perform", "equal-weight", "equal weight",
-        "peer perform", "in-line", "in line",
-    ),
-    Rating.BEARISH: (
-        "bearish", "strong sell", "sell", "underperform", "underweight", "reduce",
-        "market underperform", "sector underperform", "negative",
-    ),
-}
+# (finlib.answers), derived from RATING_SCALES. Multi-word phrases are matched before single
+# words. Lowercase.
+RATING_SYNONYMS: dict[Rating, tuple[str, ...]] = synonyms_from_scales(RATING_SCALES)
 
 # Rating words that are also ordinary English: "buy back shares", "sell-side", "hold talks",
 # "add capacity", "reduce debt", "accumulate cash", "positive cash flow", "negative surprise",
@@ -51,6 +105,7 @@ RATING_SYNONYMS: dict[Rating, tuple[str, ...]] = {
 # Normalised phrases (see `normalise_term`).
 AMBIGUOUS_RATING_TERMS: frozenset[str] = frozenset({
     "buy", "sell", "hold", "accumulate", "add", "reduce", "positive", "negative", "neutral", "in line",
+    "perform",
 })
 
 # Characters that join or split words like a hyphen in real text (PDF extraction yields Unicode

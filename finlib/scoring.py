@@ -55,6 +55,8 @@ class Scored:
     rows: pd.DataFrame
     skipped: pd.DataFrame          # model, condition, reason, n
     counts: dict = field(default_factory=dict)
+    not_answered: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["model", "condition", "error",
+                                                                                     "n"]))
 
 
 def label_model_modes(pred: pd.DataFrame) -> pd.DataFrame:
@@ -75,7 +77,10 @@ def score_frame(predictions: pd.DataFrame, conditions: pd.DataFrame, labels: pd.
     """Parse answers and attach reference rating, sector, firm and return-based label.
 
     Skipped items (condition or inference status "skipped") are set aside with their reason:
-    they are not zeros. Predictions for items missing from conditions/reports are an error.
+    they are not zeros. Not-answered items (inference status "error": the server or network
+    failed after retries) are set aside too and counted with their error (issue 15): the model
+    never answered, so they are outside N, unlike an answer that did not parse (inside N).
+    Predictions for items missing from conditions/reports are an error.
     """
     require_columns(predictions, PRED_COLUMNS, "predictions.parquet")
     require_columns(conditions, COND_COLUMNS, "conditions.parquet")
@@ -112,20 +117,25 @@ def score_frame(predictions: pd.DataFrame, conditions: pd.DataFrame, labels: pd.
     reason = reason.fillna("skipped (no reason recorded)")
     skipped = (rows[skip_mask].assign(reason=reason[skip_mask])
                .groupby(["model", "condition", "reason"], as_index=False).size().rename(columns={"size": "n"}))
-    kept = rows[~skip_mask].reset_index(drop=True)
+    na_mask = ~skip_mask & ~rows["answered"].astype(bool)
+    errors = (rows["error"] if "error" in rows.columns else pd.Series(None, index=rows.index, dtype=object))
+    not_answered = (rows[na_mask].assign(error=errors[na_mask].fillna("error (no message)").astype(str).str[:160])
+                    .groupby(["model", "condition", "error"], as_index=False).size().rename(columns={"size": "n"}))
+    kept = rows[~skip_mask & ~na_mask].reset_index(drop=True)
     notes = kept.groupby(["model", "condition", "parse_note"]).size()
     counts = {
         "parse_notes": [{"model": m, "condition": c, "parse_note": n, "n": int(v)} for (m, c, n), v in notes.items()],
         "predictions": int(len(rows)),
         "skipped": int(skip_mask.sum()),
-        "scored_rows": int(len(kept)),
-        "inference_errors_counted_unparsed": int((kept["status"] == "error").sum()),
-        "unparsed": int((~kept["parsed"]).sum()),
+        "not_answered": int(na_mask.sum()),   # server/transport errors after retries: outside N
+        "scored_rows": int(len(kept)),         # answered rows: the N of every rate
+        "unparsed": int((~kept["parsed"]).sum()),   # answered but unparsed (incl. truncated): inside N
+        "truncated": int((kept["parse_note"] == "truncated").sum()),
         "rows_without_label": int(kept["label"].isna().sum()),
         "rows_without_reference_rating": int(kept["reference_rating"].isna().sum()),
         "rows_outside_paper_sectors": int((~kept["sector"].isin(SECTORS)).sum()),
     }
-    return Scored(kept, skipped, counts)
+    return Scored(kept, skipped, counts, not_answered)
 
 
 def analyst_rows(reports: pd.DataFrame, labels: pd.DataFrame) -> pd.DataFrame:
@@ -512,230 +522,17 @@ def paired_tests(rows: pd.DataFrame, tests: Iterable[PairedTest] = PAIRED_TESTS,
 # 5. Tables 4-7 in the paper's layout, with the published numbers beside ours
 # --------------------------------------------------------------------------------------
 
-OURS, PAPER = "ours", "Fin-Bias (published)"
-SIGNIF_NOTE = ("Markers: exact McNemar on paired reports (both answers parsed), Holm-adjusted across "
-               "models per column: * p<0.05, ** p<0.01, *** p<0.001.")
-
-
-@dataclass(frozen=True)
-class TableSpec:
-    """One of the paper's Tables 4-7: which metric and conditions fill the cells."""
-
-    name: str
-    paper_key: str
-    metric: str
-    conditions: tuple[Condition, ...]       # one (single value) or two ("with/without")
-    paper_columns: tuple[str, ...]
-    test: str                               # PairedTest.name giving the marker
-    analyst_row: bool
-    caption: str
-    paper_digits: int = 1                   # decimals as printed (T4/T6: 1, T5/T7: 2)
-    extra_test: str = ""                    # a second paired test shown pooled in its own column
-    extra_label: str = ""
-
-
-TABLE_SPECS: tuple[TableSpec, ...] = (
-    TableSpec("table4_herding_with_without", "finbias_table4", "herding",
-              (Condition.ORIGINAL, Condition.NO_RATING), ("with_rating", "without_rating"),
-              "herding_with_vs_without", False,
-              "Table 4: herding score (%) with/without the analyst rating in the report"),
-    TableSpec("table5_herding_fake", "finbias_table5", "herding", (Condition.FAKE_RATING,),
-              ("herding_fake",), "fake_herding_fake_vs_original", False,
-              "Table 5: herding score (%) towards a fake rating that replaces the analyst's", 2),
-    TableSpec("table6_accuracy_with_without", "finbias_table6", "accuracy",
-              (Condition.ORIGINAL, Condition.NO_RATING), ("with_rating", "without_rating"),
-              "accuracy_with_vs_without", True,
-              "Table 6: accuracy (%) against return-based labels with/without the analyst rating"),
-    TableSpec("table7_accuracy_no_opinion", "finbias_table7", "accuracy", (Condition.NO_OPINION,),
-              ("accuracy",), "accuracy_no_opinion_vs_no_rating", True,
-              "Table 7: accuracy (%) with MPQA strong-subjective sentences (and the rating) removed", 2,
-              "herding_no_opinion_vs_no_rating", "Herding no_opinion/no_rating % (pooled pairs)"),
-)
-
-
-def _fmt(v: float, digits: int = 1) -> str:
-    return "–" if v is None or not np.isfinite(v) else f"{100 * v:.{digits}f}"
-
-
-CELL_KEY = ("model", "condition", "metric", "sector")
-Cells = dict[tuple[str, str, str, str], dict[str, Any]]
-
-
-def index_cells(metrics: pd.DataFrame) -> Cells:
-    """`metrics` rows by (model, condition, metric, sector), so a table looks each cell up once
-    instead of filtering the long frame per cell. A repeated key is an error (two values for
-    one cell)."""
-    keys = list(CELL_KEY)
-    dup = metrics.duplicated(keys)
-    if dup.any():
-        raise ValueError(f"metrics: more than one row for cell {tuple(metrics.loc[dup, keys].iloc[0])}")
-    return dict(zip(metrics[keys].itertuples(index=False, name=None), metrics.to_dict("records")))
-
-
-def _cell(cells: Cells, model: str, conds: tuple[Condition, ...], metric: str, sector: str,
-          skipped: dict[tuple[str, str], str]) -> str:
-    parts = []
-    for c in conds:
-        if (model, c.value) in skipped:
-            parts.append("skipped")
-            continue
-        hit = cells.get((model, c.value, metric, sector))
-        parts.append(_fmt(hit["value"]) if hit is not None else "–")
-    return "/".join(parts)
-
-
-def _skip_map(skipped: pd.DataFrame, rows: pd.DataFrame, partial: bool = False) -> dict[tuple[str, str], str]:
-    """(model, condition) -> "reason (n)" for conditions where *nothing* was scored for the model
-    (or, with `partial`, where some items were skipped and the rest scored)."""
-    out: dict[tuple[str, str], str] = {}
-    if skipped.empty:
-        return out
-    scored = set(zip(rows["model"], rows["condition"]))
-    for (model, cond), g in skipped.groupby(["model", "condition"]):
-        if ((model, cond) in scored) == partial:
-            out[(model, cond)] = "; ".join(f"{r} ({n})" for r, n in zip(g["reason"], g["n"]))
-    return out
-
-
-def paper_rows(spec: TableSpec) -> pd.DataFrame:
-    """The published rows of a table, reshaped to our layout (cells as printed, e.g. '82.7/70.2')."""
-    p = paper_table(spec.paper_key)
-    cols = list(spec.paper_columns)
-
-    def fmt(row: pd.Series) -> str:
-        return "/".join("" if pd.isna(row[c]) else f"{float(row[c]):.{spec.paper_digits}f}"
-                        for c in cols).rstrip("/")
-
-    p = p.assign(cell=p.apply(fmt, axis=1))
-    wide = p.pivot(index="model", columns="sector", values="cell")
-    order = list(dict.fromkeys(p["model"]))
-    wide = wide.reindex(order)
-    out = pd.DataFrame({"Source": PAPER, "Model": wide.index})
-    for s in SECTORS:
-        out[s] = wide[s].to_numpy()
-    out[POOLED], out[SECTOR_MEAN] = "", ""
-    out["Average (printed)"] = wide["Average"].to_numpy()
-    return out
-
-
-POOLED_CI = f"{POOLED} {{ci}} CI"
-
-
-def base_model(model: str) -> str:
-    """Registry name of a table row ("m [score]" -> "m"; see `label_model_modes`)."""
-    return re.sub(r" \[(?:score|generate)\]$", "", model)
-
-
-def paper_row_name(model: str, paper_names: dict[str, str], paper_models: Iterable[str]) -> str | None:
-    """The paper's row for one of our models, via the registry's `paper_name` (case-insensitive:
-    Table 7 prints "Mistral-7B-It-v0.3" where Tables 4-6 print "Mistral-7B-it-v0.3")."""
-    want = paper_names.get(base_model(model))
-    if not want:
-        return None
-    hits = [p for p in paper_models if p.lower() == want.lower()]
-    return hits[0] if hits else None
-
-
-def _pooled_columns(pooled: list[dict[str, Any] | None]) -> dict[str, str]:
-    """The pooled cells' interval, parse rate and N per condition ("a/b"); '–' (N 0) for no rows."""
-    return {
-        "ci": "/".join(f"[{_fmt(h['ci_low'])}, {_fmt(h['ci_high'])}]" if h else "[–, –]" for h in pooled),
-        "parse_rate": "/".join(_fmt(h["parse_rate"]) if h else "–" for h in pooled),
-        "n": "/".join(str(int(h["n"])) if h else "0" for h in pooled),
-    }
-
-
-def _extra_test_cell(tests: pd.DataFrame, name: str, model: str) -> str:
-    """"rate_a/rate_b marker" of a pooled paired McNemar test, '–' when it could not run."""
-    if tests.empty:
-        return "–"
-    hit = tests[(tests["test"] == name) & (tests["model"] == model) & (tests["sector"] == POOLED)]
-    if not len(hit) or not hit["n_pairs"].iloc[0]:
-        return "–"
-    h = hit.iloc[0]
-    return f"{_fmt(h['rate_a'])}/{_fmt(h['rate_b'])}{h['marker']} (pairs {int(h['n_pairs'])})"
-
-
-def build_table(spec: TableSpec, metrics: pd.DataFrame, tests: pd.DataFrame, rows: pd.DataFrame,
-                skipped: pd.DataFrame, paper_names: dict[str, str] | None = None,
-                ci: float = 0.95) -> pd.DataFrame:
-    """Model rows x sector columns (+ both averages, the pooled CI, parse rate, N, notes), then
-    the paper's rows.
-
-    Our cells are percentages, "with/without" where the paper has two numbers; the marker
-    after a cell is the paired test of the table (Holm across models). Skipped conditions
-    read "skipped" with the reason in Notes, never 0. `paper_names` maps registry names to the
-    paper's row names (`ModelSpec.paper_name`) so that Notes can point at the published row.
-    """
-    skip = _skip_map(skipped, rows)
-    partial = _skip_map(skipped, rows, partial=True)
-    models = sorted(m for m in set(rows["model"]) | {m for m, _ in skip} if m != "Analyst")
-    if spec.analyst_row:
-        models.append("Analyst")
-    paper = paper_rows(spec)
-    paper_models = list(paper["Model"])
-    cells = index_cells(metrics[metrics["metric"] == spec.metric])
-    markers = ({} if tests.empty else
-               {(m, s): mk for m, s, mk in tests.loc[tests["test"] == spec.test, ["model", "sector", "marker"]]
-                .itertuples(index=False, name=None)})
-    ci_col = POOLED_CI.format(ci=f"{100 * ci:g} %")
-    records = []
-    for model in models:
-        conds = (Condition.ORIGINAL,) if model == "Analyst" else spec.conditions
-        rec = {"Source": OURS if model != "Analyst" else f"{OURS} (analyst baseline)", "Model": model}
-        for sector in (*SECTORS, POOLED, SECTOR_MEAN):
-            cell = _cell(cells, model, conds, spec.metric, sector, skip)
-            if model != "Analyst" and sector != SECTOR_MEAN:
-                cell += markers.get((model, sector), "")
-            rec[sector] = cell
-        pooled = _pooled_columns([cells.get((model, c.value, spec.metric, POOLED)) for c in conds])
-        rec[ci_col] = pooled["ci"]
-        rec["Average (printed)"] = ""
-        if spec.extra_test:
-            rec[spec.extra_label] = "" if model == "Analyst" else _extra_test_cell(tests, spec.extra_test, model)
-        rec["Parse rate %"] = pooled["parse_rate"]
-        rec["N"] = pooled["n"]
-        notes = [f"{c.value} skipped: {skip[(model, c.value)]}" for c in conds if (model, c.value) in skip]
-        notes += [f"{c.value}: some items skipped, {partial[(model, c.value)]}" for c in conds
-                  if (model, c.value) in partial]
-        paper_row = paper_row_name(model, paper_names or {}, paper_models) if model != "Analyst" else None
-        if paper_row:
-            notes.append(f"in the paper as '{paper_row}' (see published rows)")
-        rec["Notes"] = "; ".join(notes)
-        records.append(rec)
-    columns = ["Source", "Model", *SECTORS, POOLED, SECTOR_MEAN, ci_col, "Average (printed)",
-               *([spec.extra_label] if spec.extra_test else []), "Parse rate %", "N", "Notes"]
-    ours = pd.DataFrame.from_records(records, columns=columns)
-    paper = paper.assign(**{"Parse rate %": "", "N": "", "Notes": "published, as printed", ci_col: ""})
-    if spec.extra_test:
-        paper[spec.extra_label] = ""
-    return pd.concat([ours, paper[columns]], ignore_index=True)
-
-
-def ci_table(spec: TableSpec, metrics: pd.DataFrame) -> pd.DataFrame:
-    """Long companion of a table: every cell's value, 95 % cluster-bootstrap CI, N and parse rate."""
-    conds = {c.value for c in spec.conditions} | ({Condition.ORIGINAL.value} if spec.analyst_row else set())
-    m = metrics[(metrics["metric"].isin([spec.metric, f"{spec.metric}_all"]))
-                & metrics["condition"].isin(conds)]
-    if not spec.analyst_row:
-        m = m[m["model"] != "Analyst"]
-    out = m.assign(**{c: 100 * m[c] for c in ("value", "ci_low", "ci_high", "parse_rate")})
-    return out.sort_values(["model", "metric", "condition", "sector"]).reset_index(drop=True)
-
-
-def caption_for(spec: TableSpec, averaging_note: str) -> str:
-    return (f"{spec.caption}. Our rows: '{POOLED}' pools all reports, '{SECTOR_MEAN}' is the unweighted "
-            f"mean over the nine sectors; the paper's printed Average is neither ({averaging_note}). "
-            f"Cells are %, '–' = no rows; parse rate and N per condition. {SIGNIF_NOTE} "
-            f"'{POOLED} … CI': percentile interval of the pooled cell (cluster bootstrap over firms); "
-            "every cell's interval is in the companion *_ci table.")
+# Tables 4-7 live in finlib/finbias_tables.py (layout changes for other reasons than the
+# statistics); their names stay importable from here.
+from finlib.finbias_tables import (AVERAGE, OURS, PAPER, POOLED_CI, SIGNIF_NOTE, TABLE_SPECS,  # noqa: E402,F401
+                                   TableSpec, averaging_note, base_model, build_table, caption_for, ci_table,
+                                   index_cells, paper_row_name, paper_rows, printed_average_agreement)
 
 
 # --------------------------------------------------------------------------------------
 # 6. The stage
 # --------------------------------------------------------------------------------------
 
-AVERAGING_NOTE = "it lies within the sectors' range but matches neither the plain nor the count-weighted mean"
 
 
 @dataclass
@@ -784,15 +581,20 @@ def score_all(predictions: pd.DataFrame, conditions: pd.DataFrame, labels: pd.Da
     tests = paired_tests(scored.rows, reps=reps, seed=seed, ci=ci)
     tables = {}
     for spec in TABLE_SPECS:
-        tables[spec.name] = build_table(spec, metrics, tests, all_rows, scored.skipped, paper_names, ci)
+        for parsed in (False, True):
+            tables[spec.parsed_name if parsed else spec.name] = build_table(
+                spec, metrics, tests, all_rows, scored.skipped, paper_names, ci, scored.not_answered, parsed)
         tables[f"{spec.name}_ci"] = ci_table(spec, metrics)
     parse = (scored.rows.groupby(["model", "condition"])["parsed"].agg(["size", "mean"])
              .rename(columns={"size": "n", "mean": "parse_rate"}).reset_index())
     report = {**scored.counts, "bootstrap_reps": reps, "ci": ci, "seed": seed,
               "skipped": scored.skipped.to_dict(orient="records"),
+              "not_answered_by_error": scored.not_answered.to_dict(orient="records"),
               "parse_rate": parse.to_dict(orient="records"),
               "analyst_reports_with_label": int(len(analyst)),
-              "averages": f"tables show both '{POOLED}' and '{SECTOR_MEAN}'"}
+              "main_cells": "Eq. 1 over all answered items (unparsed = no match); *_parsed tables: parsed only",
+              "averages": f"'{AVERAGE}' = pooled rate ('{POOLED}'); '{SECTOR_MEAN}' beside it",
+              "printed_average_agreement": printed_average_agreement()}
     plumbing = tuple(sorted(m for m in scored.rows["model"].unique()
                             if getattr(registry.get(base_model(m)), "plumbing", False)))
     return ScoringResult(all_rows, metrics, tests, tables, fake_transitions(scored.rows),
@@ -823,10 +625,13 @@ def score_run(cfg: RunConfig) -> ScoringResult:
     write_frame(cfg, "metrics", res.metrics)
     write_frame(cfg, "paired_tests", res.tests)
     write_json(cfg, "scoring_report", res.report)
+    note = averaging_note(res.report["printed_average_agreement"])
     for spec in TABLE_SPECS:
-        write_table(cfg, spec.name, res.tables[spec.name], caption_for(spec, AVERAGING_NOTE))
+        write_table(cfg, spec.name, res.tables[spec.name], caption_for(spec, note))
+        write_table(cfg, spec.parsed_name, res.tables[spec.parsed_name], caption_for(spec, note, parsed=True))
         write_table(cfg, f"{spec.name}_ci", res.tables[f"{spec.name}_ci"],
-                    f"{spec.caption}: values, 95 % cluster-bootstrap CIs over firms, N and parse rate (long form)")
+                    f"{spec.caption}: values ({spec.metric} = Eq. 1 over all answers, {spec.parsed_metric} = parsed "
+                    "only), 95 % cluster-bootstrap CIs over firms, N and parse rate (long form)")
     write_table(cfg, "table5_fake_transitions", res.transitions,
                 "Fake-rating transitions: analyst rating -> fake rating shown -> model answer (counts, shares; "
                 "parse_rate = share of the analyst x fake group's answers that parsed)")

@@ -290,3 +290,55 @@ def test_json_objects_fenced_and_thinking():
 
 def test_json_objects_bounded_on_hostile_input():
     assert json_objects("{" * 1_000_000) == []
+
+
+# --- the JSON keys models use for their answer; strict about prose ------------------------
+@pytest.mark.parametrize("text,expected", [
+    ('{"rating": "Buy", "reason": "x"}', B),
+    ('{"recommendation": "underweight"}', S),
+    ('{"Investment Rating": "Hold"}', N),
+    ('{"decision": "bearish", "reasoning": "weak demand"}', S),
+    ('{"final_recommendation": "Outperform"}', B),
+    ('{"analysis": {"rating": "neutral"}}', N),
+    ('{"answer": "bearish", "recommendation": "buy"}', S),      # the authors' field wins
+    ('{"rating": "buy", "recommendation": "sell"}', None),       # two different answers: ambiguous
+    ('{"analyst_rating": "buy", "reason": "..."}', None),        # someone else's view is no answer
+    ('{"consensus": "bullish"}', None),
+    ('```json\n{"rating": "Sell", "reason": "cut off', S),        # broken JSON, alternative key
+    ('The rating is buy according to the analyst.', None),       # prose stays unparsed
+])
+def test_alternative_answer_keys(text, expected):
+    assert parse_rating(text) == expected
+
+
+def _pred(**kw):
+    import pandas as pd
+    from finlib.answers import parse_predictions
+
+    row = {"item_id": "r:original", "model": "m", "mode": "generate", "raw_text": '{"answer": "bullish"}',
+           "p_bullish": np.nan, "p_neutral": np.nan, "p_bearish": np.nan, "status": "ok",
+           "truncated_output": False, **kw}
+    return parse_predictions(pd.DataFrame([row])).iloc[0]
+
+
+def test_truncated_reply_is_unparsed_even_with_a_readable_answer():
+    row = _pred(truncated_output=True, raw_text='{"answer": "bullish", "reason": "The company')
+    assert row["answer"] is None and row["parse_note"] == "truncated" and bool(row["answered"])
+
+
+def test_not_answered_is_apart_from_unparsed():
+    row = _pred(status="error", raw_text=None)
+    assert row["answer"] is None and row["parse_note"] == "not_answered" and not row["answered"]
+    row = _pred(raw_text="I cannot decide.")
+    assert row["answer"] is None and row["parse_note"] != "not_answered" and bool(row["answered"])
+    assert _pred(truncated_output=None)["answer"] == "bullish"   # unknown finish reason: read normally
+
+
+@pytest.mark.parametrize("text,expected", [
+    ('{"answer": "Sector Weight"}', N),
+    ("Rating: Perform", N),
+    ("We expect the shares to perform in line with the market.", None),   # everyday English in prose
+    ('{"recommendation": "Market Weight"}', N),
+])
+def test_broker_scale_terms(text, expected):
+    assert parse_rating(text) == expected

@@ -28,14 +28,14 @@ def test_normalise_term(term, expected):
 @pytest.mark.parametrize(("term", "expected"), [
     ("Bullish", B), ("STRONG BUY", B), ("sector  outperform", B), ("Overweight", B), ("add", B),
     ("Market-Perform", N), ("equal weight", N), ("Equal-Weight", N), ("in-line", N), ("In Line", N),
-    ("peer\u2010perform", N), ("hold", N),
+    ("peer\u2010perform", N), ("hold", N), ("Sector Weight", N), ("market-weight", N), ("Perform", N),
     ("underperform", S), ("Strong-Sell", S), ("reduce", S), ("negative", S),
 ])
 def test_rating_of_known_synonyms(term, expected):
     assert rating_of(term) is expected
 
 
-@pytest.mark.parametrize("term", ["buyback", "holding", "outperformance", "bull", "", "strong", "perform"])
+@pytest.mark.parametrize("term", ["buyback", "holding", "outperformance", "bull", "", "strong", "performance", "weight"])
 def test_rating_of_other_words_is_none(term):
     assert rating_of(term) is None
 
@@ -132,3 +132,18 @@ def test_term_pattern_suffix_exception_is_case_insensitive():
     for text in ("a Buy-rated stock", "a BUY-RATED stock", "a Buy-Rated stock"):
         assert pat.search(text), text
     assert not pat.search("a buy-side desk")
+
+
+def test_vocabulary_comes_from_published_scales_with_sources():
+    from finlib.schema import RATING_SCALES, RATING_SYNONYMS, scale_table, synonyms_from_scales
+
+    assert synonyms_from_scales(RATING_SCALES) == RATING_SYNONYMS
+    assert all(sc.source.strip() for sc in RATING_SCALES)
+    rows = {r["scale"]: r for r in scale_table()}
+    assert "overweight" in rows["Morgan Stanley / J.P. Morgan / Barclays / Wells Fargo / Piper Sandler"]["bullish"]
+    # every scale's three tiers read as the paper's three ratings
+    for sc in RATING_SCALES:
+        for rating, terms in ((B, sc.bullish), (N, sc.neutral), (S, sc.bearish)):
+            assert all(rating_of(t) is rating for t in terms), sc.name
+    # Oppenheimer's "Perform" is everyday English: trusted only in a rating slot
+    assert "perform" in AMBIGUOUS_RATING_TERMS
