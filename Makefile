@@ -12,7 +12,7 @@ SMOLLM2_VERSION := 0.1.2
 export JUPYTER_PREFER_ENV_PATH := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: help venv reproduce stage figures report plan test unit lab data bench clean
+.PHONY: help venv reproduce stage figures report plan dpo test unit lab data bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -44,6 +44,9 @@ report: $(STAMP) ## static HTML report of a run: runs/$(RUN)/report/index.html (
 
 plan: $(STAMP) ## requests, tokens, cost and wall time of params/$(RUN).yaml (no calls): runs/$(RUN)/plan.md
 	$(PY) -m finlib.plan --run $(RUN)
+
+dpo: $(STAMP) ## stage 05 alone without the notebook: triplets, LoRA DPO, Table 8 (needs stages 00-02's artifacts)
+	$(PY) -m finlib.dpo --run $(RUN)
 
 # pytest exits 5 when it collected nothing: that fails here like any other error.
 test: $(STAMP) ## unit tests + every notebook executed on params/smoke.yaml (nbval)

@@ -306,3 +306,20 @@ def test_caveat_names_template_teacher_and_skips():
     res = DPOResult(*[pd.DataFrame()] * 8, report={"teacher": "template", "skipped": "no training triplets"})
     text = caveat(SimpleNamespace(is_synthetic=True), res)
     assert "Template teacher" in text and "skipped" in text and "Synthetic" in text
+
+
+def test_stage_without_no_opinion_texts_is_skipped_with_the_drop_counts(tmp_run):
+    """A fresh clone without the MPQA lexicon has no no_opinion texts: stage 05 says so and trains
+    nothing (no invented pairs), so `make test` still passes there."""
+    from finlib.artifacts import write_frame
+    from finlib.dpo.stage import run_stage
+
+    reports = reports_fixture().assign(text=ORIGINAL)
+    write_frame(tmp_run, "reports", reports)
+    write_frame(tmp_run, "labels", labels_fixture())
+    write_frame(tmp_run, "conditions", conditions_fixture(reports, skip_no_opinion=tuple(reports["report_id"])))
+    res = run_stage(tmp_run)
+    assert "no training triplets" in res.report["skipped"]
+    assert "no_opinion_text_unavailable" in res.report["skipped"]
+    assert res.table8.empty and res.train_log.empty
+    assert not (tmp_run.run_dir / "dpo").exists()

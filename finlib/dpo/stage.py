@@ -109,7 +109,7 @@ def build(cfg: RunConfig, dp: dict) -> tuple[tp.Split, tp.Triplets]:
 # Training
 # ----------------------------------------------------------------------------------------------
 
-def load_for_training(spec, cache_root: Path, torch_dtype, device: str):
+def load_for_training(spec, cache_root: Path, torch_dtype):
     """(model, tokenizer) of the model to tune: the local safetensors cache (converted once from the
     GGUF, as stage 03 does), or the record's `hf_path` / Hugging Face id (online, or a local folder)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -129,9 +129,7 @@ def load_for_training(spec, cache_root: Path, torch_dtype, device: str):
                            "in its params/models.yaml record") from exc
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    if device == "cuda":
-        model = model.to("cuda")
-    return model, tok
+    return model, tok  # left on CPU: the Trainer places it (DDP) or shards it (ZeRO-3 / FSDP)
 
 
 def train_records(cfg: RunConfig, dp: dict, spec) -> list[dict]:
@@ -176,7 +174,7 @@ def train(cfg: RunConfig, dp: dict, model_name: str | None = None) -> tr.TrainRe
         meta = json.loads(fp_file.read_text())
         return tr.TrainResult(out / "adapter", tr.adapter_hash(out / "adapter"), pd.read_csv(out / "train_log.csv"),
                               meta["max_length"], len(records), 0.0, dtype, reused=True)
-    model, tok = load_for_training(spec, cfg.path(_inference(cfg)["model_cache"]), torch_dtype, device)
+    model, tok = load_for_training(spec, cfg.path(_inference(cfg)["model_cache"]), torch_dtype)
     res = tr.train_dpo(model, tok, records, out, dp, cfg.seed, dtype)
     if res.is_main:
         fp_file.write_text(json.dumps({"fingerprint": fp, "max_length": res.max_length, "train_s": res.train_s}))
