@@ -101,7 +101,7 @@ def main() -> None:
 
     best_plain, best_score = min(plain_s), min(score_s)
     print(f"rounds (s): plain {[round(x, 2) for x in plain_s]}, scoring {[round(x, 2) for x in score_s]}")
-    print(f"SmolLM2-135M ({inf['dtype']}), {args.n} prompts, {n_tokens} prompt tokens "
+    print(f"SmolLM2-135M ({model.dtype}, params dtype {inf['dtype']}), {args.n} prompts, {n_tokens} prompt tokens "
           f"(mean {n_tokens / args.n:.0f}), scoring batch {inf['score_batch_size']}, "
           f"generation batch {inf['batch_size']}")
     print(f"{'path':<34}{'seconds':>9}{'prompts/s':>11}{'prompt tok/s':>14}")

@@ -102,7 +102,7 @@ class InferenceSection(_Open):
     store: Optional[str] = None
     registry: Optional[str] = None
     model_cache: Optional[str] = None
-    dtype: Optional[Literal["float32", "bfloat16", "float16"]] = None
+    dtype: Optional[Literal["auto", "float32", "bfloat16", "float16"]] = None  # auto: finlib.llm.precision
     batch_size: Optional[StrictInt] = None
     score_batch_size: Optional[StrictInt] = None
     max_batch_tokens: Optional[StrictInt] = None

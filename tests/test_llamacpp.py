@@ -193,3 +193,60 @@ def test_real_server_starts_answers_and_stops(tmp_path):
     log = next((tmp_path / "logs").glob("llamacpp-*.log")).read_text()
     assert "finlib llamacpp: stopped" in log
     assert json.loads((cache / spec.name / (spec.gguf_file + ".sha256.json")).read_text())["sha256"] == spec.gguf_sha256
+
+
+# -- stage 03 wiring: the generator's subset, constrained JSON for llama.cpp records only ------------
+def _ok_rows(n_reports: int):
+    import pandas as pd
+
+    rows = [{"item_id": f"r{i}|{c}", "report_id": f"r{i}", "condition": c, "text": f"We rate X{i} a Buy. Sales rose.",
+             "status": "ok", "skip_reason": None} for i in range(n_reports) for c in ("original", "no_rating")]
+    return pd.DataFrame(rows)
+
+
+def test_generator_answers_every_condition_of_the_first_reports_only():
+    from finlib.llm.stage import subset_reports
+
+    gen = validate_record(record(), Path("models.yaml"), 0)
+    scorer = validate_record({**record(name="smol", backend="local", gguf_package="p", gguf_parts=None,
+                                       gguf_sha256=None)}, Path("models.yaml"), 1)
+    subsets = subset_reports(_ok_rows(5), [scorer, gen], {"generator_reports": 2, "constrained_json": ["tiny"]})
+    assert subsets == {"smol": None, "tiny": {"r0", "r1"}}
+    every = subset_reports(_ok_rows(5), [gen], {"generator_reports": None, "constrained_json": []})
+    assert every == {"tiny": None}
+
+
+def test_constrained_json_is_refused_for_the_paper_models():
+    from finlib.config import ConfigError
+    from finlib.llm.stage import subset_reports
+
+    gpt = load_registry(ROOT / "params" / "models.yaml")["gpt-4.1"]
+    with pytest.raises(ConfigError, match="never for the paper's models"):
+        subset_reports(_ok_rows(1), [gpt], {"generator_reports": 1, "constrained_json": ["gpt-4.1"]})
+
+
+def test_constrained_requests_carry_the_schema_into_key_and_call():
+    from finlib.llm.openai_backend import request_kwargs
+    from finlib.llm.prompts import finbias_response_format
+    from finlib.llm.stage import plan_requests
+
+    spec = validate_record(record(), Path("models.yaml"), 0)
+    inf = {"prompt_version": "finbias-authors-v1", "max_new_tokens": 64, "max_input_tokens": 512, "dtype": "auto"}
+    free = plan_requests(_ok_rows(1), spec, lambda r: ["generate"], {**inf, "constrained_json": []}, len, 10)
+    tied = plan_requests(_ok_rows(1), spec, lambda r: ["generate"], {**inf, "constrained_json": ["tiny"]}, len, 10)
+    assert "response_format" not in free[0].params and free[0].key != tied[0].key
+    kwargs = request_kwargs(served_spec(spec, "http://127.0.0.1:9/v1"), tied[0])
+    assert kwargs["response_format"] == finbias_response_format()
+    schema = kwargs["response_format"]["json_schema"]["schema"]
+    assert schema["properties"]["answer"]["enum"] == ["bullish", "neutral", "bearish"]
+    assert list(schema["properties"]) == ["answer", "reason"]  # the label comes first
+
+
+def test_rows_outside_the_subset_are_not_planned():
+    from finlib.llm.stage import plan_requests
+
+    spec = validate_record(record(), Path("models.yaml"), 0)
+    inf = {"prompt_version": "finbias-authors-v1", "max_new_tokens": 64, "max_input_tokens": 512, "dtype": "auto",
+           "constrained_json": []}
+    reqs = plan_requests(_ok_rows(3), spec, lambda r: ["generate"] if r["report_id"] == "r1" else [], inf, len, 10)
+    assert sorted(r.meta["item_id"] for r in reqs) == ["r1|no_rating", "r1|original"]

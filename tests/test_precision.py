@@ -87,3 +87,14 @@ def test_cpu_features_reads_flags(tmp_path):
     info.write_text("processor: 0\nflags\t: fpu sse avx2 fma\n")
     assert precision.cpu_features(info) == ["avx2"]
     assert precision.cpu_features(tmp_path / "missing") == []
+
+
+def test_runner_copies_the_recorded_choice_into_the_manifest(tmp_path):
+    from types import SimpleNamespace
+
+    from finlib.runner import read_precision
+
+    cfg = SimpleNamespace(run_dir=tmp_path)
+    assert read_precision(cfg) == {}
+    record_choice(tmp_path, "03", {"chosen": "float32", "gflops": {"float32": 50.0}})
+    assert read_precision(cfg)["03"]["chosen"] == "float32"

@@ -111,7 +111,7 @@ def merge_adapter(model, adapter: Path):
 class LocalModel:
     """A loaded causal LM with its tokenizer, ready to score or generate batches of requests."""
 
-    def __init__(self, spec: ModelSpec, cache_root: Path, dtype: str = "bfloat16", batch_size: int = 8,
+    def __init__(self, spec: ModelSpec, cache_root: Path, dtype: str = "auto", batch_size: int = 8,
                  score_batch_size: int | None = None, max_batch_tokens: int = 16384, seed: int = 0,
                  threads: int | None = None, device: str = "cpu", adapter: Path | None = None):
         from tqdm import TqdmWarning
@@ -136,7 +136,10 @@ class LocalModel:
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(self.device)
+        from finlib.llm.precision import resolve_dtype
+
+        self.dtype, self.precision = resolve_dtype(dtype, str(self.device))  # "auto": measured, once per process
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, self.dtype)).to(self.device)
         if adapter is not None:
             self.model = merge_adapter(self.model, adapter)
         self.model.eval()

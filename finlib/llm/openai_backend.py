@@ -130,6 +130,8 @@ def request_kwargs(spec: ModelSpec, req: Request) -> dict:
         kwargs["seed"] = req.params["seed"]
     if "max_new_tokens" in req.params:
         kwargs[spec.max_tokens_param] = req.params["max_new_tokens"]
+    if "response_format" in req.params:  # constrained JSON (stage 03 allows it for llamacpp records only)
+        kwargs["response_format"] = req.params["response_format"]
     return kwargs
 
 

@@ -236,3 +236,23 @@ def build_dpo_teacher_messages(kind: str, text: str, rating: str) -> list[dict[s
         raise ValueError(f"DPO teacher kind must be one of {sorted(templates)}, got {kind!r}")
     return [{"role": "system", "content": templates[kind].format(rating=rating)},
             {"role": "user", "content": text}]
+
+
+# --- Embedded generator: constrained JSON decoding (helper C's section) ------------------------
+# A NAMED option for the embedded llama.cpp model only (`inference.constrained_json` lists the
+# models; stage 03 refuses any record that is not backend llamacpp, so the paper's models are never
+# constrained). llama.cpp turns this JSON schema into a grammar: the reply is always one JSON object
+# with the answer first (one of the three labels) and a reason of at most FINBIAS_REASON_CHARS
+# characters (bounded output = bounded CPU time). The prompt text itself is unchanged.
+FINBIAS_SCHEMA_VERSION = "finbias-answer-schema-v1"
+FINBIAS_REASON_CHARS = 200
+
+
+def finbias_response_format() -> dict:
+    """The `response_format` of a constrained Fin-Bias call (part of the request, so of its store key)."""
+    schema = {"type": "object",
+              "properties": {"answer": {"type": "string", "enum": [r.value for r in Rating]},
+                             "reason": {"type": "string", "maxLength": FINBIAS_REASON_CHARS}},
+              "required": ["answer", "reason"], "additionalProperties": False}
+    return {"type": "json_schema",
+            "json_schema": {"name": FINBIAS_SCHEMA_VERSION, "schema": schema, "strict": True}}

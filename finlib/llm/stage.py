@@ -22,7 +22,7 @@ from finlib.artifacts import read_frame, require_columns, write_frame, write_jso
 from finlib.config import ConfigError, RunConfig
 from finlib.llm.engine import engine_key, send_pending
 from finlib.llm.progress import Progress
-from finlib.llm.prompts import FINBIAS_PROMPTS, build_messages, finbias_prompt, truncate_text
+from finlib.llm.prompts import FINBIAS_PROMPTS, build_messages, finbias_prompt, finbias_response_format, truncate_text
 from finlib.llm.registry import ModelSpec, load_registry, select_models
 from finlib.llm.store import Request, ResponseStore, make_key
 from finlib.answers import condition_texts, parse_predictions
@@ -41,8 +41,9 @@ API_CHARS_PER_TOKEN = 4.0  # token estimate for API models (no local tokenizer);
 INFERENCE_KEYS = ("models", "mode", "prompt_version", "generate_subset", "max_new_tokens", "max_input_tokens",
                   "budget_usd", "store",
                   "registry", "model_cache", "dtype", "batch_size", "score_batch_size", "max_batch_tokens", "threads",
-                  "device", "progress", "batch", "batch_dir", "batch_poll_s", "max_error_share")
-DTYPES = ("float32", "bfloat16", "float16")
+                  "device", "progress", "batch", "batch_dir", "batch_poll_s", "max_error_share",
+                  "generator_reports", "constrained_json")
+DTYPES = ("auto", "float32", "bfloat16", "float16")  # auto: measured per machine (finlib.llm.precision)
 
 
 def inference_params(cfg: RunConfig) -> dict:
@@ -67,6 +68,12 @@ def inference_params(cfg: RunConfig) -> dict:
         raise ConfigError(f"{cfg.params_file}: inference.models must be a non-empty list of registry names")
     if inf.get("mode") not in ("score", "generate"):
         raise ConfigError(f"{cfg.params_file}: inference.mode must be 'score' or 'generate', got {inf.get('mode')!r}")
+    gr = inf["generator_reports"]
+    if gr is not None and (isinstance(gr, bool) or not isinstance(gr, int) or gr < 0):
+        raise ConfigError(f"{cfg.params_file}: inference.generator_reports must be null (all reports) or an "
+                          f"integer >= 0, got {gr!r}")
+    if not isinstance(inf["constrained_json"], list):
+        raise ConfigError(f"{cfg.params_file}: inference.constrained_json must be a list of model names")
     if inf["prompt_version"] not in FINBIAS_PROMPTS:
         raise ConfigError(f"{cfg.params_file}: inference.prompt_version must be one of {sorted(FINBIAS_PROMPTS)}, "
                           f"got {inf['prompt_version']!r}")
@@ -148,13 +155,19 @@ def plan_requests(ok: pd.DataFrame, spec: ModelSpec, modes_for: Callable[[pd.Ser
         raise ConfigError(f"inference.max_input_tokens={inf['max_input_tokens']} leaves no room for the report "
                           f"after the prompt ({overhead} tokens) for model {spec.name}")
     out = []
+    constrained = spec.name in inf.get("constrained_json", [])
     for _, row in ok.iterrows():
+        modes = modes_for(row)
+        if not modes:
+            continue
         text, truncated = truncate_text(str(row["text"]), budget, n_tokens)
         messages = build_messages(text, spec.supports_system, version)
-        for mode in modes_for(row):
+        for mode in modes:
             params = dict(spec.sampling)
             if mode == "generate":
                 params["max_new_tokens"] = max_new
+                if constrained:  # named option, embedded llama.cpp model only (checked in run_stage)
+                    params["response_format"] = finbias_response_format()
             key = make_key(spec.backend, spec.model_id, messages, params, version, mode, engine)
             out.append(Request(key=key, model=spec.name, backend=spec.backend, mode=mode, messages=messages,
                                params=params, truncated=truncated, input_tokens_est=overhead + n_tokens(text),
@@ -207,12 +220,15 @@ def _rows(requests: list[Request], stored: dict[str, dict]) -> list[dict]:
 
 
 def _run_model(cfg: RunConfig, spec: ModelSpec, ok: pd.DataFrame, inf: dict, store: ResponseStore,
-               budget, gen_ids: set[str], report: dict) -> list[dict]:
-    """Plan, send what is missing, and read back the rows for one model."""
+               budget, gen_ids: set[str], report: dict, only_ids: set[str] | None = None) -> list[dict]:
+    """Plan, send what is missing, and read back the rows for one model (`only_ids`: the reports
+    of a model that answers a subset, the embedded generator; None = every report)."""
     t0 = time.perf_counter()
     primary = inf["mode"] if spec.backend == "local" else "generate"
 
     def modes_for(row: pd.Series) -> list[str]:
+        if only_ids is not None and str(row["report_id"]) not in only_ids:
+            return []
         extra = ["generate"] if str(row["report_id"]) in gen_ids and primary != "generate" else []
         return [primary, *extra]
 
@@ -238,7 +254,8 @@ def _run_model(cfg: RunConfig, spec: ModelSpec, ok: pd.DataFrame, inf: dict, sto
     progress = Progress(len(pending), desc=f"{spec.name}", disable=not inf["progress"] or not pending)
     try:
         send_pending(spec, pending, store, budget=budget, progress=progress, local_model=model, batch=inf["batch"],
-                     batch_dir=cfg.path(inf["batch_dir"]), batch_poll_s=float(inf["batch_poll_s"]))
+                     batch_dir=cfg.path(inf["batch_dir"]), batch_poll_s=float(inf["batch_poll_s"]),
+                     model_cache=cfg.path(inf["model_cache"]), log_dir=cfg.run_dir)
     finally:
         progress.close()
     stored = store.get([r.key for r in unique])
@@ -246,7 +263,10 @@ def _run_model(cfg: RunConfig, spec: ModelSpec, ok: pd.DataFrame, inf: dict, sto
     masses = [s["label_mass"] for s in stored.values() if s["mode"] == "score" and s["label_mass"] is not None]
     report["models"][spec.name] = {
         "backend": spec.backend, "model_id": spec.model_id, "primary_mode": primary,
-        "via": "local" if spec.backend == "local" else ("batch_api" if inf["batch"] else "chat_completions"),
+        "via": {"local": "local", "llamacpp": "llama.cpp server (chat_completions)"}.get(
+            spec.backend, "batch_api" if inf["batch"] else "chat_completions"),
+        "reports": None if only_ids is None else len(only_ids),
+        "constrained_json": spec.name in inf["constrained_json"],
         "requests": len(requests), "unique_keys": len(unique), "cached": len(answered), "sent": len(pending),
         "truncated_inputs": int(sum(r.truncated for r in requests if r.mode == primary)),
         "load_s": round(getattr(model, "load_s", 0.0), 3), "wall_s": round(time.perf_counter() - t0, 3),
@@ -260,12 +280,17 @@ def _run_model(cfg: RunConfig, spec: ModelSpec, ok: pd.DataFrame, inf: dict, sto
     return rows
 
 
-def skipped_rows(skipped: pd.DataFrame, specs: list[ModelSpec], inf: dict) -> list[dict]:
-    """Condition rows stage 02 skipped: carried through with their reason, never dropped."""
+def skipped_rows(skipped: pd.DataFrame, specs: list[ModelSpec], inf: dict,
+                 subsets: dict[str, set[str] | None] | None = None) -> list[dict]:
+    """Condition rows stage 02 skipped: carried through with their reason, never dropped (for a
+    model that answers a subset of reports, the skipped rows of those reports)."""
     rows = []
     for spec in specs:
         mode = inf["mode"] if spec.backend == "local" else "generate"
+        only = (subsets or {}).get(spec.name)
         for _, r in skipped.iterrows():
+            if only is not None and str(r["report_id"]) not in only:
+                continue
             rows.append({"item_id": r["item_id"], "report_id": r["report_id"], "condition": r["condition"],
                          "model": spec.name, "mode": mode, "raw_text": None, "p_bullish": np.nan,
                          "p_neutral": np.nan, "p_bearish": np.nan, "status": "skipped",
@@ -306,6 +331,10 @@ def summarise(pred: pd.DataFrame, report: dict) -> dict:
                                 "rate": float(gen["parsed"].mean()) if len(gen) else None,
                                 "by_note": dict(Counter(gen["parse_note"])),
                                 "parser": "finlib.answers.parse_rating_detail (the one parser)"}
+    report["generate_parse_by_model"] = {  # the README quotes the embedded generator's rate from here
+        m: {"n": int(len(g)), "parsed": int(g["parsed"].sum()), "rate": float(g["parsed"].mean()),
+            "n_per_condition": {c: int(k) for c, k in g.groupby("condition").size().items()}}
+        for m, g in gen.groupby("model")}
     report["truncated_outputs"] = int(pred["truncated_output"].fillna(False).astype(bool).sum())
     # issue 15: the model's failures (answered but unparsed/truncated, inside N) apart from the
     # infrastructure's (not answered: errors after retries, outside N)
@@ -316,6 +345,32 @@ def summarise(pred: pd.DataFrame, report: dict) -> dict:
                                "answered_truncated": int((pred["parse_note"] == "truncated").sum())}
     report["errors"] = dict(Counter(pred.loc[pred["status"] == "error", "error"].astype(str).str[:120]))
     return report
+
+
+def resolve_precision(cfg: RunConfig, inf: dict, specs: list[ModelSpec]) -> tuple[dict, dict | None]:
+    """`inference.dtype` resolved for this machine (auto: measured once per process; a fixed dtype
+    wins) when a local torch model runs; recorded for the manifest (runs/<run>/precision.json).
+    The resolved dtype is what store keys name."""
+    if not any(s.backend == "local" for s in specs):
+        return inf, None
+    from finlib.llm.precision import record_choice, resolve_dtype
+
+    name, precision = resolve_dtype(inf["dtype"], inf["device"])
+    record_choice(cfg.run_dir, "03", precision)
+    return {**inf, "dtype": name}, precision
+
+
+def subset_reports(ok: pd.DataFrame, specs: list[ModelSpec], inf: dict) -> dict[str, set[str] | None]:
+    """Per model, the reports it answers: llama.cpp-served generators answer every condition of
+    the first `inference.generator_reports` reports (null = all); every other model all reports.
+    Constrained JSON is refused for any model not served by llama.cpp (never the paper's models)."""
+    wrong = [s.name for s in specs if s.name in inf["constrained_json"] and s.backend != "llamacpp"]
+    if wrong:
+        raise ConfigError(f"inference.constrained_json: {wrong} are not llamacpp records; constrained decoding is "
+                          "a named option for the embedded llama.cpp generator only, never for the paper's models")
+    n = inf["generator_reports"]
+    return {s.name: generate_subset_ids(ok, n) if s.backend == "llamacpp" and n is not None else None
+            for s in specs}
 
 
 def run_stage(cfg: RunConfig, models: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
@@ -329,20 +384,29 @@ def run_stage(cfg: RunConfig, models: list[str] | None = None) -> tuple[pd.DataF
     ok = conditions[conditions["status"] == "ok"]
     skipped = conditions[conditions["status"] == "skipped"]
     gen_ids = generate_subset_ids(ok, inf["generate_subset"])
-    report: dict = {"prompt_version": inf["prompt_version"],
+    inf, precision = resolve_precision(cfg, inf, specs)
+    subsets = subset_reports(ok, specs, inf)
+    report: dict = {"precision": precision,
+                    "generator_reports": {n: sorted(ids) for n, ids in subsets.items() if ids is not None},"prompt_version": inf["prompt_version"],
                     "prompt_source": finbias_prompt(inf["prompt_version"]).source,
                     "models": {}, "n_conditions": int(len(conditions)),
                     "n_ok_conditions": int(len(ok)), "n_skipped_conditions": int(len(skipped)),
                     "skip_reasons": dict(Counter(skipped["skip_reason"].astype(str))),
                     "generate_subset_reports": sorted(gen_ids), "budget_usd": float(inf["budget_usd"]),
                     "params": {k: inf[k] for k in ("mode", "max_new_tokens", "max_input_tokens", "dtype", "batch_size",
-                                                    "score_batch_size", "device")}}
+                                                    "score_batch_size", "device", "generator_reports",
+                                                    "constrained_json")}}
     budget = Budget(float(inf["budget_usd"]))
     rows: list[dict] = []
-    with ResponseStore(cfg.path(inf["store"])) as store:
-        for spec in specs:
-            rows += _run_model(cfg, spec, ok, inf, store, budget, gen_ids, report)
-    rows += skipped_rows(skipped, specs, inf)
+    try:
+        with ResponseStore(cfg.path(inf["store"])) as store:
+            for spec in specs:
+                rows += _run_model(cfg, spec, ok, inf, store, budget, gen_ids, report, subsets[spec.name])
+    finally:
+        from finlib.llm.llamacpp import close_servers
+
+        close_servers()  # the llama.cpp server of this stage stops here, not at kernel exit
+    rows += skipped_rows(skipped, specs, inf, subsets)
     pred = to_frame(rows, condition_texts(conditions))
     report = summarise(pred, report)
     report["budget_spent_this_run_usd"] = budget.spent
