@@ -95,11 +95,12 @@ def build(cfg: RunConfig, dp: dict) -> tuple[tp.Split, tp.Triplets]:
     reports = read_frame(cfg, "reports")
     split = tp.split_reports(reports, tp.resolve_cutoff(reports["date"], dp["split_cutoff"], float(dp["train_share"])))
     tp.check_split(split.reports)
+    labels = read_frame(cfg, "labels")
     with ResponseStore(_store_path(cfg)) as store:
         teacher, name = make_teacher(cfg, dp, store)
-        trip = tp.build_triplets(split, read_frame(cfg, "labels"), read_frame(cfg, "conditions"), teacher, name)
-    labels = read_frame(cfg, "labels")[["report_id", "label"]]
-    write_frame(cfg, "dpo_split", split.reports.drop(columns=["text"], errors="ignore").merge(labels, how="left"))
+        trip = tp.build_triplets(split, labels, read_frame(cfg, "conditions"), teacher, name)
+    write_frame(cfg, "dpo_split", split.reports.drop(columns=["text"], errors="ignore")
+                .merge(labels[["report_id", "label"]], on="report_id", how="left"))
     write_frame(cfg, "dpo_triplets", trip.triplets)
     write_frame(cfg, "dpo_drops", trip.drops)
     return split, trip

@@ -219,7 +219,7 @@ def _check_answer(row: pd.Series | None, intended: str, context: str) -> str | N
     """None when the teacher's answer parses (stage 04's parser) to `intended`; else the drop reason."""
     if row is None or row["status"] != "ok":
         return "teacher_error"
-    rating, note = parse_rating_detail(row["raw_text"], context)
+    rating, _ = parse_rating_detail(row["raw_text"], context)
     if rating is None:
         return "teacher_unparsed"
     return None if rating.value == intended else "teacher_wrong_rating"
@@ -234,11 +234,13 @@ def build_triplets(split: Split, labels: pd.DataFrame, conditions: pd.DataFrame,
     kept, extra = [], Counter()
     for _, r in cands.iterrows():
         rej, cho = by_id.get(f"{r['report_id']}|herded"), by_id.get(f"{r['report_id']}|independent")
-        reason = (_check_answer(rej, r["analyst_rating"], r["prompt_text"])
-                  or _check_answer(cho, r["label"], r["independent_text"]))
-        if reason:
-            side = "rejected" if _check_answer(rej, r["analyst_rating"], r["prompt_text"]) else "chosen"
-            extra[(r["split"], f"{reason}_{side}")] += 1
+        bad_rej = _check_answer(rej, r["analyst_rating"], r["prompt_text"])
+        bad = f"{bad_rej}_rejected" if bad_rej else None
+        if bad is None:
+            bad_cho = _check_answer(cho, r["label"], r["independent_text"])
+            bad = f"{bad_cho}_chosen" if bad_cho else None
+        if bad:
+            extra[(r["split"], bad)] += 1
             continue
         kept.append({**{c: r.get(c) for c in TRIPLET_COLUMNS if c in r.index},
                      "chosen": cho["raw_text"], "rejected": rej["raw_text"], "teacher": teacher_name})
