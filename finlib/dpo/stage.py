@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,6 +164,9 @@ def train(cfg: RunConfig, dp: dict, model_name: str | None = None) -> tr.TrainRe
 
     device = "cuda" if dp["device"] == "auto" and torch.cuda.is_available() else \
         ("cpu" if dp["device"] == "auto" else dp["device"])
+    if dp["dtype"] == "auto" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ConfigError("dpo.dtype: auto measures in every process and ranks could disagree; fix it "
+                          "(bfloat16 on GPUs, matching the accelerate config's mixed_precision)")
     torch_dtype, report = choose_dtype(device, dp["dtype"])
     dtype = str(torch_dtype).removeprefix("torch.")
     record_choice(cfg.run_dir, "05_dpo_training", report)
