@@ -72,6 +72,17 @@ def check_known_keys(section: dict, known: Iterable[str], where: str) -> None:
         raise ConfigError(f"{where}: unknown key(s) {unknown}; known keys: {sorted(known)}")
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """safe_load without YAML aliases (`*name`): nested aliases expand exponentially when the params
+    are walked or merged (a 1 kB "billion laughs" file hangs the loader); no params file needs them."""
+
+    def compose_node(self, parent, index):  # noqa: ANN001 -- PyYAML's signature
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.composer.ComposerError(None, None, "YAML aliases (*name) are not allowed here",
+                                              self.peek_event().start_mark)
+        return super().compose_node(parent, index)
+
+
 def read_yaml_mapping(path: Path, what: str = "params file",
                       error: type[Exception] = ConfigError) -> dict:
     """A YAML file whose top level is a mapping; errors name the file (shared by params and registry)."""
@@ -79,21 +90,29 @@ def read_yaml_mapping(path: Path, what: str = "params file",
     if not path.is_file():
         raise error(f"{what} not found: {path}")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_NoAliasLoader) or {}
     except yaml.YAMLError as exc:
         raise error(f"{path}: invalid YAML: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[:exc.start].count(b"\n") + 1
+        raise error(f"{path}: not valid UTF-8 at byte {exc.start} (line {line}); save the file as UTF-8") from None
     if not isinstance(raw, dict):
         raise error(f"{path}: top level must be a mapping, got {type(raw).__name__}")
     return raw
 
 
-def load_params(path: Path) -> dict:
+def load_params(path: Path, _chain: tuple[Path, ...] = ()) -> dict:
     """Read a params file, following `extends:` chains (relative to the file's folder)."""
     path = Path(path)
+    if path.resolve() in _chain:
+        raise ConfigError(f"{path}: `extends` loops back to itself: "
+                          + " -> ".join(str(p) for p in (*_chain, path.resolve())))
     raw = read_yaml_mapping(path)
     parent = raw.pop("extends", None)
     if parent:
-        raw = deep_merge(load_params(path.parent / parent), raw)
+        if not isinstance(parent, str):
+            raise ConfigError(f"{path}: extends must be a file name, got {parent!r}")
+        raw = deep_merge(load_params(path.parent / parent, (*_chain, path.resolve())), raw)
     _check_no_secrets(raw, path)
     return raw
 
