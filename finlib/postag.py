@@ -25,7 +25,7 @@ import importlib.metadata
 import sqlite3
 import time
 import zlib
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -98,12 +98,6 @@ class Tagged:
     ends: np.ndarray            # int32
     codes: np.ndarray           # uint8 index into labels
     labels: tuple[str, ...]
-
-    def tags_in(self, start: int, end: int) -> list[str]:
-        """Fine tags of the tokens overlapping text[start:end] (the one containing `start` first)."""
-        i = max(bisect_right(self.starts, start) - 1, 0)
-        j = bisect_left(self.starts, end)
-        return [self.labels[c] for k, c in enumerate(self.codes[i:j], start=i) if self.ends[k] > start]
 
     def tag_at(self, offset: int) -> str:
         """Fine tag of the token containing `offset` ("" outside every token)."""
