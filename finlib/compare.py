@@ -98,10 +98,11 @@ def read_comparisons(cfg: RunConfig) -> pd.DataFrame:
 
 
 def comparison_summary(long: pd.DataFrame) -> pd.DataFrame:
-    """Per table: rows compared, rows on one side only, mean and mean absolute difference."""
+    """Per table and column: rows compared, rows on one side only, mean and mean absolute difference."""
     if long.empty:
-        return pd.DataFrame(columns=["table", "matched", "paper_only", "ours_only", "mean_diff", "mean_abs_diff"])
-    g = long.groupby("table", sort=True)
+        return pd.DataFrame(columns=["table", "column", "matched", "paper_only", "ours_only", "mean_diff",
+                                     "mean_abs_diff"])
+    g = long.groupby(["table", "column"], sort=True)
     out = pd.DataFrame({
         "matched": g["status"].apply(lambda s: int((s == MATCHED).sum())),
         "paper_only": g["status"].apply(lambda s: int((s == PAPER_ONLY).sum())),
@@ -155,7 +156,11 @@ def finbias_metric_comparisons(metrics: pd.DataFrame, paper_names: dict[str, str
     for view in FINBIAS_VIEWS:
         paper = paper_table(view.paper_key)
         paper = paper[paper[view.column].notna()]
-        o = ours_all[(ours_all["metric"] == view.metric) & (ours_all["condition"] == view.condition.value)]
+        # the analysts' accuracy is one number per sector, printed in Tables 6 and 7 alike: ours is on `original`
+        wanted = np.where(ours_all["paper_model"] == "Analyst", Condition.ORIGINAL.value, view.condition.value)
+        o = ours_all[(ours_all["metric"] == view.metric) & (ours_all["condition"] == wanted)]
+        if "Analyst" not in set(paper["model"]):
+            o = o[o["paper_model"] != "Analyst"]
         o = o.assign(sector=o["sector"].replace({POOLED: "Average"}), value=100 * o["value"])
         o = o[o["sector"].isin(set(paper["sector"]))].drop(columns=["model"]).rename(columns={"paper_model": "model"})
         cmp = paper_vs_ours(o[["model", "sector", "value"]], paper, ["model", "sector"], "value", view.column,

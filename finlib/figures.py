@@ -77,7 +77,11 @@ class FigureRecord:
 def finish(cfg: RunConfig, fig, name: str, text: str) -> FigureRecord:
     """Put the caption under the figure, save PNG + PDF, return the record."""
     cap = caption(cfg, text)
-    fig.text(0.01, -0.01, "\n".join(textwrap.wrap(cap, 150)), ha="left", va="top", fontsize=6.5, color="#333333")
+    # below everything already drawn (rotated tick labels reach under the axes)
+    box = fig.get_tightbbox(fig.canvas.get_renderer())
+    left, bottom = box.x0 / fig.get_figwidth(), box.y0 / fig.get_figheight()
+    fig.text(min(left, 0.01), min(bottom, 0.0) - 0.02, "\n".join(textwrap.wrap(cap, 150)), ha="left", va="top",
+             fontsize=6.5, color="#333333")
     paths = save_figure(cfg, fig, name)
     return FigureRecord(name, cap, [str(p.relative_to(cfg.root)) for p in paths])
 
@@ -96,8 +100,8 @@ def plot_herding_heatmap(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object,
     models = sorted(h["model"].unique())
     cols = [s for s in (*SECTORS, POOLED) if s in set(h["sector"])]
     with figure_style():
-        fig, axes = plt.subplots(1, 4, figsize=(16, 1.2 + 0.45 * max(len(models), 1)), squeeze=False)
-        for ax, cond in zip(axes[0], CONDITION_ORDER):
+        fig, axes = plt.subplots(1, 4, figsize=(16, 1.6 + 0.5 * max(len(models), 1)), squeeze=False)
+        for col, (ax, cond) in enumerate(zip(axes[0], CONDITION_ORDER)):
             d = h[h["condition"] == cond.value]
             val = d.pivot(index="model", columns="sector", values="value").reindex(index=models, columns=cols)
             n = d.pivot(index="model", columns="sector", values="n").reindex(index=models, columns=cols)
@@ -106,9 +110,11 @@ def plot_herding_heatmap(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object,
                 for j in range(len(cols)):
                     v, k = val.iat[i, j], n.iat[i, j]
                     label = "–" if pd.isna(v) else f"{100 * v:.0f}\nN={int(k)}"
-                    ax.text(j, i, label, ha="center", va="center", fontsize=5, color="white")
+                    ax.text(j, i, label, ha="center", va="center", fontsize=5,
+                            color="#555555" if pd.isna(v) else "white")
             ax.set_xticks(range(len(cols)), [c.replace(" ", "\n", 1) for c in cols], rotation=90)
             ax.set_yticks(range(len(models)), models)
+            ax.tick_params(labelleft=col == 0)
             ax.set_title(cond.value)
             ax.grid(False)
         fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="herding %")
@@ -128,7 +134,8 @@ def plot_with_without(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object, Fi
 
     h = _metric(metrics, "herding")
     h = h[h["condition"].isin([Condition.ORIGINAL.value, Condition.NO_RATING.value])]
-    rows = [(m, s) for m in sorted(h["model"].unique()) for s in (POOLED, *SECTORS) if s in set(h["sector"])]
+    has = set(map(tuple, h.loc[h["value"].notna(), ["model", "sector"]].to_numpy()))
+    rows = [(m, s) for m in sorted(h["model"].unique()) for s in (POOLED, *SECTORS) if (m, s) in has]
     with figure_style():
         fig, ax = plt.subplots(figsize=(7, 1 + 0.22 * max(len(rows), 1)))
         for y, (m, s) in enumerate(rows):
@@ -440,9 +447,17 @@ class FigureStage:
         }
 
     def draw(self, name: str) -> None:
-        """Draw one figure (the notebook's inline backend shows it); a missing input prints a note instead."""
-        if attempt(self.records, name, self.drawers()[name]) is None:
+        """Draw one figure, show it (explicitly, then close it: no reliance on the inline backend's
+        end-of-cell flush, no figures piling up) or print why it was not drawn."""
+        import matplotlib.pyplot as plt
+        from IPython.display import display
+
+        fig = attempt(self.records, name, self.drawers()[name])
+        if fig is None:
             print(f"{name}: not drawn — {self.records[-1].skipped}")
+            return
+        display(fig)
+        plt.close(fig)
 
     def paper_names(self) -> dict[str, str]:
         from finlib.llm.registry import load_registry

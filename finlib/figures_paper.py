@@ -147,7 +147,7 @@ def plot_case_study(cfg: RunConfig, predictions: pd.DataFrame, conditions: pd.Da
     conds = [c for c in (Condition.ORIGINAL, Condition.NO_RATING, Condition.FAKE_RATING)
              if c.value in set(rows["condition"])]
     with figure_style():
-        fig, axes = plt.subplots(len(conds), 2, figsize=(13, 2.6 * len(conds)), squeeze=False,
+        fig, axes = plt.subplots(len(conds), 2, figsize=(13, 1.7 * len(conds)), squeeze=False,
                                  gridspec_kw={"width_ratios": [1, 1.3]})
         for (ax_ctx, ax_out), cond in zip(axes, conds):
             r = rows[rows["condition"] == cond.value].iloc[0]

@@ -156,9 +156,10 @@ def test_stage_draws_from_artifacts_and_writes_comparisons(tmp_path):
     for name in ("fig_conditions_example", "fig_labels_by_year", "fig_herding_heatmap"):
         stage.draw(name)
     assert [r.skipped for r in stage.records] == [None, None, None]
-    summary = stage.write_comparisons().set_index("table")
-    assert summary.loc["finbias_table4", "matched"] == 2 * 4    # GPT-4: 3 sectors + Average, with and without
-    assert summary.loc["finbias_table2", "matched"] == 3 * 2      # Energy, Technology, Total x num, percentage
+    summary = stage.write_comparisons().set_index(["table", "column"])
+    assert summary.loc[("finbias_table4", "with_rating"), "matched"] == 4    # GPT-4: 3 sectors + Average
+    assert summary.loc[("finbias_table4", "without_rating"), "matched"] == 4
+    assert summary.loc[("finbias_table2", "num"), "matched"] == 3            # Energy, Technology, Total
     assert (cfg.tables_dir / "paper_vs_ours_summary.md").read_text().count("not comparable") == 1
     stage.draw("fig_paper_vs_ours")
     assert stage.records[-1].skipped is None
@@ -198,6 +199,11 @@ def test_finbias_metric_comparison_against_the_published_csv():
     assert avg["status"] == compare.MATCHED
     t6 = long[(long["table"] == "finbias_table6") & (long["row"].str.startswith("Analyst"))]
     assert (t6["status"] == compare.MATCHED).sum() == 4     # analyst baseline: 3 sectors + Average
+    t7 = long[(long["table"] == "finbias_table7") & (long["row"] == f"Analyst | {SECTORS[0]}")].iloc[0]
+    analyst = m[(m.model == "Analyst") & (m.condition == "original") & (m.sector == SECTORS[0])
+                & (m.metric == "accuracy")]["value"].item()     # one analyst accuracy, printed in T6 and T7
+    assert t7["ours"] == pytest.approx(100 * analyst)
+    assert not long[long["table"] == "finbias_table4"]["row"].str.startswith("Analyst").any()
     assert not long["row"].str.contains("smollm2").any()  # no paper_name: not compared
 
 
@@ -212,7 +218,7 @@ def test_comparisons_round_trip_and_summary(tmp_path):
     back = compare.read_comparisons(cfg)
     assert back["diff"].item() == pytest.approx(80.0 - 79.42)
     s = compare.comparison_summary(back)
-    assert s["matched"].item() == 1 and s["mean_abs_diff"].item() == pytest.approx(0.58)
+    assert s["column"].item() == "score" and s["matched"].item() == 1 and s["mean_abs_diff"].item() == pytest.approx(0.58)
     write_table(cfg, "unrelated", pd.DataFrame({"a": [1]}), "x")
     assert len(compare.read_comparisons(cfg)) == 1
 
