@@ -107,6 +107,26 @@ def _utf8_error(path: Path, raw: bytes, suffix: str, exc: UnicodeDecodeError) ->
         "Re-encode the file as UTF-8 (e.g. `iconv -f cp1252 -t utf-8 in.csv > out.csv`).")
 
 
+def _jsonl_error(path: Path) -> DataValidationError | None:
+    """The first bad line of a JSONL file by line number (pandas reports a character offset into
+    the whole file, which no editor shows), or None when every line is a JSON object."""
+    import json
+
+    text = _raw_bytes(path).decode("utf-8", errors="replace")
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            return DataValidationError(f"{path}: line {n}, column {exc.colno}: invalid JSON ({exc.msg}): "
+                                       f"{line[:80]!r}")
+        if not isinstance(obj, dict):
+            return DataValidationError(f"{path}: line {n}: expected one JSON object per line, got "
+                                       f"{type(obj).__name__}: {line[:80]!r}")
+    return None
+
+
 def read_table(path: str | Path, usecols: list[str] | None = None, nrows: int | None = None) -> pd.DataFrame:
     """Read CSV/CSV.gz/TSV/JSONL/parquet; text formats must be UTF-8 (checked, located on failure)."""
     path = Path(path)
@@ -130,12 +150,13 @@ def read_table(path: str | Path, usecols: list[str] | None = None, nrows: int | 
         except UnicodeDecodeError as exc:
             raise _utf8_error(path, raw, suffix, exc) from None
         raise
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:  # TypeError: pandas on a JSONL line that is not an object
         if usecols and "Usecols do not match" in str(exc):
             header = pd.read_csv(path, nrows=0).columns.tolist()
             missing = [c for c in usecols if c not in header]
             raise DataValidationError(f"{path}: missing column(s) {missing}; found {header}") from None
-        raise DataValidationError(f"{path}: cannot parse as {suffix}: {exc}") from exc
+        located = _jsonl_error(path) if suffix in (".jsonl", ".jsonl.gz") else None
+        raise located or DataValidationError(f"{path}: cannot parse as {suffix}: {exc}") from None
     return df
 
 
