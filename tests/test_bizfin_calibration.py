@@ -150,3 +150,49 @@ def test_end_to_end_with_a_scripted_judge(tmp_path, monkeypatch):
                                              "Ours (stub2)"]
     n_refine = sum(len(task_info(t).dimensions) for t in ref["task"])
     assert len(judge.sent) == 2 * (len(ref) + n_refine + len(ref))
+
+
+def test_stage08_end_to_end_on_the_smoke_params(tmp_run, monkeypatch):
+    """Stage 08 with a scripted model: stage 07's FDD answer through IteraJudge, the reference set
+    through both judges, every artifact, Table 4 and the paper-vs-ours comparison written."""
+    from finlib.artifacts import read_frame, write_frame
+    from finlib.bizfin import judge_stage
+    from finlib.bizfin.stage import bizfin_params, load_items
+
+    cfg = tmp_run
+    item = load_items(cfg, bizfin_params(cfg))[0]["FDD"][0]
+    write_frame(cfg, "bizfin_items", pd.DataFrame([
+        {"model": "m", "task": "FDD", "kind": "judge", "item_id": item.id, "status": "ok", "raw_text": "示例股份上涨。"},
+        {"model": "m", "task": "FQA", "kind": "judge", "item_id": "x", "status": "ok", "raw_text": "not in params"}]))
+    ref = C.load_reference_sets(["FDD"], questions=1, answers=3)
+    judge = RankingJudge(dict(zip(ref["answer"], ref["reference_score"])))
+    monkeypatch.setattr(engine, "send_pending", judge)
+    run = judge_stage.run_stage(cfg)
+    [traj] = run.trajectories
+    assert traj.input.id == f"m|{item.id}" and len(traj.steps) == len(task_info("FDD").dimensions)
+    assert traj.result.status == "ok"
+    assert len(read_frame(cfg, "iterajudge_trajectories")) == 1 + len(traj.steps)
+    assert len(read_frame(cfg, "judge_calibration_scores")) == 3 * 2
+    assert np.allclose(read_frame(cfg, "judge_calibration")["spearman"], 1.0)
+    assert (cfg.tables_dir / "bizfin_table4_judge.md").is_file()
+    assert (cfg.tables_dir / "paper_vs_ours_bizfin_table4.csv").is_file()
+    assert run.report["plumbing_models"] == ["qwen2.5-coder-0.5b"]
+    assert "NOT the paper's expert scores" in judge_stage.caveat_banner(run)
+    assert list(judge_stage.calibration_view(run.scores)["reference_score"]) == [100, 60, 0]
+    n_sent = len(judge.sent)
+    judge_stage.run_stage(cfg)
+    assert len(judge.sent) == n_sent  # a rerun is answered from the store
+
+
+def test_stage08_params_are_checked(tmp_run):
+    from finlib.bizfin import judge_stage
+    from finlib.config import ConfigError
+
+    p = tmp_run.params["bizfin"]["iterajudge"]
+    p["calibration_tasks"] = ["FQA"]
+    with pytest.raises(ConfigError, match="no reference set"):
+        judge_stage.iterajudge_params(tmp_run)
+    p["calibration_tasks"] = ["FDD"]
+    p["judge_temp"] = 0.0
+    with pytest.raises(ConfigError, match="unknown key"):
+        judge_stage.iterajudge_params(tmp_run)

@@ -21,7 +21,8 @@ from finlib.bizfin.tasks import JUDGE_TASKS, check_tasks
 from finlib.config import ConfigError, RunConfig, check_known_keys
 from finlib.llm.prompts import JUDGE_CONTRASTIVE_VERSION, JUDGE_REFINE_VERSION, JUDGE_VANILLA_VERSION
 from finlib.llm.registry import load_registry, select_models
-from finlib.tables import write_table
+from finlib.compare import write_comparison
+from finlib.tables import paper_table, write_table
 
 ITERAJUDGE_KEYS = ("refiner", "judges", "score_range", "temperature", "dimension_order", "refine_max_new_tokens",
                    "judge_max_new_tokens", "tasks", "max_items_per_task", "calibration_tasks",
@@ -103,6 +104,22 @@ def judge_kwargs(cfg: RunConfig, p: dict, budget) -> dict:
             "sampling": None if p["temperature"] is None else {"temperature": float(p["temperature"]), "top_p": 1.0}}
 
 
+def table4_comparison(corr: pd.DataFrame, paper_names: dict[str, str]) -> pd.DataFrame:
+    """Our Spearman values beside the paper's in the common paper-vs-ours layout (stage 06 collects
+    it). Judges match through the registry's `paper_name`; ours run on the constructed reference
+    set, so even a matched row compares different reference scores (the caption says so)."""
+    from finlib.compare import paper_vs_ours
+
+    ours = pd.DataFrame({"method": corr["method"].map(cal.METHOD_LABELS),
+                         "judge": corr["judge"].map(lambda j: paper_names.get(j) or j),
+                         "task": corr["task"], "spearman": corr["spearman"]})
+    cmp = paper_vs_ours(ours, paper_table("bizfin_table4"), ["method", "judge", "task"], "spearman",
+                        table="bizfin_table4")
+    return pd.DataFrame({"table": cmp["table"], "row": cmp["method"] + " (" + cmp["judge"] + ")",
+                         "column": cmp["task"], "ours": cmp["ours"], "paper": cmp["paper"], "diff": cmp["diff"],
+                         "status": cmp["status"]})
+
+
 def run_stage(cfg: RunConfig) -> IteraRun:
     """Run both parts and write `iterajudge_trajectories`, `iterajudge_results`,
     `judge_calibration_scores`, `judge_calibration`, Table 4 and `iterajudge_report.json`."""
@@ -144,6 +161,8 @@ def run_stage(cfg: RunConfig) -> IteraRun:
         "cost_usd": float(scores["cost_usd"].sum()) + sum(t.result.cost_usd for t in trajs),
         "budget_refused": int(budget.refused), "reference_set": cal.REFERENCE_LABEL,
     }
+    write_comparison(cfg, "bizfin_table4", table4_comparison(corr, {j.name: j.paper_name for j in judges}),
+                     "Table 4: Spearman with reference scores (ours: constructed reference set)")
     write_json(cfg, "iterajudge_report", report)
     return IteraRun(trajs, scores, corr, table, report)
 
