@@ -24,6 +24,7 @@ from typing import Any
 
 import pandas as pd
 
+from finlib.answers import json_objects, strip_think
 from finlib.llm import engine
 from finlib.llm.engine import ChatItem
 from finlib.llm.prompts import (JUDGE_CONTRASTIVE_VERSION, JUDGE_REFINE_VERSION, JUDGE_VANILLA_VERSION,
@@ -32,15 +33,10 @@ from finlib.llm.prompts import (JUDGE_CONTRASTIVE_VERSION, JUDGE_REFINE_VERSION,
 from finlib.llm.registry import ModelSpec
 from finlib.llm.store import ResponseStore
 
-try:  # public names being added to the one answers module; the private one until then
-    from finlib.answers import json_objects
-except ImportError:  # pragma: no cover - depends on the answers module's version
-    from finlib.answers import _json_objects as json_objects
 
 METHODS = ("vanilla", "iterajudge")
 STATUSES = ("ok", "invalid", "not_answered")
 DEFAULT_SCORE_RANGE = (0, 100)
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -108,15 +104,6 @@ class Trajectory:
         return [self.input.answer] + [s.text for s in self.steps if s.status == "ok"]
 
 
-def strip_think(text: str) -> str:
-    """A reply without its reasoning block (`<think>…</think>`, or everything up to a lone
-    `</think>`), so a reasoning model's scratch work is never read as its verdict."""
-    text = _THINK.sub("", text)
-    if "</think>" in text.lower():
-        text = text[text.lower().rindex("</think>") + len("</think>"):]
-    return text.strip()
-
-
 def parse_judge_score(text: Any, score_range: tuple[int, int] = DEFAULT_SCORE_RANGE) -> tuple[int | None, str]:
     """(score, why) from a judge reply; score None means invalid.
 
@@ -127,9 +114,8 @@ def parse_judge_score(text: Any, score_range: tuple[int, int] = DEFAULT_SCORE_RA
     """
     if not isinstance(text, str) or not text.strip():
         return None, "empty reply"
-    body = strip_think(text)
     scores = []
-    for obj in json_objects(body):
+    for obj in json_objects(text):  # <think> blocks are dropped first: scratch work is not the verdict
         if "score" not in obj:
             continue
         value = obj["score"]
@@ -196,7 +182,7 @@ def vanilla_judge(judge_spec: ModelSpec, store: ResponseStore, inputs: list[Judg
 def _step(k: int, dimension: str, row: Any) -> Step:
     if row["status"] != "ok":
         return Step(k, dimension, None, "error", str(row["error"]), None, float(row["cost_usd"]), bool(row["cached"]))
-    text = strip_think(row["raw_text"] or "")
+    text = strip_think(row["raw_text"] or "").strip()
     status, error = ("ok", None) if text else ("empty", "the refiner returned no text")
     return Step(k, dimension, text or None, status, error, row["truncated_output"], float(row["cost_usd"]),
                 bool(row["cached"]))
@@ -360,5 +346,5 @@ def to_json(trajs: list[Trajectory]) -> list[dict]:
 
 
 __all__ = ["JudgeInput", "JudgeResult", "Step", "Trajectory", "judge_batch", "vanilla_judge", "iterajudge",
-           "parse_judge_score", "strip_think", "trajectories_frame", "trajectory_summary", "results_frame",
+           "parse_judge_score", "trajectories_frame", "trajectory_summary", "results_frame",
            "inline_diff", "to_json", "METHODS", "STATUSES"]
