@@ -31,7 +31,7 @@ class FakeModel:
 
     def reply(self, text: str) -> str:
         if "修订者" in text:
-            answer = re.search(r"【回答】\n(.*?)\n\n【评估维度】\n(.*?)\n\n", text, re.S)
+            answer = re.search(r"【回答】\n(.*?)\n\n【评估维度】\n(.*?)\n\n", text, re.DOTALL)
             return f"{answer.group(1)}+[{answer.group(2)}]"
         return self.judge_reply
 

@@ -16,6 +16,7 @@ scored 0); a failed call is "not_answered".
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 from dataclasses import dataclass, field
@@ -229,9 +230,8 @@ def iterajudge(judge_spec: ModelSpec, store: ResponseStore, inputs: list[JudgeIn
             verdict = _verdict(t.input.id, row, score_range, cost)
             cut = [s.k for s in t.steps if s.truncated]
             if cut and verdict.status == "ok":
-                verdict = JudgeResult(verdict.id, verdict.score, verdict.status, verdict.raw_text,
-                                      "; ".join(x for x in (verdict.note, f"refinement cut at the token limit in "
-                                                            f"step(s) {cut}") if x), verdict.cost_usd)
+                note = "; ".join(x for x in (verdict.note, f"refinement cut at the token limit in step(s) {cut}") if x)
+                verdict = dataclasses.replace(verdict, note=note)
             t.result = verdict
     for t in trajs:
         if t.result is None:

@@ -18,10 +18,10 @@ from finlib.bizfin import calibration as cal
 from finlib.bizfin.judge import (JudgeInput, Trajectory, iterajudge, results_frame, trajectories_frame,
                                  trajectory_summary)
 from finlib.bizfin.tasks import JUDGE_TASKS, check_tasks
+from finlib.compare import write_comparison
 from finlib.config import ConfigError, RunConfig, check_known_keys
 from finlib.llm.prompts import JUDGE_CONTRASTIVE_VERSION, JUDGE_REFINE_VERSION, JUDGE_VANILLA_VERSION
 from finlib.llm.registry import load_registry, select_models
-from finlib.compare import write_comparison
 from finlib.tables import paper_table, write_table
 
 ITERAJUDGE_KEYS = ("refiner", "judges", "score_range", "temperature", "dimension_order", "refine_max_new_tokens",
@@ -156,7 +156,7 @@ def run_stage(cfg: RunConfig) -> IteraRun:
         "dimension_order": p["dimension_order"], "score_range": list(p["score_range"]),
         "prompt_versions": [JUDGE_VANILLA_VERSION, JUDGE_REFINE_VERSION, JUDGE_CONTRASTIVE_VERSION],
         "trajectory_status": pd.Series([t.result.status for t in trajs], dtype=object).value_counts().to_dict(),
-        "calibration_items": int(len(ref)), "calibration_status": scores.groupby(["method", "status"]).size()
+        "calibration_items": len(ref), "calibration_status": scores.groupby(["method", "status"]).size()
         .rename("n").reset_index().to_dict(orient="records"),
         "cost_usd": float(scores["cost_usd"].sum()) + sum(t.result.cost_usd for t in trajs),
         "budget_refused": int(budget.refused), "reference_set": cal.REFERENCE_LABEL,
@@ -179,8 +179,8 @@ def side_by_side(trajs: list[Trajectory], width: int = 120) -> pd.DataFrame:
 def caveat_banner(run: IteraRun) -> str:
     """What the numbers below are, and what they are not (shown before any number)."""
     r = run.report
-    lines = [f"**Reference scores: {r['reference_set']}.** The Spearman values exercise the code path on "
-             f"{r['calibration_items']} constructed answers; they are not the paper's experiment."]
+    lines = [(f"**Reference scores: {r['reference_set']}.** The Spearman values exercise the code path on "
+              f"{r['calibration_items']} constructed answers; they are not the paper's experiment.")]
     if r["plumbing_models"]:
         lines.append(f"**Plumbing models: {', '.join(r['plumbing_models'])}.** A 0.5B model as refiner and judge "
                      "tests the pipeline; its scores and rewrites are not research results.")
