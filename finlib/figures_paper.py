@@ -119,7 +119,8 @@ def reason_and_answer(raw: str | None) -> tuple[str, str]:
 
 
 def case_rows(predictions: pd.DataFrame, model: str | None, report_id: str | None) -> pd.DataFrame:
-    """Generated answers of one model on one report, every condition (first available if unset)."""
+    """Generated answers of one model on one report: unless given, the (model, report) with the most
+    conditions answered, then the most answers parsed (a readable case first), then sorted order."""
     gen = predictions[(predictions["mode"] == "generate") & (predictions["status"] == "ok")]
     if model is not None:
         gen = gen[gen["model"] == model]
@@ -127,8 +128,11 @@ def case_rows(predictions: pd.DataFrame, model: str | None, report_id: str | Non
         gen = gen[gen["report_id"].astype(str) == report_id]
     if gen.empty:
         return gen
-    counts = gen.groupby(["model", "report_id"])["condition"].nunique().sort_index()
-    m, r = counts.idxmax()
+    parsed = gen["parsed"].fillna(False).astype(bool) if "parsed" in gen.columns else pd.Series(False, gen.index)
+    rank = gen.assign(_parsed=parsed).groupby(["model", "report_id"]).agg(
+        conds=("condition", "nunique"), parsed=("_parsed", "sum")).reset_index()
+    best = rank.sort_values(["conds", "parsed", "model", "report_id"], ascending=[False, False, True, True]).iloc[0]
+    m, r = best["model"], best["report_id"]
     return gen[(gen["model"] == m) & (gen["report_id"] == r)]
 
 

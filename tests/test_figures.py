@@ -113,6 +113,9 @@ def test_case_study_reads_reason_and_answer_from_stored_json(tmp_path):
     fig, _ = figures_paper.plot_case_study(cfg, pred, conditions_frame())
     texts = " ".join([t.get_text() for ax in fig.axes for t in ax.texts] + [ax.get_title(loc="left") for ax in fig.axes])
     assert "because fake_rating" in texts and "m answer: bearish" in texts
+    other = pred.assign(model="a-model", parsed=False)        # sorts first, same conditions, nothing parsed
+    both = pd.concat([other, pred.assign(parsed=True)], ignore_index=True)
+    assert set(figures_paper.case_rows(both, None, None)["model"]) == {"m"}   # the readable case first
     with pytest.raises(LookupError, match="generate_subset"):
         figures_paper.plot_case_study(cfg, pred.assign(mode="score"), conditions_frame())
 
