@@ -212,3 +212,19 @@ def test_through_the_http_stub(tmp_path, monkeypatch):
         assert n == 2 * 2 + 2
         J.judge_batch(spec, store, inputs(2, DIMS[:2]), method="iterajudge", progress=False)
         assert stub.stub.n_requests == n
+
+
+def test_failed_judge_call_is_not_answered_and_cut_refinements_are_flagged(store, monkeypatch):
+    fake = FakeModel(fail_on="【回答】\n股票A先涨后跌0\n\n请给出")  # the vanilla judge call of item i0 fails
+    monkeypatch.setattr(engine, "send_pending", fake)
+    [res] = J.judge_batch(SPEC, store, inputs(1), method="vanilla", progress=False)
+    assert res.status == "not_answered" and res.score is None and "scripted failure" in res.note
+
+    class Cut(FakeModel):
+        def __call__(self, spec, pending, store, **kw):
+            super().__call__(spec, pending, store, **kw)
+            store.conn.execute("UPDATE responses SET truncated_output = 1")  # every reply hit the token limit
+
+    monkeypatch.setattr(engine, "send_pending", Cut())
+    [t] = run_itera(store, inputs(1, DIMS[:1]))
+    assert t.result.status == "ok" and "refinement cut at the token limit in step(s) [1]" in t.result.note
