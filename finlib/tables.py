@@ -78,15 +78,16 @@ def read_table_csv(path: str | Path) -> pd.DataFrame:
 
 
 def write_table(cfg: RunConfig, name: str, df: pd.DataFrame, caption: str,
-                float_format: str = "{:.2f}") -> dict[str, Path]:
+                float_format: str = "{:.2f}", synthetic_caveat: bool = True) -> dict[str, Path]:
     """Write `df` as `<tables>/<name>.{csv,md,tex}` and return the three paths.
 
     The CSV keeps full precision and starts with one `# caption` line (read it back with
     `read_table_csv`, or `pd.read_csv(path, skiprows=1)`), so the synthetic-data caveat travels
     with the numbers. Markdown and LaTeX round with `float_format`; the caption heads the
-    Markdown file and the LaTeX table (escaped).
+    Markdown file and the LaTeX table (escaped). `synthetic_caveat=False` is for tables that do
+    not use the synthetic market at all (BizFinBench, stage 07: its captions carry their own caveat).
     """
-    caption = caption_with_caveat(cfg, caption)
+    caption = caption_with_caveat(cfg, caption) if synthetic_caveat else caption
     out = cfg.tables_dir
     out.mkdir(parents=True, exist_ok=True)
     paths = {ext: out / f"{name}.{ext}" for ext in ("csv", "md", "tex")}

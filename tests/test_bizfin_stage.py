@@ -71,6 +71,7 @@ def test_stage_on_format_samples_with_stub(bizfin_run):
         assert list(t6["task"]) == list(TASK_ORDER) and (t6["count"] == 2).all()
         csv = (cfg.tables_dir / "bizfin_table3.csv").read_text(encoding="utf-8")
         assert csv.startswith("# ") and "vanilla LLM-as-judge stub" in csv and "format sample" in csv
+        assert cfg.is_synthetic and "synthetic market" not in csv      # BizFinBench never uses the Fin-Bias market
         assert (cfg.processed_dir / "bizfin_items.parquet").is_file()
 
         again = stage.run_stage(cfg)        # every answer and verdict from the store: nothing re-sent

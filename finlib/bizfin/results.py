@@ -87,13 +87,12 @@ def table3(long: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([ours, paper], ignore_index=True)[["row", "model", "rule", *TASK_ORDER, "Average"]]
 
 
-def table3_caption(report: dict, long: pd.DataFrame) -> str:
-    """Caption naming the judge, the sources per task and the plumbing caveat."""
+def source_caveats(report: dict, long: pd.DataFrame) -> str:
+    """Where the items came from and the plumbing caveat: every BizFinBench table ends with it."""
     src = long[long["task"] != "Average"].drop_duplicates("task").set_index("task")["source"].to_dict()
     real = [t for t, s in src.items() if s == "benchmark"]
     sample = [t for t, s in src.items() if s == "format_sample"]
-    parts = [f"BizFinBench Table 3: score (%) per task and plain-mean Average; judge-scored tasks (FTU, FQA, FDD) "
-             f"by the vanilla LLM-as-judge {report.get('judge')}."]
+    parts = []
     if real:
         parts.append(f"Real benchmark items (a few per task: {', '.join(real)}): a plumbing result, not the paper's full run.")
     if sample:
@@ -102,6 +101,12 @@ def table3_caption(report: dict, long: pd.DataFrame) -> str:
     if report.get("plumbing_models") or report.get("judge_plumbing"):
         parts.append("Plumbing model(s)/judge: these numbers test the pipeline and are not research results.")
     return " ".join(parts)
+
+
+def table3_caption(report: dict, long: pd.DataFrame) -> str:
+    """Caption naming the judge, the sources per task and the plumbing caveat."""
+    return (f"BizFinBench Table 3: score (%) per task and plain-mean Average; judge-scored tasks (FTU, FQA, FDD) "
+            f"by the vanilla LLM-as-judge {report.get('judge')}. " + source_caveats(report, long))
 
 
 def load_tokenizer(spec, cache_root: Path):

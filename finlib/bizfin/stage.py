@@ -222,11 +222,13 @@ def make_tables(cfg: RunConfig, run: BizFinRun, count_tokens=None, tokenizer_nam
     caption = results.table3_caption(run.report, long)
     wide = results.table3(long)
     out = {"table3_long": long, "table3": wide, "rules": rule_differences(long)}
-    write_table(cfg, "bizfin_table3", wide, caption)
+    # BizFinBench never uses the synthetic Fin-Bias market: its own caveat (format sample / plumbing) is in the caption.
+    write_table(cfg, "bizfin_table3", wide, caption, synthetic_caveat=False)
     write_table(cfg, "bizfin_table3_ci", long, caption + " Long form: N, parse rate, judge-invalid count, 95 % "
-                "bootstrap interval over items.")
+                "bootstrap interval over items.", synthetic_caveat=False)
     write_table(cfg, "bizfin_rules", out["rules"], "BizFinBench accuracy tasks: published rule vs ours (score %, "
-                "difference = ours - official); see finlib/bizfin/scorers.py for each reason.")
+                "difference = ours - official); see finlib/bizfin/scorers.py for each reason. "
+                + results.source_caveats(run.report, long), synthetic_caveat=False)
     if count_tokens is None:
         p = bizfin_params(cfg)
         registry = load_registry(cfg.path(cfg["inference"]["registry"]))
@@ -237,7 +239,7 @@ def make_tables(cfg: RunConfig, run: BizFinRun, count_tokens=None, tokenizer_nam
     out["table6"] = t6
     write_table(cfg, "bizfin_table6", t6, f"BizFinBench Table 6: query token lengths of the items present, tokenizer "
                 f"{tokenizer_name} (the paper does not name its tokenizer); format-sample rows measure our samples, "
-                f"not the benchmark.", float_format="{:.1f}")
+                f"not the benchmark.", float_format="{:.1f}", synthetic_caveat=False)
     return out
 
 
