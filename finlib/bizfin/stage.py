@@ -113,14 +113,15 @@ def select_items(loaded: dict[str, list[BizFinItem]], p: dict) -> dict[str, list
 
 
 def _judge_fn(judge_spec: ModelSpec, store, p: dict, budget, inf: dict, cfg: RunConfig):
-    """A batch judge with everything but the inputs fixed (the stage's vanilla judge)."""
+    """A batch judge with everything but the inputs fixed (the stage's vanilla judge, sampled at
+    `bizfin.temperature` like the answers)."""
     from finlib.bizfin.judge import judge_batch
 
     def run(inputs):
         return judge_batch(judge_spec, store, inputs, method="vanilla", budget=budget,
                            max_new_tokens=int(p["judge_max_new_tokens"]), score_range=judge_scale(p),
                            model_cache=cfg.path(inf["model_cache"]), log_dir=cfg.run_dir / "logs",
-                           progress=bool(inf.get("progress", True)))
+                           progress=bool(inf.get("progress", True)), sampling=sampling_for(judge_spec, p))
     return run
 
 
