@@ -200,10 +200,12 @@ def finbias_dpo_comparison(dpo: pd.DataFrame, paper_names: dict[str, str]) -> pd
     need = {"model", "sector", "accuracy"}
     if not need <= set(dpo.columns):
         raise ValueError(f"stage 05 DPO table: needs columns {sorted(need)}, has {list(dpo.columns)}")
+    paper = paper_table("finbias_table8")
     o = dpo.assign(model=dpo["model"].map(lambda m: paper_names.get(m, m)),
                    sector=dpo["sector"].replace({POOLED: "Average"}))
-    cmp = paper_vs_ours(o[["model", "sector", "accuracy"]], paper_table("finbias_table8"), ["model", "sector"],
-                        "accuracy", table="finbias_table8")
+    o = o[o["sector"].isin(set(paper["sector"]))]
+    cmp = paper_vs_ours(o[["model", "sector", "accuracy"]], paper, ["model", "sector"], "accuracy",
+                        table="finbias_table8")
     return long_comparison(cmp, ["model", "sector"], "accuracy")
 
 

@@ -295,7 +295,12 @@ def plot_dpo(cfg: RunConfig, dpo: pd.DataFrame) -> tuple[object, FigureRecord]:
             d = g.pivot_table(index="sector", columns="variant", values="accuracy")
             d = d.reindex([s for s in (*SECTORS, POOLED) if s in d.index])
             for i, variant in enumerate(sorted(d.columns)):
-                ax.bar(np.arange(len(d)) + (i - 0.5) * 0.4, d[variant], 0.4, label=variant)
+                ci = g[g["variant"] == variant].set_index("sector").reindex(d.index)
+                err = (np.vstack([d[variant] - ci["ci_low"], ci["ci_high"] - d[variant]]).clip(min=0)
+                       if {"ci_low", "ci_high"} <= set(ci.columns) else None)
+                ax.bar(np.arange(len(d)) + (i - 0.5) * 0.4, d[variant], 0.4, label=variant,
+                       yerr=None if err is None else np.nan_to_num(err), capsize=2,
+                       color=("#8c8c8c", "#1f5a99")[i % 2])
             n = g[g["sector"] == POOLED].set_index("variant")["n"] if "n" in g.columns else pd.Series(dtype=float)
             if len(n):
                 ax.set_xlabel("N (pooled): " + ", ".join(f"{k} {int(v)}" for k, v in n.items()))
@@ -305,8 +310,8 @@ def plot_dpo(cfg: RunConfig, dpo: pd.DataFrame) -> tuple[object, FigureRecord]:
         axes[0][0].set_ylabel("accuracy %")
         fig.tight_layout()
     rec = finish(cfg, fig, "fig_dpo_accuracy",
-                 "Accuracy per sector of each model before (base) and after DPO fine-tuning (stage 05; Fin-Bias "
-                 "Table 8).")
+                 "Accuracy per sector of each model before (base) and after DPO fine-tuning, with 95 % "
+                 "cluster-bootstrap intervals (stage 05; Fin-Bias Table 8).")
     return fig, rec
 
 
