@@ -228,3 +228,10 @@ def test_failed_judge_call_is_not_answered_and_cut_refinements_are_flagged(store
     monkeypatch.setattr(engine, "send_pending", Cut())
     [t] = run_itera(store, inputs(1, DIMS[:1]))
     assert t.result.status == "ok" and "refinement cut at the token limit in step(s) [1]" in t.result.note
+
+
+def test_inline_diff_shows_changed_spans_or_one_replacement():
+    assert J.inline_diff("从55.24增长到58.32", "从55.32增长到59.14") != ""
+    assert "[-" in J.inline_diff("收盘价10.80元", "收盘价10.50元")
+    assert J.inline_diff("完全不同的回答", '{"answer": "x"}') == '[-完全不同的回答-]{+{"answer": "x"}+}'
+    assert J.inline_diff("same", "same") == ""

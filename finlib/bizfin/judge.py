@@ -267,8 +267,13 @@ def judge_batch(judge_spec: ModelSpec, store: ResponseStore, inputs: list[JudgeI
 
 def inline_diff(before: str, after: str, max_chars: int = 400) -> str:
     """The changed spans of a refinement step as `[-old-]{+new+}` chunks joined by ' … ' (character
-    level: works for Chinese text without a tokenizer); '' when nothing changed."""
+    level: works for Chinese text without a tokenizer); '' when nothing changed. A rewrite that
+    keeps less than half of the text is shown as one replacement (scattered one-character
+    matches would only be noise)."""
     sm = difflib.SequenceMatcher(None, before, after, autojunk=False)
+    if before != after and sm.ratio() < 0.5:
+        out = f"[-{before}-]{{+{after}+}}"
+        return out if len(out) <= max_chars else out[:max_chars] + "…"
     parts = []
     for op, a0, a1, b0, b1 in sm.get_opcodes():
         if op == "equal":
