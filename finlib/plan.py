@@ -265,8 +265,10 @@ def preflight(cfg: RunConfig, can_reach: Callable[[str, int], bool] | None = Non
             servers.setdefault((u.hostname or "", u.port or (443 if u.scheme == "https" else 80)), []).append(s.name)
     for (host, port), names in servers.items():
         if not can_reach(host, port):
+            local = host in ("localhost", "127.0.0.1", "::1") or host.startswith("127.")
+            todo = "start the server (e.g. vLLM) or fix base_url" if local else "no network to this API"
             problems.append(f"server: {host}:{port} unreachable (models {', '.join(names[:4])}"
-                            f"{' …' if len(names) > 4 else ''}); start it (e.g. vLLM) or fix base_url")
+                            f"{' …' if len(names) > 4 else ''}); {todo}")
     return problems
 
 

@@ -116,6 +116,13 @@ def test_preflight_off_by_default_and_on_for_the_paper_run():
     assert paper["plan"]["preflight"] is True
     assert len(paper["inference"]["models"]) == 19
     assert paper["data"]["source"] == "huggingface"
+    from finlib.llm.registry import load_registry
+    from finlib.tables import paper_table
+
+    registry = load_registry(ROOT / "params" / "models.yaml")
+    assert {registry[m].paper_name for m in paper["inference"]["models"]} == set(
+        paper_table("finbias_table4")["model"])                       # exactly the 19 rows of Tables 4-7
+    assert registry[paper["dpo"]["model"]].paper_name in set(paper_table("finbias_table8")["model"])
 
 
 def test_paper_run_fails_at_once_offline_naming_what_is_missing(tmp_path, monkeypatch):
