@@ -12,7 +12,7 @@ SMOLLM2_VERSION := 0.1.2
 export JUPYTER_PREFER_ENV_PATH := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: help venv reproduce stage figures report plan dpo test unit lab data bench clean
+.PHONY: help venv reproduce stage figures report plan dpo test test-integration unit lab data bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -52,6 +52,9 @@ dpo: $(STAMP) ## stage 05 alone without the notebook: triplets, LoRA DPO, Table 
 test: $(STAMP) ## unit tests + every notebook executed on params/smoke.yaml (nbval)
 	$(PY) -m pytest tests notebooks --nbval-lax -p no:cacheprovider; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$rc
+
+test-integration: $(STAMP) ## real llama.cpp server: kill/restart mid-run, stalls, malformed bodies (~3-6 min)
+	FINLIB_INTEGRATION=1 $(PY) -m pytest tests/test_reliability_llamacpp.py -p no:cacheprovider
 
 unit: $(STAMP) ## unit tests only (fast)
 	$(PY) -m pytest tests -p no:cacheprovider

@@ -103,7 +103,7 @@ class StubServer:
                 "answers": sum(self.answers.values()), "answered_texts": len(self.answers),
                 "faults": dict(self.faults_sent), "usage": dict(self.usage)}
 
-    def _answer(self, req: dict, text: str, fault: str | None) -> bytes:
+    async def _answer(self, req: dict, text: str, fault: str | None) -> bytes:
         n_in = max(1, len(text) // 4)
         usage = {"prompt_tokens": n_in, "completion_tokens": 12, "total_tokens": n_in + 12}
         choice = {"index": 0, "finish_reason": "length" if "[[length]]" in text else "stop",
@@ -165,7 +165,7 @@ class StubServer:
             return full[: len(full) - 25], True
         if fault == "invalid":
             return self._respond(200, b"<html>502 Bad Gateway</html>"), False
-        return self._answer(req, text, fault), False
+        return await self._answer(req, text, fault), False
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections.add(writer)
