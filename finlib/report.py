@@ -115,7 +115,8 @@ def figure_captions(cfg: RunConfig) -> tuple[dict[str, str], list[dict]]:
 def _figures_section(cfg: RunConfig, out: Path) -> str:
     captions, skipped = figure_captions(cfg)
     parts = []
-    for png in sorted(cfg.figures_dir.glob("*.png")):
+    order = {name: i for i, name in enumerate(captions)}  # stage 06's reading order, then the other stages'
+    for png in sorted(cfg.figures_dir.glob("*.png"), key=lambda p: (order.get(p.stem, len(order)), p.name)):
         _copy(png, out / "figures" / png.name)
         pdf = png.with_suffix(".pdf")
         pdf_link = ""
