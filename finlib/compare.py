@@ -80,14 +80,19 @@ def long_comparison(cmp: pd.DataFrame, row_keys: list[str], column: str) -> pd.D
                          "paper": cmp["paper"], "diff": cmp["diff"], "status": cmp["status"]})
 
 
-def write_comparison(cfg: RunConfig, table: str, long: pd.DataFrame, caption: str) -> dict:
-    """Save one table's comparison as `tables/paper_vs_ours_<table>.{csv,md,tex}` (stage 06 collects them)."""
+def write_comparison(cfg: RunConfig, table: str, long: pd.DataFrame, caption: str = "",
+                     not_comparable: str | None = None) -> dict:
+    """Save one table's comparison as `tables/paper_vs_ours_<table>.{csv,md,tex}` (stage 06 and the
+    report collect them). `not_comparable`: the banner the caption carries (default: the synthetic-
+    default banner on synthetic Fin-Bias runs; stages with their own caveat, e.g. BizFinBench's
+    plumbing models on the published items, pass theirs, and then no synthetic-market caveat is added)."""
     missing = [c for c in COMPARISON_COLUMNS if c not in long.columns]
     if missing:
         raise ValueError(f"write_comparison({table}): missing column(s) {missing}")
-    note = f" [{NOT_COMPARABLE}]" if cfg.is_synthetic else ""
+    banner = not_comparable if not_comparable is not None else (NOT_COMPARABLE if cfg.is_synthetic else "")
+    text = f"Paper vs ours, {table}: ours - paper where rows match" + (f". {caption}" if caption else "")
     return write_table(cfg, f"{COMPARISON_PREFIX}{table}", long[COMPARISON_COLUMNS],
-                       f"Paper vs ours, {table}: ours - paper where rows match{note}")
+                       text + (f" [{banner}]" if banner else ""), synthetic_caveat=not_comparable is None)
 
 
 def read_comparisons(cfg: RunConfig) -> pd.DataFrame:

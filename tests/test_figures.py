@@ -222,6 +222,11 @@ def test_comparisons_round_trip_and_summary(tmp_path):
     assert back["diff"].item() == pytest.approx(80.0 - 79.42)
     s = compare.comparison_summary(back)
     assert s["column"].item() == "score" and s["matched"].item() == 1 and s["mean_abs_diff"].item() == pytest.approx(0.58)
+    first = (cfg.tables_dir / "paper_vs_ours_bizfin_table3.md").read_text().splitlines()[0]
+    assert "not comparable" in first and "Synthetic data" in first           # default: the synthetic banner
+    compare.write_comparison(cfg, "bizfin_table3", long, "", not_comparable="plumbing model on the published items")
+    first = (cfg.tables_dir / "paper_vs_ours_bizfin_table3.md").read_text().splitlines()[0]
+    assert "plumbing model on the published items" in first and "Synthetic data" not in first
     write_table(cfg, "unrelated", pd.DataFrame({"a": [1]}), "x")
     assert len(compare.read_comparisons(cfg)) == 1
 
