@@ -14,7 +14,7 @@ from finlib.bizfin import stage
 from finlib.bizfin.tasks import TASK_ORDER
 from finlib.config import ConfigError, RunConfig
 from finlib.llm.stub_server import ThreadedStub
-from tests.llm_helpers import api_record, write_registry
+from llm_helpers import api_record, write_registry
 
 
 @pytest.fixture()
