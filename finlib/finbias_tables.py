@@ -306,7 +306,7 @@ def printed_average_agreement() -> dict[str, int]:
 def averaging_note(agreement: dict[str, int] | None = None) -> str:
     """The caption's sentence on the Average column, from the measured agreement."""
     a = agreement or printed_average_agreement()
-    return (f"our '{AVERAGE}' is the pooled rate over all reports (sector-count weighted); the paper's printed "
+    return (f"Our '{AVERAGE}' is the pooled rate over all reports (sector-count weighted); the paper's printed "
             f"Average equals the Table 2 count-weighted mean in {a['pooled']} of its {a['cells']} cells and the plain "
             f"mean of sectors in {a['plain_mean']} (rounded to the printed decimals), so the pooled rate is the "
             f"closer reading; '{SECTOR_MEAN}' (ours) is the unweighted mean of the nine sectors")

@@ -727,6 +727,9 @@ def parse_note_table(res: ScoringResult) -> pd.DataFrame:
 def plot_herding(cfg: RunConfig, res: ScoringResult):
     """Pooled herding (and accuracy) per condition with 95 % CIs; PNG + PDF under figures/<run>/.
 
+    Bars are the tables' main cells (the paper's Eq. 1 over all answered items, unparsed = no
+    match), with N (answered items) on each bar and "no parsed answers" in the legend when none parsed.
+
     The title says "synthetic data" on synthetic runs and names the plumbing models when any
     (registry `plumbing: true`): their numbers only test the pipeline.
     """
@@ -734,27 +737,27 @@ def plot_herding(cfg: RunConfig, res: ScoringResult):
 
     from finlib.tables import save_figure, synthetic_title
 
-    m = res.metrics[(res.metrics["sector"] == POOLED) & res.metrics["metric"].isin(["herding", "accuracy"])
+    m = res.metrics[(res.metrics["sector"] == POOLED) & res.metrics["metric"].isin(["herding_all", "accuracy_all"])
                     & (res.metrics["model"] != "Analyst")]
     models = sorted(m["model"].unique())
     conds = [c.value for c in CONDITIONS_ORDER]
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
     width = 0.8 / max(len(models), 1)
-    for ax, metric in zip(axes, ["herding", "accuracy"]):
+    for ax, metric in zip(axes, ["herding_all", "accuracy_all"]):
         for i, model in enumerate(models):
             d = m[(m["model"] == model) & (m["metric"] == metric)].set_index("condition").reindex(conds)
             x = np.arange(len(conds)) + i * width
             err = np.vstack([d["value"] - d["ci_low"], d["ci_high"] - d["value"]]).clip(min=0)
-            shown = model if d["n"].fillna(0).sum() > 0 else f"{model} (no parsed answers)"
+            shown = model if (d["parse_rate"].fillna(0) > 0).any() else f"{model} (no parsed answers)"
             bars = ax.bar(x, 100 * d["value"], width, yerr=100 * np.nan_to_num(err), label=shown, capsize=3)
-            # N under each bar: a 100 % from one parsed answer must not read like a result.
+            # N under each bar: a 100 % from one answer must not read like a result.
             ax.bar_label(bars, labels=[f"N={int(n)}" if pd.notna(n) else "" for n in d["n"]],
                          label_type="center", fontsize=6)
         ax.set_xticks(np.arange(len(conds)) + width * (len(models) - 1) / 2, conds, rotation=20)
-        ax.set_title(f"{metric} (pooled, 95 % cluster-bootstrap CI)")
+        ax.set_title(f"{metric.removesuffix('_all')} (Eq. 1, pooled, 95 % cluster-bootstrap CI)")
         ax.set_ylabel("%")
     axes[0].legend(fontsize=7)
-    title = synthetic_title(cfg, "Herding and accuracy by condition (N = parsed answers)")
+    title = synthetic_title(cfg, "Herding and accuracy by condition (N = answered items; unparsed = no match)")
     if res.plumbing:  # name them only when some bars are not plumbing models
         which = "" if set(res.plumbing) >= set(models) else f" ({', '.join(res.plumbing)})"
         title += f" — plumbing model{which}: not a research result"
