@@ -75,3 +75,27 @@ def test_registry_says_which_models_think_and_keeps_the_authors_decoding():
         if spec.backend == "openai":
             assert spec.max_new_tokens == 4096, spec.name
             assert (spec.sampling["temperature"], spec.sampling["top_p"]) == (1.0, 1.0), spec.name
+
+
+def test_stage_report_separates_not_answered_from_unparsed_and_truncated():
+    import numpy as np
+
+    from finlib.llm.stage import summarise, to_frame
+
+    base = {"report_id": "R", "condition": "original", "model": "m", "mode": "generate", "p_bullish": np.nan,
+            "p_neutral": np.nan, "p_bearish": np.nan, "input_tokens": 1, "output_tokens": 1, "cost_usd": 0.0,
+            "latency_s": 0.0, "truncated": False, "cache_key": "k"}
+    rows = [{**base, "item_id": "a", "raw_text": '{"answer": "bullish"}', "status": "ok", "error": None,
+             "truncated_output": False},
+            {**base, "item_id": "b", "raw_text": '{"answer": "bullish", "reason": "cut', "status": "ok",
+             "error": None, "truncated_output": True},
+            {**base, "item_id": "c", "raw_text": "I am not sure.", "status": "ok", "error": None,
+             "truncated_output": False},
+            {**base, "item_id": "d", "raw_text": None, "status": "error", "error": "HTTP 503 after 6 attempts",
+             "truncated_output": None}]
+    pred = to_frame(rows)
+    assert pred.set_index("item_id")["parse_note"].to_dict() == {"a": "json", "b": "truncated",
+                                                                 "c": "no_rating_found", "d": "not_answered"}
+    status = summarise(pred, {})["answer_status"]
+    assert status == {"answered": 3, "not_answered": 1, "skipped": 0, "answered_unparsed": 2,
+                      "answered_truncated": 1}
