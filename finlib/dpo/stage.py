@@ -302,7 +302,8 @@ def pooled_metrics(res: DPOResult) -> pd.DataFrame:
     from finlib.schema import POOLED
 
     m = res.metrics
-    return m[(m["sector"] == POOLED) & m["metric"].isin(["accuracy", "herding", "accuracy_all", "herding_all"])]\
+    return m[(m["sector"] == POOLED) & m["metric"].isin(["accuracy", "herding", "accuracy_all", "herding_all",
+                                                               "prob_herding"])]\
         .reset_index(drop=True)
 
 
