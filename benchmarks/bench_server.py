@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from finlib.config import load_run  # noqa: E402
-from finlib.llm.llamacpp import gguf_path, serve, server_config  # noqa: E402
+from finlib.llm.llamacpp import gguf_path, serve, server_config, server_pid  # noqa: E402
 from finlib.llm.prompts import build_messages  # noqa: E402
 from finlib.llm.registry import load_registry  # noqa: E402
 
@@ -111,17 +111,10 @@ def run_llamacpp(n: int, max_new: int, threads: int | None) -> dict:
             tm = body["timings"]
             p_tok, p_ms = p_tok + tm["prompt_n"], p_ms + tm["prompt_ms"]
             g_tok, g_ms = g_tok + tm["predicted_n"], g_ms + tm["predicted_ms"]
-        pid = _server_pid(url)
+        pid = server_pid(url)
         rss = _vm_hwm_mb(pid) if pid else float("nan")
     return {"engine": "llama.cpp server (Q4_K_M)", "load_s": load_s, "prompt_tok_s": 1000 * p_tok / p_ms,
             "gen_tok_s": 1000 * g_tok / g_ms, "prompt_tokens": p_tok, "gen_tokens": g_tok, "peak_rss_mb": rss}
-
-
-def _server_pid(url: str) -> int | None:
-    port = url.split(":")[-1].split("/")[0]
-    out = subprocess.run(["pgrep", "-f", f"finlib.llm.llamacpp .*--port {port}"], capture_output=True, text=True)
-    pids = [int(p) for p in out.stdout.split()]
-    return pids[0] if pids else None
 
 
 def _vm_hwm_mb(pid: int) -> float:

@@ -103,7 +103,7 @@ def test_server_command_passes_slots_context_and_threads():
     assert cmd[1:3] == ["-m", "finlib.llm.llamacpp"]
     joined = " ".join(cmd)
     assert "--port 8123" in joined and "--parallel 3" in joined and "--ctx-per-slot 1024" in joined
-    assert "--threads 2" in joined
+    assert "--threads 2" in joined and "--decode-threads 1" in joined
 
 
 def record(**over) -> dict:
@@ -183,13 +183,16 @@ def test_real_server_starts_answers_and_stops(tmp_path):
     cfg = llamacpp.server_config(spec, cache)
     with llamacpp.serve(cfg, tmp_path / "logs") as url:
         assert llamacpp.healthy(url.removesuffix("/v1"))
+        pid = llamacpp.server_pid(url)
+        assert pid and Path(f"/proc/{pid}").exists()
         from openai import OpenAI
 
         out = OpenAI(base_url=url, api_key="EMPTY", timeout=300).chat.completions.create(
             model=spec.name, messages=[{"role": "user", "content": 'Reply with the JSON {"answer": "bullish"}.'}],
             max_tokens=12, temperature=0.0)
         assert out.choices[0].message.content and out.usage.prompt_tokens > 0
-    assert not llamacpp.healthy(url.removesuffix("/v1"))
+    assert not llamacpp.healthy(url.removesuffix("/v1")) and llamacpp.server_pid(url) is None
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
     log = next((tmp_path / "logs").glob("llamacpp-*.log")).read_text()
     assert "finlib llamacpp: stopped" in log
     assert json.loads((cache / spec.name / (spec.gguf_file + ".sha256.json")).read_text())["sha256"] == spec.gguf_sha256

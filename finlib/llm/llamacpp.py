@@ -145,7 +145,9 @@ class ServerConfig:
 
     model: Path
     n_parallel: int = 1
-    threads: int | None = None      # None: all cores llama.cpp sees
+    threads: int | None = None      # prompt processing (batched matmuls); None: all cores llama.cpp sees
+    decode_threads: int = 1         # token-by-token decoding: one thread needs no per-token barrier, which
+                                    # collapses (4 s/token measured) when other processes share the cores
     ctx_per_slot: int = 4096
     alias: str = "model"
     startup_timeout_s: float = 120.0
@@ -165,7 +167,7 @@ def server_command(cfg: ServerConfig, port: int) -> list[str]:
            "--parallel", str(cfg.n_parallel), "--ctx-per-slot", str(cfg.ctx_per_slot), "--alias", cfg.alias]
     if cfg.threads:
         cmd += ["--threads", str(cfg.threads)]
-    cmd += ["--poll", str(cfg.poll)]
+    cmd += ["--poll", str(cfg.poll), "--decode-threads", str(cfg.decode_threads)]
     return cmd
 
 
@@ -183,6 +185,14 @@ def _tail(path: Path, n: int = 2000) -> str:
         return path.read_text(errors="replace")[-n:]
     except OSError:
         return ""
+
+
+_RUNNING: dict[str, int] = {}  # base URL (…/v1) -> server process id, while its `with` block runs
+
+
+def server_pid(base_url: str) -> int | None:
+    """The process id of a running server started here (benchmarks read its CPU time and RSS)."""
+    return _RUNNING.get(base_url)
 
 
 @contextmanager
@@ -209,8 +219,10 @@ def serve(cfg: ServerConfig, log_dir: Path, host: str = "127.0.0.1") -> Iterator
                 raise ServerError(f"llama.cpp server not healthy after {cfg.startup_timeout_s:.0f} s; log {log}:\n"
                                   f"{_tail(log)}")
             time.sleep(0.2)
+        _RUNNING[f"{base}/v1"] = proc.pid
         yield f"{base}/v1"
     finally:
+        _RUNNING.pop(f"{base}/v1", None)
         stop(proc)
 
 
@@ -288,8 +300,8 @@ def _run_server(args: argparse.Namespace) -> int:
     params.n_ctx = args.ctx_per_slot * args.parallel
     params.model_alias = {args.alias}
     if args.threads:
-        params.cpuparams.n_threads = args.threads
         params.cpuparams_batch.n_threads = args.threads
+    params.cpuparams.n_threads = args.decode_threads
     params.cpuparams.poll = args.poll
     params.cpuparams_batch.poll = args.poll
     stopping = {"flag": False}
@@ -319,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--alias", default="model")
     p.add_argument("--poll", type=int, default=0)
+    p.add_argument("--decode-threads", type=int, default=1)
     return _run_server(p.parse_args(argv))
 
 
