@@ -323,3 +323,14 @@ def test_stage_without_no_opinion_texts_is_skipped_with_the_drop_counts(tmp_run)
     assert "no_opinion_text_unavailable" in res.report["skipped"]
     assert res.table8.empty and res.train_log.empty
     assert not (tmp_run.run_dir / "dpo").exists()
+
+
+def test_open_api_records_are_evaluated_locally_from_their_weights():
+    from finlib.config import repo_root
+    from finlib.dpo.stage import as_local
+    from finlib.llm.registry import load_registry
+
+    reg = load_registry(repo_root() / "params" / "models.yaml")
+    q = as_local(reg["qwen3-8b"])
+    assert q.backend == "local" and q.hf_path == reg["qwen3-8b"].model_id and q.name == "qwen3-8b"
+    assert as_local(reg["smollm2-135m"]) is reg["smollm2-135m"]
