@@ -175,7 +175,9 @@ def test_stage08_end_to_end_on_the_smoke_params(tmp_run, monkeypatch):
     assert len(read_frame(cfg, "judge_calibration_scores")) == 3 * 2
     assert np.allclose(read_frame(cfg, "judge_calibration")["spearman"], 1.0)
     assert (cfg.tables_dir / "bizfin_table4_judge.md").is_file()
-    assert (cfg.tables_dir / "paper_vs_ours_bizfin_table4.csv").is_file()
+    cmp_caption = (cfg.tables_dir / "paper_vs_ours_bizfin_table4.csv").read_text(encoding="utf-8").splitlines()[0]
+    assert "expert scores" in cmp_caption and "synthetic market" not in cmp_caption
+    assert "synthetic market" not in (cfg.tables_dir / "bizfin_table4_judge.md").read_text(encoding="utf-8")
     assert run.report["plumbing_models"] == ["qwen2.5-coder-0.5b"]
     assert "NOT the paper's expert scores" in judge_stage.caveat_banner(run)
     assert list(judge_stage.calibration_view(run.scores)["reference_score"]) == [100, 60, 0]

@@ -29,6 +29,10 @@ ITERAJUDGE_KEYS = ("refiner", "judges", "score_range", "temperature", "dimension
                    "calibration_questions", "calibration_answers", "bootstrap_reps", "ci")
 
 
+NOT_COMPARABLE_TABLE4 = ("Not comparable: ours correlate the run's judges with rule-assigned scores on a small "
+                         "constructed reference set; the paper's correlate its judges with expert scores")
+
+
 @dataclass
 class IteraRun:
     """What stage 08 produced."""
@@ -149,7 +153,8 @@ def run_stage(cfg: RunConfig) -> IteraRun:
     write_frame(cfg, "judge_calibration", corr)
     write_table(cfg, "bizfin_table4_judge", table,
                 f"BizFinBench Table 4 layout: Spearman of each judge with the reference scores [{p['ci']:.0%} "
-                f"bootstrap CI] (n answers scored). This run: {cal.REFERENCE_LABEL}; paper: expert scores.")
+                f"bootstrap CI] (n answers scored). This run: {cal.REFERENCE_LABEL}; paper: expert scores.",
+                synthetic_caveat=False)  # no synthetic market here: the caption states what the scores are
     report = {
         "stage07": note, "refiner": refiner.name, "judges": [j.name for j in judges],
         "plumbing_models": sorted({s.name for s in [refiner, *judges] if s.plumbing}),
@@ -162,7 +167,7 @@ def run_stage(cfg: RunConfig) -> IteraRun:
         "budget_refused": int(budget.refused), "reference_set": cal.REFERENCE_LABEL,
     }
     write_comparison(cfg, "bizfin_table4", table4_comparison(corr, {j.name: j.paper_name for j in judges}),
-                     "Table 4: Spearman with reference scores (ours: constructed reference set)")
+                     "Table 4: Spearman with reference scores", not_comparable=NOT_COMPARABLE_TABLE4)
     write_json(cfg, "iterajudge_report", report)
     return IteraRun(trajs, scores, corr, table, report)
 
