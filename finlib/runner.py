@@ -217,6 +217,9 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
         entry["status"] = "failed"
         entry["error"] = f"{type(exc).__name__}: {str(exc)[:2000]}"
         raise
+    except BaseException:  # Ctrl-C, SystemExit (a SIGKILL runs no code: it leaves "running")
+        entry["status"] = "interrupted"
+        raise
     finally:
         entry["ended"] = _now()
         entry["seconds"] = round(time.time() - t0, 2)

@@ -152,3 +152,31 @@ def test_failed_stage_exits_non_zero_with_one_clear_line(mini_repo: Path, capsys
     assert "FAILED: RuntimeError: most calls failed: HTTP 401" in err
     manifest = json.loads((mini_repo / "runs" / "smoke" / "manifest.json").read_text())
     assert manifest["stages"]["01"]["status"] == "failed" and manifest["stages"]["00"]["status"] == "ok"
+
+
+def test_a_stage_killed_mid_run_reads_running_and_the_rerun_says_so(mini_repo: Path, monkeypatch):
+    """SIGKILL leaves no `finally`: the manifest must already say which stage was running."""
+    import papermill
+
+    from finlib.config import load_run
+    from finlib.runner import load_manifest
+
+    seen = {}
+
+    def killed(*args, **kwargs):  # stands in for a run killed inside the notebook
+        seen.update(load_manifest(load_run("smoke"))["stages"])
+        raise SystemExit("killed")
+
+    with monkeypatch.context() as m:
+        m.setattr(papermill, "execute_notebook", killed)
+        with pytest.raises(SystemExit):
+            run_pipeline("smoke", stages=["00"])
+    assert seen["00"]["status"] == "running"
+    manifest = json.loads((mini_repo / "runs" / "smoke" / "manifest.json").read_text())
+    assert manifest["stages"]["00"]["status"] == "interrupted"  # a catchable interruption is recorded as such
+    manifest = json.loads((mini_repo / "runs" / "smoke" / "manifest.json").read_text())
+    manifest["stages"]["00"]["status"] = "running"  # what a SIGKILL (no finally) leaves on disk
+    (mini_repo / "runs" / "smoke" / "manifest.json").write_text(json.dumps(manifest))
+    rerun = run_pipeline("smoke", stages=["00"])
+    assert rerun["invocation"]["rerun"] == ["00"] and rerun["invocation"]["previous_status"] == {"00": "running"}
+    assert rerun["stages"]["00"]["status"] == "ok"
