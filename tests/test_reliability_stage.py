@@ -65,3 +65,30 @@ def test_error_share_is_judged_per_model_on_sent_calls():
     with pytest.raises(InferenceFailed, match=r"model 'a': 3/6 calls failed; most frequent error \(3x\): x"):
         check_error_share(pred, 0.4)
     check_error_share(pred.iloc[:0], 0.0)
+
+
+def test_transport_failures_are_outside_n_and_truncated_answers_inside_n_unparsed(tmp_run, monkeypatch):
+    """End to end (stage 03 -> stage 04's score_frame): HTTP failures after retries are 'not
+    answered' (outside N, counted with their error), an answer cut at the token limit is
+    'truncated' (inside N, unparsed) even though its text holds a well-formed JSON answer."""
+    from finlib.scoring import score_frame
+
+    monkeypatch.setenv("STUB_RELIABILITY_KEY", "k")
+    cond = conditions()
+    cond.loc[0, "text"] += " [[500x9]]"   # fails after its retries
+    cond.loc[1, "text"] += " [[length]]"  # answered, but cut at the output-token limit
+    with ThreadedStub() as stub:
+        _use_stub(tmp_run, stub.base_url)
+        write_frame(tmp_run, "conditions", cond)
+        pred, _ = run_stage(tmp_run)
+    reports = pd.DataFrame({"report_id": [f"R{i}" for i in range(3)], "ticker": ["AAA", "BBB", "CCC"],
+                            "sector": "Technology", "analyst_rating": "bullish"})
+    labels = pd.DataFrame({"report_id": [f"R{i}" for i in range(3)], "label": ["bullish", "neutral", "bearish"]})
+    scored = score_frame(pred, cond, labels, reports)
+    c = scored.counts
+    assert c["not_answered"] == 1 and c["skipped"] == 1 and c["scored_rows"] == 5
+    assert c["truncated"] == 1 and c["unparsed"] == 1
+    assert "HTTP 500" in scored.not_answered["error"].iloc[0] and scored.not_answered["n"].sum() == 1
+    cut = scored.rows[scored.rows["item_id"] == cond.loc[1, "item_id"]].iloc[0]
+    assert cut["parse_note"] == "truncated" and cut["answer"] is None and '"answer"' in cut["raw_text"]
+    assert cond.loc[0, "item_id"] not in set(scored.rows["item_id"])
