@@ -43,9 +43,8 @@ def test_a_few_failures_pass_and_are_not_answers(tmp_run, monkeypatch):
     failed = pred[pred["status"] == "error"]
     assert len(failed) == 1 and "HTTP 500" in failed["error"].iloc[0]
     assert failed["answer"].isna().all() and not failed["parsed"].any()
-    if "answered" in pred.columns:  # helper A's not-answered column
-        assert not failed["answered"].any()
-        assert pred.loc[pred["status"] == "ok", "answered"].all()
+    assert not failed["answered"].any() and (failed["parse_note"] == "not_answered").all()
+    assert pred.loc[pred["status"] == "ok", "answered"].all()
     assert report["errors"] and list(report["errors"].values()) == [1]
 
 
