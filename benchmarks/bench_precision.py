@@ -3,7 +3,7 @@
 Two measurements, side by side in one process, for the native CPU kernels and (in a child
 process) for torch forced to AVX2 kernels (`ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`,
 the most common user CPU class):
-1. the probe `finlib.llm.precision` uses (a short matmul per candidate): GFLOP/s and the choice;
+1. the probe `finlib.llm.precision` uses (one transformer layer per candidate): GFLOP/s and the choice;
 2. the real workload: SmolLM2-135M label-scoring forward passes over the same prompts in float32
    and in every candidate the probe did not find hopeless (> 4x slower than float32 is skipped:
    bf16 on AVX2 would take minutes), prompt tokens/s, best of 2 alternated rounds.
@@ -69,7 +69,7 @@ def run(n: int) -> bool:
     g = report["gflops"]
     print(f"kernels: torch {report['torch_cpu_capability']} (CPU flags {', '.join(cpu_features())}), "
           f"{torch.get_num_threads()} threads")
-    print("probe (matmul " + "x".join(map(str, report["matmul_shape"])) + "): " +
+    print("probe (transformer layer, tokens x hidden x ffn " + "x".join(map(str, report["probe_shape"])) + "): " +
           ", ".join(f"{c} {g[c]} GFLOP/s" for c in CANDIDATES) + f" -> chosen {chosen}")
     texts = prompts(n)
     runnable = [c for c in CANDIDATES if g[c] and g[c] * HOPELESS >= g["float32"]]
