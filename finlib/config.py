@@ -72,15 +72,33 @@ def check_known_keys(section: dict, known: Iterable[str], where: str) -> None:
         raise ConfigError(f"{where}: unknown key(s) {unknown}; known keys: {sorted(known)}")
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """safe_load without YAML aliases (`*name`): nested aliases expand exponentially when the params
-    are walked or merged (a 1 kB "billion laughs" file hangs the loader); no params file needs them."""
+MAX_YAML_VALUES = 100_000  # values a params/registry file may expand to (ours: a few hundred)
 
-    def compose_node(self, parent, index):  # noqa: ANN001 -- PyYAML's signature
-        if self.check_event(yaml.AliasEvent):
-            raise yaml.composer.ComposerError(None, None, "YAML aliases (*name) are not allowed here",
-                                              self.peek_event().start_mark)
-        return super().compose_node(parent, index)
+
+def _expanded_size(node, memo: dict) -> int:
+    """How many values `node` stands for once aliases are expanded (memoised on the shared nodes,
+    so a "billion laughs" file is measured in linear time, never expanded)."""
+    key = id(node)
+    if key not in memo:
+        memo[key] = 1  # a recursive alias counts once, then its own size
+        value = node.value
+        if isinstance(value, list):
+            kids = [v for pair in value for v in (pair if isinstance(pair, tuple) else (pair,))]
+            memo[key] = 1 + sum(_expanded_size(k, memo) for k in kids)
+    return memo[key]
+
+
+def _safe_load_bounded(text: str) -> object:
+    """yaml.safe_load, refusing files whose aliases (`*name`) expand past MAX_YAML_VALUES: nested
+    aliases grow exponentially when the params are walked or merged (a 1 kB file hung the loader).
+    Plain aliases stay legal (`yaml.safe_dump` writes them for repeated objects)."""
+    node = yaml.compose(text, Loader=yaml.SafeLoader)
+    if node is None:
+        return None
+    size = _expanded_size(node, {})
+    if size > MAX_YAML_VALUES:
+        raise yaml.YAMLError(f"aliases (*name) expand it to {size:,} values (limit {MAX_YAML_VALUES:,})")
+    return yaml.safe_load(text)
 
 
 def read_yaml_mapping(path: Path, what: str = "params file",
@@ -90,7 +108,7 @@ def read_yaml_mapping(path: Path, what: str = "params file",
     if not path.is_file():
         raise error(f"{what} not found: {path}")
     try:
-        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_NoAliasLoader) or {}
+        raw = _safe_load_bounded(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
         raise error(f"{path}: invalid YAML: {exc}") from exc
     except UnicodeDecodeError as exc:
