@@ -134,3 +134,30 @@ def test_average_is_plain_mean_of_tasks_and_skips_unscored():
     assert long.loc[("official", "FQA"), "judge_invalid"] == 1 and long.loc[("official", "FQA"), "n_scored"] == 0
     lo, hi = long.loc[("official", "Average"), ["ci_low", "ci_high"]]
     assert lo <= 50.0 <= hi
+
+
+def test_score_model_with_scripted_judge():
+    """Judge verdicts ok / invalid / not_answered map to a 0..1 score, NaN + status, NaN + status;
+    an answer call that failed is never judged."""
+    from finlib.bizfin.data import load_format_samples
+    from finlib.bizfin.judge import JudgeResult
+
+    asked = {"FQA": load_format_samples(["FQA"])["FQA"], "FNC": load_format_samples(["FNC"])["FNC"][:1]}
+    ids = [it.id for its in asked.values() for it in its]
+    answers = pd.DataFrame({"id": ids, "status": ["ok", "ok", "error"], "raw_text": ["答案一", "答案二", None],
+                            "error": [None, None, "timeout"], "input_tokens": 1, "output_tokens": 1,
+                            "cost_usd": 0.0, "cached": False})
+    script = iter([(60.0, "ok"), (None, "invalid")])
+    seen = []
+
+    def fake_judge(inputs):
+        seen.extend(inputs)
+        return [JudgeResult(i.id, *next(script), raw_text="x", note="scripted") for i in inputs]
+
+    rows = pd.DataFrame(stage.score_model("m", asked, answers, fake_judge, (0, 100))).set_index("item_id")
+    fqa = [it.id for it in asked["FQA"]]
+    assert [i.id for i in seen] == [f"m|{x}" for x in fqa]
+    assert rows.loc[fqa[0], "official"] == pytest.approx(0.6) and rows.loc[fqa[0], "judge_status"] == "ok"
+    assert math.isnan(rows.loc[fqa[1], "official"]) and rows.loc[fqa[1], "judge_status"] == "invalid"
+    fnc = asked["FNC"][0].id
+    assert rows.loc[fnc, "official"] == 0.0 and not rows.loc[fnc, "parsed"] and "timeout" in rows.loc[fnc, "note"]
