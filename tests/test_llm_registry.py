@@ -10,7 +10,16 @@ import yaml
 from finlib.llm.registry import MissingKeyError, RegistryError, load_registry, select_models
 
 ROOT = Path(__file__).resolve().parents[1]
-PAPER_MODELS = 19
+PAPER_MODELS = 19  # Fin-Bias Section 4.1 / Tables 4-7
+TABLE4 = ROOT / "finlib" / "reference" / "paper_tables" / "finbias_table4_herding_with_without.csv"
+
+
+def finbias_models(registry) -> list:
+    """Records whose paper_name is a row of Fin-Bias Table 4 (the registry also holds BizFinBench's grid)."""
+    import pandas as pd
+
+    rows = {m.lower() for m in pd.read_csv(TABLE4, comment="#")["model"]}
+    return [s for s in registry.values() if s.paper_name and s.paper_name.lower() in rows]
 
 
 @pytest.fixture(scope="module")
@@ -20,12 +29,12 @@ def registry():
 
 def test_shipped_registry_has_paper_models_and_embedded(registry):
     assert "smollm2-135m" in registry and registry["smollm2-135m"].backend == "local"
-    api = [s for s in registry.values() if s.backend == "openai"]
-    assert len(api) == PAPER_MODELS
-    for s in registry.values():
-        assert s.sampling["temperature"] == 1.0 and s.sampling["top_p"] == 1.0
-    nosys = {s.name for s in registry.values() if not s.supports_system}
-    assert {n for n in registry if n.startswith(("gemma", "mistral"))} == nosys
+    paper = finbias_models(registry)
+    assert len(paper) == PAPER_MODELS and all(s.backend == "openai" for s in paper)
+    for s in paper:  # the authors' decoding (their run_api.py / run_vllm.py)
+        assert s.sampling["temperature"] == 1.0 and s.sampling["top_p"] == 1.0 and s.max_new_tokens == 4096
+    nosys = {s.name for s in paper if not s.supports_system}
+    assert {s.name for s in paper if s.name.startswith(("gemma", "mistral"))} == nosys
 
 
 def test_shipped_registry_holds_no_secret_values():
@@ -119,7 +128,7 @@ def test_inference_params_are_checked(tmp_run):
 
 
 def test_every_paper_model_has_a_paper_name_and_only_embedded_models_are_plumbing(registry):
-    named = {s.name: s.paper_name for s in registry.values() if s.paper_name}
+    named = {s.name: s.paper_name for s in finbias_models(registry)}
     assert len(named) == PAPER_MODELS
     assert named["gpt-5.1"] == "GPT-5" and named["llama-3.1-8b-it"] == "Meta-Llama-3.1-8B-it"
     assert {s.name for s in registry.values() if s.plumbing} == {"smollm2-135m", "qwen2.5-coder-0.5b"}
@@ -127,8 +136,9 @@ def test_every_paper_model_has_a_paper_name_and_only_embedded_models_are_plumbin
 
 def test_vllm_records_run_against_a_keyless_server(registry, monkeypatch):
     monkeypatch.delenv("VLLM_API_KEY", raising=False)
-    vllm = [s for s in registry.values() if s.backend == "openai" and "localhost" in (s.base_url or "")]
+    vllm = [s for s in finbias_models(registry) if "localhost" in (s.base_url or "")]
     assert len(vllm) == 15
+    vllm += [s for s in registry.values() if s.backend == "openai" and "localhost" in (s.base_url or "")]
     for s in vllm:
         assert s.api_key_env is None and s.api_key() == "EMPTY", s.name
 
