@@ -65,7 +65,7 @@ def forward_tok_s(dtype: str, texts: list[str], rounds: int = 2) -> float:
 def run(n: int) -> bool:
     import torch
 
-    chosen, report = resolve_dtype("auto", "cpu")
+    chosen, report = resolve_dtype("auto", "cpu", cache_file=False)  # measure now; leave the run's saved choice alone
     g = report["gflops"]
     print(f"kernels: torch {report['torch_cpu_capability']} (CPU flags {', '.join(cpu_features())}), "
           f"{torch.get_num_threads()} threads")

@@ -25,7 +25,8 @@ def test_the_choice_is_kept_on_disk_per_machine(tmp_path, monkeypatch):
                                                                       "float16": None}[d])
     cache = tmp_path / "precision.json"
     # the default measure is looked up at call time, so patching the module attribute is not enough:
-    name, _ = precision.resolve_dtype("auto", "cpu", measure=precision.measure_gflops, cache_file=cache)
+    name, _ = precision.resolve_dtype("auto", "cpu", measure=precision.measure_gflops, cache_file=cache,
+                                      candidates=("float32", "bfloat16"))
     assert name == "bfloat16"
     saved = json.loads(cache.read_text())
     assert list(saved.values())[0]["chosen"] == "bfloat16"
@@ -64,7 +65,7 @@ def test_unmeasurable_float32_is_an_error():
 
 def test_auto_measures_every_candidate_and_reports_gflops():
     measure, calls = fake({"float32": 40.0, "bfloat16": 0.8, "float16": None})
-    name, report = resolve_dtype("auto", "cpu", measure=measure)
+    name, report = resolve_dtype("auto", "cpu", measure=measure, candidates=precision.CANDIDATES)
     assert name == "float32"
     assert set(calls) == set(precision.CANDIDATES)
     assert report["gflops"] == {"float32": 40.0, "bfloat16": 0.8, "float16": None}
@@ -120,3 +121,20 @@ def test_runner_copies_the_recorded_choice_into_the_manifest(tmp_path):
     assert read_precision(cfg) == {}
     record_choice(tmp_path, "03", {"chosen": "float32", "gflops": {"float32": 50.0}})
     assert read_precision(cfg)["03"]["chosen"] == "float32"
+
+
+def test_emulated_precisions_are_never_candidates_on_cpu():
+    # AVX2-only CPU, or torch forced to AVX2 kernels: float32 only, whatever a noisy timing says
+    assert precision.cpu_candidates(["avx2"], "AVX2") == ("float32",)
+    assert precision.cpu_candidates(["avx2", "avx512f", "avx512_bf16"], "AVX2") == ("float32",)
+    assert precision.cpu_candidates(["avx2", "avx512f", "avx512_bf16"], "AVX512") == ("float32", "bfloat16")
+    assert precision.cpu_candidates(["avx512f", "amx_bf16", "amx_fp16"], "AVX512") == (
+        "float32", "bfloat16", "float16")
+
+
+def test_auto_on_an_avx2_cpu_does_not_even_measure_bf16(monkeypatch):
+    monkeypatch.setattr(precision, "_CACHE", {})
+    monkeypatch.setattr(precision, "cpu_candidates", lambda: ("float32",))
+    measure, calls = fake({"float32": 1.0, "bfloat16": 1000.0, "float16": 1000.0})
+    name, report = resolve_dtype("auto", "cpu", measure=measure)
+    assert name == "float32" and set(calls) == {"float32"} and report["gflops"]["bfloat16"] is None

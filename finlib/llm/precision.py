@@ -26,6 +26,8 @@ MARGIN = 1.25                      # a lower precision must be >= 25 % faster th
                                    # bf16 and fp32 are close the choice would otherwise flip with timing noise
 BLOCK_SHAPE = (64, 576, 1536)      # (tokens, hidden, ffn): one SmolLM2-sized transformer layer, ~0.35 GFLOP
 HEADS = 9
+WARMUP = 3                         # untimed calls first (the first fp32 calls ran 30x slower than later ones)
+MIN_REPS = 4                       # timed calls at least, best kept
 MIN_TIME_S = 0.05                  # per candidate and round (at least 2 reps, best kept); ~1-3 s in all
 ROUNDS = 2                         # interleaved rounds, best kept: load noise on shared cores
 MAX_REPS = 200
@@ -65,25 +67,54 @@ def measure_gflops(dtype: str, device: str = "cpu", shape: tuple[int, int, int] 
 
     tokens, hidden, ffn = shape
     dt = getattr(torch, dtype)
-    torch.manual_seed(0)
     try:
-        layer = torch.nn.TransformerEncoderLayer(hidden, HEADS, ffn, batch_first=True, norm_first=True,
-                                                 activation="gelu", dropout=0.0).eval().to(device=device, dtype=dt)
-        x = torch.randn(1, tokens, hidden).to(device=device, dtype=dt)
+        layer, x = _llama_layer(tokens, hidden, ffn, device, dt)
         with torch.inference_mode():
-            layer(x).sum().item()  # warm-up (kernel selection, lazy init)
+            for _ in range(WARMUP):  # kernel selection, JIT'd primitives, thread pool start: slow first calls
+                layer(x).sum().item()
     except (RuntimeError, TypeError, NotImplementedError):
         return None
     sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
     best, reps, t_all = float("inf"), 0, time.perf_counter()
     with torch.inference_mode():
-        while reps < max_reps and (reps < 2 or time.perf_counter() - t_all < min_time_s):
+        while reps < max_reps and (reps < MIN_REPS or time.perf_counter() - t_all < min_time_s):
             t0 = time.perf_counter()
             layer(x)
             sync()
             best = min(best, time.perf_counter() - t0)
             reps += 1
     return block_flops(tokens, hidden, ffn) / best / 1e9
+
+
+def _llama_layer(tokens: int, hidden: int, ffn: int, device: str, dt):
+    """One Llama-style decoder layer written with the ops transformers' Llama/Qwen code calls
+    (RMSNorm by hand, linear projections, causal scaled-dot-product attention, SiLU-gated MLP):
+    torch's own TransformerEncoderLayer takes a fused fast path whose fp32/bf16 speeds differ
+    from those models' by 10x on some CPUs."""
+    import torch
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(0)
+
+    def w(*shape):
+        return (torch.randn(*shape, generator=g) / shape[-1] ** 0.5).to(device=device, dtype=dt)
+
+    wq, wk, wv, wo = (w(hidden, hidden) for _ in range(4))
+    wg, wu, wd = w(ffn, hidden), w(ffn, hidden), w(hidden, ffn)
+    heads = HEADS
+
+    def rms(h):
+        return h * torch.rsqrt(h.float().pow(2).mean(-1, keepdim=True) + 1e-5).to(h.dtype)
+
+    def layer(x):
+        h = rms(x)
+        q, k, v = (F.linear(h, m).view(1, tokens, heads, -1).transpose(1, 2) for m in (wq, wk, wv))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(1, tokens, hidden)
+        x = x + F.linear(a, wo)
+        h = rms(x)
+        return x + F.linear(F.silu(F.linear(h, wg)) * F.linear(h, wu), wd)
+
+    return layer, torch.randn(1, tokens, hidden, generator=g).to(device=device, dtype=dt)
 
 
 def pick(gflops: dict[str, float | None], margin: float = MARGIN) -> str:
@@ -114,9 +145,23 @@ def default_cache_file() -> Path:
     return repo_root() / "data" / "interim" / "precision.json"
 
 
+NATIVE_FLAGS = {"bfloat16": {"avx512_bf16", "amx_bf16"}, "float16": {"avx512_fp16", "amx_fp16"}}
+
+
+def cpu_candidates(features: list[str] | None = None, capability: str | None = None) -> tuple[str, ...]:
+    """Precisions worth measuring on this CPU: float32, plus bf16/fp16 only where the CPU has the
+    instructions and torch uses them (not when forced to AVX2 kernels). Elsewhere they are
+    emulated (57x slower for bf16), and a noisy timing on a busy machine must never pick them."""
+    feats = set(cpu_features() if features is None else features)
+    cap = (_cpu_capability() if capability is None else capability) or ""
+    wide = cap.upper() not in ("", "DEFAULT", "AVX2", "NO AVX")
+    return ("float32", *(c for c in ("bfloat16", "float16") if wide and feats & NATIVE_FLAGS[c]))
+
+
 def resolve_dtype(requested: str = "auto", device: str = "cpu",
                   measure: Callable[[str, str], float | None] = measure_gflops,
-                  cache_file: Path | None | bool = None) -> tuple[str, dict]:
+                  cache_file: Path | None | bool = None,
+                  candidates: tuple[str, ...] | None = None) -> tuple[str, dict]:
     """(dtype name, report) for a params value: a fixed dtype is returned as is; "auto" measures
     once per machine (kernel set, CPU flags, threads) and keeps the choice in `cache_file`
     (default data/interim/precision.json; False = no file): a rerun must find its stored answers,
@@ -144,13 +189,16 @@ def resolve_dtype(requested: str = "auto", device: str = "cpu",
             _CACHE[key] = (saved["chosen"], report)
             return saved["chosen"], dict(report)
 
-    gflops: dict[str, float | None] = {}
+    if candidates is None:
+        candidates = CANDIDATES if device.startswith("cuda") else cpu_candidates()
+    gflops: dict[str, float | None] = {c: None for c in CANDIDATES}
     for _ in range(ROUNDS):  # interleaved, best of rounds: the first call also pays thread-pool start-up
-        for c in CANDIDATES:
+        for c in candidates:
             g = measure(c, device)
             gflops[c] = g if gflops.get(c) is None else max(gflops[c], g or 0.0)
     chosen = pick(gflops)
     report = {"requested": "auto", "chosen": chosen, "source": "measured (fastest transformer layer)", "device": device,
+              "candidates": list(candidates),
               "gflops": {k: None if v is None else round(v, 2) for k, v in gflops.items()},
               "speedup_vs_float32": round((gflops[chosen] or 0.0) / gflops["float32"], 2),
               "margin": MARGIN, "probe": "one transformer layer (tokens, hidden, ffn)", "probe_shape": list(BLOCK_SHAPE), "threads": torch.get_num_threads(),
