@@ -21,6 +21,12 @@ PRODUCERS: dict[str, str] = {
     "conditions": "02", "lexicon_stats": "02", "perturb_report": "02",
     "predictions": "03", "inference_report": "03",
     "metrics": "04", "paired_tests": "04", "scoring_report": "04",
+    "dpo_split": "05", "dpo_triplets": "05", "dpo_drops": "05", "dpo_predictions": "05", "dpo_metrics": "05",
+    "dpo_paired_tests": "05", "dpo_report": "05",
+    "figures_report": "06",
+    "bizfin_items": "07", "bizfin_report": "07",
+    "iterajudge_trajectories": "08", "iterajudge_results": "08", "judge_calibration_scores": "08",
+    "judge_calibration": "08", "iterajudge_report": "08",
 }
 
 

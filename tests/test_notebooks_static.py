@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 HOME_MODULES = {
     "00": "finlib.data", "01": "finlib.labels", "02": "finlib.perturb",
-    "03": "finlib.llm", "04": "finlib.scoring",
+    "03": "finlib.llm", "04": "finlib.scoring", "05": "finlib.dpo", "06": "finlib.figures",
+    "07": "finlib.bizfin", "08": "finlib.bizfin",
 }
 
 
