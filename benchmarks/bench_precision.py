@@ -80,6 +80,8 @@ def run(n: int) -> bool:
         if c in speed:
             print(f"  SmolLM2 scoring forward, {c:<9}: {speed[c]:8.0f} prompt tok/s "
                   f"({speed[c] / speed['float32']:.2f}x float32)")
+        elif g[c] is None:
+            print(f"  SmolLM2 scoring forward, {c:<9}: not a candidate here (no native instructions, or AVX2 kernels)")
         else:
             print(f"  SmolLM2 scoring forward, {c:<9}: skipped (probe {g[c]} GFLOP/s, > {HOPELESS:.0f}x slower "
                   "than float32)")
