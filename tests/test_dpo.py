@@ -322,6 +322,7 @@ def test_stage_without_no_opinion_texts_is_skipped_with_the_drop_counts(tmp_run)
     assert "no training triplets" in res.report["skipped"]
     assert "no_opinion_text_unavailable" in res.report["skipped"]
     assert res.table8.empty and res.train_log.empty
+    assert res.tests[res.tests["n_pairs"] > 0].empty  # what notebook 05 displays: columns present, no rows
     assert not (tmp_run.run_dir / "dpo").exists()
 
 

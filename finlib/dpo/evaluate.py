@@ -79,6 +79,10 @@ def evaluate(pred: pd.DataFrame, conditions: pd.DataFrame, labels: pd.DataFrame,
     return scored.rows, metrics_long(scored.rows, reps, seed, ci, specs=specs)
 
 
+PAIRED_COLUMNS = ("outcome", "sector", "model", "baseline", "n_pairs", "rate_dpo", "rate_base", "only_dpo",
+                  "only_base", "diff", "diff_ci_low", "diff_ci_high", "pvalue", "marker")
+
+
 def paired_base_vs_dpo(rows: pd.DataFrame, base: str, tuned: str, reps: int, seed: int,
                        ci: float) -> pd.DataFrame:
     """Exact McNemar, tuned vs base on the same reports (both parsed), for correctness and
@@ -105,7 +109,7 @@ def paired_base_vs_dpo(rows: pd.DataFrame, base: str, tuned: str, reps: int, see
                             "only_base": r.only_b, "diff": diff.value, "diff_ci_low": diff.ci_low,
                             "diff_ci_high": diff.ci_high, "pvalue": r.pvalue if len(d) else np.nan,
                             "marker": stats.significance_marker(r.pvalue) if len(d) else ""})
-    return pd.DataFrame.from_records(records)
+    return pd.DataFrame.from_records(records, columns=list(PAIRED_COLUMNS))
 
 
 def _paper_rows() -> list[dict]:

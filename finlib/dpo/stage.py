@@ -265,7 +265,7 @@ def _skipped(cfg: RunConfig, dp: dict, report: dict) -> DPOResult:
     write_json(cfg, "dpo_report", report)
     empty = pd.DataFrame()
     return DPOResult(split_df, tp.split_summary(split_df), tsum, drops, pd.DataFrame(columns=tr.LOG_COLUMNS),
-                     empty, empty, empty, report)
+                     empty, pd.DataFrame(columns=list(ev.PAIRED_COLUMNS)), empty, report)
 
 
 def caveat(cfg: RunConfig, res: DPOResult) -> str:
