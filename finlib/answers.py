@@ -127,7 +127,6 @@ def rating_from_value(value: Any) -> Rating | None:
     return found.pop() if len(found) == 1 else None
 
 
-_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.IGNORECASE | re.DOTALL)
 _THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
 _THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
 
@@ -143,10 +142,21 @@ def strip_think(text: str) -> str:
     """
     if not isinstance(text, str):
         return ""
-    t = _THINK_BLOCK.sub("", text)
-    closes = list(_THINK_CLOSE.finditer(t))
-    if closes:
-        t = t[closes[-1].end():]
+    # Complete blocks removed in one forward scan (a lazy `<think>.*?</think>` regex rescans to the
+    # end from every unclosed tag: quadratic on hostile input).
+    kept, pos = [], 0
+    while (o := _THINK_OPEN.search(text, pos)) is not None:
+        c = _THINK_CLOSE.search(text, o.end())
+        if c is None:
+            break
+        kept.append(text[pos:o.start()])
+        pos = c.end()
+    t = "".join(kept) + text[pos:]
+    last_close = None
+    for last_close in _THINK_CLOSE.finditer(t):
+        pass
+    if last_close is not None:
+        t = t[last_close.end():]
     opened = _THINK_OPEN.search(t)
     if opened:
         t = t[:opened.start()]
@@ -177,7 +187,7 @@ def _json_objects(text: str) -> list[dict]:
         obj, end = None, None
         try:
             obj, end = dec.raw_decode(text, i)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: hostile nesting, not an answer
             block_end = _matching_brace(text, i)
             if block_end is not None:
                 block = re.sub(r",\s*([}\]])", r"\1", text[i:block_end + 1])

@@ -65,10 +65,6 @@ HOSTILE = {
 }
 # Known blow-ups found by this file (helper H, issue 15); owners named. Remove a marker when fixed.
 KNOWN = {
-    ("parse_rating_detail", "nested_answer_keys"): "RecursionError in the JSON reader on deeply nested objects "
-                                                   "(finlib/answers.py: bound the nesting depth)",
-    ("parse_rating_detail", "think_tags"): "strip_think is quadratic in the number of unclosed <think> tags "
-                                           "(finlib/answers.py: cap the text before stripping)",
     ("extract_analyst_rating", "hedges_1mb"): "quadratic in the first sentence's rating words "
                                               "(finlib/perturb.py: cap the first sentence's length)",
     ("extract_analyst_rating", "answer_keys_1mb"): "quadratic in the first sentence's rating words "
