@@ -218,12 +218,20 @@ def rating_of_sentence(sentence: str) -> Rating | None:
     return found.pop() if len(found) == 1 else None
 
 
+# A rating sentence is one line of a report (real ones are < 500 characters); a "first sentence"
+# far longer is a text without sentence breaks, read as "no rating" (counted by stage 02) rather
+# than searched for rating phrases, which is quadratic in the number of rating words.
+MAX_RATING_SENTENCE_CHARS = 5_000
+
+
 def extract_analyst_rating(text: str) -> Rating | None:
     """The analyst rating stated in the first sentence of a report, or None (never guessed)."""
     if not isinstance(text, str):
         return None
     span = first_sentence_span(text)
-    return None if span is None else rating_of_sentence(text[span[0]:span[1]])
+    if span is None or span[1] - span[0] > MAX_RATING_SENTENCE_CHARS:
+        return None
+    return rating_of_sentence(text[span[0]:span[1]])
 
 
 def remove_rating_sentence(text: str) -> str:

@@ -65,10 +65,6 @@ HOSTILE = {
 }
 # Known blow-ups found by this file (helper H, issue 15); owners named. Remove a marker when fixed.
 KNOWN = {
-    ("extract_analyst_rating", "hedges_1mb"): "quadratic in the first sentence's rating words "
-                                              "(finlib/perturb.py: cap the first sentence's length)",
-    ("extract_analyst_rating", "answer_keys_1mb"): "quadratic in the first sentence's rating words "
-                                                   "(finlib/perturb.py: cap the first sentence's length)",
     ("sentence_spans", "dots_1mb"): "nltk Punkt raises TimeoutError (its regex timeout) on 500k '. ' "
                                     "(finlib/sentences.py: split long blocks before Punkt)",
 }

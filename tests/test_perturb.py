@@ -380,3 +380,11 @@ def test_ignore_policy_reports_itself_only(tiny_lex: Lexicon) -> None:
     assert res.report["mpqa"]["tagging"] is None and res.subjectivity.tagger is None
     with pytest.raises(ValueError, match="perturb.mpqa_pos must be one of"):
         build_conditions(REPORTS, seed=1, lexicon=tiny_lex, policy="blind")
+
+
+def test_an_overlong_first_sentence_is_not_searched_for_a_rating():
+    from finlib.perturb import MAX_RATING_SENTENCE_CHARS, extract_analyst_rating
+
+    filler = "word " * (MAX_RATING_SENTENCE_CHARS // 5)
+    assert extract_analyst_rating("We rate Acme a Buy. " + filler) is not None
+    assert extract_analyst_rating("We rate Acme a Buy " + filler + ".") is None
