@@ -9,7 +9,8 @@ result with `write_comparison`; stage 06 collects every saved comparison.
 
 Units: the caller puts both sides in the paper's unit (percent for Fin-Bias Tables 4-8).
 The paper's printed "Average" is compared with our pooled average (`schema.POOLED`): the
-printed one is neither the pooled nor the sector mean (see the paper tables' README).
+printed one matches the pooled rate (the sector-count-weighted mean) in most cells, the plain
+mean of sectors in a few (see the paper tables' README and stage 04's captions).
 """
 from __future__ import annotations
 

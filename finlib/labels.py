@@ -594,7 +594,8 @@ def analyst_accuracy_by_sector(labels: pd.DataFrame, reports: pd.DataFrame) -> p
     Reports without an analyst rating or without a label are left out and counted. Two
     averages, as in stage 04: "Average (pooled)" scores all reports together (large sectors
     weigh more), "Mean of sectors" is the unweighted mean over the paper's nine sectors that
-    have scored reports. The paper's printed Average is neither; it is carried on its own row.
+    have scored reports. The paper's printed Average matches the pooled rate in most cells (the
+    plain mean of sectors in a few); it is carried on its own row.
     """
     from finlib.tables import paper_table
 
