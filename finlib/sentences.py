@@ -82,9 +82,7 @@ def iter_sentence_spans(text: str, extra_abbreviations: frozenset[str] = frozens
     sentence must not pay for splitting a 4,000-token report.
     """
     tok = _tokenizer(frozenset(extra_abbreviations))
-    start = 0
-    for m in [*_PARAGRAPH_BREAK.finditer(text), None]:
-        end = m.start() if m else len(text)
+    for start, end in _blocks(text):
         block = text[start:end]
         if block.strip():
             for a, b in tok.span_tokenize(block):
@@ -96,6 +94,27 @@ def iter_sentence_spans(text: str, extra_abbreviations: frozenset[str] = frozens
                     a = unit.end(1)
                 if b > a:
                     yield start + a, start + b
+
+
+# Punkt works on one paragraph at a time; a "paragraph" longer than this is not prose (nltk's own
+# regex guard raises TimeoutError on ~1 MB of ". "), so it is cut before the limit.
+MAX_BLOCK_CHARS = 100_000
+
+
+def _blocks(text: str) -> Iterator[tuple[int, int]]:
+    """(start, end) of each paragraph; one over MAX_BLOCK_CHARS is cut after its last sentence end
+    (else its last space) before the limit."""
+    start = 0
+    for m in [*_PARAGRAPH_BREAK.finditer(text), None]:
+        end = m.start() if m else len(text)
+        while end - start > MAX_BLOCK_CHARS:
+            limit = start + MAX_BLOCK_CHARS
+            cut = max(text.rfind(f"{p} ", start, limit) for p in ".!?")  # after a sentence end, else a space
+            cut = cut + 2 if cut > start else text.rfind(" ", start, limit) + 1
+            cut = cut if cut > start else limit
+            yield start, cut
+            start = cut
+        yield start, end
         if m:
             start = m.end()
 

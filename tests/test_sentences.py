@@ -110,3 +110,12 @@ def test_extra_abbreviations_are_honoured() -> None:
     assert split_sentences(text) == ["The mgmt.", "Team was upbeat.", "Sales rose."]
     assert split_sentences(text, extra_abbreviations=frozenset({"mgmt"})) == [
         "The mgmt. Team was upbeat.", "Sales rose."]
+
+
+def test_a_paragraph_longer_than_the_block_limit_is_cut_at_whitespace():
+    from finlib.sentences import MAX_BLOCK_CHARS, sentence_spans
+
+    text = "The firm grew. " * (MAX_BLOCK_CHARS // 15 + 50)
+    spans = sentence_spans(text)
+    assert len(spans) == text.count(".")  # every sentence found once, none lost at the cut
+    assert all(text[a:b] == "The firm grew." for a, b in spans)
