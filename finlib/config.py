@@ -150,13 +150,17 @@ class RunConfig:
         except KeyError:
             raise ConfigError(f"{self.params_file}: missing section '{key}'") from None
 
-    def section(self, name: str, known: Iterable[str] | None = None) -> dict:
-        """A params section; with `known`, a misspelled key is an error, never a silent default."""
+    def section(self, name: str, known: Iterable[str] | None = None, required: Iterable[str] = ()) -> dict:
+        """A params section; with `known`, a misspelled key is an error, never a silent default;
+        every `required` key must be present (params/default.yaml documents them all)."""
         value = self[name]
         if not isinstance(value, dict):
             raise ConfigError(f"{self.params_file}: section '{name}' must be a mapping")
         if known is not None:
             check_known_keys(value, known, f"{self.params_file}: {name}")
+        missing = [k for k in required if k not in value]
+        if missing:
+            raise ConfigError(f"{self.params_file}: {name}: missing key(s) {missing} (see params/default.yaml)")
         return value
 
     def path(self, relative: str | Path) -> Path:

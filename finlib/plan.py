@@ -25,7 +25,7 @@ from urllib.parse import urlparse
 import numpy as np
 import pandas as pd
 
-from finlib.config import ConfigError, RunConfig
+from finlib.config import RunConfig
 from finlib.llm.registry import ModelSpec, load_registry, select_models
 from finlib.schema import CONDITIONS, Condition
 
@@ -36,11 +36,7 @@ HF_HOST, YAHOO_HOST = ("huggingface.co", 443), ("query1.finance.yahoo.com", 443)
 
 def plan_params(cfg: RunConfig) -> dict:
     """The `plan:` section; every key documented in params/default.yaml, misspellings refused."""
-    p = cfg.section("plan", known=PLAN_KEYS)
-    missing = [k for k in PLAN_KEYS if k not in p]
-    if missing:
-        raise ConfigError(f"{cfg.params_file}: plan: missing key(s) {missing} (see params/default.yaml)")
-    return p
+    return cfg.section("plan", known=PLAN_KEYS, required=PLAN_KEYS)
 
 
 # ---- token counting -----------------------------------------------------------------------

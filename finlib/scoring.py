@@ -13,20 +13,19 @@ Three layers, each a set of small pure functions:
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 import pandas as pd
 
 from finlib import stats
 from finlib.artifacts import read_frame, require_columns, write_frame, write_json
-from finlib.config import ConfigError, RunConfig
+from finlib.config import RunConfig
 from finlib.llm.registry import load_registry
 from finlib.answers import condition_texts, parse_predictions
 from finlib.schema import POOLED, RATINGS, SECTOR_MEAN, SECTORS, Condition, Rating
-from finlib.tables import paper_table, write_table
+from finlib.tables import write_table
 
 # --------------------------------------------------------------------------------------
 # 2. Joining the artifacts
@@ -606,11 +605,7 @@ SCORING_KEYS = ("bootstrap_reps", "ci")  # params `scoring:`; a misspelled or mi
 
 def scoring_params(cfg: RunConfig) -> dict:
     """The `scoring:` section, checked: every key documented in params/default.yaml, none defaulted."""
-    sc = cfg.section("scoring", known=SCORING_KEYS)
-    missing = [k for k in SCORING_KEYS if k not in sc]
-    if missing:
-        raise ConfigError(f"{cfg.params_file}: scoring: missing key(s) {missing} (see params/default.yaml)")
-    return sc
+    return cfg.section("scoring", known=SCORING_KEYS, required=SCORING_KEYS)
 
 
 def score_run(cfg: RunConfig) -> ScoringResult:

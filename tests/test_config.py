@@ -70,3 +70,10 @@ def test_section_refuses_unknown_keys(tmp_run):
         from finlib.config import check_known_keys
         check_known_keys({"quantile": [0.3, 0.7], "window": 60}, {"quantiles", "window"},
                          f"{tmp_run.params_file}: labels")
+
+
+def test_section_requires_the_documented_keys(tmp_run):
+    assert tmp_run.section("scoring", required=("bootstrap_reps", "ci"))["ci"] > 0
+    del tmp_run.params["scoring"]["ci"]
+    with pytest.raises(ConfigError, match=r"scoring: missing key\(s\) \['ci'\]"):
+        tmp_run.section("scoring", required=("bootstrap_reps", "ci"))

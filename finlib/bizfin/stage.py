@@ -44,10 +44,7 @@ class BizFinRun:
 
 def bizfin_params(cfg: RunConfig) -> dict:
     """The `bizfin:` section, checked (unknown keys, sources, tasks, counts)."""
-    p = cfg.section("bizfin", known=BIZFIN_KEYS)
-    missing = [k for k in BIZFIN_KEYS if k not in p and k != "iterajudge"]
-    if missing:
-        raise ConfigError(f"{cfg.params_file}: bizfin: missing keys {missing}")
+    p = cfg.section("bizfin", known=BIZFIN_KEYS, required=[k for k in BIZFIN_KEYS if k != "iterajudge"])
     if p["source"] not in SOURCES:
         raise ConfigError(f"{cfg.params_file}: bizfin.source must be one of {SOURCES}, got {p['source']!r}")
     if p["item_selection"] not in SELECTIONS:

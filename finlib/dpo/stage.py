@@ -32,10 +32,7 @@ PARTS = ("triplets", "train", "evaluate")
 
 def dpo_params(cfg: RunConfig) -> dict:
     """The `dpo:` section, checked: every key documented in params/default.yaml, none defaulted."""
-    dp = dict(cfg.section("dpo", known=DPO_KEYS))
-    missing = [k for k in DPO_KEYS if k not in dp]
-    if missing:
-        raise ConfigError(f"{cfg.params_file}: dpo: missing key(s) {missing} (see params/default.yaml)")
+    dp = dict(cfg.section("dpo", known=DPO_KEYS, required=DPO_KEYS))
     if not isinstance(dp["lora"], dict):
         raise ConfigError(f"{cfg.params_file}: dpo.lora must be a mapping with keys {LORA_KEYS}")
     bad = sorted(set(dp["lora"]) ^ set(LORA_KEYS))

@@ -49,10 +49,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")  # auto: measured per machin
 def inference_params(cfg: RunConfig) -> dict:
     """The `inference:` section, checked: a misspelled or missing key is an error, never a default
     (every key is documented in params/default.yaml, which the other params files extend)."""
-    inf = dict(cfg.section("inference", known=INFERENCE_KEYS))
-    missing = [k for k in INFERENCE_KEYS if k not in inf]
-    if missing:
-        raise ConfigError(f"{cfg.params_file}: inference: missing key(s) {missing} (see params/default.yaml)")
+    inf = dict(cfg.section("inference", known=INFERENCE_KEYS, required=INFERENCE_KEYS))
     if inf["dtype"] not in DTYPES:
         raise ConfigError(f"{cfg.params_file}: inference.dtype must be one of {DTYPES}, got {inf['dtype']!r}")
     for k in ("progress", "batch"):
