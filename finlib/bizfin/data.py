@@ -181,7 +181,7 @@ def load_format_samples(tasks: list[str]) -> dict[str, list[BizFinItem]]:
     out = {}
     root = resources.files("finlib.bizfin") / "format_samples"
     for t in tasks:
-        ref = root / f"sample_{task_info(t).file_stem}.jsonl"  # not named like the published files
+        ref = root / f"sample_{t}.jsonl"  # by abbreviation: never named like the published files
         if ref.is_file():
             out[t] = read_jsonl(f"finlib/bizfin/format_samples/{ref.name}", t, source="format_sample",
                                 text=ref.read_text(encoding="utf-8"))
