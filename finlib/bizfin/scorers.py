@@ -158,11 +158,16 @@ def official_fnc(gold: str, text: str) -> float:
         return float(str(pred).strip() == str(gold).strip())
 
 
-def score_fnc(gold: str, text: str) -> ItemScore:
+def _score_answer_field(official: float, gold: str, text: str) -> ItemScore:
+    """FNC and FTR: our rule reads the JSON answer field and compares it with `answers_match`."""
     found, value = answer_field(text)
     ours = float(found and answers_match(gold, value))
-    return ItemScore(official_fnc(gold, text), ours, found, None if value is None else str(value),
+    return ItemScore(official, ours, found, None if value is None else str(value),
                      "" if found else "no JSON answer field")
+
+
+def score_fnc(gold: str, text: str) -> ItemScore:
+    return _score_answer_field(official_fnc(gold, text), gold, text)
 
 
 # ------------------------------------------------------------------ FTR
@@ -199,10 +204,7 @@ def official_ftr(gold: str, text: str) -> float:
 
 
 def score_ftr(gold: str, text: str) -> ItemScore:
-    found, value = answer_field(text)
-    ours = float(found and answers_match(gold, value))
-    return ItemScore(official_ftr(gold, text), ours, found, None if value is None else str(value),
-                     "" if found else "no JSON answer field")
+    return _score_answer_field(official_ftr(gold, text), gold, text)
 
 
 # ------------------------------------------------------------------ AEA
