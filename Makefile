@@ -30,23 +30,23 @@ $(STAMP): pyproject.toml
 venv: $(STAMP) ## create/refresh the virtual environment (.venv)
 
 reproduce: $(STAMP) ## run every stage for params/$(RUN).yaml (default: the embedded synthetic run), then the report
-	$(PY) -m finlib.runner --run $(RUN) --report
+	$(PY) -m finlib.core.runner --run $(RUN) --report
 
 stage: $(STAMP) ## rerun one stage alone: make stage STAGE=01 [RUN=default]
 	@test -n "$(STAGE)" || { echo "usage: make stage STAGE=NN [RUN=name]"; exit 2; }
-	$(PY) -m finlib.runner --run $(RUN) --stages $(STAGE)
+	$(PY) -m finlib.core.runner --run $(RUN) --stages $(STAGE)
 
 figures: $(STAMP) ## regenerate tables and figures from cached artifacts (stage 04 onwards), then the report
-	$(PY) -m finlib.runner --run $(RUN) --from 04 --report
+	$(PY) -m finlib.core.runner --run $(RUN) --from 04 --report
 
 report: $(STAMP) ## static HTML report of a run: runs/$(RUN)/report/index.html (notebooks, figures, tables)
-	$(PY) -m finlib.report --run $(RUN)
+	$(PY) -m finlib.core.report --run $(RUN)
 
 plan: $(STAMP) ## requests, tokens, cost and wall time of params/$(RUN).yaml (no calls): runs/$(RUN)/plan.md
-	$(PY) -m finlib.plan --run $(RUN)
+	$(PY) -m finlib.core.plan --run $(RUN)
 
 dpo: $(STAMP) ## stage 05 alone without the notebook: triplets, LoRA DPO, Table 8 (needs stages 00-02's artifacts)
-	$(PY) -m finlib.dpo --run $(RUN)
+	$(PY) -m finlib.finbias.dpo --run $(RUN)
 
 # pytest exits 5 when it collected nothing: that fails here like any other error.
 test: $(STAMP) ## unit tests + every notebook executed on params/smoke.yaml (nbval)
@@ -54,7 +54,7 @@ test: $(STAMP) ## unit tests + every notebook executed on params/smoke.yaml (nbv
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$rc
 
 test-integration: $(STAMP) ## real llama.cpp server: kill/restart mid-run, stalls, malformed bodies (~3-6 min)
-	FINLIB_INTEGRATION=1 $(PY) -m pytest tests/test_reliability_llamacpp.py -p no:cacheprovider
+	FINLIB_INTEGRATION=1 $(PY) -m pytest tests/llm/test_reliability_llamacpp.py -p no:cacheprovider
 
 unit: $(STAMP) ## unit tests only (fast)
 	$(PY) -m pytest tests -p no:cacheprovider
@@ -63,7 +63,7 @@ lab: $(STAMP) ## JupyterLab on the notebooks
 	$(VENV)/bin/jupyter lab --notebook-dir=.
 
 data: $(STAMP) ## download external inputs (MPQA lexicon) for online users
-	$(PY) -m finlib.lexicon --download
+	$(PY) -m finlib.finbias.lexicon --download
 
 bench: $(STAMP) ## run the speed benchmarks (prints ratios measured side by side)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -41,7 +41,7 @@ def forward_tok_s(dtype: str, texts: list[str], rounds: int = 2) -> float:
     """Prompt tokens/s of SmolLM2 label-scoring forward passes (batch 1, logits_to_keep=1)."""
     import torch
 
-    from finlib.config import load_run
+    from finlib.core.config import load_run
     from finlib.llm.local_backend import LocalModel
     from finlib.llm.prompts import build_messages
     from finlib.llm.registry import load_registry

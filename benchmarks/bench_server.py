@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from finlib.config import load_run  # noqa: E402
+from finlib.core.config import load_run  # noqa: E402
 from finlib.llm.llamacpp import gguf_path, serve, server_config, server_pid  # noqa: E402
 from finlib.llm.prompts import build_messages  # noqa: E402
 from finlib.llm.registry import load_registry  # noqa: E402
@@ -36,7 +36,7 @@ MODEL = "qwen2.5-coder-0.5b"
 
 
 def prompts(n: int) -> list[list[dict]]:
-    from finlib.synth import generate_market
+    from finlib.finbias.synth import generate_market
 
     cfg = load_run("default")
     syn = dict(cfg.section("data")["synthetic"], n_reports=max(n, 4))

@@ -26,7 +26,7 @@ def shared_data() -> Path:
 @pytest.fixture()
 def tmp_run(tmp_path: Path):
     """A RunConfig rooted in a temporary copy of params/, so tests never touch real run outputs."""
-    from finlib.config import load_run
+    from finlib.core.config import load_run
 
     root = tmp_path / "repo"
     (root / "params").mkdir(parents=True)

@@ -21,7 +21,7 @@ DEFAULT_JUDGE_SCALE = (0, 100)
 def judge_input(item: BizFinItem, prediction: str, item_id: str | None = None):
     """What the judge sees: the question, the answer (reasoning blocks stripped), the task's
     Table 2 dimensions, and the gold text as reference when the task has one."""
-    from finlib.answers import strip_think
+    from finlib.llm.answers import strip_think
     from finlib.bizfin.judge import JudgeInput
 
     return JudgeInput(id=item_id or item.id, task=item.task, question=item.question,

@@ -25,7 +25,7 @@ from scipy.stats import rankdata
 from finlib.bizfin.judge import JudgeInput, judge_batch, results_frame
 from finlib.bizfin.tasks import task_info
 from finlib.llm.registry import ModelSpec
-from finlib.tables import paper_table
+from finlib.core.tables import paper_table
 
 # Error weights of the rule that scores the reference answers: 100 minus the weighted error count,
 # floored at 0. Weights follow the paper's FDD rubric (a wrong trend costs more than a wrong

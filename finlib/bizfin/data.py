@@ -17,7 +17,7 @@ import pandas as pd
 
 from finlib.bizfin.scorers import GOLD_CHECKS
 from finlib.bizfin.tasks import TASKS, task_info
-from finlib.tables import paper_table
+from finlib.core.tables import paper_table
 
 HF_DATASET = "HiThink-Research/BizFinBench"
 ROLES = ("system", "user", "assistant")

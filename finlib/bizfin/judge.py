@@ -25,7 +25,7 @@ from typing import Any
 
 import pandas as pd
 
-from finlib.answers import json_objects, strip_think
+from finlib.llm.answers import json_objects, strip_think
 from finlib.llm import engine
 from finlib.llm.engine import ChatItem
 from finlib.llm.prompts import (JUDGE_CONTRASTIVE_VERSION, JUDGE_REFINE_VERSION, JUDGE_VANILLA_VERSION,

@@ -13,16 +13,16 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from finlib.artifacts import MissingArtifactError, read_frame, write_frame, write_json
+from finlib.core.artifacts import MissingArtifactError, read_frame, write_frame, write_json
 from finlib.bizfin import calibration as cal
 from finlib.bizfin.judge import (JudgeInput, Trajectory, iterajudge, results_frame, trajectories_frame,
                                  trajectory_summary)
 from finlib.bizfin.tasks import JUDGE_TASKS, check_tasks
-from finlib.compare import write_comparison
-from finlib.config import ConfigError, RunConfig, check_known_keys
+from finlib.core.compare import write_comparison
+from finlib.core.config import ConfigError, RunConfig, check_known_keys
 from finlib.llm.prompts import JUDGE_CONTRASTIVE_VERSION, JUDGE_REFINE_VERSION, JUDGE_VANILLA_VERSION
 from finlib.llm.registry import load_registry, select_models
-from finlib.tables import paper_table, write_table
+from finlib.core.tables import paper_table, write_table
 
 ITERAJUDGE_KEYS = ("refiner", "judges", "score_range", "temperature", "dimension_order", "refine_max_new_tokens",
                    "judge_max_new_tokens", "tasks", "max_items_per_task", "calibration_tasks",
@@ -112,7 +112,7 @@ def table4_comparison(corr: pd.DataFrame, paper_names: dict[str, str]) -> pd.Dat
     """Our Spearman values beside the paper's in the common paper-vs-ours layout (stage 06 collects
     it). Judges match through the registry's `paper_name`; ours run on the constructed reference
     set, so even a matched row compares different reference scores (the caption says so)."""
-    from finlib.compare import paper_vs_ours
+    from finlib.core.compare import paper_vs_ours
 
     ours = pd.DataFrame({"method": corr["method"].map(cal.METHOD_LABELS),
                          "judge": corr["judge"].map(lambda j: paper_names.get(j) or j),

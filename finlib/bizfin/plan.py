@@ -12,9 +12,9 @@ import argparse
 import pandas as pd
 
 from finlib.bizfin.tasks import TASKS
-from finlib.config import RunConfig, load_run
+from finlib.core.config import RunConfig, load_run
 from finlib.llm.registry import load_registry, select_models
-from finlib.tables import paper_table
+from finlib.core.tables import paper_table
 
 JUDGE_PROMPT_TOKENS = 400   # rubric + dimensions around the question and answer (our judge prompt, ~Chinese chars)
 

@@ -17,8 +17,8 @@ import pandas as pd
 
 from finlib.bizfin.data import BizFinItem
 from finlib.bizfin.tasks import TASK_ORDER, TASKS
-from finlib.stats import bootstrap_ci, mean_over_groups, ratio
-from finlib.tables import paper_table
+from finlib.core.stats import bootstrap_ci, mean_over_groups, ratio
+from finlib.core.tables import paper_table
 
 RULES = ("official", "ours")
 LONG_COLUMNS = ["model", "rule", "task", "source", "n_items", "n_scored", "parse_rate", "judge_invalid",

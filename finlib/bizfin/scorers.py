@@ -23,7 +23,7 @@ this is our own implementation), and **ours** beside it where an official rule l
 - ER, SP: the official rules (set equality of emotion labels; exact trend label) are kept as ours.
 
 Unparsed answers score 0 under both rules and are flagged (`parsed=False`), never guessed.
-JSON is read with the one shared extractor (`finlib.answers.json_objects`); the official
+JSON is read with the one shared extractor (`finlib.llm.answers.json_objects`); the official
 extraction (JsonPaser: shortest parseable candidate) is approximated by the shortest object.
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any, Callable
 
-from finlib.answers import json_objects, strip_think
+from finlib.llm.answers import json_objects, strip_think
 
 
 @dataclass(frozen=True)

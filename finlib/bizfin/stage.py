@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from finlib.artifacts import write_frame, write_json
+from finlib.core.artifacts import write_frame, write_json
 from finlib.bizfin import score_item_detail, unit_score
 from finlib.bizfin.data import (BizFinItem, check_counts, load_format_samples, load_huggingface, load_local)
 from finlib.bizfin.scorers import official_unscorable
 from finlib.bizfin.tasks import TASKS, check_tasks, task_info
-from finlib.config import ConfigError, RunConfig
+from finlib.core.config import ConfigError, RunConfig
 from finlib.llm.engine import ChatItem, chat
 from finlib.llm.prompts import BIZFIN_ANSWER_VERSION
 from finlib.llm.registry import ModelSpec, load_registry, select_models
@@ -213,7 +213,7 @@ def make_tables(cfg: RunConfig, run: BizFinRun, count_tokens=None, tokenizer_nam
     """Table 3 (long with CIs, wide with the paper's rows), the rule comparison and Table 6;
     all written as CSV/Markdown/LaTeX. `count_tokens` defaults to the `bizfin.table6_model` model's."""
     from finlib.bizfin import results
-    from finlib.tables import write_table
+    from finlib.core.tables import write_table
 
     sc = cfg["scoring"]
     long = results.task_scores(run.items, int(sc["bootstrap_reps"]), cfg.seed, float(sc.get("ci", 0.95)))

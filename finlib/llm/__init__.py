@@ -1,7 +1,7 @@
 """Stage 03: LLM inference (home module of notebooks/03_inference.ipynb).
 
 - prompts.py      the versioned prompts (default: the Fin-Bias authors' own, verbatim from their
-                  code) and truncation (answers are parsed by finlib.answers, the only parser)
+                  code) and truncation (answers are parsed by finlib.llm.answers, the only parser)
 - registry.py     params/models.yaml: validated model records (keys only by env-var name)
 - store.py        content-addressed SQLite response store (resume, dedup, durable)
 - local_backend.py transformers: SmolLM2 / any HF causal LM; label scoring and generation

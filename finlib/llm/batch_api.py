@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
-from finlib.artifacts import write_jsonl
+from finlib.core.artifacts import write_jsonl
 from finlib.llm.openai_backend import Budget, BudgetExceeded, redact, request_kwargs, result_from_completion
 from finlib.llm.registry import ModelSpec
 from finlib.llm.store import Request, Result, ResponseStore

@@ -74,7 +74,7 @@ def send_pending(spec: ModelSpec, pending: list[Request], store: ResponseStore, 
     elif spec.backend == "llamacpp":
         from finlib.llm.llamacpp import ensure_server, served_spec
         from finlib.llm.openai_backend import run_openai
-        from finlib.llm.stage import run_coroutine
+        from finlib.finbias.inference import run_coroutine
 
         url = ensure_server(spec, Path(model_cache or DEFAULT_MODEL_CACHE), Path(log_dir or DEFAULT_LOG_DIR))
         run_coroutine(run_openai(served_spec(spec, url), pending, store, budget=budget, progress=progress))
@@ -85,7 +85,7 @@ def send_pending(spec: ModelSpec, pending: list[Request], store: ResponseStore, 
                   budget=budget, progress=progress)
     else:
         from finlib.llm.openai_backend import run_openai
-        from finlib.llm.stage import run_coroutine
+        from finlib.finbias.inference import run_coroutine
 
         run_coroutine(run_openai(spec, pending, store, budget=budget, progress=progress))
 

@@ -30,7 +30,7 @@ from typing import Callable, Iterator
 from finlib.llm.prompts import LABEL_STEMS, SCORE_PREFIX
 from finlib.llm.registry import ModelSpec
 from finlib.llm.store import Request, Result
-from finlib.schema import RATINGS
+from finlib.core.vocab import RATINGS
 
 
 def gguf_dir(package: str) -> Path:

@@ -140,7 +140,7 @@ def machine_key(device: str) -> str:
 def default_cache_file() -> Path:
     """data/interim/precision.json of the repository: every stage (and a rerun) sees the same choice,
     so store keys, which name the dtype, do not change between processes."""
-    from finlib.config import repo_root
+    from finlib.core.config import repo_root
 
     return repo_root() / "data" / "interim" / "precision.json"
 

@@ -12,7 +12,7 @@ reconstruction from the paper's description of Figure 1) stays available as a se
 version (`inference.prompt_version: finbias-cot-v1`); it is never the default and never mixed
 with the authors' answers (different store keys, and the version is recorded in the stage report).
 
-Answers are parsed by `finlib.answers.parse_rating`, the only parser: stage 03's report and
+Answers are parsed by `finlib.llm.answers.parse_rating`, the only parser: stage 03's report and
 notebook use it too, so the parse rate shown there is the one the metrics see.
 """
 from __future__ import annotations
@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from finlib.schema import Rating
-from finlib.sentences import first_sentence_span
+from finlib.core.vocab import Rating
+from finlib.finbias.sentences import first_sentence_span
 
 # --- Fin-Bias (helper A's section) -------------------------------------------------------------
 

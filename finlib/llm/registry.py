@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from finlib.config import read_yaml_mapping
+from finlib.core.config import read_yaml_mapping
 
 BACKENDS = ("openai", "local", "llamacpp")  # llamacpp: a GGUF served here by llama.cpp (finlib/llm/llamacpp.py)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

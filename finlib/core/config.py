@@ -1,0 +1,222 @@
+"""Run configuration: one `params/<run>.yaml` resolved into paths and knobs.
+
+Every stage notebook starts with `cfg = load_run(run_name)`; every path a stage reads or
+writes comes from `RunConfig`, so a run's artifacts never mix with another run's.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+SECRET_MARKERS = ("api_key", "apikey", "secret", "token", "password")
+
+
+class ConfigError(ValueError):
+    """A params file is malformed; the message names the file and the key."""
+
+
+def repo_root(start: Path | None = None) -> Path:
+    """The repository root: the first parent holding both `pyproject.toml` and `params/`.
+
+    Notebooks run with cwd `notebooks/` (papermill `--cwd`, JupyterLab); tests run from the
+    root. Walking up makes `data/...` paths mean the same thing from both.
+    """
+    here = (start or Path.cwd()).resolve()
+    for p in (here, *here.parents):
+        if (p / "pyproject.toml").is_file() and (p / "params").is_dir():
+            return p
+    # Installed (non-editable) package: fall back to the package's own checkout if any.
+    pkg = Path(__file__).resolve().parents[2]
+    if (pkg / "params").is_dir():
+        return pkg
+    raise ConfigError(f"cannot find the repository root (pyproject.toml + params/) above {here}")
+
+
+def deep_merge(base: dict, override: dict) -> dict:
+    """Recursively merge `override` into a copy of `base` (dicts merge, everything else replaces)."""
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _check_no_secrets(params: Any, path: Path, prefix: str = "") -> None:
+    """Refuse params that look like they carry a credential: keys belong in the environment."""
+    if isinstance(params, dict):
+        for key, value in params.items():
+            name = f"{prefix}{key}"
+            lowered = str(key).lower()
+            if any(m in lowered for m in SECRET_MARKERS) and not lowered.endswith(("_env", "_tokens", "tokens")) \
+                    and "max_" not in lowered and value not in (None, ""):
+                raise ConfigError(
+                    f"{path}: key '{name}' looks like a secret. Put API keys in environment variables and "
+                    "name the variable in params/models.yaml (api_key_env)."
+                )
+            _check_no_secrets(value, path, prefix=f"{name}.")
+    elif isinstance(params, list):
+        for i, value in enumerate(params):
+            _check_no_secrets(value, path, prefix=f"{prefix}[{i}].")
+
+
+def check_known_keys(section: dict, known: Iterable[str], where: str) -> None:
+    """Refuse keys a stage does not read: a typo (`quantile:` for `quantiles:`) must not fall back to defaults."""
+    unknown = sorted(set(section) - set(known))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; known keys: {sorted(known)}")
+
+
+MAX_YAML_VALUES = 100_000  # values a params/registry file may expand to (ours: a few hundred)
+
+
+def _expanded_size(node, memo: dict) -> int:
+    """How many values `node` stands for once aliases are expanded (memoised on the shared nodes,
+    so a "billion laughs" file is measured in linear time, never expanded)."""
+    key = id(node)
+    if key not in memo:
+        memo[key] = 1  # a recursive alias counts once, then its own size
+        value = node.value
+        if isinstance(value, list):
+            kids = [v for pair in value for v in (pair if isinstance(pair, tuple) else (pair,))]
+            memo[key] = 1 + sum(_expanded_size(k, memo) for k in kids)
+    return memo[key]
+
+
+def _safe_load_bounded(text: str) -> object:
+    """yaml.safe_load, refusing files whose aliases (`*name`) expand past MAX_YAML_VALUES: nested
+    aliases grow exponentially when the params are walked or merged (a 1 kB file hung the loader).
+    Plain aliases stay legal (`yaml.safe_dump` writes them for repeated objects)."""
+    node = yaml.compose(text, Loader=yaml.SafeLoader)
+    if node is None:
+        return None
+    size = _expanded_size(node, {})
+    if size > MAX_YAML_VALUES:
+        raise yaml.YAMLError(f"aliases (*name) expand it to {size:,} values (limit {MAX_YAML_VALUES:,})")
+    return yaml.safe_load(text)
+
+
+def read_yaml_mapping(path: Path, what: str = "params file",
+                      error: type[Exception] = ConfigError) -> dict:
+    """A YAML file whose top level is a mapping; errors name the file (shared by params and registry)."""
+    path = Path(path)
+    if not path.is_file():
+        raise error(f"{what} not found: {path}")
+    try:
+        raw = _safe_load_bounded(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise error(f"{path}: invalid YAML: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[:exc.start].count(b"\n") + 1
+        raise error(f"{path}: not valid UTF-8 at byte {exc.start} (line {line}); save the file as UTF-8") from None
+    if not isinstance(raw, dict):
+        raise error(f"{path}: top level must be a mapping, got {type(raw).__name__}")
+    return raw
+
+
+def load_params(path: Path, _chain: tuple[Path, ...] = ()) -> dict:
+    """Read a params file, following `extends:` chains (relative to the file's folder)."""
+    path = Path(path)
+    if path.resolve() in _chain:
+        raise ConfigError(f"{path}: `extends` loops back to itself: "
+                          + " -> ".join(str(p) for p in (*_chain, path.resolve())))
+    raw = read_yaml_mapping(path)
+    parent = raw.pop("extends", None)
+    if parent:
+        if not isinstance(parent, str):
+            raise ConfigError(f"{path}: extends must be a file name, got {parent!r}")
+        raw = deep_merge(load_params(path.parent / parent, (*_chain, path.resolve())), raw)
+    _check_no_secrets(raw, path)
+    return raw
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Resolved parameters and the folders of one run."""
+
+    name: str
+    params: dict
+    root: Path
+    params_file: Path = field(default=Path())
+
+    def __getitem__(self, key: str) -> Any:
+        try:
+            return self.params[key]
+        except KeyError:
+            raise ConfigError(f"{self.params_file}: missing section '{key}'") from None
+
+    def section(self, name: str, known: Iterable[str] | None = None, required: Iterable[str] = ()) -> dict:
+        """A params section; with `known`, a misspelled key is an error, never a silent default;
+        every `required` key must be present (params/default.yaml documents them all)."""
+        value = self[name]
+        if not isinstance(value, dict):
+            raise ConfigError(f"{self.params_file}: section '{name}' must be a mapping")
+        if known is not None:
+            check_known_keys(value, known, f"{self.params_file}: {name}")
+        missing = [k for k in required if k not in value]
+        if missing:
+            raise ConfigError(f"{self.params_file}: {name}: missing key(s) {missing} (see params/default.yaml)")
+        return value
+
+    def path(self, relative: str | Path) -> Path:
+        """A params path made absolute against the repository root."""
+        p = Path(relative)
+        return p if p.is_absolute() else self.root / p
+
+    @property
+    def seed(self) -> int:
+        return int(self.params.get("seed", 0))
+
+    @property
+    def raw_dir(self) -> Path:
+        return self.root / "data" / "raw"
+
+    @property
+    def interim_dir(self) -> Path:
+        return self.root / "data" / "interim"
+
+    @property
+    def external_dir(self) -> Path:
+        return self.root / "data" / "external"
+
+    @property
+    def processed_dir(self) -> Path:
+        return self.root / "data" / "processed" / self.name
+
+    @property
+    def figures_dir(self) -> Path:
+        return self.root / "figures" / self.name
+
+    @property
+    def tables_dir(self) -> Path:
+        return self.figures_dir / "tables"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.root / "runs" / self.name
+
+    @property
+    def is_synthetic(self) -> bool:
+        return self.params.get("data", {}).get("source", "synthetic") == "synthetic"
+
+
+def load_run(run_name: str = "default", params_file: str | Path | None = None,
+             root: Path | None = None) -> RunConfig:
+    """Load `params/<run_name>.yaml` (or `params_file`), check it against `finlib.core.params`
+    (unknown top-level keys and wrong types are errors naming the key), create the run's folders."""
+    root = root or repo_root()
+    pfile = Path(params_file) if params_file else root / "params" / f"{run_name}.yaml"
+    if not pfile.is_absolute():
+        pfile = root / pfile
+    from finlib.core.params import validate_params  # declared schema: unknown sections, wrong types
+
+    params = validate_params(load_params(pfile), pfile)
+    cfg = RunConfig(name=run_name, params=params, root=root, params_file=pfile)
+    for d in (cfg.processed_dir, cfg.tables_dir, cfg.run_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    return cfg

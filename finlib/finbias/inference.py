@@ -1,0 +1,444 @@
+"""Stage 03 entry point: every condition row x model -> predictions.parquet + inference_report.json.
+
+Label scoring (one forward pass, three label probabilities) for every `ok` condition row with
+local models; chain-of-thought generation (the paper's protocol) for the first
+`inference.generate_subset` reports (all their conditions), and for every row with API models
+(whose servers do not expose pre-filled label log-probabilities portably), sent live or, with
+`inference.batch: true`, through the OpenAI Batch API. Every call goes through the response
+store: a rerun only sends what is not answered yet. Answers are read once, with stage 04's parser
+(`finlib.llm.answers.parse_predictions`), so this stage reports the parse rate the metrics see.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from finlib.core.artifacts import read_frame, require_columns, write_frame, write_json
+from finlib.core.config import ConfigError, RunConfig
+from finlib.llm.engine import engine_key, send_pending
+from finlib.llm.progress import Progress
+from finlib.llm.prompts import FINBIAS_PROMPTS, build_messages, finbias_prompt, finbias_response_format, truncate_text
+from finlib.llm.registry import ModelSpec, load_registry, select_models
+from finlib.llm.store import Request, ResponseStore, make_key
+from finlib.llm.answers import condition_texts, parse_predictions
+
+CALL_COLUMNS = ["item_id", "report_id", "condition", "model", "mode", "raw_text", "p_bullish", "p_neutral",
+                "p_bearish", "status", "error", "input_tokens", "output_tokens", "cost_usd", "latency_s",
+                "truncated", "cache_key", "truncated_output"]
+# truncated_output: the answer stopped at the output-token limit (finish_reason "length"); NA when unknown
+PARSE_COLUMNS = ["answer", "parsed", "parse_note", "answered"]  # stage 04's reading (04 reads again); answered:
+# False for "not answered" rows (server/transport errors after retries), which are outside every N
+PREDICTION_COLUMNS = CALL_COLUMNS + PARSE_COLUMNS
+CONDITION_COLUMNS = ("item_id", "report_id", "condition", "text", "status", "skip_reason")
+API_CHARS_PER_TOKEN = 4.0  # token estimate for API models (no local tokenizer); truncation only
+
+
+INFERENCE_KEYS = ("models", "mode", "prompt_version", "generate_subset", "max_new_tokens", "max_input_tokens",
+                  "budget_usd", "store",
+                  "registry", "model_cache", "dtype", "batch_size", "score_batch_size", "max_batch_tokens", "threads",
+                  "device", "progress", "batch", "batch_dir", "batch_poll_s", "max_error_share",
+                  "generator_reports", "constrained_json")
+DTYPES = ("auto", "float32", "bfloat16", "float16")  # auto: measured per machine (finlib.llm.precision)
+
+
+def inference_params(cfg: RunConfig) -> dict:
+    """The `inference:` section, checked: a misspelled or missing key is an error, never a default
+    (every key is documented in params/default.yaml, which the other params files extend)."""
+    inf = dict(cfg.section("inference", known=INFERENCE_KEYS, required=INFERENCE_KEYS))
+    if inf["dtype"] not in DTYPES:
+        raise ConfigError(f"{cfg.params_file}: inference.dtype must be one of {DTYPES}, got {inf['dtype']!r}")
+    for k in ("progress", "batch"):
+        if not isinstance(inf[k], bool):
+            raise ConfigError(f"{cfg.params_file}: inference.{k} must be true or false, got {inf[k]!r}")
+    share = inf["max_error_share"]
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+        raise ConfigError(f"{cfg.params_file}: inference.max_error_share must be a number in [0, 1], got {share!r}")
+    if isinstance(inf["batch_poll_s"], bool) or not isinstance(inf["batch_poll_s"], (int, float)) \
+            or inf["batch_poll_s"] < 0:
+        raise ConfigError(f"{cfg.params_file}: inference.batch_poll_s must be a number >= 0")
+    if not isinstance(inf["models"], list) or not inf["models"]:
+        raise ConfigError(f"{cfg.params_file}: inference.models must be a non-empty list of registry names")
+    if inf.get("mode") not in ("score", "generate"):
+        raise ConfigError(f"{cfg.params_file}: inference.mode must be 'score' or 'generate', got {inf.get('mode')!r}")
+    gr = inf["generator_reports"]
+    if gr is not None and (isinstance(gr, bool) or not isinstance(gr, int) or gr < 0):
+        raise ConfigError(f"{cfg.params_file}: inference.generator_reports must be null (all reports) or an "
+                          f"integer >= 0, got {gr!r}")
+    if not isinstance(inf["constrained_json"], list):
+        raise ConfigError(f"{cfg.params_file}: inference.constrained_json must be a list of model names")
+    if inf["prompt_version"] not in FINBIAS_PROMPTS:
+        raise ConfigError(f"{cfg.params_file}: inference.prompt_version must be one of {sorted(FINBIAS_PROMPTS)}, "
+                          f"got {inf['prompt_version']!r}")
+    if inf["max_new_tokens"] != "registry" and (isinstance(inf["max_new_tokens"], bool)
+                                                or not isinstance(inf["max_new_tokens"], int)
+                                                or inf["max_new_tokens"] < 1):
+        raise ConfigError(f"{cfg.params_file}: inference.max_new_tokens must be 'registry' (each model's own "
+                          f"limit, the authors' 4096) or an integer >= 1, got {inf['max_new_tokens']!r}")
+    for k in ("generate_subset", "max_input_tokens", "batch_size", "score_batch_size"):
+        lowest = 1 if k.endswith("batch_size") or k.startswith("max_") else 0
+        if not isinstance(inf.get(k), int) or isinstance(inf[k], bool) or inf[k] < lowest:
+            raise ConfigError(f"{cfg.params_file}: inference.{k} must be an integer >= {lowest}, got {inf.get(k)!r}")
+    if not isinstance(inf.get("budget_usd"), (int, float)) or inf["budget_usd"] < 0:
+        raise ConfigError(f"{cfg.params_file}: inference.budget_usd must be a number >= 0")
+    return inf
+
+
+class InferenceFailed(RuntimeError):
+    """Most calls of a model failed (wrong key, server down, ...): the run must not go on to score them."""
+
+
+def check_error_share(pred: pd.DataFrame, max_share: float) -> None:
+    """Fail the stage when, for any model, more than `max_share` of its sent calls ended in error,
+    naming the most frequent error -- a run whose every call got HTTP 401 must not "succeed".
+    The artifacts are written first, so the failures can be inspected."""
+    bad = []
+    for model, g in pred[pred["status"] != "skipped"].groupby("model"):
+        errors = g.loc[g["status"] == "error", "error"].astype(str)
+        if len(g) and len(errors) / len(g) > max_share:
+            top, n = Counter(errors.str[:300]).most_common(1)[0]
+            bad.append(f"model '{model}': {len(errors)}/{len(g)} calls failed; most frequent error ({n}x): {top}")
+    if bad:
+        raise InferenceFailed("stage 03: too many failed calls (inference.max_error_share="
+                              f"{max_share:g}): " + " | ".join(bad) + ". Answers already stored are kept; fix the "
+                              "cause and rerun (only the failed calls are sent again).")
+
+
+def check_conditions(df: pd.DataFrame, source: str = "conditions.parquet") -> pd.DataFrame:
+    """Fail loudly on a malformed stage-02 artifact (missing column, ok row without text)."""
+    require_columns(df, CONDITION_COLUMNS, source)
+    if df["item_id"].duplicated().any():
+        dup = df.loc[df["item_id"].duplicated(), "item_id"].iloc[0]
+        raise ValueError(f"{source}: duplicate item_id {dup!r}")
+    bad_status = df.loc[~df["status"].isin(["ok", "skipped"])]
+    if len(bad_status):
+        raise ValueError(f"{source}: row {bad_status.index[0]} (item_id {bad_status['item_id'].iloc[0]!r}), "
+                         f"field 'status': {bad_status['status'].iloc[0]!r} is not ok/skipped")
+    no_text = df.loc[(df["status"] == "ok") & (df["text"].isna() | (df["text"].astype("string").str.strip() == ""))]
+    if len(no_text):
+        raise ValueError(f"{source}: row {no_text.index[0]} (item_id {no_text['item_id'].iloc[0]!r}), "
+                         "field 'text': empty text on a status 'ok' row")
+    return df
+
+
+def generate_subset_ids(ok: pd.DataFrame, n: int) -> set[str]:
+    """The first `n` report ids in sorted order: deterministic and the same for every model."""
+    return set(sorted(ok["report_id"].astype(str).unique())[:n])
+
+
+def max_new_tokens_for(spec: ModelSpec, inf: dict) -> int:
+    """The output-token limit of a model in this run: the registry's (the authors' 4096) when
+    `inference.max_new_tokens` is "registry", else the run's explicit override (a CPU-time cap)."""
+    return spec.max_new_tokens if inf["max_new_tokens"] == "registry" else int(inf["max_new_tokens"])
+
+
+def engine_of(spec: ModelSpec, inf: dict) -> dict | None:
+    """The store-key engine fields of a model under this run's params (see `engine.engine_key`)."""
+    return engine_key(spec, inf["dtype"])
+
+
+def plan_requests(ok: pd.DataFrame, spec: ModelSpec, modes_for: Callable[[pd.Series], list[str]],
+                  inf: dict, n_tokens: Callable[[str], int], overhead: int) -> list[Request]:
+    """One Request per ok row x mode, with the text truncated to the input budget."""
+    engine = engine_of(spec, inf)
+    version = inf["prompt_version"]
+    max_new = max_new_tokens_for(spec, inf)
+    budget = min(inf["max_input_tokens"], spec.context_length - max_new) - overhead - 2
+    if budget <= 0:
+        raise ConfigError(f"inference.max_input_tokens={inf['max_input_tokens']} leaves no room for the report "
+                          f"after the prompt ({overhead} tokens) for model {spec.name}")
+    out = []
+    constrained = spec.name in inf.get("constrained_json", [])
+    for _, row in ok.iterrows():
+        modes = modes_for(row)
+        if not modes:
+            continue
+        text, truncated = truncate_text(str(row["text"]), budget, n_tokens)
+        messages = build_messages(text, spec.supports_system, version)
+        for mode in modes:
+            params = dict(spec.sampling)
+            if mode == "generate":
+                params["max_new_tokens"] = max_new
+                if constrained:  # named option, embedded llama.cpp model only (checked in run_stage)
+                    params["response_format"] = finbias_response_format()
+            key = make_key(spec.backend, spec.model_id, messages, params, version, mode, engine)
+            out.append(Request(key=key, model=spec.name, backend=spec.backend, mode=mode, messages=messages,
+                               params=params, truncated=truncated, input_tokens_est=overhead + n_tokens(text),
+                               meta={"item_id": row["item_id"], "report_id": row["report_id"],
+                                     "condition": row["condition"]}))
+    return out
+
+
+def run_coroutine(coro):
+    """asyncio.run, also from inside Jupyter (whose kernel already runs an event loop): then the
+    coroutine gets its own loop in a worker thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def _unique(requests: list[Request]) -> list[Request]:
+    seen: dict[str, Request] = {}
+    for r in requests:
+        seen.setdefault(r.key, r)
+    return list(seen.values())
+
+
+def _rows(requests: list[Request], stored: dict[str, dict]) -> list[dict]:
+    rows = []
+    for r in requests:
+        s = stored.get(r.key)
+        status = "error" if s is None else s["status"]
+        rows.append({**r.meta, "model": r.model, "mode": r.mode,
+                     "raw_text": None if s is None else s["raw_text"],
+                     "p_bullish": np.nan if s is None or s["p_bullish"] is None else s["p_bullish"],
+                     "p_neutral": np.nan if s is None or s["p_neutral"] is None else s["p_neutral"],
+                     "p_bearish": np.nan if s is None or s["p_bearish"] is None else s["p_bearish"],
+                     "status": status,
+                     "error": ("not sent (stopped before this call: budget or interruption)" if s is None
+                               else s["error"] if status == "error" else None),
+                     "input_tokens": 0 if s is None else s["input_tokens"],
+                     "output_tokens": 0 if s is None else s["output_tokens"],
+                     "cost_usd": 0.0 if s is None else s["cost_usd"],
+                     "latency_s": 0.0 if s is None else s["latency_s"],
+                     "truncated": r.truncated, "cache_key": r.key,
+                     "truncated_output": None if s is None or s["truncated_output"] is None
+                     else bool(s["truncated_output"])})
+    return rows
+
+
+def _run_model(cfg: RunConfig, spec: ModelSpec, ok: pd.DataFrame, inf: dict, store: ResponseStore,
+               budget, gen_ids: set[str], report: dict, only_ids: set[str] | None = None) -> list[dict]:
+    """Plan, send what is missing, and read back the rows for one model (`only_ids`: the reports
+    of a model that answers a subset, the embedded generator; None = every report)."""
+    t0 = time.perf_counter()
+    primary = inf["mode"] if spec.backend == "local" else "generate"
+
+    def modes_for(row: pd.Series) -> list[str]:
+        if only_ids is not None and str(row["report_id"]) not in only_ids:
+            return []
+        extra = ["generate"] if str(row["report_id"]) in gen_ids and primary != "generate" else []
+        return [primary, *extra]
+
+    model = None
+    if spec.backend == "local":
+        from finlib.llm.local_backend import LocalModel
+
+        model = LocalModel(spec, cfg.path(inf["model_cache"]), dtype=inf["dtype"], batch_size=inf["batch_size"],
+                           score_batch_size=inf["score_batch_size"], max_batch_tokens=inf["max_batch_tokens"],
+                           seed=cfg.seed, threads=inf["threads"], device=inf["device"])
+        n_tokens = model.n_tokens
+        overhead = model.n_tokens(model.prompt_text(build_messages("", spec.supports_system, inf["prompt_version"]),
+                                                    "score"))
+    else:
+        def n_tokens(text: str) -> int:
+            return int(np.ceil(len(text) / API_CHARS_PER_TOKEN))
+        overhead = n_tokens(build_messages("", spec.supports_system, inf["prompt_version"])[0]["content"]) + 16
+
+    requests = plan_requests(ok, spec, modes_for, inf, n_tokens, overhead)
+    unique = _unique(requests)
+    answered = store.answered([r.key for r in unique])
+    pending = [r for r in unique if r.key not in answered]
+    progress = Progress(len(pending), desc=f"{spec.name}", disable=not inf["progress"] or not pending)
+    try:
+        send_pending(spec, pending, store, budget=budget, progress=progress, local_model=model, batch=inf["batch"],
+                     batch_dir=cfg.path(inf["batch_dir"]), batch_poll_s=float(inf["batch_poll_s"]),
+                     model_cache=cfg.path(inf["model_cache"]), log_dir=cfg.run_dir)
+    finally:
+        progress.close()
+    stored = store.get([r.key for r in unique])
+    rows = _rows(requests, stored)
+    masses = [s["label_mass"] for s in stored.values() if s["mode"] == "score" and s["label_mass"] is not None]
+    report["models"][spec.name] = {
+        "backend": spec.backend, "model_id": spec.model_id, "primary_mode": primary,
+        "via": {"local": "local", "llamacpp": "llama.cpp server (chat_completions)"}.get(
+            spec.backend, "batch_api" if inf["batch"] else "chat_completions"),
+        "reports": None if only_ids is None else len(only_ids),
+        "constrained_json": spec.name in inf["constrained_json"],
+        "requests": len(requests), "unique_keys": len(unique), "cached": len(answered), "sent": len(pending),
+        "truncated_inputs": int(sum(r.truncated for r in requests if r.mode == primary)),
+        "load_s": round(getattr(model, "load_s", 0.0), 3), "wall_s": round(time.perf_counter() - t0, 3),
+        "input_token_budget": min(inf["max_input_tokens"], spec.context_length - max_new_tokens_for(spec, inf)),
+        "max_new_tokens": max_new_tokens_for(spec, inf), "thinks": spec.thinks,
+        # label scoring: total next-token probability of the three label stems before renormalising
+        # (near 1 = the model answers in the format; small = the three-way probabilities are fragile)
+        "label_mass_mean": float(np.mean(masses)) if masses else None,
+        "label_mass_min": float(np.min(masses)) if masses else None,
+    }
+    return rows
+
+
+def skipped_rows(skipped: pd.DataFrame, specs: list[ModelSpec], inf: dict,
+                 subsets: dict[str, set[str] | None] | None = None) -> list[dict]:
+    """Condition rows stage 02 skipped: carried through with their reason, never dropped (for a
+    model that answers a subset of reports, the skipped rows of those reports)."""
+    rows = []
+    for spec in specs:
+        mode = inf["mode"] if spec.backend == "local" else "generate"
+        only = (subsets or {}).get(spec.name)
+        for _, r in skipped.iterrows():
+            if only is not None and str(r["report_id"]) not in only:
+                continue
+            rows.append({"item_id": r["item_id"], "report_id": r["report_id"], "condition": r["condition"],
+                         "model": spec.name, "mode": mode, "raw_text": None, "p_bullish": np.nan,
+                         "p_neutral": np.nan, "p_bearish": np.nan, "status": "skipped",
+                         "error": r["skip_reason"] if pd.notna(r["skip_reason"]) else "skipped by stage 02",
+                         "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0, "latency_s": 0.0,
+                         "truncated": False, "cache_key": None, "truncated_output": None})
+    return rows
+
+
+def to_frame(rows: list[dict], contexts: dict[str, str] | None = None) -> pd.DataFrame:
+    """The predictions artifact with the contract's columns and dtypes, each row read once by stage
+    04's parser (`contexts`: item_id -> input text, so ratings copied from the report are ignored)."""
+    df = pd.DataFrame(rows, columns=CALL_COLUMNS)
+    for c in ("item_id", "report_id", "condition", "model", "mode", "raw_text", "status", "error", "cache_key"):
+        df[c] = df[c].astype(object).where(df[c].notna(), None)
+    for c in ("p_bullish", "p_neutral", "p_bearish", "cost_usd", "latency_s"):
+        df[c] = df[c].astype("float64")
+    for c in ("input_tokens", "output_tokens"):
+        df[c] = df[c].astype("int64")
+    df["truncated"] = df["truncated"].astype(bool)
+    df["truncated_output"] = df["truncated_output"].astype("boolean")
+    df = df.sort_values(["model", "mode", "item_id"], kind="stable").reset_index(drop=True)
+    return parse_predictions(df, contexts)
+
+
+def summarise(pred: pd.DataFrame, report: dict) -> dict:
+    """Counts, usage per model x condition, parse rate of generated answers (stage 04's parser)."""
+    report["counts"] = {f"{m}|{mode}|{s}": int(n) for (m, mode, s), n in
+                        pred.groupby(["model", "mode", "status"]).size().items()}
+    usage = pred.groupby(["model", "condition"])[["input_tokens", "output_tokens", "cost_usd"]].sum()
+    report["usage"] = [{"model": m, "condition": c, **{k: float(v) if k == "cost_usd" else int(v)
+                                                       for k, v in row.items()}} for (m, c), row in usage.iterrows()]
+    report["cost_usd_total"] = float(pred["cost_usd"].sum())
+    report["cost_note"] = ("cost_usd per row is the cost of the stored call (paid once, possibly in an earlier run); "
+                           "budget_spent_this_run_usd is what this run paid")
+    gen = pred[(pred["mode"] == "generate") & (pred["status"] == "ok")]
+    report["generate_parse"] = {"n": int(len(gen)), "parsed": int(gen["parsed"].sum()),
+                                "rate": float(gen["parsed"].mean()) if len(gen) else None,
+                                "by_note": dict(Counter(gen["parse_note"])),
+                                "parser": "finlib.llm.answers.parse_rating_detail (the one parser)"}
+    report["generate_parse_by_model"] = {  # the README quotes the embedded generator's rate from here
+        m: {"n": int(len(g)), "parsed": int(g["parsed"].sum()), "rate": float(g["parsed"].mean()),
+            "n_per_condition": {c: int(k) for c, k in g.groupby("condition").size().items()}}
+        for m, g in gen.groupby("model")}
+    report["truncated_outputs"] = int(pred["truncated_output"].fillna(False).astype(bool).sum())
+    # issue 15: the model's failures (answered but unparsed/truncated, inside N) apart from the
+    # infrastructure's (not answered: errors after retries, outside N)
+    report["answer_status"] = {"answered": int(pred["answered"].sum()),
+                               "not_answered": int((pred["parse_note"] == "not_answered").sum()),
+                               "skipped": int((pred["parse_note"] == "skipped").sum()),
+                               "answered_unparsed": int((pred["answered"] & ~pred["parsed"]).sum()),
+                               "answered_truncated": int((pred["parse_note"] == "truncated").sum())}
+    report["errors"] = dict(Counter(pred.loc[pred["status"] == "error", "error"].astype(str).str[:120]))
+    return report
+
+
+def resolve_precision(cfg: RunConfig, inf: dict, specs: list[ModelSpec]) -> tuple[dict, dict | None]:
+    """`inference.dtype` resolved for this machine (auto: measured once per process; a fixed dtype
+    wins) when a local torch model runs; recorded for the manifest (runs/<run>/precision.json).
+    The resolved dtype is what store keys name."""
+    if not any(s.backend == "local" for s in specs):
+        return inf, None
+    from finlib.llm.precision import record_choice, resolve_dtype
+
+    name, precision = resolve_dtype(inf["dtype"], inf["device"])
+    record_choice(cfg.run_dir, "03", precision)
+    return {**inf, "dtype": name}, precision
+
+
+def subset_reports(ok: pd.DataFrame, specs: list[ModelSpec], inf: dict) -> dict[str, set[str] | None]:
+    """Per model, the reports it answers: llama.cpp-served generators answer every condition of
+    the first `inference.generator_reports` reports (null = all); every other model all reports.
+    Constrained JSON is refused for any model not served by llama.cpp (never the paper's models)."""
+    wrong = [s.name for s in specs if s.name in inf["constrained_json"] and s.backend != "llamacpp"]
+    if wrong:
+        raise ConfigError(f"inference.constrained_json: {wrong} are not llamacpp records; constrained decoding is "
+                          "a named option for the embedded llama.cpp generator only, never for the paper's models")
+    n = inf["generator_reports"]
+    return {s.name: generate_subset_ids(ok, n) if s.backend == "llamacpp" and n is not None else None
+            for s in specs}
+
+
+def run_stage(cfg: RunConfig, models: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
+    """Run stage 03 for a run and write its artifacts; returns (predictions, report)."""
+    from finlib.llm.openai_backend import Budget
+
+    t0 = time.perf_counter()
+    inf = inference_params(cfg)
+    specs = select_models(load_registry(cfg.path(inf["registry"])), models or list(inf["models"]))
+    conditions = check_conditions(read_frame(cfg, "conditions"))
+    ok = conditions[conditions["status"] == "ok"]
+    skipped = conditions[conditions["status"] == "skipped"]
+    gen_ids = generate_subset_ids(ok, inf["generate_subset"])
+    inf, precision = resolve_precision(cfg, inf, specs)
+    subsets = subset_reports(ok, specs, inf)
+    report: dict = {"precision": precision,
+                    "generator_reports": {n: sorted(ids) for n, ids in subsets.items() if ids is not None},"prompt_version": inf["prompt_version"],
+                    "prompt_source": finbias_prompt(inf["prompt_version"]).source,
+                    "models": {}, "n_conditions": int(len(conditions)),
+                    "n_ok_conditions": int(len(ok)), "n_skipped_conditions": int(len(skipped)),
+                    "skip_reasons": dict(Counter(skipped["skip_reason"].astype(str))),
+                    "generate_subset_reports": sorted(gen_ids), "budget_usd": float(inf["budget_usd"]),
+                    "params": {k: inf[k] for k in ("mode", "max_new_tokens", "max_input_tokens", "dtype", "batch_size",
+                                                    "score_batch_size", "device", "generator_reports",
+                                                    "constrained_json")}}
+    budget = Budget(float(inf["budget_usd"]))
+    rows: list[dict] = []
+    try:
+        with ResponseStore(cfg.path(inf["store"])) as store:
+            for spec in specs:
+                rows += _run_model(cfg, spec, ok, inf, store, budget, gen_ids, report, subsets[spec.name])
+    finally:
+        from finlib.llm.llamacpp import close_servers
+
+        close_servers()  # the llama.cpp server of this stage stops here, not at kernel exit
+    rows += skipped_rows(skipped, specs, inf, subsets)
+    pred = to_frame(rows, condition_texts(conditions))
+    report = summarise(pred, report)
+    report["budget_spent_this_run_usd"] = budget.spent
+    report["wall_s"] = round(time.perf_counter() - t0, 3)
+    write_frame(cfg, "predictions", pred)
+    write_json(cfg, "inference_report", report)
+    check_error_share(pred, float(inf["max_error_share"]))
+    return pred, report
+
+
+def probability_summary(pred: pd.DataFrame) -> pd.DataFrame:
+    """Per model x condition: scored rows, mean label probabilities, and the argmax shares."""
+    s = pred[(pred["mode"] == "score") & (pred["status"] == "ok")].copy()
+    probs = s[["p_bullish", "p_neutral", "p_bearish"]]
+    s["argmax"] = probs.idxmax(axis=1).str.removeprefix("p_")
+    out = s.groupby(["model", "condition"]).agg(
+        n=("item_id", "size"), p_bullish=("p_bullish", "mean"), p_neutral=("p_neutral", "mean"),
+        p_bearish=("p_bearish", "mean"), argmax_bullish=("argmax", lambda a: (a == "bullish").mean()))
+    return out.round(3).reset_index()
+
+
+def generation_summary(pred: pd.DataFrame, width: int = 160) -> pd.DataFrame:
+    """Generated answers with stage 04's reading of them (None = unparsed, with the reason) and
+    the start of the text."""
+    g = pred[pred["mode"] == "generate"].rename(columns={"answer": "parsed_answer"})
+    g["raw_text_start"] = g["raw_text"].fillna("").str.replace(r"\s+", " ", regex=True).str[:width]
+    return g[["model", "item_id", "status", "output_tokens", "truncated_output", "parsed_answer", "parse_note",
+              "raw_text_start"]].reset_index(drop=True)
+
+
+def status_summary(pred: pd.DataFrame) -> pd.DataFrame:
+    """Rows per model x mode x status (skipped and error rows are counted, never dropped)."""
+    return pred.groupby(["model", "mode", "status"]).size().rename("rows").reset_index()
+
+
+def usage_table(report: dict) -> pd.DataFrame:
+    """Tokens and cost per model x condition from the stage report."""
+    return pd.DataFrame(report["usage"], columns=["model", "condition", "input_tokens", "output_tokens", "cost_usd"])

@@ -1,0 +1,432 @@
+"""Model answers -> ratings: the one parser every stage uses (03 inference report, 04 metrics,
+05 DPO triplets, 07 BizFinBench JSON answers).
+
+Kept apart from `finlib.finbias.scoring` (metrics, statistics, tables) so the stages form a one-way flow:
+`finlib.finbias.inference` and `finlib.finbias.scoring` both import this module, never each other. Unparsed is
+never turned into "neutral": a default answer would silently move herding and accuracy towards
+whatever the default happens to be.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from finlib.core.vocab import (AMBIGUOUS_RATING_TERMS, RATING_SYNONYMS, RATINGS, Rating, normalise_term,
+                           rating_of, term_pattern)
+
+# Synonyms that are also everyday English (schema.AMBIGUOUS_RATING_TERMS: "buy back", "hold
+# talks", "in line with") are trusted only inside an explicit rating slot (JSON `answer`,
+# "Answer: …", "I would rate this a …") or as the whole reply, never when merely mentioned in
+# prose. Local adjustment: "neutral" is ambiguous in a report ("neutral impact") but in a model's
+# answer it is the label itself, so "I am neutral" counts here.
+WEAK_TERMS: frozenset[str] = AMBIGUOUS_RATING_TERMS - {Rating.NEUTRAL.value}
+
+_VOCAB = [t for terms in RATING_SYNONYMS.values() for t in terms]
+# Whole words only, ASCII hyphen as joiner: a term glued to letters or a hyphen-word does not count
+# ("sell-side", "buyback", "holdings"), while an en dash still separates ("Rating–Buy",
+# "neutral–bullish" is a hedge).
+_ALL_TERMS = term_pattern(_VOCAB).pattern
+_STRONG_TERMS = term_pattern(t for t in _VOCAB if normalise_term(t) not in WEAK_TERMS).pattern
+_TERM = r"(?P<term>" + _ALL_TERMS + r")"
+_TERM_RE = re.compile(_TERM)
+_NEG = r"(?:not|n't|no\s+longer|never|hardly|cannot\s+be|can't\s+be)"
+_NEG_BEFORE = re.compile(_NEG + r"\s+(?:(?:be|a|an|really|very|too|so|overly|particularly|yet)\s+){0,2}$")
+
+# Only explicit answer slots count (the model's own answer, not a mood described in prose):
+# priority 0: "Answer: X", "final answer - X", "the answer is X";
+# priority 1: a labelled slot ("Rating: X", "Recommendation - Hold"), a first-person slot
+# ("my rating is X", "our final recommendation would be X", "the verdict would be X"),
+# a first-person verb ("I would rate this a Buy", "I'd give it a sell rating", "I recommend a
+# hold") or stance ("I am bullish"). "The market was bearish", "Analysts are bullish" and
+# "the consensus rating is bullish" are prose about others and never an answer.
+# Priority 0 beats 1: a model that quotes "my rating is Buy" and then says "Final answer:
+# Neutral" answered neutral.
+_SLOT_SEP = r"(?:\s*(?:[:=>\-–—]|\bis\b|\bwould\s+be\b|\bwill\s+be\b|\bshould\s+be\b|\bremains\b|\bof\b))+\s*"
+_LABEL_SEP = r"\s*[:=>\-–—]+\s*"
+_ARTICLE = r"(?:(?:a|an)\s+)?"
+_SLOT_NOUNS = (r"(?:rating|recommendation|verdict|decision|conclusion|classification|prediction|"
+               r"stance|call|view|assessment)")
+_OWN = r"(?:my|our|final|overall)\s+(?:(?:final|overall|investment|stock|own)\s+)?"
+_FIRST_PERSON = (r"\b(?:i|we)(?:\s*'d|\s*'ll|\s+would|\s+will|\s+should|\s+must|\s+can|\s+could)?"
+                 r"(?:\s+(?:therefore|thus|also|still|now|ultimately|strongly|would))?\s+")
+_TERM_SLOT = r"[\"']?\s*" + _ARTICLE + r"(?P<neg>" + _NEG + r"\s+" + _ARTICLE + r")?" + _TERM
+_CUES: tuple[tuple[int, re.Pattern], ...] = (
+    (0, re.compile(r"\b(?:final\s+(?:answer|rating|recommendation|verdict|call)|answer)\b[\"']?"
+                   + _SLOT_SEP + _TERM_SLOT)),
+    (1, re.compile(r"\b" + _SLOT_NOUNS + r"\b[\"']?" + _LABEL_SEP + _TERM_SLOT)),
+    (1, re.compile(r"(?:\b" + _OWN + _SLOT_NOUNS + r"|\bthe\s+(?:final\s+)?(?:verdict|conclusion))\b"
+                   + _SLOT_SEP + _TERM_SLOT)),
+    (1, re.compile(_FIRST_PERSON + r"(?:rate|classify|consider|label|recommend|assign|give|call)\b\s+"
+                   r"(?:(?:this|it|the|stock|company|firm|shares|report|as|a|an|rating|of|with|overall)\s+){0,4}"
+                   r"(?P<neg>" + _NEG + r"\s+" + _ARTICLE + r")?" + _TERM)),
+    (1, re.compile(r"\b(?:i\s+am|i'm|we\s+are|we're|i\s+remain|we\s+remain|i\s+would\s+be|i'd\s+be)\s+"
+                   r"(?P<neg>" + _NEG + r"\s+)?(?P<term>" + _STRONG_TERMS + r")")),
+)
+# A heading on its own line ("### Answer\nBearish", "**Rating**\nHold") is a labelled slot.
+_HEADING_SLOT = re.compile(r"(?im)^[ \t#*_>]*((?:final\s+)?(?:answer|rating|recommendation|verdict))[ \t*_:]*\n+")
+# "bullish or neutral", "neutral/bullish", "neutral to bullish", "bullish and bearish": a hedge.
+_HEDGE_AFTER = re.compile(r"^\s*(?:or|/|to|and|\\|-|–|versus|vs\.?)\s*" + _ARTICLE + _TERM)
+_HEDGE_BEFORE = re.compile(_TERM + r"\s*(?:or|/|to|and|\\|-|–|versus|vs\.?)\s*" + _ARTICLE + r"$")
+_STRONG_RE = re.compile(r"(?P<term>" + _STRONG_TERMS + r")")
+_WHOLE_RE = re.compile(r"^\s*" + _ARTICLE + _TERM + r"(?:\s+rating)?\s*[.!]?\s*$")
+# JSON keys models really use for their answer. "answer" (the authors' field) and "final_answer"
+# come first; the others are read only when no object has one of those (a reply with both an
+# `answer` and a `recommendation` is answered by `answer`). Keys naming someone else's view
+# ("analyst_rating", "consensus") are deliberately absent.
+ANSWER_KEYS: tuple[str, ...] = ("answer", "final_answer")
+ALT_ANSWER_KEYS: tuple[str, ...] = (
+    "rating", "investment_rating", "final_rating", "my_rating", "recommendation", "investment_recommendation",
+    "final_recommendation", "decision", "investment_decision", "final_decision", "verdict", "prediction",
+    "label", "classification", "stance", "sentiment", "outlook", "view")
+_ANY_KEY = "|".join(sorted({*ANSWER_KEYS, *ALT_ANSWER_KEYS}, key=len, reverse=True))
+_ANSWER_KEY_RE = re.compile(
+    r"[\"'](?P<key>" + _ANY_KEY + r")[\"']\s*:\s*(?:\"(?P<dq>[^\"\n]{0,80})(?P<dqend>\")?"
+    r"|'(?P<sq>[^'\n]{0,80})(?P<sqend>')?|(?P<bare>[A-Za-z][A-Za-z \-]{0,40}))",
+    re.IGNORECASE)
+_REASON_KEY_RE = re.compile(r"[\"']\s*(?:reason|reasoning|rationale|analysis)\s*[\"']\s*:", re.IGNORECASE)
+MAX_PARSE_CHARS = 20_000  # model replies are short; bounding the work keeps hostile input cheap
+
+
+def _normalise(text: str) -> str:
+    """Lowercase and drop markdown emphasis and typographic quotes, so "**Buy**" reads as "buy"."""
+    t = text.replace("\u2019", "'").replace("\u2018", "'").replace("\u201c", '"').replace("\u201d", '"')
+    t = re.sub(r"[*_`#]+", " ", t)
+    return re.sub(r"\s+", " ", t).lower()
+
+
+def _hedged(text: str, start: int, end: int, rating: Rating) -> bool:
+    """True when the term at [start, end) is joined to a *different* rating ("bullish or neutral")."""
+    after = _HEDGE_AFTER.match(text[end:end + 40])
+    before = _HEDGE_BEFORE.search(text[max(0, start - 40):start])
+    return any(m is not None and rating_of(m.group("term")) != rating for m in (after, before))
+
+
+def _negated(text: str, start: int) -> bool:
+    return _NEG_BEFORE.search(text[max(0, start - 40):start]) is not None
+
+
+def rating_from_value(value: Any) -> Rating | None:
+    """The rating named in an answer slot (JSON value or "Answer: …"); None if absent or hedged.
+
+    Inside a slot weak synonyms count ("Buy", "Hold"), but two different ratings ("Neutral to
+    Bullish") or a negation ("not bullish") make the slot ambiguous.
+    """
+    if not isinstance(value, str):
+        return None
+    t = _normalise(value)
+    found: set[Rating] = set()
+    for m in _TERM_RE.finditer(t):
+        if _negated(t, m.start()):
+            return None
+        found.add(rating_of(m.group("term")))
+    return found.pop() if len(found) == 1 else None
+
+
+_THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
+_THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
+
+
+def strip_think(text: str) -> str:
+    """The reply without its reasoning: `<think>…</think>` blocks removed.
+
+    Reasoning models (Qwen3 in thinking mode, DeepSeek-R1 distills) write their deliberation
+    first; ratings weighed there are not the answer. Servers whose chat template opens the
+    `<think>` tag in the prompt return only the closing tag, so everything before the last
+    `</think>` is reasoning. An unclosed `<think>` (cut off while thinking) leaves only the text
+    before it: the model never reached its answer.
+    """
+    if not isinstance(text, str):
+        return ""
+    # Complete blocks removed in one forward scan (a lazy `<think>.*?</think>` regex rescans to the
+    # end from every unclosed tag: quadratic on hostile input).
+    kept, pos = [], 0
+    while (o := _THINK_OPEN.search(text, pos)) is not None:
+        c = _THINK_CLOSE.search(text, o.end())
+        if c is None:
+            break
+        kept.append(text[pos:o.start()])
+        pos = c.end()
+    t = "".join(kept) + text[pos:]
+    last_close = None
+    for last_close in _THINK_CLOSE.finditer(t):
+        pass
+    if last_close is not None:
+        t = t[last_close.end():]
+    opened = _THINK_OPEN.search(t)
+    if opened:
+        t = t[:opened.start()]
+    return t.strip()
+
+
+def json_objects(text: str) -> list[dict]:
+    """The JSON object(s) a model wrote in its reply, in order: `<think>` stripped, ```json fences
+    and text around them tolerated, single-quoted / trailing-comma dicts repaired.
+
+    The one JSON-in-text extractor (stages 04, 05, 07 import it): top-level objects only, nested
+    objects are inside their parent; an object that cannot be read is skipped, never guessed.
+    """
+    return _json_objects(strip_think(text)[:MAX_PARSE_CHARS])
+
+
+MAX_JSON_STARTS = 200  # bounded work on hostile input ("{" * 10**6): unreadable starts tried at most
+
+
+def _json_objects(text: str) -> list[dict]:
+    """Every top-level JSON-ish object in `text` (strict JSON first, then Python-dict syntax
+    with single quotes / trailing commas). Objects nested in strings are not visited."""
+    out: list[dict] = []
+    dec = json.JSONDecoder()
+    i = text.find("{")
+    failed = 0
+    while i != -1 and failed < MAX_JSON_STARTS:
+        obj, end = None, None
+        try:
+            obj, end = dec.raw_decode(text, i)
+        except (ValueError, RecursionError):  # RecursionError: hostile nesting, not an answer
+            block_end = _matching_brace(text, i)
+            if block_end is not None:
+                block = re.sub(r",\s*([}\]])", r"\1", text[i:block_end + 1])
+                for loader in (json.loads, _literal):
+                    try:
+                        obj = loader(block)
+                        end = block_end + 1
+                        break
+                    except Exception:  # noqa: BLE001 - any failure just means "not this block"
+                        obj = None
+        if isinstance(obj, dict):
+            out.append(obj)
+            i = text.find("{", end)
+        else:
+            failed += 1
+            i = text.find("{", i + 1)
+    return out
+
+
+def _literal(block: str) -> Any:
+    block = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", re.sub(r"\bnull\b", "None", block)))
+    return ast.literal_eval(block)
+
+
+def _matching_brace(text: str, start: int) -> int | None:
+    """Index of the `}` closing the `{` at `start`, skipping quoted strings of either kind."""
+    depth, quote, esc = 0, None, False
+    for j in range(start, min(len(text), start + MAX_PARSE_CHARS)):
+        ch = text[j]
+        if quote:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == quote:
+                quote = None
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return j
+    return None
+
+
+def _key_name(k: Any) -> str:
+    """"Investment Rating" / "investment-rating" / "InvestmentRating"-ish keys -> "investment_rating"."""
+    return re.sub(r"[\s\-]+", "_", k.strip().lower()) if isinstance(k, str) else ""
+
+
+def _answer_values(obj: Any, keys: tuple[str, ...], depth: int = 0) -> list[Any]:
+    """Values of the answer keys `keys` (case-insensitive), searching one nesting level."""
+    if not isinstance(obj, dict) or depth > 1:
+        return []
+    vals = [v for k, v in obj.items() if _key_name(k) in keys]
+    if vals:
+        return vals
+    return [v for sub in obj.values() for v in _answer_values(sub, keys, depth + 1)]
+
+
+def _from_json(text: str) -> tuple[bool, Rating | None]:
+    """(found an answer slot?, its rating). A found slot is decisive even when unreadable."""
+    objects = _json_objects(text)
+    values = [v for obj in objects for v in _answer_values(obj, ANSWER_KEYS)]
+    if not values:
+        values = [v for obj in objects for v in _answer_values(obj, ALT_ANSWER_KEYS)]
+    if not values:  # broken JSON: read the answer key directly (e.g. cut off inside `reason`)
+        matches = list(_ANSWER_KEY_RE.finditer(text))
+        primary = [m for m in matches if m.group("key").lower() in ANSWER_KEYS]
+        for m in primary or matches:
+            if m.group("dq") is not None:
+                v, closed = m.group("dq"), m.group("dqend") is not None
+            elif m.group("sq") is not None:
+                v, closed = m.group("sq"), m.group("sqend") is not None
+            else:
+                v, closed = m.group("bare"), True
+            if not closed and _WHOLE_RE.match(_normalise(v)) is None:
+                continue  # '{"answer": "bull' (cut inside the value): not an answer
+            values.append(v)
+        if not values:
+            return False, None
+    ratings = {rating_from_value(v) for v in values}
+    return True, (ratings.pop() if len(ratings) == 1 else None)
+
+
+ECHO_WINDOW = 40  # chars of reply before a rating phrase that, found verbatim in the input, mark an echo
+
+
+def _echoed(t: str, start: int, end: int, context: str | None) -> bool:
+    """True when the phrase at [start, end) with its left context is copied from the input text.
+
+    Small models often copy the report ("…(FNYL) with a Bullish rating."); without this guard
+    the copied analyst rating would parse as the model's answer and inflate herding.
+    """
+    if not context:
+        return False
+    window = t[max(0, start - ECHO_WINDOW):end]
+    return len(window) >= 20 and window in context
+
+
+def _from_statements(text: str, context: str | None = None) -> tuple[Rating | None, str]:
+    """Plain-text fallbacks: the whole reply is a rating, or an explicit answer slot names one.
+
+    Rating words anywhere else in prose ("The market was bearish last year", "Analysts are
+    bullish") are *not* an answer: such replies are unparsed with note `prose_only`, because
+    reading them as answers would count descriptions of the report as herding.
+    """
+    t = _normalise(_HEADING_SLOT.sub(lambda m: m.group(1) + ": ", text))
+    ctx = _normalise(context) if isinstance(context, str) else None
+    whole = _WHOLE_RE.match(re.sub(r"[\"'()\[\]{}]", " ", t))
+    if whole:
+        return rating_of(whole.group("term")), "whole_reply"
+    hits: dict[int, list[Rating | None]] = {}
+    echoes = 0
+    for priority, pat in _CUES:
+        for m in pat.finditer(t):
+            if _echoed(t, m.start(), m.end(), ctx):
+                echoes += 1
+                continue
+            r = rating_of(m.group("term"))
+            ok = m.group("neg") is None and not _hedged(t, m.start("term"), m.end("term"), r)
+            hits.setdefault(priority, []).append(r if ok else None)
+    if hits:
+        asserted = set(hits[min(hits)])
+        return (asserted.pop(), "statement") if len(asserted) == 1 and None not in asserted else (None, "ambiguous")
+    in_prose = [m for m in _STRONG_RE.finditer(t) if not _echoed(t, m.start(), m.end(), ctx)]
+    if in_prose:  # note only (the answer is None either way): a hedge in prose reads "ambiguous"
+        hedged = any(_hedged(t, m.start(), m.end(), rating_of(m.group("term"))) for m in in_prose)
+        return None, ("ambiguous" if hedged else "prose_only")
+    return None, ("echo_of_input" if echoes or _STRONG_RE.search(t) else "no_rating_found")
+
+
+def parse_rating_detail(text: Any, context: str | None = None) -> tuple[Rating | None, str]:
+    """`parse_rating` plus why: json | json_unreadable | json_without_answer | statement |
+    whole_reply | ambiguous | prose_only (rating words only in prose: unparsed) |
+    echo_of_input | no_rating_found | empty | thinking_only (nothing after `<think>…</think>`).
+    Reasoning is stripped first (`strip_think`): ratings weighed while thinking are not answers."""
+    if not isinstance(text, str) or not text.strip():
+        return None, "empty"
+    answer = strip_think(text)
+    if not answer:
+        return None, "thinking_only"  # all reasoning, no answer after it
+    text = answer[:MAX_PARSE_CHARS]
+    found, rating = _from_json(text)
+    if found:
+        return rating, ("json" if rating is not None else "json_unreadable")
+    if _REASON_KEY_RE.search(text):
+        return None, "json_without_answer"  # cut off before its answer: words in `reason` are not the answer
+    return _from_statements(text, context)
+
+
+def parse_rating(text: Any, context: str | None = None) -> Rating | None:
+    """A model's reply as a `Rating`, or None when it is empty, ambiguous or unreadable.
+
+    Order: a JSON object's `answer` (fences, single quotes, trailing commas, text around it and
+    a truncated `reason` are tolerated); then plain statements ("Answer: Bullish", "my rating is
+    **neutral**", "I would rate this a Buy") or a reply that is just the rating. Rating words
+    elsewhere in prose ("Analysts are bullish on the sector") are not an answer. Two different
+    ratings asserted, a hedge ("bullish or neutral") or a negation ("not bullish") give None:
+    never a default. With `context` (the text the model was shown), statements copied verbatim
+    from it are ignored (echoes).
+    """
+    return parse_rating_detail(text, context)[0]
+
+
+def answer_from_probs(p_bullish: float, p_neutral: float, p_bearish: float) -> Rating | None:
+    """Argmax label of a label-scored row; None when a probability is missing or the top two tie."""
+    p = np.array([p_bullish, p_neutral, p_bearish], dtype=float)
+    if not np.all(np.isfinite(p)):
+        return None
+    order = np.argsort(-p, kind="stable")
+    if p[order[0]] == p[order[1]]:
+        return None
+    return RATINGS[int(order[0])]
+
+
+def condition_texts(conditions: pd.DataFrame) -> dict[str, str]:
+    """item_id -> the condition's full text (what the model was shown before truncation): the
+    parser's context, so a rating copied from the report is not read as the model's answer."""
+    if "text" not in conditions.columns:
+        return {}
+    return {k: v for k, v in zip(conditions["item_id"], conditions["text"]) if isinstance(v, str)}
+
+
+NOT_ANSWERED = "not_answered"   # transport/server error after retries: the model never answered (outside N)
+TRUNCATED = "truncated"         # the reply hit the output-token limit (finish_reason "length"): unparsed, in N
+SKIPPED = "skipped"             # stage 02 set the item aside (no rating sentence, ...): outside N
+
+
+def answer_status(status: Any) -> str:
+    """Which of the three a prediction row is: "not_answered" (status error: the server or the
+    network failed, not the model), "skipped" (never sent), or "answered" (the model replied; its
+    reply may still be unparsed). Infrastructure failures must not count as the model's parse
+    failures, so only "answered" rows form the N of every rate."""
+    if status == "skipped":
+        return SKIPPED
+    if status != "ok":
+        return NOT_ANSWERED
+    return "answered"
+
+
+def parse_predictions(pred: pd.DataFrame, contexts: dict[str, str] | None = None) -> pd.DataFrame:
+    """Add `answer` (str|None), `parsed` (bool), `parse_note` (why) and `answered` (bool).
+
+    Mode "score" takes the argmax of the label probabilities, "generate" goes through the parser
+    (with the item's input text, when given, to ignore copied statements). A generated reply cut
+    at the output-token limit (`truncated_output`) is "truncated": unparsed, never read, because a
+    reasoning model cut mid-thought has not given its answer. Rows whose inference status is
+    "error" are "not_answered" (`answered` False: excluded from N and counted apart by stage 04);
+    "skipped" rows are set aside by `score_frame`.
+    """
+    out = pred.copy()
+    answers: list[str | None] = []
+    notes: list[str] = []
+    answered: list[bool] = []
+    contexts = contexts or {}
+    for row in out.itertuples(index=False):
+        status = getattr(row, "status", "ok")
+        mode = getattr(row, "mode", "generate")
+        cut = getattr(row, "truncated_output", None)
+        kind = answer_status(status)
+        answered.append(kind == "answered")
+        if kind != "answered":
+            r, note = None, kind
+        elif mode == "score":
+            r = answer_from_probs(row.p_bullish, row.p_neutral, row.p_bearish)
+            probs = np.array([row.p_bullish, row.p_neutral, row.p_bearish], dtype=float)
+            note = "argmax" if r is not None else ("probabilities_missing" if not np.isfinite(probs).all()
+                                                   else "tied_probabilities")
+        elif cut is not None and pd.notna(cut) and bool(cut):
+            r, note = None, TRUNCATED
+        else:
+            r, note = parse_rating_detail(row.raw_text, contexts.get(row.item_id))
+        answers.append(None if r is None else r.value)
+        notes.append(note)
+    out["answer"] = pd.Series(answers, index=out.index, dtype=object)
+    out["parsed"] = out["answer"].notna()
+    out["parse_note"] = notes
+    out["answered"] = pd.Series(answered, index=out.index, dtype=bool)
+    return out

@@ -1,0 +1,200 @@
+"""The judge-calibration study (Table 4): Spearman and its bootstrap against scipy on fixtures,
+the rule-scored reference set, the correlation table's counting of invalid verdicts, Table 4's
+layout, and the whole study end to end with a scripted fake judge behind the real engine."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from finlib.bizfin import calibration as C
+from finlib.bizfin.tasks import task_info
+from finlib.llm import engine
+from finlib.llm.store import ResponseStore, Result
+from finlib.llm.stub_server import stub_spec
+
+FIXTURES = [
+    ([1, 2, 3, 4, 5], [5, 6, 7, 8, 7]),
+    ([100, 80, 60, 30, 0], [90, 90, 40, 40, 10]),          # ties on both sides
+    ([0.1, 0.4, 0.2, 0.9, 0.5, 0.3], [3, 1, 2, 6, 5, 4]),
+    ([1, 2, 3, 4], [4, 3, 2, 1]),
+]
+
+
+@pytest.mark.parametrize("x, y", FIXTURES)
+def test_spearman_matches_scipy(x, y):
+    assert C.spearman_matrix(np.array(x), np.array(y))[0] == pytest.approx(stats.spearmanr(x, y).statistic)
+
+
+def test_spearman_rows_match_scipy_and_constant_rows_are_nan():
+    rng = np.random.default_rng(1)
+    x, y = rng.integers(0, 5, size=(50, 7)), rng.integers(0, 5, size=(50, 7))
+    x[0] = 3  # constant row: no rank correlation
+    got = C.spearman_matrix(x, y)
+    assert np.isnan(got[0])
+    for i in range(1, 50):
+        want = stats.spearmanr(x[i], y[i]).statistic
+        assert (np.isnan(want) and np.isnan(got[i])) or got[i] == pytest.approx(want)
+
+
+def test_bootstrap_ci_matches_a_plain_loop_with_scipy():
+    x, y = [100, 80, 60, 30, 0, 50, 70], [70, 80, 40, 20, 30, 50, 90]
+    out = C.spearman_ci(x, y, reps=300, ci=0.9, seed=7)
+    idx = np.random.default_rng(7).integers(0, len(x), size=(300, len(x)))
+    boots = [stats.spearmanr(np.array(x)[i], np.array(y)[i]).statistic for i in idx]
+    boots = np.array([b for b in boots if np.isfinite(b)])
+    assert out["boot_used"] == len(boots)
+    assert out["ci_low"] == pytest.approx(np.quantile(boots, 0.05))
+    assert out["ci_high"] == pytest.approx(np.quantile(boots, 0.95))
+    assert out["ci_low"] <= out["spearman"] <= out["ci_high"]
+
+
+def test_too_few_or_constant_scores_give_no_correlation():
+    assert np.isnan(C.spearman_ci([1, 2], [1, 2])["spearman"])
+    assert np.isnan(C.spearman_ci([50, 50, 50], [1, 2, 3])["spearman"])
+
+
+def test_shipped_reference_sets_are_rule_scored_and_span_the_scale():
+    ref = C.load_reference_sets(["FDD", "FTU"])
+    assert set(ref["task"]) == {"FDD", "FTU"}
+    for _, r in ref.iterrows():
+        assert r["reference_score"] == C.rule_score(r["task"], r["errors"])
+    for _, g in ref.groupby("question_id"):
+        assert g["reference_score"].nunique() == len(g) >= 5 and g["reference_score"].max() == 100
+    one = C.load_reference_sets(["FDD"], questions=1, answers=3)
+    assert list(one["reference_score"]) == [100, 60, 0]
+
+
+def test_reference_set_errors_name_file_line_and_field():
+    good = {"id": "a", "task": "FDD", "question_id": "q", "question": "q?", "answer": "a", "errors": {"number": 1},
+            "reference_score": 80}
+    text = json.dumps(good) + "\n" + json.dumps({**good, "id": "b", "reference_score": 90})
+    with pytest.raises(C.CalibrationDataError, match=r"x.jsonl, line 2, field 'reference_score': 90 but the rule"):
+        C.read_reference_set("x.jsonl", text)
+    with pytest.raises(C.CalibrationDataError, match="line 1, field 'errors'"):
+        C.read_reference_set("x.jsonl", json.dumps({**good, "errors": {"typo": 1}}))
+    with pytest.raises(C.CalibrationDataError, match="line 1, field 'answer': missing"):
+        C.read_reference_set("x.jsonl", json.dumps({k: v for k, v in good.items() if k != "answer"}))
+    with pytest.raises(C.CalibrationDataError, match="duplicate"):
+        C.read_reference_set("x.jsonl", json.dumps(good) + "\n" + json.dumps(good))
+
+
+def test_dimension_order_follows_table2_or_reversed():
+    assert C.ordered_dimensions("FTU") == task_info("FTU").dimensions
+    assert C.ordered_dimensions("FTU", "reversed") == tuple(reversed(task_info("FTU").dimensions))
+    with pytest.raises(ValueError, match="dimension_order"):
+        C.ordered_dimensions("FTU", "random")
+
+
+def test_correlation_table_counts_invalid_and_scores_only_valid():
+    scores = pd.DataFrame({
+        "judge": "j", "method": "vanilla", "task": "FDD",
+        "score": [90, 70, None, 20, 10], "status": ["ok", "ok", "invalid", "ok", "ok"],
+        "reference_score": [100, 80, 60, 30, 0]})
+    [row] = C.correlation_table(scores, reps=50).to_dict(orient="records")
+    assert row["n_items"] == 5 and row["n_invalid"] == 1 and row["n"] == 4
+    assert row["spearman"] == pytest.approx(1.0)
+
+
+def test_table4_layout_beside_the_paper():
+    corr = pd.DataFrame([
+        {"judge": "j1", "method": m, "task": t, "n": 5, "spearman": 0.5, "ci_low": 0.1, "ci_high": 0.9}
+        for m in C.METHOD_LABELS for t in C.TABLE4_TASKS])
+    table = C.table4(corr)
+    assert list(table.columns) == ["source", "Methods", "FDD", "FTU"]
+    assert list(table["Methods"][:2]) == ["LLM as a judge (j1)", "Ours (j1)"]
+    assert table["FDD"].iloc[0] == "0.5000 [0.10, 0.90] (n=5)"
+    paper = table[table["source"].str.startswith("paper")]
+    assert len(paper) == 8
+    assert paper.set_index("Methods").loc["Ours (GPT-4o)", "FDD"] == "0.5684"
+
+
+class RankingJudge:
+    """A fake judge that reads the answer under judgement and scores it by the reference set's own
+    hidden quality (how many characters differ from the best answer): IteraJudge's contrastive
+    call sees y and y_K, the vanilla call only y."""
+
+    def __init__(self, scores: dict[str, int]):
+        self.scores, self.sent = scores, []
+
+    def __call__(self, spec, pending, store, **kw):
+        results = []
+        for req in pending:
+            text = req.messages[-1]["content"]
+            self.sent.append(text)
+            if "修订者" in text:
+                reply = text.split("【回答】\n", 1)[1].split("\n\n【评估维度】", 1)[0]
+            else:
+                key = "【待评回答】\n" if "【待评回答】" in text else "【回答】\n"
+                answer = text.split(key, 1)[1].split("\n\n", 1)[0]
+                reply = json.dumps({"score": self.scores.get(answer, 50), "reason": "fake"})
+            results.append(Result.for_request(req, status="ok", raw_text=reply, truncated_output=False))
+        store.put_many(results)
+
+
+def test_end_to_end_with_a_scripted_judge(tmp_path, monkeypatch):
+    ref = C.load_reference_sets(["FDD", "FTU"], questions=1)
+    judge = RankingJudge(dict(zip(ref["answer"], ref["reference_score"])))
+    monkeypatch.setattr(engine, "send_pending", judge)
+    specs = [stub_spec(), stub_spec(name="stub2", model_id="stub2-model")]
+    with ResponseStore(tmp_path / "s.sqlite") as store:
+        scores = C.judge_reference_set(ref, specs, store, progress=False)
+    assert len(scores) == len(ref) * 2 * 2 and (scores["status"] == "ok").all()
+    corr = C.correlation_table(scores, reps=100)
+    assert len(corr) == 2 * 2 * 2 and np.allclose(corr["spearman"], 1.0)
+    table = C.table4(corr)
+    assert table["Methods"].tolist()[:4] == ["LLM as a judge (stub)", "Ours (stub)", "LLM as a judge (stub2)",
+                                             "Ours (stub2)"]
+    n_refine = sum(len(task_info(t).dimensions) for t in ref["task"])
+    assert len(judge.sent) == 2 * (len(ref) + n_refine + len(ref))
+
+
+def test_stage08_end_to_end_on_the_smoke_params(tmp_run, monkeypatch):
+    """Stage 08 with a scripted model: stage 07's FDD answer through IteraJudge, the reference set
+    through both judges, every artifact, Table 4 and the paper-vs-ours comparison written."""
+    from finlib.core.artifacts import read_frame, write_frame
+    from finlib.bizfin import judge_stage
+    from finlib.bizfin.stage import bizfin_params, load_items
+
+    cfg = tmp_run
+    item = load_items(cfg, bizfin_params(cfg))[0]["FDD"][0]
+    write_frame(cfg, "bizfin_items", pd.DataFrame([
+        {"model": "m", "task": "FDD", "kind": "judge", "item_id": item.id, "status": "ok", "raw_text": "示例股份上涨。"},
+        {"model": "m", "task": "FQA", "kind": "judge", "item_id": "x", "status": "ok", "raw_text": "not in params"}]))
+    ref = C.load_reference_sets(["FDD"], questions=1, answers=3)
+    judge = RankingJudge(dict(zip(ref["answer"], ref["reference_score"])))
+    monkeypatch.setattr(engine, "send_pending", judge)
+    run = judge_stage.run_stage(cfg)
+    [traj] = run.trajectories
+    assert traj.input.id == f"m|{item.id}" and len(traj.steps) == len(task_info("FDD").dimensions)
+    assert traj.result.status == "ok"
+    assert len(read_frame(cfg, "iterajudge_trajectories")) == 1 + len(traj.steps)
+    assert len(read_frame(cfg, "judge_calibration_scores")) == 3 * 2
+    assert np.allclose(read_frame(cfg, "judge_calibration")["spearman"], 1.0)
+    assert (cfg.tables_dir / "bizfin_table4_judge.md").is_file()
+    cmp_caption = (cfg.tables_dir / "paper_vs_ours_bizfin_table4.csv").read_text(encoding="utf-8").splitlines()[0]
+    assert "expert scores" in cmp_caption and "synthetic market" not in cmp_caption
+    assert "synthetic market" not in (cfg.tables_dir / "bizfin_table4_judge.md").read_text(encoding="utf-8")
+    assert run.report["plumbing_models"] == ["qwen2.5-coder-0.5b"]
+    assert "NOT the paper's expert scores" in judge_stage.caveat_banner(run)
+    assert list(judge_stage.calibration_view(run.scores)["reference_score"]) == [100, 60, 0]
+    n_sent = len(judge.sent)
+    judge_stage.run_stage(cfg)
+    assert len(judge.sent) == n_sent  # a rerun is answered from the store
+
+
+def test_stage08_params_are_checked(tmp_run):
+    from finlib.bizfin import judge_stage
+    from finlib.core.config import ConfigError
+
+    p = tmp_run.params["bizfin"]["iterajudge"]
+    p["calibration_tasks"] = ["FQA"]
+    with pytest.raises(ConfigError, match="no reference set"):
+        judge_stage.iterajudge_params(tmp_run)
+    p["calibration_tasks"] = ["FDD"]
+    p["judge_temp"] = 0.0
+    with pytest.raises(ConfigError, match="unknown key"):
+        judge_stage.iterajudge_params(tmp_run)

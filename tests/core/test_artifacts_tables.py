@@ -1,0 +1,81 @@
+"""Artifacts round-trip atomically; tables come out in three formats with the caveat."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from finlib.core.artifacts import MissingArtifactError, read_frame, read_json, write_frame, write_json
+from finlib.core.vocab import SYNTHETIC_CAVEAT
+from finlib.core.tables import PAPER_TABLES, latex_escape, paper_table, read_table_csv, write_table
+
+
+def test_frame_roundtrip_and_no_temp_files_left(tmp_run):
+    df = pd.DataFrame({"report_id": ["a", "b"], "car": [0.1, -0.2]})
+    write_frame(tmp_run, "labels", df)
+    pd.testing.assert_frame_equal(read_frame(tmp_run, "labels"), df)
+    assert not [p for p in tmp_run.processed_dir.iterdir() if p.name.startswith(".")]
+
+
+def test_missing_artifact_names_the_producing_stage(tmp_run):
+    with pytest.raises(MissingArtifactError, match=r"run stage 01 first"):
+        read_frame(tmp_run, "labels")
+    with pytest.raises(MissingArtifactError, match=r"stage 00"):
+        read_json(tmp_run, "data_report")
+
+
+def test_json_roundtrip(tmp_run):
+    write_json(tmp_run, "data_report", {"n": 3, "excluded": {"empty_text": 1}})
+    assert read_json(tmp_run, "data_report")["excluded"] == {"empty_text": 1}
+
+
+def test_write_table_three_formats_with_synthetic_caveat(tmp_run):
+    df = pd.DataFrame({"sector": ["Energy", "Utilities"], "share": [12.3456, 7.0]})
+    paths = write_table(tmp_run, "t", df, "Shares (%) by sector, see *_ci & co")
+    assert set(paths) == {"csv", "md", "tex"}
+    pd.testing.assert_frame_equal(read_table_csv(paths["csv"]), df)  # full precision kept
+    first_line = paths["csv"].read_text().splitlines()[0]
+    assert first_line.startswith("# Shares (%)") and SYNTHETIC_CAVEAT in first_line
+    md = paths["md"].read_text()
+    assert "12.35" in md and SYNTHETIC_CAVEAT in md
+    tex = paths["tex"].read_text()
+    assert "\\begin{table}" in tex and "Shares (\\%) by sector, see *\\_ci \\& co" in tex
+
+
+def test_latex_escape_leaves_no_raw_specials():
+    escaped = latex_escape("a_b 50% #1 & $x$ {y} ~ ^ back\\slash")
+    for raw in ("_", "%", "#", "&", "$"):
+        assert all(escaped[i - 1] == "\\" for i, ch in enumerate(escaped) if ch == raw), raw
+    assert "\\textbackslash{}" in escaped
+
+
+def test_every_paper_table_is_carried_and_matches_its_printed_totals():
+    for key in PAPER_TABLES:
+        assert len(paper_table(key)) > 0, key
+    t2 = paper_table("finbias_table2")
+    assert t2.loc[t2.sector == "Total", "num"].item() == 8868
+    assert t2.loc[t2.sector != "Total", "num"].sum() == 8868
+    t4 = paper_table("finbias_table4")
+    assert t4.model.nunique() == 19 and t4.sector.nunique() == 10
+    with pytest.raises(KeyError, match="unknown paper table"):
+        paper_table("finbias_table99")
+
+
+def test_require_columns_names_source_and_fields():
+    from finlib.core.artifacts import require_columns
+
+    require_columns(pd.DataFrame({"a": [1], "b": [2]}), ["a", "b"], "labels.parquet")
+    with pytest.raises(ValueError, match=r"labels\.parquet: missing column\(s\) \['c'\]"):
+        require_columns(pd.DataFrame({"a": [1]}), ["a", "c"], "labels.parquet")
+
+
+def test_save_figure_writes_png_and_pdf_with_synthetic_title(tmp_run):
+    import matplotlib.pyplot as plt
+
+    from finlib.core.tables import save_figure, synthetic_title
+
+    fig, ax = plt.subplots()
+    ax.set_title(synthetic_title(tmp_run, "CAR by year"))
+    paths = save_figure(tmp_run, fig, "car")
+    assert [p.suffix for p in paths] == [".png", ".pdf"] and all(p.stat().st_size > 0 for p in paths)
+    assert ax.get_title() == "CAR by year (synthetic data)"
+    plt.close(fig)

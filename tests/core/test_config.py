@@ -1,0 +1,79 @@
+"""Params loading: inheritance, secrets refusal, run folders."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from finlib.core.config import ConfigError, deep_merge, load_params, load_run
+
+
+def test_deep_merge_merges_dicts_and_replaces_leaves():
+    base = {"a": {"x": 1, "y": [1, 2]}, "b": 2}
+    out = deep_merge(base, {"a": {"y": [3]}, "c": 4})
+    assert out == {"a": {"x": 1, "y": [3]}, "b": 2, "c": 4}
+    assert base["a"]["y"] == [1, 2], "the base must not be mutated"
+
+
+def test_smoke_extends_default_and_overrides_only_what_it_names(repo_root: Path):
+    default = load_params(repo_root / "params" / "default.yaml")
+    smoke = load_params(repo_root / "params" / "smoke.yaml")
+    assert smoke["data"]["synthetic"]["n_reports"] < default["data"]["synthetic"]["n_reports"]
+    assert smoke["labels"] == default["labels"]
+    assert "extends" not in smoke
+
+
+def test_params_with_a_secret_are_refused(tmp_path: Path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("inference:\n  api_key: sk-abc\n")
+    with pytest.raises(ConfigError, match=r"inference\.api_key.*environment"):
+        load_params(p)
+
+
+def test_naming_the_environment_variable_is_allowed(tmp_path: Path):
+    p = tmp_path / "ok.yaml"
+    p.write_text("models:\n  - api_key_env: OPENAI_API_KEY\n    max_tokens: 10\n")
+    assert load_params(p)["models"][0]["api_key_env"] == "OPENAI_API_KEY"
+
+
+def test_missing_and_malformed_params_name_the_file(tmp_path: Path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_params(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- just\n- a list\n")
+    with pytest.raises(ConfigError, match=str(bad)):
+        load_params(bad)
+
+
+def test_load_run_creates_isolated_folders(tmp_run):
+    assert tmp_run.name == "smoke"
+    for d in (tmp_run.processed_dir, tmp_run.tables_dir, tmp_run.run_dir):
+        assert d.is_dir() and "smoke" in d.parts
+    assert tmp_run.is_synthetic
+    with pytest.raises(ConfigError, match="missing section 'nope'"):
+        tmp_run["nope"]
+
+
+@pytest.mark.parametrize("name", ["default", "smoke", "real"])
+def test_every_shipped_run_file_loads_and_names_registered_models(repo_root: Path, name: str):
+    from finlib.llm.registry import load_registry, select_models
+
+    params = load_params(repo_root / "params" / f"{name}.yaml")
+    registry = load_registry(repo_root / params["inference"]["registry"])
+    assert [m.name for m in select_models(registry, params["inference"]["models"])] == params["inference"]["models"]
+    assert params["data"]["source"] in {"synthetic", "local", "huggingface"}
+
+
+def test_section_refuses_unknown_keys(tmp_run):
+    assert tmp_run.section("labels", known=tmp_run["labels"].keys())["window"] == 60
+    with pytest.raises(ConfigError, match=r"labels: unknown key\(s\) \['quantile'\]"):
+        from finlib.core.config import check_known_keys
+        check_known_keys({"quantile": [0.3, 0.7], "window": 60}, {"quantiles", "window"},
+                         f"{tmp_run.params_file}: labels")
+
+
+def test_section_requires_the_documented_keys(tmp_run):
+    assert tmp_run.section("scoring", required=("bootstrap_reps", "ci"))["ci"] > 0
+    del tmp_run.params["scoring"]["ci"]
+    with pytest.raises(ConfigError, match=r"scoring: missing key\(s\) \['ci'\]"):
+        tmp_run.section("scoring", required=("bootstrap_reps", "ci"))

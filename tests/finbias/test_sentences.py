@@ -1,0 +1,121 @@
+"""Sentence splitter on hand-written financial prose: abbreviations, decimals, initials."""
+from __future__ import annotations
+
+import pytest
+
+from finlib.finbias.sentences import first_sentence, sentence_spans, split_sentences
+
+# (text, expected sentences) -- written by hand, each a trap for a naive splitter.
+CASES: list[tuple[str, list[str]]] = [
+    ("We reiterate our BUY rating on Oracle Corp. (ORCL). Revenue rose 5%.",
+     ["We reiterate our BUY rating on Oracle Corp. (ORCL).", "Revenue rose 5%."]),
+    ("Apple Inc. reported record sales. Margins expanded.",
+     ["Apple Inc. reported record sales.", "Margins expanded."]),
+    ("Sales in the U.S. grew 3% in Q3. Europe was flat.",
+     ["Sales in the U.S. grew 3% in Q3.", "Europe was flat."]),
+    ("It sells mostly in the U.S. The company is based in Texas.",
+     ["It sells mostly in the U.S.", "The company is based in Texas."]),
+    ("Capex was $1.2 bn. in Q3 vs. $1.0 bn. a year ago. Margins fell.",
+     ["Capex was $1.2 bn. in Q3 vs. $1.0 bn. a year ago.", "Margins fell."]),
+    ("Revenue grew 12.5% to $4.37 billion. EPS was $1.05.",
+     ["Revenue grew 12.5% to $4.37 billion.", "EPS was $1.05."]),
+    ("EPS was $3.45. Next year should be better.",
+     ["EPS was $3.45.", "Next year should be better."]),
+    ("CEO John A. Smith resigned. He will stay as an adviser.",
+     ["CEO John A. Smith resigned.", "He will stay as an adviser."]),
+    ("J. P. Morgan Chase & Co. raised guidance. The stock rose.",
+     ["J. P. Morgan Chase & Co. raised guidance.", "The stock rose."]),
+    ("Growth drivers (e.g. cloud and AI) remain intact. We like the shares.",
+     ["Growth drivers (e.g. cloud and AI) remain intact.", "We like the shares."]),
+    ("Higher rates, i.e. above 5%, would hurt. Leverage is 2.1x.",
+     ["Higher rates, i.e. above 5%, would hurt.", "Leverage is 2.1x."]),
+    ("Net debt was approx. $3 bn. The balance sheet is sound.",
+     ["Net debt was approx. $3 bn.", "The balance sheet is sound."]),
+    ("Smith & Co. Ltd. reported strong results. Shares jumped.",
+     ["Smith & Co. Ltd. reported strong results.", "Shares jumped."]),
+    ("The E.U. fine was approx. $2 bn. The appeal continues.",
+     ["The E.U. fine was approx. $2 bn.", "The appeal continues."]),
+    ("Orders slowed in Jan. and Feb. before recovering. March was strong.",
+     ["Orders slowed in Jan. and Feb. before recovering.", "March was strong."]),
+    ("Dr. Reddy's Laboratories Ltd. filed an ANDA. Approval is expected.",
+     ["Dr. Reddy's Laboratories Ltd. filed an ANDA.", "Approval is expected."]),
+    ("The stock trades at 15.2x forward EPS vs. 18.0x for peers. It looks cheap.",
+     ["The stock trades at 15.2x forward EPS vs. 18.0x for peers.", "It looks cheap."]),
+    ("Gross margin rose 50 bps to 41.3%. Opex fell.",
+     ["Gross margin rose 50 bps to 41.3%.", "Opex fell."]),
+    ("Is the dividend safe? We think so. Coverage is 2.0x!",
+     ["Is the dividend safe?", "We think so.", "Coverage is 2.0x!"]),
+    ("Our target is $150. That implies 20% upside.",
+     ["Our target is $150.", "That implies 20% upside."]),
+    ("Acme Corp. vs. Beta Inc. is a close race. We prefer Acme.",
+     ["Acme Corp. vs. Beta Inc. is a close race.", "We prefer Acme."]),
+    ("FY2024 revenue was 3.1 bn. euros. The outlook is weak.",
+     ["FY2024 revenue was 3.1 bn. euros.", "The outlook is weak."]),
+    ("Q3 sales rose 4%. Q4 guidance was cut.",
+     ["Q3 sales rose 4%.", "Q4 guidance was cut."]),
+    ("The firm (Acme Inc.) disagreed. Litigation continues.",
+     ["The firm (Acme Inc.) disagreed.", "Litigation continues."]),
+    ("Mr. Lee and Ms. Park joined the board. Both are independent.",
+     ["Mr. Lee and Ms. Park joined the board.", "Both are independent."]),
+    ("Version 2.0 ships in 2025. Pricing is unchanged.",
+     ["Version 2.0 ships in 2025.", "Pricing is unchanged."]),
+    ("Rating: BUY\n\nOracle Corp. beat estimates. Cloud grew 28%.",
+     ["Rating: BUY", "Oracle Corp. beat estimates.", "Cloud grew 28%."]),
+    ("Shares fell 3.5%.  The selloff looks overdone.",
+     ["Shares fell 3.5%.", "The selloff looks overdone."]),
+    ("Costs rose, e.g. freight and labor. We cut our estimate.",
+     ["Costs rose, e.g. freight and labor.", "We cut our estimate."]),
+    ("The U.S. Department of Justice opened a probe. Shares fell 7%.",
+     ["The U.S. Department of Justice opened a probe.", "Shares fell 7%."]),
+    ("Brookfield Asset Management Inc. (BAM) is a buy. It yields 4.1%.",
+     ["Brookfield Asset Management Inc. (BAM) is a buy.", "It yields 4.1%."]),
+    ("Revenue was $2.7 bn. Over the past 90 days, EPS estimates fell.",
+     ["Revenue was $2.7 bn.", "Over the past 90 days, EPS estimates fell."]),
+    ("Chips, software, etc. Hardware fell. CEO John M. Smith left.",
+     ["Chips, software, etc.", "Hardware fell.", "CEO John M. Smith left."]),
+    ("Capex of $300 mn. Rising rates hurt; capex of $2 m. per site is small.",
+     ["Capex of $300 mn.", "Rising rates hurt; capex of $2 m. per site is small."]),
+    ("Capex was $204 mn. VSNV ended Q2 with 8,548 employees. U.S. sales rose.\n\nCapex of $9 mn. U.S. sales fell.",
+     ["Capex was $204 mn.", "VSNV ended Q2 with 8,548 employees.", "U.S. sales rose.", "Capex of $9 mn.",
+      "U.S. sales fell."]),
+    ("Management guided to $2.50-$2.60. We are above the range.",
+     ["Management guided to $2.50-$2.60.", "We are above the range."]),
+]
+
+
+@pytest.mark.parametrize("text,expected", CASES, ids=[c[0][:30] for c in CASES])
+def test_split_tricky_sentences(text: str, expected: list[str]) -> None:
+    assert split_sentences(text) == expected
+
+
+def test_at_least_thirty_cases() -> None:
+    assert len(CASES) >= 30
+
+
+def test_spans_index_the_original_text() -> None:
+    text = "  Oracle Corp. rose.\n\nIt fell 2.5%. Then it rose.  "
+    spans = sentence_spans(text)
+    assert [text[a:b] for a, b in spans] == ["Oracle Corp. rose.", "It fell 2.5%.", "Then it rose."]
+    assert all(a < b for a, b in spans) and spans == sorted(spans)
+
+
+def test_first_sentence_and_empty_text() -> None:
+    assert first_sentence("Maintain Hold. Revenue fell.") == "Maintain Hold."
+    assert first_sentence("   \n\n ") is None
+    assert split_sentences("") == []
+
+
+def test_extra_abbreviations_are_honoured() -> None:
+    text = "The mgmt. Team was upbeat. Sales rose."
+    assert split_sentences(text) == ["The mgmt.", "Team was upbeat.", "Sales rose."]
+    assert split_sentences(text, extra_abbreviations=frozenset({"mgmt"})) == [
+        "The mgmt. Team was upbeat.", "Sales rose."]
+
+
+def test_a_paragraph_longer_than_the_block_limit_is_cut_at_whitespace():
+    from finlib.finbias.sentences import MAX_BLOCK_CHARS, sentence_spans
+
+    text = "The firm grew. " * (MAX_BLOCK_CHARS // 15 + 50)
+    spans = sentence_spans(text)
+    assert len(spans) == text.count(".")  # every sentence found once, none lost at the cut
+    assert all(text[a:b] == "The firm grew." for a, b in spans)
