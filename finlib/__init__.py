@@ -1,4 +1,4 @@
-"""finlib: the helper library behind the numbered notebooks (Fin-Bias and BizFinBench).
+"""finlib: the library behind the numbered notebooks (Fin-Bias and BizFinBench).
 
 Each notebook `notebooks/NN_<stage>.ipynb` has one home module here (00 data, 01 labels,
 02 perturb, 03 llm, 04 scoring); shared names live in `finlib.core.vocab`, run paths and

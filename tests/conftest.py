@@ -19,7 +19,9 @@ def repo_root() -> Path:
 def shared_data() -> Path:
     """../shared/data (real MPQA, prices, BizFinBench); skip when a user's clone has none."""
     if not SHARED_DATA.is_dir():
-        pytest.skip(f"real test data not available at {SHARED_DATA} (only in the developers' workspace and CI)")
+        pytest.skip(f"real test data not available at {SHARED_DATA} (a folder beside the checkout with mpqa/ = the MPQA subjectivity lexicon, "
+                    "prices/ = daily S&P 500 prices, bizfinbench/ = the published BizFinBench JSONL files; "
+                    ".ci/run links them when present)")
     return SHARED_DATA
 
 

@@ -50,7 +50,8 @@ PRICE_COLUMNS: tuple[str, ...] = ("date", "ticker", "adj_close")
 DATA_KEYS: tuple[str, ...] = ("source", "synthetic", "reports", "prices")
 REPORTS_KEYS: tuple[str, ...] = ("path", "hf_dataset", "hf_split", "columns", "on_unknown_sector")
 PRICES_KEYS: tuple[str, ...] = ("path", "market_path", "market_column", "market_ticker", "yfinance_cache")
-# Issue 3: the market is "S&P 500 total return or SPY". Without a market file a real run fetches
+# The market return is a total return (S&P 500 total-return index or SPY), like the stocks' adjusted
+# closes. Without a market file a real run fetches
 # SPY with yfinance's auto_adjust (dividends reinvested), not the price-only ^GSPC index.
 DEFAULT_MARKET_TICKER = "SPY"
 

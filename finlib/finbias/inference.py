@@ -333,8 +333,8 @@ def summarise(pred: pd.DataFrame, report: dict) -> dict:
             "n_per_condition": {c: int(k) for c, k in g.groupby("condition").size().items()}}
         for m, g in gen.groupby("model")}
     report["truncated_outputs"] = int(pred["truncated_output"].fillna(False).astype(bool).sum())
-    # issue 15: the model's failures (answered but unparsed/truncated, inside N) apart from the
-    # infrastructure's (not answered: errors after retries, outside N)
+    # the model's failures (answered but unparsed/truncated, inside N) apart from the
+    # infrastructure's (not answered: errors after retries, outside N): a server outage is not the model's fault
     report["answer_status"] = {"answered": int(pred["answered"].sum()),
                                "not_answered": int((pred["parse_note"] == "not_answered").sum()),
                                "skipped": int((pred["parse_note"] == "skipped").sum()),

@@ -19,7 +19,7 @@ Two estimators of the market model are offered:
 
 Timing. The trading calendar is the market series' dates. Day 0 is the report date when it
 is a trading day, otherwise the last trading day before it, so the first return after the
-report is issued (Monday's for a Saturday report, the next session's for a holiday report)
+report is issued (Monday's for a Saturday report, the next trading day's for a holiday report)
 is day +1, inside the window +1..+window. The return of day t is ``P_t / P_{t-1} - 1`` and
 needs valid prices on both calendar days (a missing day breaks two returns, it is never
 bridged). ``n_obs`` counts the days in a window where both the firm's and the market's

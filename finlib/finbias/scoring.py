@@ -6,7 +6,7 @@ Three layers, each a set of small pure functions:
    `None` (unparsed). Unparsed is never turned into "neutral": a default answer would
    silently move herding and accuracy towards whatever the default happens to be.
 2. Metrics (`METRIC_SPECS` evaluated by `metrics_long`; `confusion`, `macro_f1`): Fin-Bias
-   Section 4.1 plus the extras the issue asks for, by sector and overall, with cluster
+   Section 4.1 plus parse rates, confusion and macro-F1, by sector and overall, with cluster
    bootstrap intervals over firms from `finlib.core.stats`.
 3. The stage (`score_run`): reads the stage 00-03 artifacts, writes `metrics.parquet`,
    `paired_tests.parquet`, `scoring_report.json` and Tables 4-7 beside the paper's numbers.
@@ -77,7 +77,7 @@ def score_frame(predictions: pd.DataFrame, conditions: pd.DataFrame, labels: pd.
 
     Skipped items (condition or inference status "skipped") are set aside with their reason:
     they are not zeros. Not-answered items (inference status "error": the server or network
-    failed after retries) are set aside too and counted with their error (issue 15): the model
+    failed after retries) are set aside too and counted with their error: the model
     never answered, so they are outside N, unlike an answer that did not parse (inside N).
     Predictions for items missing from conditions/reports are an error.
     """

@@ -5,7 +5,7 @@ offline, and an untrained `PunktSentenceTokenizer` splits at every abbreviation.
 hand Punkt a fixed list of abbreviations common in analyst reports (Inc., Corp., U.S., vs.,
 e.g., bn., approx., months ...) plus a short list of frequent sentence starters, so that
 "... in the U.S. The company ..." still splits while "Oracle Corp. (ORCL)" does not.
-No Punkt model is trained on the corpus (the issue allows list "and/or" training): a house
+No Punkt model is trained on the corpus (a fixed list is reproducible and needs no training corpus): a house
 abbreviation of a real corpus goes into FINANCIAL_ABBREVIATIONS, or `extra_abbreviations`.
 Decimals ("5.2%", "$1.2") and initials ("John A. Smith") are handled by Punkt itself.
 

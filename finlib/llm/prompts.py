@@ -24,7 +24,7 @@ from typing import Callable
 from finlib.core.vocab import Rating
 from finlib.finbias.sentences import first_sentence_span
 
-# --- Fin-Bias (helper A's section) -------------------------------------------------------------
+# --- Fin-Bias: the investor prompt -------------------------------------------------------------
 
 AUTHORS_SYSTEM_PROMPT = (
     "You are an investor. Analyze the firm analyst report logically.\n"
@@ -121,7 +121,7 @@ def truncate_text(text: str, max_tokens: int, n_tokens: Callable[[str], int]) ->
     return best, True
 
 
-# --- BizFinBench judges: vanilla LLM-as-a-judge and IteraJudge (helper E's section) -------------
+# --- BizFinBench judges: vanilla LLM-as-a-judge and IteraJudge (stages 07-08) -------------
 # BizFinBench Section 3.3 (Eq. 1-2) gives the method, not the prompts: the wording below is ours
 # (Chinese, like the benchmark). What we chose where the paper is silent: the refiner sees the
 # question, the current answer and ONE dimension per call and returns only the revised answer
@@ -196,7 +196,7 @@ def build_contrastive_judge_messages(question: str, answer: str, refined: str,
     return [{"role": "user", "content": text}]
 
 
-# --- BizFinBench answers (helper D's section, stage 07) -------------------------------------------
+# --- BizFinBench answers (stage 07) -------------------------------------------
 # The benchmark items carry their own task prompt and answer format (e.g. FNC/FTR: a JSON object
 # with "cot" and "answer", Section 4.2), so stage 07 sends each item's messages exactly as
 # published: no wording of ours is added. The version names that choice in every store key; if an
@@ -204,7 +204,7 @@ def build_contrastive_judge_messages(question: str, answer: str, refined: str,
 BIZFIN_ANSWER_VERSION = "bizfin-items-verbatim-v1"
 
 
-# --- DPO teacher (helper F's section, stage 05) ---------------------------------------------------
+# --- DPO teacher (stage 05) ---------------------------------------------------
 # Fin-Bias Section 5.2 builds (x, y_w, y_l) triplets with a teacher model. Both answers use the
 # evaluation prompt's JSON format ({"answer": ..., "reason": ...}) so they are read by the one parser
 # and so the trained model's first answer token is the one label scoring looks at.
@@ -238,7 +238,7 @@ def build_dpo_teacher_messages(kind: str, text: str, rating: str) -> list[dict[s
             {"role": "user", "content": text}]
 
 
-# --- Embedded generator: constrained JSON decoding (helper C's section) ------------------------
+# --- Embedded generator: constrained JSON decoding (stage 03) ------------------------
 # A NAMED option for the embedded llama.cpp model only (`inference.constrained_json` lists the
 # models; stage 03 refuses any record that is not backend llamacpp, so the paper's models are never
 # constrained). llama.cpp turns this JSON schema into a grammar: the reply is always one JSON object

@@ -63,7 +63,7 @@ HOSTILE = {
     "nul_and_controls": "\x00\x01\x1b[31m" * 200_000,
     "long_word_1mb": "a" * 1_000_000,
 }
-# Known blow-ups found by this file (helper H, issue 15); owners named. Remove a marker when fixed.
+# Known blow-ups found by this file, with the module that owns the fix. Remove a marker when fixed.
 KNOWN: dict[tuple[str, str], str] = {}  # (function, input) -> reason, for blow-ups not fixed yet
 # Linear but long: 500k one-word sentences at Punkt's ~5-25 us each (idle vs loaded machine).
 SLOW_BUT_LINEAR_S = {("sentence_spans", "dots_1mb"): 60.0}

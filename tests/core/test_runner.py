@@ -125,7 +125,7 @@ def test_git_state_counts_untracked_files(tmp_path: Path):
 
 
 def test_manifest_records_reruns_and_key_variable_names_only(mini_repo: Path, monkeypatch):
-    """Helper H (issue 15): which stages an invocation reran, and the NAMES of the key variables."""
+    """The manifest records which stages an invocation reran, and the NAMES of the key variables."""
     from llm_helpers import api_record, write_registry
     import yaml
 

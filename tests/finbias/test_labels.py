@@ -40,7 +40,7 @@ def oracle(prices: pd.DataFrame, market: pd.Series, ticker: str, date, window: i
     firm = prices[prices.ticker == ticker].set_index("date")["adj_close"].reindex(cal)
     ri = firm / firm.shift(1) - 1
     rm = market / market.shift(1) - 1
-    i0 = int(np.flatnonzero(cal <= pd.Timestamp(date))[-1])  # day 0: the date, or the last session before
+    i0 = int(np.flatnonzero(cal <= pd.Timestamp(date))[-1])  # day 0: the date, or the last trading day before
     ev = pd.DataFrame({"y": ri.iloc[i0 + 1:i0 + 1 + window], "x": rm.iloc[i0 + 1:i0 + 1 + window]}).dropna()
     if method == "paper":
         fit = sm.OLS(ev["y"], sm.add_constant(ev["x"])).fit()
@@ -190,7 +190,7 @@ def test_day0_is_the_report_date_or_the_last_trading_day_before():
 
 
 def _jump_fixture(holiday: bool):
-    """Firm J moves with the market except for one +5 % abnormal return on the first session after
+    """Firm J moves with the market except for one +5 % abnormal return on the first trading day after
     the weekend of 2021-01-09/10 (Monday, or Tuesday when Monday 2021-01-11 is a holiday)."""
     cal = pd.bdate_range("2020-12-21", periods=20)
     if holiday:
@@ -215,7 +215,7 @@ def test_first_return_after_a_weekend_or_holiday_report_is_in_the_window(holiday
     friday = compute_labels(events.assign(date=pd.Timestamp("2021-01-08")), prices, market, **kw)
     np.testing.assert_allclose(got["car"], 0.05, atol=1e-12)  # the jump is day +1
     np.testing.assert_allclose(got["car"], friday["car"], atol=0)
-    after = pd.Timestamp("2021-01-12" if holiday else "2021-01-11")  # a report on that session itself
+    after = pd.Timestamp("2021-01-12" if holiday else "2021-01-11")  # a report on that trading day itself
     later = compute_labels(events.assign(date=after), prices, market, **kw)
     np.testing.assert_allclose(later["car"], 0.0, atol=1e-12)  # its own day-0 return is not in the window
 

@@ -1,7 +1,7 @@
 """POS-aware MPQA matching (policy `respect`): hand tags on a fixture lexicon, then spaCy on the real lexicon.
 
 The hand-tag tests fix the rules independently of any tagger; the real-lexicon tests (skipped with
-a reason when ../shared or spaCy's model is absent) check the issue's cases end to end: "will"
+a reason when ../shared or spaCy's model is absent) check the lexicon's hard cases end to end: "will"
 (modal vs noun), "concern" (noun strongsubj vs verb weaksubj), "might" (modal vs noun),
 "assessment" vs "assess" (exact entries before stems).
 """
