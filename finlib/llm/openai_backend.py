@@ -24,8 +24,76 @@ from finlib.llm.registry import ModelSpec
 from finlib.llm.store import Request, Result, ResponseStore
 
 RETRY_STATUS = {408, 409, 429}
+LASTING_STATUS = {401, 403, 404}  # wrong key, no access, wrong URL/model: no wait heals them (circuit breaker)
 sleep = asyncio.sleep  # every wait of this module (rate limit, backoff); tests replace it with a simulated clock
 _KEYLIKE = re.compile(r"\b(sk|key|api)[-_][A-Za-z0-9_\-*]{6,}", re.IGNORECASE)
+
+
+class CircuitOpen(RuntimeError):
+    """A model's endpoint failed in a way waiting cannot heal (wrong key, wrong URL, server down or
+    stalled): its remaining calls were not sent and are stored as not answered with the cause."""
+
+
+class Breaker:
+    """Circuit breaker of one model endpoint. It opens after `threshold` consecutive attempts that
+    failed in one kind that cannot heal by waiting -- "http" (401/403/404), "refused" (connection
+    refused, only once the streak has lasted `grace_s`: a server restarting comes back) or
+    "timeout" (every attempt timing out). Any other outcome (an answer, 429, 5xx, a reset) ends
+    the streak: transient faults keep their backoff. threshold 0 = never opens."""
+
+    def __init__(self, threshold: int, grace_s: float, clock=time.monotonic):
+        self.threshold, self.grace_s, self.clock = int(threshold), float(grace_s), clock
+        self.kind: str | None = None
+        self.n, self.t0 = 0, 0.0
+        self.cause: str | None = None
+        self.opened = asyncio.Event()
+
+    def record(self, kind: str | None, reason: str = "") -> None:
+        """Book one attempt's outcome (`kind` from `lasting_kind`, None for anything else)."""
+        if self.cause is not None or self.threshold <= 0:
+            return
+        if kind is None:
+            self.kind, self.n = None, 0
+            return
+        if kind != self.kind:
+            self.kind, self.n, self.t0 = kind, 0, self.clock()
+        self.n += 1
+        lasted = self.clock() - self.t0
+        if self.n >= self.threshold and (kind != "refused" or lasted >= self.grace_s):
+            what = {"http": "rejected requests", "refused": f"refused connections for {lasted:.0f} s",
+                    "timeout": "timeouts"}[kind]
+            self.cause = f"{self.n} consecutive {what}; last: {reason}"
+            self.opened.set()
+
+
+def lasting_kind(exc: Exception) -> str | None:
+    """The breaker's kind of a failure that waiting cannot heal, or None (transient or unknown)."""
+    import openai
+
+    if isinstance(exc, openai.APIStatusError):
+        return "http" if exc.status_code in LASTING_STATUS else None
+    if isinstance(exc, openai.APITimeoutError):
+        return "timeout"
+    if isinstance(exc, openai.APIConnectionError):
+        seen, cur = 0, exc
+        while cur is not None and seen < 12:  # SDK -> httpx -> httpcore -> OSError -> ConnectionRefusedError
+            if isinstance(cur, ConnectionRefusedError):
+                return "refused"
+            cur, seen = cur.__cause__ or cur.__context__, seen + 1
+    return None
+
+
+async def sleep_unless_open(delay: float, breaker: Breaker | None) -> None:
+    """A backoff wait that ends early when the breaker opens (no worker idles through a 60 s
+    backoff of a model that is already stopped)."""
+    if breaker is None:
+        await sleep(delay)
+        return
+    wait, opened = asyncio.ensure_future(sleep(delay)), asyncio.ensure_future(breaker.opened.wait())
+    await asyncio.wait({wait, opened}, return_when=asyncio.FIRST_COMPLETED)
+    for t in (wait, opened):
+        t.cancel()
+    await asyncio.gather(wait, opened, return_exceptions=True)
 
 
 class BudgetExceeded(RuntimeError):
@@ -90,10 +158,29 @@ class RateLimiter:
                 await sleep(wait)
 
 
+REDACT_MIN_CHARS = 8  # any run of this many characters of the key is removed (servers echo prefixes/suffixes)
+
+
 def redact(text: str, secret: str | None) -> str:
-    """Error text without the key (servers echo parts of bad keys in 401 messages)."""
-    if secret and secret != "EMPTY":
-        text = text.replace(secret, "[redacted]")
+    """Error text without the key: every run of text that is a substring of the key of at least
+    REDACT_MIN_CHARS characters (servers echo "sk-abc…xyz1234" parts of bad keys in 401
+    messages), then anything key-shaped."""
+    n = REDACT_MIN_CHARS
+    if secret and secret != "EMPTY" and len(text) >= n:
+        grams = {secret[i:i + n] for i in range(len(secret) - n + 1)}
+        hit = bytearray(len(text))  # 1 = inside a key substring of >= n characters
+        for i in range(len(text) - n + 1):
+            if text[i:i + n] in grams:
+                hit[i:i + n] = b"\x01" * n
+        if any(hit):
+            out, i = [], 0
+            while i < len(text):
+                j = i
+                while j < len(text) and hit[j] == hit[i]:
+                    j += 1
+                out.append("[redacted]" if hit[i] else text[i:j])
+                i = j
+            text = "".join(out)
     return _KEYLIKE.sub("[redacted]", text)
 
 
@@ -186,8 +273,10 @@ def classify(exc: Exception) -> tuple[bool, str]:
 
 async def call_with_retries(client, spec: ModelSpec, req: Request, limiter: RateLimiter, *,
                             backoff_base_s: float = 1.0, backoff_cap_s: float = 60.0,
-                            rng: random.Random | None = None, secret: str | None = None) -> Result:
-    """One request to completion: an ok Result, or an error Result after a terminal failure."""
+                            rng: random.Random | None = None, secret: str | None = None,
+                            breaker: Breaker | None = None) -> Result:
+    """One request to completion: an ok Result, or an error Result after a terminal failure (or
+    after the model's circuit breaker opened: no further attempt)."""
     rng = rng or random.Random()
     kwargs = request_kwargs(spec, req)
     est_tokens = req.input_tokens_est + int(req.params.get("max_new_tokens", 0))
@@ -202,14 +291,35 @@ async def call_with_retries(client, spec: ModelSpec, req: Request, limiter: Rate
                 raise MalformedResponse(why)
         except Exception as exc:  # noqa: BLE001 -- classified below; unknown errors are terminal
             retryable, reason = classify(exc)
-            if not retryable or attempt == spec.max_attempts:
+            if breaker is not None:
+                breaker.record(lasting_kind(exc), redact(reason, secret)[:200])
+            if not retryable or attempt == spec.max_attempts or (breaker is not None and breaker.cause):
                 break
-            await sleep(backoff_s(attempt, backoff_base_s, backoff_cap_s, retry_after_s(exc), rng))
+            await sleep_unless_open(backoff_s(attempt, backoff_base_s, backoff_cap_s, retry_after_s(exc), rng),
+                                    breaker)
+            if breaker is not None and breaker.cause:
+                break
             continue
+        if breaker is not None:
+            breaker.record(None)
         return result_from_completion(req, spec, body, latency_s=time.perf_counter() - t_start,
                                       attempts=attempt)
     return Result.for_request(req, status="error", latency_s=time.perf_counter() - t_start, attempts=attempt,
                               error=redact(f"{reason} (after {attempt} attempt(s))", secret)[:1000])
+
+
+def circuit_open(spec: ModelSpec, cause: str, store: ResponseStore, unsent: list[Request],
+                 state: dict) -> CircuitOpen:
+    """Store the calls the open breaker kept from being sent as not answered (status error, 0
+    attempts, the cause as their error: a rerun sends them again) and say so in one line."""
+    why = f"not sent: model '{spec.name}' stopped by its circuit breaker ({cause})"
+    store.put_many([Result.for_request(r, status="error", attempts=0, error=why[:1000]) for r in unsent])
+    state["not_sent"] = len(unsent)
+    return CircuitOpen(
+        f"model '{spec.name}' stopped: {cause}. {len(unsent)} call(s) not sent and {state['error']} failed "
+        f"are stored as not answered ({state['ok']} answered). Waiting cannot fix this (check the key in "
+        f"{spec.api_key_env or 'the registry'}, base_url {spec.base_url}, the server); then rerun: stored answers "
+        "are not sent again.")
 
 
 def make_client(spec: ModelSpec):
@@ -236,9 +346,14 @@ async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: Respon
     results: asyncio.Queue = asyncio.Queue(maxsize=4 * spec.concurrency)
     it = iter(requests)
     state = {"stopped": False, "sent": 0, "ok": 0, "error": 0}
+    breaker = Breaker(spec.breaker_failures, spec.breaker_grace_s)
+    unsent: list[Request] = []  # taken from the input after the breaker opened
 
     async def worker() -> None:
         for req in it:
+            if breaker.cause:
+                unsent.append(req)
+                return
             if state["stopped"]:
                 return
             reserve = spec.cost(req.input_tokens_est, int(req.params.get("max_new_tokens", 0)))
@@ -247,7 +362,7 @@ async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: Respon
                 return
             state["sent"] += 1
             res = await call_with_retries(client, spec, req, limiter, backoff_base_s=backoff_base_s,
-                                          backoff_cap_s=backoff_cap_s, rng=rng, secret=secret)
+                                          backoff_cap_s=backoff_cap_s, rng=rng, secret=secret, breaker=breaker)
             budget.settle(reserve, res.cost_usd)
             await results.put(res)
 
@@ -286,6 +401,8 @@ async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: Respon
             await writer_task
         if own_client:
             await client.close()
+    if breaker.cause:
+        raise circuit_open(spec, breaker.cause, store, unsent + list(it), state)
     if state["stopped"]:
         raise BudgetExceeded(
             f"model '{spec.name}': stopped before exceeding inference.budget_usd={budget.limit:.2f} "

@@ -58,6 +58,10 @@ class ModelSpec:
     threads: int | None = None      # llamacpp: server threads (None = every core llama.cpp sees)
     thinks: bool = False            # reasons by default (<think> or hidden reasoning tokens) before answering
     max_new_tokens: int = 4096      # output-token limit for this model (the authors' code: 4096 for API/vLLM)
+    # circuit breaker (finlib.llm.openai_backend.Breaker): stop the model after this many consecutive
+    # attempts failing in one kind waiting cannot heal (401/403/404, refused, timeout); 0 = never
+    breaker_failures: int = 10
+    breaker_grace_s: float = 20.0   # connection refused must also have lasted this long (a restart heals)
 
     def cost(self, input_tokens: int, output_tokens: int, discount: float = 1.0) -> float:
         """USD for one call (discount 0.5 for the Batch API)."""
@@ -84,7 +88,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "api_key_env": (str, type(None)), "gguf_package": (str, type(None)), "gguf_file": (str, type(None)),
     "hf_path": (str, type(None)), "paper_name": (str, type(None)), "plumbing": (bool,),
     "gguf_parts": (list, type(None)), "gguf_sha256": (str, type(None)), "threads": (int, type(None)), "thinks": (bool,),
-    "max_new_tokens": (int,),
+    "max_new_tokens": (int,), "breaker_failures": (int,), "breaker_grace_s": (int, float),
 }
 _REQUIRED = ("name", "backend", "model_id", "supports_system", "context_length",
              "price_input_per_m", "price_output_per_m", "sampling")
@@ -130,6 +134,9 @@ def validate_record(rec: Any, path: Path, index: int) -> ModelSpec:
     for key in ("concurrency", "max_attempts", "max_new_tokens"):
         if rec.get(key, 1) < 1:
             raise _fail(path, where, key, "must be >= 1")
+    for key in ("breaker_failures", "breaker_grace_s"):
+        if rec.get(key, 0) < 0:
+            raise _fail(path, where, key, "must be >= 0")
     if rec.get("timeout_s", 1) <= 0:
         raise _fail(path, where, "timeout_s", "must be positive")
     sampling = rec["sampling"]
@@ -162,7 +169,7 @@ def validate_record(rec: Any, path: Path, index: int) -> ModelSpec:
                         "a local model needs gguf_package + gguf_file, or hf_path (a folder or hub id)")
     if isinstance(rec.get("gguf_parts"), list):
         rec = {**rec, "gguf_parts": tuple(rec["gguf_parts"])}
-    return ModelSpec(**{k: (float(v) if k.startswith("price") or k == "timeout_s" else v) for k, v in rec.items()})
+    return ModelSpec(**{k: (float(v) if k.startswith("price") or k in ("timeout_s", "breaker_grace_s") else v) for k, v in rec.items()})
 
 
 def _check_llamacpp(rec: dict, path: Path, where: str) -> None:

@@ -7,7 +7,7 @@ text, so "fail twice, then answer" is deterministic whatever the concurrency:
   [[429xN:S]]   answer 429 with Retry-After S seconds to the first N attempts
   [[500xN]]     answer 500 to the first N attempts
   [[sleepxN:S]] sleep S seconds before answering the first N attempts (client timeouts)
-  [[400]]       always 400 (a non-retryable error)
+  [[400]]       always 400 (a non-retryable error); [[403]], [[404]] likewise (no access, no such model)
   [[length]]    answer with finish_reason "length" (output cut at the token limit)
 Seeded random faults (`FaultPlan`: a rate and weights over FAULT_KINDS) hit any prompt; whether
 attempt k of a text fails, and how, is a hash of (seed, text, k): reproducible whatever the
@@ -30,7 +30,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-_DIRECTIVE = re.compile(r"\[\[(429|500|sleep|400|length)(?:x(\d+))?(?::([\d.]+))?\]\]")
+_DIRECTIVE = re.compile(r"\[\[(429|500|sleep|400|403|404|length)(?:x(\d+))?(?::([\d.]+))?\]\]")
 ANSWER = '{"answer": "bullish", "reason": "stub"}'
 
 # Seeded fault kinds (what a flaky provider or proxy really does):
@@ -90,7 +90,7 @@ class StubServer:
 
     def _respond(self, status: int, body: dict | bytes, extra: dict | None = None) -> bytes:
         payload = body if isinstance(body, bytes) else json.dumps(body).encode()
-        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests",
+        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 429: "Too Many Requests",
                   500: "Internal Server Error", 503: "Service Unavailable"}.get(status, "Error")
         head = [f"HTTP/1.1 {status} {reason}", "Content-Type: application/json",
                 f"Content-Length: {len(payload)}", "Connection: keep-alive"]
@@ -136,8 +136,8 @@ class StubServer:
         self.log.append((time.monotonic(), text[:80], attempt))
         for kind, n, arg in _DIRECTIVE.findall(text):
             n = int(n or 1)
-            if kind == "400":
-                return self._respond(400, {"error": {"message": "bad request (scripted)"}}), False
+            if kind in ("400", "403", "404"):
+                return self._respond(int(kind), {"error": {"message": f"HTTP {kind} (scripted)"}}), False
             if attempt <= n and kind == "429":
                 return self._respond(429, {"error": {"message": "rate limited (scripted)"}},
                                      {"Retry-After": arg or "1"}), False
