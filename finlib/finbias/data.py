@@ -318,6 +318,9 @@ MOJIBAKE: dict[str, str] = {
 }
 _SPACES = re.compile("[\u00a0\u2007\u202f\u2009\u200a\t\f\v]")
 _INVISIBLE = re.compile("[\u200b\u200c\u200d\u2060\ufeff\u00ad]")
+# NUL and other C0/C1 control characters (tab, newline, CR, VT, FF are whitespace, handled above/below):
+# never meaningful in a report, and a NUL cuts some servers' prompts; removed, counted as "control"
+_CONTROL = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f]")
 _HYPHEN_BREAK = re.compile(r"(?<=[a-z])-[ \t]*\r?\n[ \t]*(?=[a-z])")
 _PARA = re.compile(r"[ \t]*(?:\r?\n[ \t]*){2,}")
 _LINE = re.compile(r"[ \t]*\r?\n[ \t]*")
@@ -334,7 +337,7 @@ def clean_text_logged(text: str) -> tuple[str, tuple[str, ...]]:
             if "mojibake" not in applied:
                 applied.append("mojibake")
     for name, pattern, repl in (("nbsp", _SPACES, " "), ("invisible", _INVISIBLE, ""),
-                                ("hyphenation", _HYPHEN_BREAK, "")):
+                                ("control", _CONTROL, ""), ("hyphenation", _HYPHEN_BREAK, "")):
         new = pattern.sub(repl, out)
         if new != out:
             applied.append(name)
@@ -454,7 +457,7 @@ def load_prices(path: str | Path, tickers: list[str] | None = None, nrows: int |
     _require_columns(df, PRICE_COLUMNS, str(path))
     df = df[list(PRICE_COLUMNS)].reset_index(drop=True)
     if tickers is not None:
-        df = df[df["ticker"].astype(str).isin(set(tickers))].reset_index(drop=False).rename(
+        df = df[df["ticker"].astype(str).str.strip().str.upper().isin(set(tickers))].reset_index(drop=False).rename(
             columns={"index": "src_row"})
     else:
         df["src_row"] = np.arange(len(df))
@@ -607,11 +610,10 @@ def data_params(cfg: RunConfig) -> dict:
 
 def _synthetic_inputs(cfg: RunConfig, d: dict) -> tuple[pd.DataFrame, dict, pd.DataFrame, dict, pd.DataFrame,
                                                        pd.DataFrame]:
-    """Generate the synthetic market, write it to data/raw/synthetic/<run>/, read it back."""
-    from finlib.finbias.synth import generate_market, write_market
+    """Generate the synthetic market into data/raw/synthetic/<run>/ (once per params and seed), read it back."""
+    from finlib.finbias.synth_corpus import cached_market
 
-    market = generate_market(d.get("synthetic", {}), cfg.seed)
-    raw = write_market(market, cfg.raw_dir / "synthetic" / cfg.name)
+    raw = cached_market(d.get("synthetic", {}), cfg.seed, cfg.raw_dir / "synthetic" / cfg.name)
     ident = {c: c for c in (*REPORT_COLUMNS, "analyst_rating")}
     reports, notes = load_reports_file(raw["reports"], ident)
     prices, pnotes = load_prices(raw["prices"])

@@ -36,6 +36,7 @@ from scipy.stats import norm
 
 from finlib.core.config import ConfigError, check_known_keys
 from finlib.core.vocab import SECTORS, Rating
+from finlib.finbias.synth_corpus import bullet_block, scale_first_sentence, table_block
 
 # Opinion words, all `type=strongsubj` in the MPQA subjectivity lexicon
 # (subjclueslen1-HLTEMNLP05.tff; checked in development and by tests/finbias/test_synth.py when
@@ -154,6 +155,10 @@ class SynthParams:
     opinion_share: float = 0.3    # share of body sentences that are opinions
     market_vol: float = 0.011     # daily market volatility
     market_drift: float = 0.0003  # daily market mean return
+    rating_wording: str = "paper"  # paper: Bullish/Buy-style first sentences | scales: every term of every
+                                   # scale in finlib.core.vocab.RATING_SCALES, maintain/initiate/upgrade/downgrade
+    layout: str = "prose"         # prose: paragraphs | structured: also line-broken lists and estimate tables
+    block_share: float = 0.15     # structured layout: share of paragraph breaks followed by a list or a table
 
     @classmethod
     def from_section(cls, section: dict[str, Any] | None) -> "SynthParams":
@@ -174,6 +179,14 @@ class SynthParams:
             raise SynthConfigError("data.synthetic: bullish_share + bearish_share must lie in (0, 1)")
         if self.analyst_q_weight ** 2 + self.optimism_sd ** 2 >= 1:
             raise SynthConfigError("data.synthetic: analyst_q_weight^2 + optimism_sd^2 must be < 1")
+        from finlib.finbias.synth_corpus import LAYOUTS, RATING_WORDINGS
+        if self.rating_wording not in RATING_WORDINGS:
+            raise SynthConfigError(f"data.synthetic.rating_wording must be one of {RATING_WORDINGS}, "
+                                   f"got {self.rating_wording!r}")
+        if self.layout not in LAYOUTS:
+            raise SynthConfigError(f"data.synthetic.layout must be one of {LAYOUTS}, got {self.layout!r}")
+        if not 0 <= self.block_share <= 1:
+            raise SynthConfigError("data.synthetic.block_share must lie in [0, 1]")
 
 
 @dataclass
@@ -477,7 +490,11 @@ def render_report(row: Any, firm: Any, date: pd.Timestamp, p: SynthParams) -> st
     # Bullish analyst writes mostly glowing sentences whatever q is (the optimism bias).
     mid = 0.5 * (norm.ppf(p.bearish_share) + norm.ppf(1.0 - p.bullish_share))
     p_pos = 1.0 / (1.0 + math.exp(-2.5 * (row.view - mid)))
-    sentences = [first_sentence(Rating(row.rating), d, ctx, p.standard_wording_share)]
+    if p.rating_wording == "scales":
+        sentences = [scale_first_sentence(Rating(row.rating), d, ctx)]
+    else:
+        sentences = [first_sentence(Rating(row.rating), d, ctx, p.standard_wording_share)]
+    blocks: dict[int, str] = {}  # paragraph index -> a list or table printed after it (structured layout)
     words = len(sentences[0].split())
     paragraphs: list[list[str]] = [sentences]
     para: list[str] = []
@@ -496,11 +513,18 @@ def render_report(row: Any, firm: Any, date: pd.Timestamp, p: SynthParams) -> st
         if len(para) >= 4 + int(d.u() * 3):
             paragraphs.append(para)
             para = []
+            if p.layout == "structured" and d.u() < p.block_share:
+                block = (table_block(row.signal, ctx, d) if d.u() < 0.5 else bullet_block(
+                    [factual_sentence(int(d.u() * N_FACTUAL_KINDS), row.signal, ctx, d) for _ in range(3 + int(d.u() * 3))], d))
+                blocks[len(paragraphs) - 1] = block
+                words += len(block.split())
     if para:
         paragraphs.append(para)
     out = [" ".join(paragraphs[0])]
     for i, para in enumerate(paragraphs[1:]):
         out.append(f"{_HEADINGS[i % len(_HEADINGS)]} " + " ".join(para) if i < len(_HEADINGS) else " ".join(para))
+        if i + 1 in blocks:
+            out.append(blocks[i + 1])
     return "\n\n".join(out)
 
 
