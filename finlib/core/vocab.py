@@ -73,6 +73,13 @@ RATING_SCALES: tuple[RatingScale, ...] = (
                 ("reduce", "sell"),
                 "Buy/Hold/Reduce (HSBC), Buy/Neutral/Reduce (Nomura), Buy/Accumulate/Hold/Reduce/Sell and "
                 "Add/Hold/Reduce scales of several European and Asian brokers"),
+    # Chinese labels: the five-tier scale of mainland Chinese brokers, and the tone words models in the
+    # study (Qwen, DeepSeek, GLM, Yi, InternLM) answer with when they reply in Chinese.
+    RatingScale("Chinese brokers", ("买入", "增持"), ("中性", "持有"), ("减持", "卖出"),
+                "买入/增持/中性/减持/卖出 (Buy/Overweight/Neutral/Underweight/Sell) rating definitions of "
+                "mainland Chinese brokers; 持有 (Hold) of Hong Kong brokers' Chinese reports"),
+    RatingScale("Chinese tone", ("看涨", "看多"), ("中性",), ("看跌", "看空"),
+                "看涨/看多 (bullish), 中性 (neutral), 看跌/看空 (bearish): Chinese market-tone words"),
 )
 
 
@@ -106,7 +113,14 @@ RATING_SYNONYMS: dict[Rating, tuple[str, ...]] = synonyms_from_scales(RATING_SCA
 AMBIGUOUS_RATING_TERMS: frozenset[str] = frozenset({
     "buy", "sell", "hold", "accumulate", "add", "reduce", "positive", "negative", "neutral", "in line",
     "perform",
+    "买入", "卖出", "持有", "增持", "减持",   # also "buy into", "sell", "holding", "raise/cut a stake" in prose
 })
+
+
+def is_cjk(term: str) -> bool:
+    """True for a term written in CJK characters: such words have no spaces around them in running
+    text ("维持买入评级"), so word-boundary rules do not apply to them."""
+    return any("\u3400" <= ch <= "\u9fff" for ch in term)
 
 # Characters that join or split words like a hyphen in real text (PDF extraction yields Unicode
 # hyphens, U+2010-2012, and en dashes, U+2013: "Market-Perform" in several spellings).
@@ -151,9 +165,12 @@ def term_pattern(terms: Iterable[str], hyphens: str = "-", suffixes: Iterable[st
         raise ValueError("term_pattern needs at least one non-empty term")
     h = re.escape(hyphens)
     sep = rf"[\s{h}]+"
-    alternation = "|".join(sep.join(re.escape(w) for w in k.split()) for k in keys)
+    words = [k for k in keys if not is_cjk(k)]
+    cjk = [re.escape(k) for k in keys if is_cjk(k)]   # CJK: no word boundaries in running text
+    alternation = "|".join(sep.join(re.escape(w) for w in k.split()) for k in words)
     allowed = "".join(rf"(?!(?i:{re.escape(s)})\b)" for s in suffixes)  # "Buy-Rated" too
-    return re.compile(rf"(?<![\w{h}])(?i:{alternation})(?!\w)(?![{h}]{allowed}\w)")
+    latin = rf"(?<![\w{h}])(?i:{alternation})(?!\w)(?![{h}]{allowed}\w)" if words else ""
+    return re.compile("|".join(p for p in (latin, f"(?:{'|'.join(cjk)})" if cjk else "") if p))
 
 
 class Condition(str, Enum):

@@ -35,7 +35,8 @@ _STRONG_TERMS = term_pattern(t for t in _VOCAB if normalise_term(t) not in WEAK_
 _TERM = r"(?P<term>" + _ALL_TERMS + r")"
 _TERM_RE = re.compile(_TERM)
 _NEG = r"(?:not|n't|no\s+longer|never|hardly|cannot\s+be|can't\s+be)"
-_NEG_BEFORE = re.compile(_NEG + r"\s+(?:(?:be|a|an|really|very|too|so|overly|particularly|yet)\s+){0,2}$")
+_NEG_BEFORE = re.compile(_NEG + r"\s+(?:(?:be|a|an|really|very|too|so|overly|particularly|yet)\s+){0,2}$"
+                         r"|(?:不|非|没有|沒有|未|无|無|并不|並不)\s*(?:是|太|再)?\s*$")  # 不看涨: "not bullish"
 
 # Only explicit answer slots count (the model's own answer, not a mood described in prose):
 # priority 0: "Answer: X", "final answer - X", "the answer is X";
@@ -66,14 +67,27 @@ _CUES: tuple[tuple[int, re.Pattern], ...] = (
                    r"(?P<neg>" + _NEG + r"\s+" + _ARTICLE + r")?" + _TERM)),
     (1, re.compile(r"\b(?:i\s+am|i'm|we\s+are|we're|i\s+remain|we\s+remain|i\s+would\s+be|i'd\s+be)\s+"
                    r"(?P<neg>" + _NEG + r"\s+)?(?P<term>" + _STRONG_TERMS + r")")),
+    # Chinese slots: "答案：看跌", "最终答案是中性", "投资评级：买入", "我的结论为看多", "我(们)看涨".
+    (0, re.compile(r"(?:最终)?答案\s*(?:[:：]|是|为|為)\s*[\"'“「]?\s*(?P<neg>(?:不|非)\s*)?" + _TERM)),
+    (1, re.compile(r"(?:评级|評級|建议|建議|结论|結論|判断|判斷|观点|觀點|预测|預測|立场|立場)\s*(?:[:：]|是|为|為)\s*"
+                   r"[\"'“「]?\s*(?P<neg>(?:不|非)\s*)?" + _TERM)),
+    (1, re.compile(r"我们?\s*(?:认为|認為|维持|給予|给予)?\s*(?P<neg>(?:不|并不|並不)\s*)?(?P<term>看涨|看多|看跌|看空)")),
 )
-# A heading on its own line ("### Answer\nBearish", "**Rating**\nHold") is a labelled slot.
-_HEADING_SLOT = re.compile(r"(?im)^[ \t#*_>]*((?:final\s+)?(?:answer|rating|recommendation|verdict))[ \t*_:]*\n+")
-# "bullish or neutral", "neutral/bullish", "neutral to bullish", "bullish and bearish": a hedge.
-_HEDGE_AFTER = re.compile(r"^\s*(?:or|/|to|and|\\|-|–|versus|vs\.?)\s*" + _ARTICLE + _TERM)
-_HEDGE_BEFORE = re.compile(_TERM + r"\s*(?:or|/|to|and|\\|-|–|versus|vs\.?)\s*" + _ARTICLE + r"$")
+# A heading on its own line ("### Answer\nBearish", "## Investment Rating\n**Neutral**") is a labelled
+# slot when the next non-blank line holds the rating and nothing else; any other line after a heading
+# ("## Recommendation\nBuy the dip? No. **Neutral**") is prose, not a slot.
+_HEADING_SLOT = re.compile(
+    r"(?im)^[ \t#*_>]*(?P<head>(?:(?:my|our|final|overall|investment|stock)\s+){0,2}"
+    r"(?:answer|rating|recommendation|verdict|decision|conclusion|assessment|call|view|stance|classification"
+    r"|prediction))[ \t*_:]*\n(?:[ \t]*\n)*(?P<line>[^\n]*)")
+_HEADING_LINE_JUNK = re.compile(r"[*_`#>\"'“”「」\[\]()]+|^\s*(?:[-•+]|\d+[.)])\s+")
+# "bullish or neutral", "neutral/bullish", "neutral to bullish", "bullish and bearish", 看涨或中性: a hedge.
+_JOINERS = r"(?:or|/|to|and|\\|-|–|versus|vs\.?|或者?|和|与|與|到|至|、)"
+_HEDGE_AFTER = re.compile(r"^\s*" + _JOINERS + r"\s*" + _ARTICLE + _TERM)
+_LEANING = re.compile(r"^\s*偏")  # 中性偏多 "neutral leaning bullish": a hedge
+_HEDGE_BEFORE = re.compile(_TERM + r"\s*" + _JOINERS + r"\s*" + _ARTICLE + r"$")
 _STRONG_RE = re.compile(r"(?P<term>" + _STRONG_TERMS + r")")
-_WHOLE_RE = re.compile(r"^\s*" + _ARTICLE + _TERM + r"(?:\s+rating)?\s*[.!]?\s*$")
+_WHOLE_RE = re.compile(r"^\s*" + _ARTICLE + _TERM + r"(?:\s+rating|\s*评级)?\s*[.!。！]?\s*$")
 # JSON keys models really use for their answer. "answer" (the authors' field) and "final_answer"
 # come first; the others are read only when no object has one of those (a reply with both an
 # `answer` and a `recommendation` is answered by `answer`). Keys naming someone else's view
@@ -103,6 +117,8 @@ def _hedged(text: str, start: int, end: int, rating: Rating) -> bool:
     """True when the term at [start, end) is joined to a *different* rating ("bullish or neutral")."""
     after = _HEDGE_AFTER.match(text[end:end + 40])
     before = _HEDGE_BEFORE.search(text[max(0, start - 40):start])
+    if _LEANING.match(text[end:end + 4]):
+        return True
     return any(m is not None and rating_of(m.group("term")) != rating for m in (after, before))
 
 
@@ -114,14 +130,18 @@ def rating_from_value(value: Any) -> Rating | None:
     """The rating named in an answer slot (JSON value or "Answer: …"); None if absent or hedged.
 
     Inside a slot weak synonyms count ("Buy", "Hold"), but two different ratings ("Neutral to
-    Bullish") or a negation ("not bullish") make the slot ambiguous.
+    Bullish") or a negation ("not bullish") make the slot ambiguous. A list of strings
+    (`{"answer": ["bearish"]}`, as some models write) is read when all its items name one rating.
     """
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        ratings = {rating_from_value(v) for v in value}
+        return ratings.pop() if len(ratings) == 1 else None
     if not isinstance(value, str):
         return None
     t = _normalise(value)
     found: set[Rating] = set()
     for m in _TERM_RE.finditer(t):
-        if _negated(t, m.start()):
+        if _negated(t, m.start()) or _LEANING.match(t[m.end():m.end() + 4]):
             return None
         found.add(rating_of(m.group("term")))
     return found.pop() if len(found) == 1 else None
@@ -163,14 +183,19 @@ def strip_think(text: str) -> str:
     return t.strip()
 
 
-def json_objects(text: str) -> list[dict]:
+def read_json_objects(text: str) -> list[dict]:
     """The JSON object(s) a model wrote in its reply, in order: `<think>` stripped, ```json fences
-    and text around them tolerated, single-quoted / trailing-comma dicts repaired.
+    and text around them tolerated, strings with raw line breaks (a multi-line "reason" or "cot")
+    read, single-quoted / trailing-comma dicts repaired.
 
-    The one JSON-in-text extractor (stages 04, 05, 07 import it): top-level objects only, nested
-    objects are inside their parent; an object that cannot be read is skipped, never guessed.
+    The one JSON-in-text reader (stages 04, 05, 07 and the BizFinBench scorers use it): top-level
+    objects only, nested objects are inside their parent; an object that cannot be read is
+    skipped, never guessed.
     """
     return _json_objects(strip_think(text)[:MAX_PARSE_CHARS])
+
+
+json_objects = read_json_objects  # the earlier name, kept for existing callers
 
 
 MAX_JSON_STARTS = 200  # bounded work on hostile input ("{" * 10**6): unreadable starts tried at most
@@ -180,7 +205,7 @@ def _json_objects(text: str) -> list[dict]:
     """Every top-level JSON-ish object in `text` (strict JSON first, then Python-dict syntax
     with single quotes / trailing commas). Objects nested in strings are not visited."""
     out: list[dict] = []
-    dec = json.JSONDecoder()
+    dec = json.JSONDecoder(strict=False)  # strict=False: raw line breaks inside strings (a multi-line "reason")
     i = text.find("{")
     failed = 0
     while i != -1 and failed < MAX_JSON_STARTS:
@@ -190,7 +215,7 @@ def _json_objects(text: str) -> list[dict]:
         except (ValueError, RecursionError):  # RecursionError: hostile nesting, not an answer
             block_end = _matching_brace(text, i)
             if block_end is not None:
-                block = re.sub(r",\s*([}\]])", r"\1", text[i:block_end + 1])
+                block = re.sub(r",\s*([}\]])", r"\1", _escape_raw_breaks(text[i:block_end + 1]))
                 for loader in (json.loads, _literal):
                     try:
                         obj = loader(block)
@@ -205,6 +230,26 @@ def _json_objects(text: str) -> list[dict]:
             failed += 1
             i = text.find("{", i + 1)
     return out
+
+
+def _escape_raw_breaks(block: str) -> str:
+    """Raw line breaks and tabs inside quoted strings written as escapes, so a Python-dict reply
+    with a multi-line 'reason' still reads (literal_eval rejects a raw newline in a string)."""
+    out, quote, esc = [], None, False
+    for ch in block:
+        if quote:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == quote:
+                quote = None
+            elif ch in "\n\r\t":
+                ch = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}[ch]
+        elif ch in "\"'":
+            quote = ch
+        out.append(ch)
+    return "".join(out)
 
 
 def _literal(block: str) -> Any:
@@ -290,6 +335,15 @@ def _echoed(t: str, start: int, end: int, context: str | None) -> bool:
     return len(window) >= 20 and window in context
 
 
+def _heading_as_slot(m: re.Match) -> str:
+    """"## Investment Rating\n\n**Neutral**" -> "Investment Rating: Neutral" when the line after the
+    heading is only a rating; otherwise the text is left as written (no slot)."""
+    line = _HEADING_LINE_JUNK.sub(" ", m.group("line"))
+    if _WHOLE_RE.match(_normalise(line)) is None:
+        return m.group(0)
+    return m.group("head") + ": " + line.strip()
+
+
 def _from_statements(text: str, context: str | None = None) -> tuple[Rating | None, str]:
     """Plain-text fallbacks: the whole reply is a rating, or an explicit answer slot names one.
 
@@ -297,7 +351,7 @@ def _from_statements(text: str, context: str | None = None) -> tuple[Rating | No
     bullish") are *not* an answer: such replies are unparsed with note `prose_only`, because
     reading them as answers would count descriptions of the report as herding.
     """
-    t = _normalise(_HEADING_SLOT.sub(lambda m: m.group(1) + ": ", text))
+    t = _normalise(_HEADING_SLOT.sub(_heading_as_slot, text))
     ctx = _normalise(context) if isinstance(context, str) else None
     whole = _WHOLE_RE.match(re.sub(r"[\"'()\[\]{}]", " ", t))
     if whole:
