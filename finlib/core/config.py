@@ -12,11 +12,9 @@ from typing import Any, Iterable
 
 import yaml
 
+from finlib.core.errors import ConfigError
+
 SECRET_MARKERS = ("api_key", "apikey", "secret", "token", "password")
-
-
-class ConfigError(ValueError):
-    """A params file is malformed; the message names the file and the key."""
 
 
 def repo_root(start: Path | None = None) -> Path:
@@ -151,11 +149,12 @@ class RunConfig:
             raise ConfigError(f"{self.params_file}: missing section '{key}'") from None
 
     def section(self, name: str, known: Iterable[str] | None = None, required: Iterable[str] = ()) -> dict:
-        """A params section; with `known`, a misspelled key is an error, never a silent default;
-        every `required` key must be present (params/default.yaml documents them all)."""
-        value = self[name]
-        if not isinstance(value, dict):
-            raise ConfigError(f"{self.params_file}: section '{name}' must be a mapping")
+        """A params section, checked against its declared model in `finlib.core.params` (unknown
+        keys, types and ranges: the stage reads validated values); every `required` key must be
+        present (params/default.yaml documents them all). `known` narrows the keys further."""
+        from finlib.core.params import validate_section
+
+        value = validate_section(name, self[name], self.params_file)
         if known is not None:
             check_known_keys(value, known, f"{self.params_file}: {name}")
         missing = [k for k in required if k not in value]
@@ -205,17 +204,32 @@ class RunConfig:
         return self.params.get("data", {}).get("source", "synthetic") == "synthetic"
 
 
+def registry_names(path: Path) -> set[str]:
+    """The record names of a model registry file (the full records are validated by
+    finlib.llm.registry when a stage loads them; here only the names params may refer to)."""
+    raw = read_yaml_mapping(path, "model registry (inference.registry)")
+    records = raw.get("models")
+    if not isinstance(records, list):
+        raise ConfigError(f"{path}: top level must be a mapping with a 'models' list")
+    return {str(r["name"]) for r in records if isinstance(r, dict) and "name" in r}
+
+
 def load_run(run_name: str = "default", params_file: str | Path | None = None,
              root: Path | None = None) -> RunConfig:
     """Load `params/<run_name>.yaml` (or `params_file`), check it against `finlib.core.params`
-    (unknown top-level keys and wrong types are errors naming the key), create the run's folders."""
+    (unknown keys, wrong types, values out of range and model names missing from the registry are
+    errors naming the file and the key), create the run's folders."""
     root = root or repo_root()
     pfile = Path(params_file) if params_file else root / "params" / f"{run_name}.yaml"
     if not pfile.is_absolute():
         pfile = root / pfile
-    from finlib.core.params import validate_params  # declared schema: unknown sections, wrong types
+    from finlib.core.params import check_model_names, model_names_used, validate_params
 
-    params = validate_params(load_params(pfile), pfile)
+    params = validate_params(load_params(pfile), pfile)  # declared schema: unknown keys, wrong types, ranges
+    if model_names_used(params):
+        registry = (params.get("inference") or {}).get("registry") or "params/models.yaml"
+        rfile = Path(registry) if Path(registry).is_absolute() else root / registry
+        check_model_names(params, registry_names(rfile), pfile, rfile)
     cfg = RunConfig(name=run_name, params=params, root=root, params_file=pfile)
     for d in (cfg.processed_dir, cfg.tables_dir, cfg.run_dir):
         d.mkdir(parents=True, exist_ok=True)

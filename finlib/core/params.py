@@ -1,56 +1,81 @@
 """The declared schema of a params file (pydantic), checked when a run is loaded.
 
-Why a schema on top of each stage's own key check: a stage only sees its params when it runs,
-so a typo at the top level (`lables:`) or a wrong type (`labels.window: 60.9`, silently cut to
-60 by `int()`; `"sixty"`, a bare ValueError naming no key) surfaced late or never. Here every
-such mistake fails at load time with the file, the dotted key, the expected type and the value.
+Why a schema: a stage only sees its params when it runs, so a typo at the top level (`lables:`)
+or a wrong type (`labels.window: 60.9`, silently cut to 60 by `int()`; `"sixty"`, a bare
+ValueError naming no key) would surface late or never. Here every such mistake fails at load time
+with the file, the dotted key, what was expected and the value found.
 
 Design:
 - The top level is a fixed list of sections (`TOP_LEVEL`); any other key is an error.
-- data / labels are typed and closed (`extra="forbid"`). perturb / inference / scoring are typed
-  for the keys declared here and *open*: their stages (`PERTURB_KEYS`, `INFERENCE_KEYS`,
-  `SCORING_KEYS`) stay the one list of allowed keys, so a key added there does not have to be
-  declared twice (a test checks that every declared key is one the stage reads).
-- dpo / figures / plan / bizfin are free-form mappings validated by their own stages for now.
-  Hook: write a pydantic model for the section and register it with `register_section(name, Model)`
-  (from that stage's module, or here); from then on it is validated at load time like the rest.
-- Types are strict: an integer key refuses 60.9 and "60" (YAML already gives real numbers);
-  a float key accepts an integer. Dates may be quoted strings or YAML dates.
+- Every section is a closed, strict model (`extra="forbid"`, `strict=True`): a misspelled key at
+  any depth (`bizfin.iterajudge.judgs`) is refused, an integer key refuses 60.9 and "60" (YAML
+  already gives real numbers), a float key accepts an integer. Dates may be quoted or YAML dates.
+- Every key is optional here: `extends:` chains merge partial files over `params/default.yaml`,
+  and each stage's `required=` list (the keys it reads, `*_KEYS`) says which must be present.
+  A test checks that every stage's key list and every key of every `params/*.yaml` is declared.
+- Value ranges that are facts about the method live here too (a share in [0, 1], quantiles
+  0 <= lo <= hi <= 1, counts >= 1), so a stage never silently clamps or raises a value.
+- Model names (`inference.models`, `bizfin.judge`, ...) are checked against the model registry
+  at load time (`check_model_names`): an unknown name fails naming it and the registry file.
 """
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, ValidationError, create_model
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError,
+                      create_model, model_validator)
+from typing_extensions import Annotated
+
+from finlib.core.errors import ConfigError
 
 TOP_LEVEL: tuple[str, ...] = ("seed", "extends", "data", "labels", "perturb", "inference", "scoring", "dpo",
                               "figures", "plan", "bizfin")
 Number = float  # strict float still accepts an integer
-DateLike = Union[str, dt.date]
+DateLike = Union[StrictStr, dt.date]
+Count = Annotated[StrictInt, Field(ge=1)]          # a size that must be at least one
+NonNegInt = Annotated[StrictInt, Field(ge=0)]      # 0 has a documented meaning (off / none)
+Share = Annotated[float, Field(ge=0.0, le=1.0)]    # a proportion
+OpenShare = Annotated[float, Field(gt=0.0, lt=1.0)]  # a proportion strictly inside (0, 1): CI levels, splits
+Positive = Annotated[float, Field(gt=0.0)]
+NonNeg = Annotated[float, Field(ge=0.0)]
+Dtype = Literal["auto", "float32", "bfloat16", "float16"]  # auto: measured per machine (finlib.llm.precision)
 
 
-class _Closed(BaseModel):
+class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class _Open(BaseModel):
-    """Typed where declared; other keys pass here and are refused by the stage's own key list."""
-    model_config = ConfigDict(extra="allow", strict=True)
+# ---- data (stage 00) -----------------------------------------------------------------------------
+
+class SyntheticSection(_Section):
+    """data.synthetic: the knobs of finlib.finbias.synth.SynthParams (a test keeps the two equal)."""
+    n_reports: Optional[Count] = None
+    n_firms: Optional[Count] = None
+    start: Optional[DateLike] = None
+    end: Optional[DateLike] = None
+    first_report: Optional[DateLike] = None
+    words_min: Optional[Count] = None
+    words_max: Optional[Count] = None
+    pre_days: Optional[Count] = None
+    post_days: Optional[Count] = None
+    drift_window: Optional[Count] = None
+    target_corr: Optional[OpenShare] = None
+    bullish_share: Optional[OpenShare] = None
+    bearish_share: Optional[OpenShare] = None
+    analyst_q_weight: Optional[Number] = None
+    optimism_sd: Optional[NonNeg] = None
+    standard_wording_share: Optional[Share] = None
+    opinion_share: Optional[Share] = None
+    market_vol: Optional[Positive] = None
+    market_drift: Optional[Number] = None
+    rating_wording: Optional[Literal["paper", "scales"]] = None
+    layout: Optional[Literal["prose", "structured"]] = None
+    block_share: Optional[Share] = None
 
 
-def _synthetic_model() -> type[BaseModel]:
-    """data.synthetic, built from finlib.finbias.synth.SynthParams's fields (the one list of its knobs)."""
-    from finlib.finbias.synth import SynthParams
-
-    kinds = {int: StrictInt, float: float, str: DateLike, "int": StrictInt, "float": float, "str": DateLike}
-    fields = {f.name: (Optional[kinds.get(f.type, Any)], None) for f in dataclasses.fields(SynthParams)}
-    return create_model("SyntheticSection", __base__=_Closed, **fields)
-
-
-class ReportsSection(_Closed):
+class ReportsSection(_Section):
     path: Optional[str] = None
     hf_dataset: Optional[str] = None
     hf_split: Optional[str] = None
@@ -58,7 +83,7 @@ class ReportsSection(_Closed):
     on_unknown_sector: Optional[Literal["error", "keep"]] = None
 
 
-class PricesSection(_Closed):
+class PricesSection(_Section):
     path: Optional[str] = None
     market_path: Optional[str] = None
     market_column: Optional[str] = None
@@ -66,87 +91,215 @@ class PricesSection(_Closed):
     yfinance_cache: Optional[str] = None
 
 
-class MackinlaySection(_Closed):
-    estimation_window: Optional[StrictInt] = None
-    gap: Optional[StrictInt] = None
-    min_obs: Optional[StrictInt] = None
+class DataSection(_Section):
+    source: Optional[Literal["synthetic", "local", "huggingface"]] = None
+    synthetic: Optional[SyntheticSection] = None
+    reports: Optional[ReportsSection] = None
+    prices: Optional[PricesSection] = None
 
 
-class LabelsSection(_Closed):
-    window: Optional[StrictInt] = None
+# ---- labels (stage 01) ---------------------------------------------------------------------------
+
+class MackinlaySection(_Section):
+    estimation_window: Optional[Count] = None
+    gap: Optional[NonNegInt] = None
+    min_obs: Optional[Count] = None
+
+
+class LabelsSection(_Section):
+    window: Optional[Count] = None
     method: Optional[Literal["paper", "mackinlay"]] = None
     quantiles: Optional[list[float]] = None
-    min_event_obs: Optional[StrictInt] = None
+    min_event_obs: Optional[Count] = None  # null: two thirds of the window
     mackinlay: Optional[MackinlaySection] = None
 
+    @model_validator(mode="after")
+    def _ranges(self) -> "LabelsSection":
+        q = self.quantiles
+        if q is not None and not (len(q) == 2 and 0.0 <= q[0] <= q[1] <= 1.0):
+            raise ValueError(f"labels.quantiles must be two shares 0 <= lo <= hi <= 1, got {q!r}")
+        if self.min_event_obs is not None and self.window is not None and self.min_event_obs > self.window:
+            raise ValueError(f"labels.min_event_obs ({self.min_event_obs}) exceeds labels.window ({self.window}): "
+                             "no event could ever be labelled")
+        if self.min_event_obs is not None and self.min_event_obs < 3 and (self.method or "paper") == "paper":
+            raise ValueError(f"labels.min_event_obs must be >= 3 for method 'paper' (alpha and beta are fitted "
+                             f"on the event window), got {self.min_event_obs}")
+        return self
 
-class PerturbSection(_Open):
+
+# ---- perturb (stage 02) --------------------------------------------------------------------------
+
+class PerturbSection(_Section):
     lexicon_path: Optional[str] = None
     lexicon_url: Optional[str] = None
+    lexicon_md5: Optional[Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]] = None  # checked when the lexicon loads
+    lexicon_md5: Optional[str] = None
     fake_rating: Optional[Literal["one", "both"]] = None
-    top_triggers: Optional[StrictInt] = None
+    top_triggers: Optional[Count] = None
     example_report: Optional[str] = None
-    mpqa_pos: Optional[Literal["respect", "ignore"]] = None
+    mpqa_pos: Optional[Literal["respect", "respect_porter", "ignore"]] = None
     tagger_model: Optional[str] = None
-    tagger_processes: Optional[StrictInt] = None
+    tagger_processes: Optional[Count] = None
     tag_cache: Optional[str] = None
+    sweep_reports: Optional[NonNegInt] = None  # rating sweep (finlib.finbias.rating_sweep); null = all, 0 = off
 
 
-class InferenceSection(_Open):
-    models: Optional[list[str]] = None
+# ---- inference (stage 03) ------------------------------------------------------------------------
+
+class InferenceSection(_Section):
+    models: Optional[Annotated[list[StrictStr], Field(min_length=1)]] = None
     mode: Optional[Literal["score", "generate"]] = None
-    generate_subset: Optional[StrictInt] = None
-    max_new_tokens: Optional[Union[StrictInt, Literal["registry"]]] = None  # "registry": each record's limit
-    max_input_tokens: Optional[StrictInt] = None
-    budget_usd: Optional[Number] = None
+    prompt_version: Optional[str] = None
+    generate_subset: Optional[NonNegInt] = None
+    generator_reports: Optional[NonNegInt] = None  # null: every report
+    constrained_json: Optional[list[StrictStr]] = None
+    max_new_tokens: Optional[Union[Count, Literal["registry"]]] = None  # "registry": each record's limit
+    max_input_tokens: Optional[Count] = None
+    budget_usd: Optional[NonNeg] = None
     store: Optional[str] = None
     registry: Optional[str] = None
     model_cache: Optional[str] = None
-    dtype: Optional[Literal["auto", "float32", "bfloat16", "float16"]] = None  # auto: finlib.llm.precision
-    batch_size: Optional[StrictInt] = None
-    score_batch_size: Optional[StrictInt] = None
-    max_batch_tokens: Optional[StrictInt] = None
-    threads: Optional[StrictInt] = None
+    dtype: Optional[Dtype] = None
+    batch_size: Optional[Count] = None
+    score_batch_size: Optional[Count] = None
+    max_batch_tokens: Optional[Count] = None
+    threads: Optional[Count] = None  # null: every core
     device: Optional[str] = None
     progress: Optional[StrictBool] = None
     batch: Optional[StrictBool] = None
     batch_dir: Optional[str] = None
-    batch_poll_s: Optional[Number] = None
-    max_error_share: Optional[Number] = None
+    batch_poll_s: Optional[NonNeg] = None
+    max_error_share: Optional[Share] = None
+    samples_per_item: Optional[Count] = None  # k draws per report x condition (1 = the paper)
+    samples_reports: Optional[NonNegInt] = None   # reports (sorted id) that get the k draws; null = all
+    extension_models: Optional[list[StrictStr]] = None  # models answering the sweep and the draws; null = all
 
 
-class ScoringSection(_Open):
-    bootstrap_reps: Optional[StrictInt] = None
-    ci: Optional[float] = None
+# ---- scoring (stage 04) --------------------------------------------------------------------------
+
+class ScoringSection(_Section):
+    bootstrap_reps: Optional[NonNegInt] = None  # 0: no bootstrap, the intervals are left empty
+    ci: Optional[OpenShare] = None
 
 
-# Sections with a declared model; dpo/figures/plan/bizfin join through register_section.
+# ---- dpo (stage 05) ------------------------------------------------------------------------------
+
+class LoraSection(_Section):
+    r: Optional[Count] = None
+    alpha: Optional[Positive] = None
+    dropout: Optional[Annotated[float, Field(ge=0.0, lt=1.0)]] = None
+    target_modules: Optional[Annotated[list[StrictStr], Field(min_length=1)]] = None
+
+
+class DpoSection(_Section):
+    models: Optional[Annotated[list[StrictStr], Field(min_length=1)]] = None  # registry names, one Table 8 group each
+    teacher: Optional[str] = None  # "template" or a registry name
+    teacher_max_new_tokens: Optional[Count] = None
+    split_cutoff: Optional[DateLike] = None
+    train_share: Optional[OpenShare] = None
+    test_firm_share: Optional[OpenShare] = None
+    split_seed: Optional[NonNegInt] = None
+    max_train_pairs: Optional[Count] = None  # null: every pair
+    max_length_cap: Optional[Count] = None
+    lora: Optional[LoraSection] = None
+    beta: Optional[Positive] = None
+    learning_rate: Optional[Positive] = None
+    max_steps: Optional[Count] = None  # null: num_train_epochs passes over the pairs
+    num_train_epochs: Optional[Positive] = None
+    batch_size: Optional[Count] = None
+    grad_accum: Optional[Count] = None
+    gradient_checkpointing: Optional[StrictBool] = None
+    dtype: Optional[Dtype] = None
+    device: Optional[Literal["auto", "cpu", "cuda"]] = None
+    eval_reports: Optional[Count] = None  # test reports whose answers are generated; null = all
+
+
+# ---- figures (stage 06) and plan -----------------------------------------------------------------
+
+class FiguresSection(_Section):
+    example_report: Optional[str] = None
+    case_model: Optional[str] = None
+    case_report: Optional[str] = None
+    text_chars: Optional[Count] = None
+
+
+class PlanSection(_Section):
+    corpus_reports: Optional[Count] = None
+    report_tokens: Optional[Count] = None
+    estimate_chars: Optional[Positive] = None
+    answer_tokens: Optional[Count] = None
+    output_cap: Optional[Count] = None  # null: each record's max_new_tokens
+    latency_s: Optional[Positive] = None
+    sample_texts: Optional[Count] = None
+    preflight: Optional[StrictBool] = None
+
+
+# ---- bizfin (stages 07-08) -----------------------------------------------------------------------
+
+class IteraJudgeSection(_Section):
+    refiner: Optional[str] = None
+    judges: Optional[Annotated[list[StrictStr], Field(min_length=1)]] = None
+    score_range: Optional[Annotated[list[StrictInt], Field(min_length=2, max_length=2)]] = None
+    temperature: Optional[NonNeg] = None
+    dimension_order: Optional[Literal["published", "reversed"]] = None
+    refine_max_new_tokens: Optional[Count] = None
+    judge_max_new_tokens: Optional[Count] = None
+    tasks: Optional[list[StrictStr]] = None
+    max_items_per_task: Optional[Count] = None
+    calibration_tasks: Optional[list[StrictStr]] = None
+    calibration_questions: Optional[Count] = None  # null: every question
+    calibration_answers: Optional[Count] = None    # null: every answer
+    bootstrap_reps: Optional[NonNegInt] = None
+    ci: Optional[OpenShare] = None
+
+    @model_validator(mode="after")
+    def _scale(self) -> "IteraJudgeSection":
+        if self.score_range is not None and not self.score_range[0] < self.score_range[1]:
+            raise ValueError(f"bizfin.iterajudge.score_range must be [low, high] with low < high, "
+                             f"got {self.score_range!r}")
+        return self
+
+
+class BizfinSection(_Section):
+    models: Optional[list[StrictStr]] = None
+    judge: Optional[str] = None
+    judge_method: Optional[Literal["vanilla"]] = None  # IteraJudge is stage 08
+    source: Optional[Literal["auto", "local", "huggingface", "format_sample"]] = None
+    data_dir: Optional[str] = None
+    hf_dataset: Optional[str] = None
+    tasks: Optional[list[StrictStr]] = None
+    real_items_per_task: Optional[Count] = None    # null: every item
+    sample_items_per_task: Optional[Count] = None  # null: every format sample
+    item_selection: Optional[Literal["shortest", "first"]] = None
+    max_new_tokens: Optional[Count] = None
+    judge_max_new_tokens: Optional[Count] = None
+    temperature: Optional[NonNeg] = None  # null: the registry record's sampling
+    table6_model: Optional[str] = None
+    official_rules_commit: Optional[Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")]] = None  # BizFinBench code revision
+    rubrics_dir: Optional[str] = None  # null: our judge rubrics; else a checkout of the published prompts
+    iterajudge: Optional[IteraJudgeSection] = None
+
+
 SECTION_MODELS: dict[str, type[BaseModel]] = {
-    "labels": LabelsSection, "perturb": PerturbSection, "inference": InferenceSection, "scoring": ScoringSection,
+    "data": DataSection, "labels": LabelsSection, "perturb": PerturbSection, "inference": InferenceSection,
+    "scoring": ScoringSection, "dpo": DpoSection, "figures": FiguresSection, "plan": PlanSection,
+    "bizfin": BizfinSection,
 }
 
 
-def register_section(name: str, model: type[BaseModel]) -> None:
-    """Validate top-level section `name` with `model` from now on (the hook for dpo/figures/plan/bizfin)."""
-    if name not in TOP_LEVEL:
-        raise ValueError(f"unknown params section {name!r}; sections are {TOP_LEVEL}")
-    SECTION_MODELS[name] = model
-
-
-def _data_model() -> type[BaseModel]:
-    return create_model("DataSection", __base__=_Closed,
-                        source=(Optional[Literal["synthetic", "local", "huggingface"]], None),
-                        synthetic=(Optional[_synthetic_model()], None), reports=(Optional[ReportsSection], None),
-                        prices=(Optional[PricesSection], None))
-
-
 def params_model() -> type[BaseModel]:
-    """The whole file's model: closed top level, each section typed or free-form."""
-    free = (Optional[dict[str, Any]], None)
-    fields: dict[str, Any] = {name: free for name in TOP_LEVEL}
-    fields.update(seed=(Optional[StrictInt], None), extends=(Optional[str], None), data=(Optional[_data_model()], None))
+    """The whole file's model: a closed top level, every section closed and typed."""
+    fields: dict[str, Any] = {"seed": (Optional[StrictInt], None), "extends": (Optional[str], None)}
     fields.update({name: (Optional[model], None) for name, model in SECTION_MODELS.items()})
-    return create_model("Params", __base__=_Closed, **fields)
+    return create_model("Params", __base__=_Section, **fields)
+
+
+PARAMS_MODEL = params_model()
+
+
+def declared_keys(section: str) -> set[str]:
+    """The keys a section declares (its first level), for the tests that compare them with the stages."""
+    return set(SECTION_MODELS[section].model_fields)
 
 
 def _type_name(value: Any) -> str:
@@ -157,38 +310,103 @@ def _type_name(value: Any) -> str:
 _TYPE_TAGS = {"str": "a string", "date": "a date", "int": "an integer", "float": "a number", "bool": "a boolean"}
 
 
+def _tag_text(tag: str) -> str:
+    """A union branch's tag in words: `int`, `constrained-int` -> an integer; `literal['x']` -> 'x'."""
+    base = tag.removeprefix("constrained-")
+    return _TYPE_TAGS.get(base, base.removeprefix("literal[").removesuffix("]"))
+
+
+def _is_tag(part: str) -> bool:
+    return part in _TYPE_TAGS or part.startswith(("literal[", "constrained-"))
+
+
 def _messages(errors: list[dict]) -> list[str]:
     """One line per bad key: dotted key, what was expected, the value found. A union's branches
-    (`start: str | date`) become one line listing the accepted types."""
+    (`start: str | date`) become one line listing the accepted types; a range or cross-key rule
+    (`labels.quantiles` ordered) gives its own sentence."""
     grouped: dict[str, dict] = {}
     for err in errors:
         loc = [str(p) for p in err["loc"]]
-        tag = loc.pop() if len(loc) > 1 and (loc[-1] in _TYPE_TAGS or loc[-1].startswith("literal[")) else None
+        tag = loc.pop() if len(loc) > 1 and _is_tag(loc[-1]) else None
         key = ".".join(loc)
-        g = grouped.setdefault(key, {"type": err["type"], "input": err.get("input"), "msgs": [], "tags": []})
+        g = grouped.setdefault(key, {"types": [], "input": err.get("input"), "msgs": [], "tags": []})
+        g["types"].append(err["type"])
         g["msgs"].append(err["msg"][:1].lower() + err["msg"][1:])
         if tag:
-            g["tags"].append(_TYPE_TAGS.get(tag, tag.removeprefix("literal[").removesuffix("]")))
+            g["tags"].append(_tag_text(tag))
     out = []
     for key, g in grouped.items():
-        if g["type"] == "extra_forbidden":
+        if "extra_forbidden" in g["types"]:
             top = "." not in key
             out.append(f"unknown key '{key}'" + (f" (top-level sections are {list(TOP_LEVEL)})" if top else ""))
             continue
-        expected = "expected " + " or ".join(g["tags"]) if g["tags"] else g["msgs"][0]
+        if "value_error" in g["types"]:  # a model's own rule: its message names the keys and values
+            out.append(g["msgs"][g["types"].index("value_error")].removeprefix("value error, "))
+            continue
+        ranged = [m for m, t in zip(g["msgs"], g["types"]) if t in _RANGE_ERRORS]
+        if ranged:
+            expected = ranged[0]
+        elif len(g["tags"]) > 1:
+            expected = "expected " + " or ".join(dict.fromkeys(g["tags"]))
+        else:
+            expected = g["msgs"][0]
         got = g["input"]
         out.append(f"{key}: {expected}; got {got!r} ({_type_name(got)})")
     return out
 
 
+_RANGE_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "too_short", "too_long")
+
+
 def validate_params(params: dict, path: str | Path = "params") -> dict:
     """Check a resolved params mapping against the schema; returns it unchanged, or raises
-    ConfigError naming the file, each bad key, the expected type and the value found."""
-    from finlib.core.config import ConfigError
-
+    ConfigError naming the file, each bad key, what was expected and the value found."""
     try:
-        params_model().model_validate(params)
+        PARAMS_MODEL.model_validate(params)
     except ValidationError as exc:
         lines = _messages(exc.errors())
         raise ConfigError(f"{path}: invalid params: " + "; ".join(lines[:10])) from None
     return params
+
+
+def validate_section(name: str, value: Any, path: str | Path = "params") -> dict:
+    """One top-level section checked against its model (what `RunConfig.section` returns to a
+    stage): the same messages as a whole file, so a value changed after loading is refused too."""
+    if name not in SECTION_MODELS:
+        raise ConfigError(f"{path}: unknown params section {name!r}; sections are {list(TOP_LEVEL)}")
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: section '{name}' must be a mapping, got {_type_name(value)}")
+    validate_params({name: value}, path)
+    return value
+
+
+# Keys that name records of the model registry (dotted); dpo.teacher may also be "template".
+MODEL_NAME_KEYS: tuple[str, ...] = ("inference.models", "inference.constrained_json", "inference.extension_models",
+                                    "dpo.models", "dpo.teacher", "figures.case_model", "bizfin.models",
+                                    "bizfin.judge", "bizfin.table6_model", "bizfin.iterajudge.refiner",
+                                    "bizfin.iterajudge.judges")
+NOT_MODEL_NAMES = frozenset({"template"})
+
+
+def model_names_used(params: dict) -> dict[str, list[str]]:
+    """Dotted key -> the registry names it holds (absent and null keys are left out)."""
+    out: dict[str, list[str]] = {}
+    for dotted in MODEL_NAME_KEYS:
+        value: Any = params
+        for part in dotted.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        names = [value] if isinstance(value, str) else list(value or [])
+        names = [n for n in names if n not in NOT_MODEL_NAMES]
+        if names:
+            out[dotted] = names
+    return out
+
+
+def check_model_names(params: dict, registry_names: set[str], path: str | Path, registry_file: str | Path) -> None:
+    """Every model name in params must be a record of the registry; the error names each unknown
+    name, its key, and the registry file (so a typo fails at load time, not mid-run)."""
+    bad = [f"{key}: {name!r}" for key, names in model_names_used(params).items() for name in names
+           if name not in registry_names]
+    if bad:
+        raise ConfigError(f"{path}: unknown model name(s) {'; '.join(bad)} — not records of the model registry "
+                          f"{registry_file} (add a record there or fix the name)")

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from finlib.core.config import RunConfig
-from finlib.finbias.figures import (
+from finlib.finbias.figure_base import (
     CONDITION_ORDER,
     RATING_COLORS,
     FigureRecord,

@@ -10,7 +10,6 @@ store: a rerun only sends what is not answered yet. Answers are read once, with 
 """
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import Counter
 from typing import Callable
@@ -171,19 +170,6 @@ def plan_requests(ok: pd.DataFrame, spec: ModelSpec, modes_for: Callable[[pd.Ser
                                meta={"item_id": row["item_id"], "report_id": row["report_id"],
                                      "condition": row["condition"]}))
     return out
-
-
-def run_coroutine(coro):
-    """asyncio.run, also from inside Jupyter (whose kernel already runs an event loop): then the
-    coroutine gets its own loop in a worker thread."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
 
 
 def _unique(requests: list[Request]) -> list[Request]:

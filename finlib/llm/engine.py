@@ -7,6 +7,7 @@ content, resumable after a crash, cost-counted against the run's budget and neve
 """
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -50,6 +51,19 @@ def engine_key(spec: ModelSpec, dtype: str | None = None, adapter_sha256: str | 
     return engine
 
 
+def run_coroutine(coro):
+    """asyncio.run, also from inside Jupyter (whose kernel already runs an event loop): then the
+    coroutine gets its own loop in a worker thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
 def send_pending(spec: ModelSpec, pending: list[Request], store: ResponseStore, *, budget=None,
                  progress: Progress | None = None, local_model=None, batch: bool = False,
                  batch_dir: Path | None = None, batch_poll_s: float = 60.0, model_cache: Path | None = None,
@@ -74,7 +88,6 @@ def send_pending(spec: ModelSpec, pending: list[Request], store: ResponseStore, 
     elif spec.backend == "llamacpp":
         from finlib.llm.llamacpp import ensure_server, served_spec
         from finlib.llm.openai_backend import run_openai
-        from finlib.finbias.inference import run_coroutine
 
         url = ensure_server(spec, Path(model_cache or DEFAULT_MODEL_CACHE), Path(log_dir or DEFAULT_LOG_DIR))
         run_coroutine(run_openai(served_spec(spec, url), pending, store, budget=budget, progress=progress))
@@ -85,7 +98,6 @@ def send_pending(spec: ModelSpec, pending: list[Request], store: ResponseStore, 
                   budget=budget, progress=progress)
     else:
         from finlib.llm.openai_backend import run_openai
-        from finlib.finbias.inference import run_coroutine
 
         run_coroutine(run_openai(spec, pending, store, budget=budget, progress=progress))
 

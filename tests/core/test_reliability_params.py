@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from finlib.core.config import ConfigError, load_params, load_run
-from finlib.core.params import TOP_LEVEL, InferenceSection, ScoringSection, register_section, validate_params
+from finlib.core.params import SECTION_MODELS, TOP_LEVEL, validate_params
 
 
 @pytest.fixture(scope="module")
@@ -17,9 +17,13 @@ def default(repo_root: Path) -> dict:
     return load_params(repo_root / "params" / "default.yaml")
 
 
-@pytest.mark.parametrize("name", ["default", "smoke", "real"])
-def test_shipped_params_files_pass_the_schema(repo_root: Path, name: str):
-    validate_params(load_params(repo_root / "params" / f"{name}.yaml"), name)
+PARAMS_FILES = sorted(p.name for p in (Path(__file__).resolve().parents[2] / "params").glob("*.yaml")
+                      if p.name != "models.yaml")
+
+
+@pytest.mark.parametrize("name", PARAMS_FILES)
+def test_every_shipped_params_file_passes_the_schema(repo_root: Path, name: str):
+    validate_params(load_params(repo_root / "params" / name), name)
 
 
 def _with(params: dict, dotted: str, value) -> dict:
@@ -71,49 +75,131 @@ def test_a_float_key_accepts_an_integer_and_null_means_unset(default):
     validate_params(_with(default, "perturb.example_report", None), "x")
 
 
-def test_free_form_sections_pass_until_a_model_is_registered(default):
-    from pydantic import BaseModel, ConfigDict, StrictInt
+def test_every_section_is_declared_closed_and_strict():
+    assert set(SECTION_MODELS) == set(TOP_LEVEL) - {"seed", "extends"}
 
-    from finlib.core import params as params_schema
+    def models(model):
+        yield model
+        for f in model.model_fields.values():
+            for arg in (f.annotation, *getattr(f.annotation, "__args__", ())):
+                if isinstance(arg, type) and hasattr(arg, "model_fields"):
+                    yield from models(arg)
 
-    params = {**default, "plan": {"anything": [1, 2]}}
-    validate_params(params, "x")
-
-    class Plan(BaseModel):
-        model_config = ConfigDict(extra="forbid", strict=True)
-        n: StrictInt = 1
-
-    saved = dict(params_schema.SECTION_MODELS)
-    try:
-        register_section("plan", Plan)
-        with pytest.raises(ConfigError, match=r"unknown key 'plan\.anything'"):
-            validate_params(params, "x")
-        with pytest.raises(ValueError, match="unknown params section"):
-            register_section("plans", Plan)
-    finally:
-        params_schema.SECTION_MODELS.clear()
-        params_schema.SECTION_MODELS.update(saved)
+    for section in SECTION_MODELS.values():
+        for model in models(section):
+            assert model.model_config.get("extra") == "forbid" and model.model_config.get("strict"), model.__name__
 
 
-def test_open_sections_declare_only_keys_their_stage_reads():
-    """inference/scoring accept undeclared keys (their stage's key list refuses typos), so the
-    schema must never declare a key the stage would refuse."""
+@pytest.mark.parametrize("dotted", ["dpo.lora.alhpa", "bizfin.iterajudge.judgs", "plan.anything", "figures.caption",
+                                    "inference.max_new_token", "scoring.bootstrap", "perturb.lexicon"])
+def test_misspelled_keys_are_refused_in_every_section(default, dotted):
+    with pytest.raises(ConfigError, match=rf"unknown key '{dotted}'"):
+        validate_params(_with(default, dotted, 1), "x.yaml")
+
+
+@pytest.mark.parametrize("dotted, value, expect", [
+    ("scoring.bootstrap_reps", -1, r"scoring\.bootstrap_reps: input should be greater than or equal to 0; got -1"),
+    ("labels.min_event_obs", 0, r"labels\.min_event_obs: input should be greater than or equal to 1; got 0"),
+    ("labels.min_event_obs", 2, r"labels\.min_event_obs must be >= 3 for method 'paper'"),
+    ("labels.min_event_obs", 61, r"labels\.min_event_obs \(61\) exceeds labels\.window \(60\)"),
+    ("labels.quantiles", [0.7, 0.3], r"labels\.quantiles must be two shares 0 <= lo <= hi <= 1"),
+    ("labels.quantiles", [0.3, 1.2], r"labels\.quantiles must be two shares"),
+    ("labels.quantiles", [0.3], r"labels\.quantiles must be two shares"),
+    ("inference.max_error_share", 1.5, r"inference\.max_error_share: input should be less than or equal to 1"),
+    ("inference.max_error_share", -0.1, r"inference\.max_error_share: input should be greater than or equal to 0"),
+    ("inference.max_new_tokens", 0, r"inference\.max_new_tokens: input should be greater than or equal to 1"),
+    ("inference.max_new_tokens", "all", r"inference\.max_new_tokens: expected an integer or 'registry'; got 'all'"),
+    ("scoring.ci", 1.0, r"scoring\.ci: input should be less than 1"),
+    ("dpo.train_share", 0, r"dpo\.train_share: input should be greater than 0"),
+    ("dpo.lora.r", 0, r"dpo\.lora\.r: input should be greater than or equal to 1"),
+    ("bizfin.iterajudge.score_range", [100, 0], r"score_range must be \[low, high\] with low < high"),
+    ("bizfin.source", "s3", r"bizfin\.source: input should be"),
+    ("plan.preflight", "yes", r"plan\.preflight: input should be a valid boolean"),
+])
+def test_values_out_of_range_are_refused_at_load_time(default, dotted, value, expect):
+    with pytest.raises(ConfigError, match=r"^x\.yaml: invalid params: .*" + expect):
+        validate_params(_with(default, dotted, value), "x.yaml")
+
+
+def test_synthetic_section_declares_exactly_the_generator_knobs():
+    import dataclasses
+
+    from finlib.core.params import SyntheticSection
+    from finlib.finbias.synth import SynthParams
+
+    assert set(SyntheticSection.model_fields) == {f.name for f in dataclasses.fields(SynthParams)}
+
+
+def test_schema_declares_every_key_the_stages_read():
+    """Each stage's key list (the keys it reads and requires) equals its section's declared keys,
+    so a key added to a stage without the schema (or the reverse) fails here."""
+    from finlib.bizfin.judge_stage import ITERAJUDGE_KEYS
+    from finlib.bizfin.stage import BIZFIN_KEYS
+    from finlib.core.params import (DataSection, IteraJudgeSection, LoraSection, MackinlaySection, PricesSection,
+                                    ReportsSection, declared_keys)
+    from finlib.core.plan import PLAN_KEYS
     from finlib.finbias.data import DATA_KEYS, PRICES_KEYS, REPORTS_KEYS
-    from finlib.finbias.labels import LABEL_KEYS, MACKINLAY_KEYS
+    from finlib.finbias.dpo.stage import DPO_KEYS, LORA_KEYS
+    from finlib.finbias.figures import FIGURES_KEYS
     from finlib.finbias.inference import INFERENCE_KEYS
-    from finlib.core.params import LabelsSection, MackinlaySection, PerturbSection, PricesSection, ReportsSection
+    from finlib.finbias.labels import LABEL_KEYS, MACKINLAY_KEYS
     from finlib.finbias.perturb import PERTURB_KEYS
     from finlib.finbias.scoring import SCORING_KEYS
 
-    assert set(ScoringSection.model_fields) <= set(SCORING_KEYS)
-    assert set(PerturbSection.model_fields) <= set(PERTURB_KEYS)
-    # closed sections: exactly the stage's keys (a key added to the stage must be declared here)
-    for model, keys in ((LabelsSection, LABEL_KEYS), (MackinlaySection, MACKINLAY_KEYS),
-                        (ReportsSection, REPORTS_KEYS), (PricesSection, PRICES_KEYS)):
+    for section, keys in (("labels", LABEL_KEYS), ("perturb", PERTURB_KEYS), ("inference", INFERENCE_KEYS),
+                          ("scoring", SCORING_KEYS), ("figures", FIGURES_KEYS), ("plan", PLAN_KEYS),
+                          ("bizfin", BIZFIN_KEYS), ("data", DATA_KEYS)):
+        assert declared_keys(section) == set(keys), (section, declared_keys(section) ^ set(keys))
+    # dpo: the stage's list plus the split's own keys (finlib.finbias.dpo.triplets)
+    from finlib.finbias.dpo import triplets
+    split_keys = set(getattr(triplets, "SPLIT_PARAM_KEYS", ()))
+    assert set(DPO_KEYS) <= declared_keys("dpo") <= set(DPO_KEYS) | split_keys
+    for model, keys in ((MackinlaySection, MACKINLAY_KEYS), (ReportsSection, REPORTS_KEYS),
+                        (PricesSection, PRICES_KEYS), (LoraSection, LORA_KEYS), (IteraJudgeSection, ITERAJUDGE_KEYS)):
         assert set(model.model_fields) == set(keys), model.__name__
-    declared = set(InferenceSection.model_fields)
-    assert declared <= set(INFERENCE_KEYS), declared - set(INFERENCE_KEYS)
-    assert "bizfin" in TOP_LEVEL and "dpo" in TOP_LEVEL
+    assert set(DataSection.model_fields) == set(DATA_KEYS)
+
+
+def test_every_key_of_every_params_file_is_declared(repo_root: Path):
+    """Walks each shipped file's nested keys against the models (validate_params refuses an
+    undeclared one; this names the file and key directly)."""
+    from finlib.core.params import SECTION_MODELS
+
+    def walk(model, value, where):
+        for key, sub in value.items():
+            assert key in model.model_fields, f"{where}.{key} is not declared"
+            ann = model.model_fields[key].annotation
+            nested = [a for a in (ann, *getattr(ann, "__args__", ())) if isinstance(a, type) and
+                      hasattr(a, "model_fields")]
+            if nested and isinstance(sub, dict):
+                walk(nested[0], sub, f"{where}.{key}")
+
+    for name in PARAMS_FILES:
+        raw = yaml.safe_load((repo_root / "params" / name).read_text()) or {}
+        for section, value in raw.items():
+            if section in SECTION_MODELS and isinstance(value, dict):
+                walk(SECTION_MODELS[section], value, f"{name}: {section}")
+
+
+def test_unknown_model_names_fail_at_load_time_naming_the_registry(tmp_path: Path, repo_root: Path):
+    root = tmp_path / "repo"
+    (root / "params").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[project]\nname='t'\n")
+    for name in ("default.yaml", "models.yaml"):
+        (root / "params" / name).write_text((repo_root / "params" / name).read_text())
+    (root / "params" / "typo.yaml").write_text("extends: default.yaml\ninference: {models: [smollm2-135n]}\n"
+                                               "bizfin: {judge: gpt-4o-typo}\n")
+    with pytest.raises(ConfigError, match=r"typo\.yaml: unknown model name\(s\) inference\.models: 'smollm2-135n'; "
+                                          r"bizfin\.judge: 'gpt-4o-typo' .*params/models\.yaml"):
+        load_run("typo", root=root)
+    (root / "params" / "template.yaml").write_text("extends: default.yaml\ndpo: {teacher: template}\n")
+    load_run("template", root=root)  # the template teacher is not a registry name
+
+
+def test_a_section_changed_after_loading_is_checked_again(tmp_run):
+    tmp_run.params["labels"]["quantile"] = [0.2, 0.8]
+    with pytest.raises(ConfigError, match=r"unknown key 'labels\.quantile'"):
+        tmp_run.section("labels")
 
 
 def test_load_run_validates_the_merged_file(tmp_path: Path, repo_root: Path):
