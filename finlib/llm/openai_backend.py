@@ -15,9 +15,13 @@ that every attempt is visible and counted here.
 from __future__ import annotations
 
 import asyncio
+import collections
+import os
 import random
 import re
+import socket
 import time
+import uuid
 from typing import Iterable
 
 from finlib.llm.registry import ModelSpec
@@ -102,10 +106,18 @@ class BudgetExceeded(RuntimeError):
 
 class Budget:
     """Spend cap for one run: each call reserves its worst case (estimated input + max output
-    tokens) before it is sent and settles to its real cost after. Free calls always pass."""
+    tokens) before it is sent and settles to its real cost after. Free calls always pass.
+    `store_check` is what the response store's claim checks (`ResponseStore.claim`): everything
+    stored since this budget began plus every live reservation, whichever process made them --
+    so two runs sharing a store share the cap."""
 
     def __init__(self, limit_usd: float):
         self.limit, self.spent, self.reserved, self.refused = float(limit_usd), 0.0, 0.0, 0
+        self.since = time.time()
+
+    @property
+    def store_check(self) -> tuple[float, float] | None:
+        return None if self.limit == float("inf") else (self.limit, self.since)
 
     def reserve(self, amount: float) -> bool:
         if amount > 0 and self.spent + self.reserved + amount > self.limit:
@@ -274,7 +286,7 @@ def classify(exc: Exception) -> tuple[bool, str]:
 async def call_with_retries(client, spec: ModelSpec, req: Request, limiter: RateLimiter, *,
                             backoff_base_s: float = 1.0, backoff_cap_s: float = 60.0,
                             rng: random.Random | None = None, secret: str | None = None,
-                            breaker: Breaker | None = None) -> Result:
+                            breaker: Breaker | None = None, before_attempt=None) -> Result:
     """One request to completion: an ok Result, or an error Result after a terminal failure (or
     after the model's circuit breaker opened: no further attempt)."""
     rng = rng or random.Random()
@@ -284,6 +296,8 @@ async def call_with_retries(client, spec: ModelSpec, req: Request, limiter: Rate
     reason = "not attempted"
     for attempt in range(1, spec.max_attempts + 1):
         await limiter.acquire(est_tokens)
+        if before_attempt is not None:  # e.g. renew this key's claim in the store: it is still being asked
+            await before_attempt(req)
         try:
             resp = await client.chat.completions.create(**kwargs)
             body = resp.model_dump()
@@ -322,6 +336,11 @@ def circuit_open(spec: ModelSpec, cause: str, store: ResponseStore, unsent: list
         "are not sent again.")
 
 
+OWNER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"  # this process, in store claims
+LEASE_MARGIN_S = 10.0  # a claim's lease: one request timeout plus this (renewed before every retry)
+CLAIM_POLL_S = 0.5     # how often a key another process is asking is looked at again
+
+
 def make_client(spec: ModelSpec):
     """AsyncOpenAI for a record: key from its env var (MissingKeyError names the variable)."""
     from openai import AsyncOpenAI
@@ -336,6 +355,10 @@ async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: Respon
 
     Raises BudgetExceeded after the in-flight calls are stored when the next call could pass
     the budget. Requests already answered should be filtered out by the caller (the stage does).
+    Each call is claimed in the store before it is sent (`ResponseStore.claim`): a key another
+    process is asking waits until the inputs are done and is then taken from the store once
+    answered (or sent, if that process failed or died), so a request is paid once whatever the
+    number of processes sharing the store; the budget counts their spending too.
     """
     secret = spec.api_key()
     own_client = client is None
@@ -346,11 +369,25 @@ async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: Respon
     results: asyncio.Queue = asyncio.Queue(maxsize=4 * spec.concurrency)
     it = iter(requests)
     state = {"stopped": False, "sent": 0, "ok": 0, "error": 0}
+    state.update(answered_elsewhere=0, waited=0)
     breaker = Breaker(spec.breaker_failures, spec.breaker_grace_s)
     unsent: list[Request] = []  # taken from the input after the breaker opened
+    waiting: collections.deque = collections.deque()  # keys another process is asking
+    held: dict[str, float] = {}  # keys claimed here -> when the lease was last set (monotonic)
+    lease_s = spec.timeout_s + LEASE_MARGIN_S
+
+    async def renew(req: Request) -> None:
+        if time.monotonic() - held.get(req.key, 0.0) > 1.0:
+            held[req.key] = time.monotonic()
+            await asyncio.to_thread(store.renew, req.key, OWNER, lease_s)
 
     async def worker() -> None:
-        for req in it:
+        while True:
+            req, polled = next(it, None), False
+            if req is None:
+                if not waiting:
+                    return
+                req, polled = waiting.popleft(), True
             if breaker.cause:
                 unsent.append(req)
                 return
@@ -360,9 +397,26 @@ async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: Respon
             if not budget.reserve(reserve):
                 state["stopped"] = True
                 return
+            got = await asyncio.to_thread(store.claim, req.key, OWNER, lease_s, reserve, budget.store_check)
+            if got != "mine":
+                budget.settle(reserve, 0.0)
+                if got == "over_budget":  # with what other processes on this store spent or hold
+                    budget.refused += 1
+                    state["stopped"] = True
+                    return
+                if got == "answered":  # another process stored it meanwhile: read from the store
+                    state["answered_elsewhere"] += 1
+                    continue
+                state["waited"] += not polled
+                waiting.append(req)
+                if polled:
+                    await asyncio.sleep(CLAIM_POLL_S)  # real time: the other process's lease is wall-clock
+                continue
+            held[req.key] = time.monotonic()
             state["sent"] += 1
             res = await call_with_retries(client, spec, req, limiter, backoff_base_s=backoff_base_s,
-                                          backoff_cap_s=backoff_cap_s, rng=rng, secret=secret, breaker=breaker)
+                                          backoff_cap_s=backoff_cap_s, rng=rng, secret=secret, breaker=breaker,
+                                          before_attempt=renew)
             budget.settle(reserve, res.cost_usd)
             await results.put(res)
 
@@ -377,6 +431,9 @@ async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: Respon
                 done = True
             if batch:
                 await asyncio.to_thread(store.put_many, batch)  # durable before counted
+                await asyncio.to_thread(store.release, [r.key for r in batch], OWNER)  # after: never a gap
+                for r in batch:
+                    held.pop(r.key, None)
                 n_err = sum(r.status == "error" for r in batch)
                 state["ok"] += len(batch) - n_err
                 state["error"] += n_err
@@ -401,8 +458,10 @@ async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: Respon
             await writer_task
         if own_client:
             await client.close()
+        if held:  # stopped early (store failure, budget, breaker): other processes need not wait out the lease
+            store.release(list(held), OWNER)
     if breaker.cause:
-        raise circuit_open(spec, breaker.cause, store, unsent + list(it), state)
+        raise circuit_open(spec, breaker.cause, store, unsent + list(waiting) + list(it), state)
     if state["stopped"]:
         raise BudgetExceeded(
             f"model '{spec.name}': stopped before exceeding inference.budget_usd={budget.limit:.2f} "

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,18 @@ CREATE TABLE IF NOT EXISTS responses (
     attempts INTEGER NOT NULL DEFAULT 1,
     n_failures INTEGER NOT NULL DEFAULT 0,
     updated_at REAL NOT NULL
+)
+"""
+# In-flight claims: a process takes a key here (atomically, with a lease) before it sends the call, so a
+# second process on the same store waits for that answer instead of paying for it again. A lease runs
+# out (the owner was killed) after about one request timeout; the owner renews it before each retry.
+# `reserved_usd` is the call's worst-case cost while in flight: every process's budget counts it.
+CLAIMS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS claims (
+    key TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    expires REAL NOT NULL,
+    reserved_usd REAL NOT NULL DEFAULT 0
 )
 """
 COLUMNS = ("key", "model", "backend", "mode", "status", "raw_text", "p_bullish", "p_neutral", "p_bearish",
@@ -128,6 +141,81 @@ class ResponseStore:
         for column, kind in (("label_mass", "REAL"), ("truncated_output", "INTEGER")):
             if column not in have:  # stores made before the column existed (old rows: NULL = unknown)
                 self.conn.execute(f"ALTER TABLE responses ADD COLUMN {column} {kind}")
+        self.conn.execute(CLAIMS_SCHEMA)
+        self.conn.execute("CREATE INDEX IF NOT EXISTS responses_updated ON responses (updated_at)")
+        self._claims_conn: sqlite3.Connection | None = None  # claims: own connection, any thread, one at a time
+        self._claims_lock = threading.Lock()
+
+    def _claims(self) -> sqlite3.Connection:
+        """The claims connection (synchronous=NORMAL: a claim lost in a power cut only means a lease
+        that never existed; answers keep the FULL durability of `conn`)."""
+        if self._claims_conn is None:
+            self._claims_conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
+            self._claims_conn.execute("PRAGMA synchronous=NORMAL")
+        return self._claims_conn
+
+    def claim(self, key: str, owner: str, lease_s: float, reserved_usd: float = 0.0,
+              budget: tuple[float, float] | None = None) -> str:
+        """Take `key` for `owner` before sending it: "mine" (taken or renewed), "answered" (an
+        answer is stored: do not send), "busy" (another owner's lease is live: wait or skip) or
+        "over_budget". One IMMEDIATE transaction, so two processes can never both get "mine".
+
+        `budget` = (limit_usd, since): the budget counted from the store -- answers stored since
+        `since` by any process plus every live reservation plus this one must stay within the
+        limit (checked in the same transaction, so processes sharing a store share the cap)."""
+        now = time.time()
+        with self._claims_lock:
+            conn = self._claims()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                if conn.execute("SELECT 1 FROM responses WHERE key = ? AND status = 'ok'", (key,)).fetchone():
+                    return "answered"
+                row = conn.execute("SELECT owner, expires FROM claims WHERE key = ?", (key,)).fetchone()
+                if row is not None and row[0] != owner and row[1] > now:
+                    return "busy"
+                if budget is not None and reserved_usd > 0 and \
+                        self._spent(conn, budget[1], now) + reserved_usd > budget[0]:
+                    return "over_budget"
+                conn.execute("INSERT OR REPLACE INTO claims (key, owner, expires, reserved_usd) VALUES (?, ?, ?, ?)",
+                             (key, owner, now + lease_s, float(reserved_usd)))
+                return "mine"
+            finally:
+                conn.execute("COMMIT")
+
+    def renew(self, key: str, owner: str, lease_s: float) -> None:
+        """Extend `owner`'s lease on `key` (before a retry: the call is still being asked)."""
+        with self._claims_lock:
+            self._claims().execute("UPDATE claims SET expires = ? WHERE key = ? AND owner = ?",
+                                   (time.time() + lease_s, key, owner))
+
+    def release(self, keys: Iterable[str], owner: str) -> None:
+        """Drop `owner`'s claims on `keys` -- after their results are committed (answer first, then
+        release: no moment where neither the answer nor the claim is visible)."""
+        keys = list(keys)
+        with self._claims_lock:
+            conn = self._claims()
+            for i in range(0, len(keys), 500):
+                chunk = keys[i:i + 500]
+                conn.execute(f"DELETE FROM claims WHERE owner = ? AND key IN ({', '.join('?' for _ in chunk)})",
+                             (owner, *chunk))
+
+    def release_owner(self, owner: str) -> None:
+        """Drop every claim of `owner` (its run ended, normally or by an error)."""
+        with self._claims_lock:
+            self._claims().execute("DELETE FROM claims WHERE owner = ?", (owner,))
+
+    @staticmethod
+    def _spent(conn: sqlite3.Connection, since: float, now: float) -> float:
+        """USD of answers stored since `since` plus live reservations (calls in flight, any process)."""
+        stored = conn.execute("SELECT COALESCE(SUM(cost_usd), 0) FROM responses WHERE updated_at >= ?",
+                              (since,)).fetchone()[0]
+        held = conn.execute("SELECT COALESCE(SUM(reserved_usd), 0) FROM claims WHERE expires > ?", (now,)).fetchone()[0]
+        return float(stored) + float(held)
+
+    def spent_since(self, since: float) -> float:
+        """What the budget check of `claim` counts: stored costs since `since` and live reservations."""
+        with self._claims_lock:
+            return self._spent(self._claims(), since, time.time())
 
     def put_many(self, results: Iterable[Result]) -> int:
         """Commit a group of results in one transaction; returns how many rows were written.
@@ -164,6 +252,8 @@ class ResponseStore:
         return self.conn.execute("SELECT COUNT(*) FROM responses WHERE status = ?", (status,)).fetchone()[0]
 
     def close(self) -> None:
+        if self._claims_conn is not None:
+            self._claims_conn.close()
         self.conn.close()
 
     def __enter__(self) -> "ResponseStore":

@@ -1,0 +1,133 @@
+"""One payment per request key across processes: a call is claimed in the response store (atomic,
+with a lease) before it is sent, so two runs sharing a store send each request once, and the budget
+is counted from the store. Counted at the stub server, which both processes call."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from llm_helpers import make_request
+
+from finlib.llm.store import ResponseStore, Result
+from finlib.llm.stub_server import ThreadedStub
+
+TESTS = Path(__file__).resolve().parents[1]
+ROOT = TESTS.parent
+
+CHILD = r"""
+import asyncio, dataclasses, json, sys, time
+from pathlib import Path
+from llm_helpers import STUB_SPEC, make_request
+from finlib.llm.openai_backend import Budget, BudgetExceeded, run_openai
+from finlib.llm.store import ResponseStore
+
+base_url, store_path, n, go, budget_usd, price = sys.argv[1:7]
+Path(go + ".ready").touch()
+spec = dataclasses.replace(STUB_SPEC, base_url=base_url, concurrency=4, price_input_per_m=float(price),
+                           price_output_per_m=0.0)
+pad = " pad" * 90 if float(price) else ""  # priced runs: ~100 tokens billed, as reserved
+requests = [make_request(f"shared {i} [[sleepx1:0.05]]{pad}", spec) for i in range(int(n))]
+while not Path(go).exists():  # both processes start sending at the same moment
+    time.sleep(0.01)
+t0 = time.perf_counter()
+with ResponseStore(store_path) as store:
+    try:
+        counts = asyncio.run(run_openai(spec, requests, store, budget=Budget(float(budget_usd)), seed=0))
+    except BudgetExceeded as exc:
+        counts = {"budget_exceeded": str(exc)}
+print(json.dumps({**counts, "wall_s": time.perf_counter() - t0}))
+"""
+
+
+def _run_two(stub, store_path: Path, tmp_path: Path, n: int, budget_usd: float = 1e9, price: float = 0.0,
+             stagger_s: float = 0.0) -> list[dict]:
+    """Two real processes on one store and one server, released together (or `stagger_s` apart)."""
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    env = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{ROOT}", "STUB_TEST_KEY": "k"}
+    go = [tmp_path / "go0", tmp_path / "go1"]
+    procs = [subprocess.Popen([sys.executable, str(script), stub.base_url, str(store_path), str(n), str(g),
+                               str(budget_usd), str(price)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for g in go]
+    deadline = time.monotonic() + 60
+    while not all(Path(f"{g}.ready").exists() for g in go) and time.monotonic() < deadline:
+        time.sleep(0.02)  # both have imported and wait on their go file
+    go[0].touch()
+    if stagger_s:
+        time.sleep(stagger_s)
+    go[1].touch()
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=120)
+        assert p.returncode == 0, stderr[-2000:]
+        out.append(json.loads(stdout.strip().splitlines()[-1]))
+    return out
+
+
+@pytest.mark.slow  # two fresh interpreters (imports take seconds on a loaded 2-core machine)
+@pytest.mark.parametrize("scenario, stagger_s", [
+    ("two runs on one store started together", 0.0),
+    ("two runs on one store started 0.3 s apart", 0.3),
+])
+def test_two_processes_pay_each_request_once(scenario, stagger_s, tmp_path):
+    """Drill: two runs sharing one response store send each request once."""
+    n = 24
+    with ThreadedStub() as stub:
+        counts = _run_two(stub, tmp_path / "r.sqlite", tmp_path, n, stagger_s=stagger_s)
+        books = stub.stub.stats()
+        per_text = dict(stub.stub.attempts)
+    with ResponseStore(tmp_path / "r.sqlite") as s:
+        answered = s.answered([make_request(f"shared {i} [[sleepx1:0.05]]").key for i in range(n)])
+        claims_left = s.conn.execute("SELECT COUNT(*) FROM claims").fetchone()[0]
+    duplicated = sum(v - 1 for v in per_text.values())
+    assert duplicated == 0 and books["answers"] == n and len(per_text) == n  # each sent once, none lost
+    assert len(answered) == n and claims_left == 0
+    assert counts[0]["sent"] + counts[1]["sent"] == n  # accounted: what one sent the other took from the store
+    assert counts[0]["ok"] + counts[1]["ok"] == n
+
+
+@pytest.mark.slow
+def test_budget_is_counted_from_the_store_across_processes(tmp_path):
+    """Drill: two runs on one store share one budget."""
+    n, price_per_m = 24, 1e4  # each call: input estimate 100 tokens -> 1.0 USD reserved; the stub bills 1 token+
+    budget = 10.0
+    with ThreadedStub() as stub:
+        counts = _run_two(stub, tmp_path / "r.sqlite", tmp_path, n, budget_usd=budget, price=price_per_m)
+        books = stub.stub.stats()
+    with ResponseStore(tmp_path / "r.sqlite") as s:
+        spent = s.conn.execute("SELECT SUM(cost_usd) FROM responses").fetchone()[0]
+    # each process alone would send up to 10 calls (20 together); shared, the worst-case reservations
+    # of both stop them at 10 calls in all
+    assert books["answers"] <= budget and spent <= budget
+    assert books["answers"] >= budget / 2  # and the budget was used, not refused at once
+    assert all("budget_exceeded" in c for c in counts), counts
+
+
+def test_claim_is_exclusive_until_released_or_expired(tmp_path):
+    with ResponseStore(tmp_path / "r.sqlite") as a, ResponseStore(tmp_path / "r.sqlite") as b:
+        assert a.claim("k1", "A", lease_s=60) == "mine"
+        assert b.claim("k1", "B", lease_s=60) == "busy"
+        assert a.claim("k1", "A", lease_s=60) == "mine"  # the owner may renew
+        a.release(["k1"], "A")
+        assert b.claim("k1", "B", lease_s=-1) == "mine"  # a lease already run out (its owner was killed)
+        assert a.claim("k1", "A", lease_s=60) == "mine"
+        a.put_many([Result(key="k1", model="m", backend="openai", mode="generate", status="ok", raw_text="x")])
+        assert b.claim("k1", "B", lease_s=60) == "answered"
+
+
+def test_claim_checks_the_budget_from_the_store(tmp_path):
+    with ResponseStore(tmp_path / "r.sqlite") as s:
+        since = time.time() - 1
+        s.put_many([Result(key=f"k{i}", model="m", backend="openai", mode="generate", status="ok", raw_text="x",
+                           cost_usd=0.25) for i in range(4)])  # 1.00 stored since `since`, by any process
+        assert s.claim("k9", "other", lease_s=60, reserved_usd=0.5) == "mine"
+        assert s.claim("k7", "dead", lease_s=-1, reserved_usd=3.0) == "mine"  # expired at once: not counted
+        assert s.spent_since(since) == pytest.approx(1.5)
+        assert s.claim("k8", "me", lease_s=60, reserved_usd=0.5, budget=(2.0, since)) == "mine"  # 1.5 + 0.5
+        assert s.claim("k6", "me", lease_s=60, reserved_usd=0.01, budget=(2.0, since)) == "over_budget"
+        assert s.claim("k6", "me", lease_s=60, reserved_usd=0.01, budget=(2.0, time.time() + 1)) == "mine"
