@@ -48,7 +48,7 @@ PRICE_COLUMNS: tuple[str, ...] = ("date", "ticker", "adj_close")
 
 # The keys stage 00 reads from params `data:` (a misspelled key is an error, never a silent default).
 DATA_KEYS: tuple[str, ...] = ("source", "synthetic", "reports", "prices")
-REPORTS_KEYS: tuple[str, ...] = ("path", "hf_dataset", "hf_split", "columns", "on_unknown_sector")
+REPORTS_KEYS: tuple[str, ...] = ("path", "hf_dataset", "hf_revision", "hf_split", "columns", "on_unknown_sector")
 PRICES_KEYS: tuple[str, ...] = ("path", "market_path", "market_column", "market_ticker", "yfinance_cache")
 # The market return is a total return (S&P 500 total-return index or SPY), like the stocks' adjusted
 # closes. Without a market file a real run fetches
@@ -421,8 +421,10 @@ def load_reports_file(path: str | Path, columns: dict[str, str | None], on_unkno
 
 
 def load_reports_hf(dataset: str, split: str, columns: dict[str, str | None],
-                    on_unknown_sector: str = "error", loader: Callable | None = None) -> tuple[pd.DataFrame, dict]:
-    """Reports from the Hugging Face hub (or its local cache); offline -> DataSourceError with advice."""
+                    on_unknown_sector: str = "error", loader: Callable | None = None,
+                    revision: str | None = None) -> tuple[pd.DataFrame, dict]:
+    """Reports from the Hugging Face hub (or its local cache) at a pinned `revision` (a commit of the
+    dataset repository: the corpus cannot change under a run); offline -> DataSourceError with advice."""
     if loader is None:
         try:
             from datasets import load_dataset as loader  # optional extra: finlib[train]
@@ -431,7 +433,7 @@ def load_reports_hf(dataset: str, split: str, columns: dict[str, str | None],
                 "the `datasets` package is not installed: `pip install 'finlib[train]'`, or download the "
                 "corpus elsewhere and set data.source: local with data.reports.path") from exc
     try:
-        ds = loader(dataset, split=split)
+        ds = loader(dataset, split=split, **({"revision": revision} if revision else {}))
     except Exception as exc:
         raise DataSourceError(
             f"could not load Hugging Face dataset '{dataset}' (split '{split}'): {type(exc).__name__}: {exc}. "
@@ -439,7 +441,7 @@ def load_reports_hf(dataset: str, split: str, columns: dict[str, str | None],
             "where the hub is reachable, copy the file under data/raw/, and set data.source: local and "
             "data.reports.path to it.") from exc
     df = ds.to_pandas() if hasattr(ds, "to_pandas") else pd.DataFrame(ds)
-    source = f"hf://{dataset}[{split}]"
+    source = f"hf://{dataset}@{revision or 'unpinned'}[{split}]"
     return validate_reports(apply_column_mapping(df, columns, source), source, on_unknown_sector)
 
 
@@ -630,7 +632,8 @@ def _real_inputs(cfg: RunConfig, d: dict, source: str) -> tuple[pd.DataFrame, di
             raise DataSourceError("data.source is 'local' but data.reports.path is not set")
         reports, notes = load_reports_file(cfg.path(rp["path"]), cols, on_unknown)
     elif source == "huggingface":
-        reports, notes = load_reports_hf(rp["hf_dataset"], rp.get("hf_split", "train"), cols, on_unknown)
+        reports, notes = load_reports_hf(rp["hf_dataset"], rp.get("hf_split", "train"), cols, on_unknown,
+                                         revision=rp.get("hf_revision"))
     else:
         raise DataSourceError(f"data.source must be synthetic, local or huggingface, got {source!r}")
     tickers = sorted(reports["ticker"].unique())

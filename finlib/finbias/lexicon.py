@@ -1,9 +1,10 @@
 """The MPQA Subjectivity Lexicon (Wilson, Wiebe & Hoffmann 2005): parsing, matching, download.
 
 Fin-Bias Section 5.1 removes every sentence containing a word the lexicon marks `strongsubj`.
-The lexicon is GPL-licensed and is never committed: `python -m finlib.finbias.lexicon --download`
-(`make data`) fetches it from the MPQA site into `data/external/mpqa/`; CI links the copy
-in `../shared/data/mpqa/` there.
+The upstream file ships with the package, unmodified (`finlib/finbias/resources/mpqa/`, GNU GPL,
+authors and source in its NOTE.md), so every clone runs the `no_opinion` condition offline; its
+MD5 (`MPQA_MD5`, params `perturb.lexicon_md5`) is checked at load, and `make data`
+(`python -m finlib.finbias.lexicon --download`) fetches it again when the copy fails the check.
 
 File format (`.tff`): one clue per line, space-separated `key=value` tokens, e.g.
 `type=strongsubj len=1 word1=abuse pos1=verb stemmed1=y priorpolarity=negative`.
@@ -20,12 +21,18 @@ hyphenated tokens ("anti-dumping"):
   (word, POS) pair: a token matches an entry only when the token's POS (spaCy tag mapped by
   `finlib.finbias.postag.mpqa_pos`; the modal MD is not a verb) is the entry's or the entry is `anypos`.
   Exact entries take precedence: when the word has its own entry for that POS (or `anypos`),
-  that entry decides ("assessment"/noun is weaksubj, so the stem of "assess"/verb never makes it
-  strongsubj; "concern"/verb is weaksubj, "concern"/noun strongsubj). Otherwise `stemmed1=y`
-  entries match words with the same Porter stem, only within their POS ("abuse"/verb matches
-  "abused" as a verb, not "abuses" as a noun); a word's entry under *another* POS does not block
-  that ("worried" used as a verb matches "worry"/verb although "worried"/adj exists), as the
-  README's "abuse" example prescribes. A hyphenated compound is looked up whole first (POS: its
+  that entry decides ("assessment"/noun is weaksubj, so "assess"/verb never makes it
+  strongsubj; "concern"/verb is weaksubj, "concern"/noun strongsubj). Otherwise a `stemmed1=y`
+  entry matches the *inflections* of its word within its POS, as the README defines a stemmed
+  clue ("abuse"/verb matches "abuses", "abused", "abusing" as verbs, not "abuses" as a noun):
+  plural -s/-es/-ies for nouns, -s/-ed/-ing for verbs (final e dropped, consonant doubled,
+  y -> ied), -er/-est for adjectives and adverbs (`base_forms`). A derivation never matches:
+  "evidence" is not "evidently", "preferred" (adjective) is not "preferable", "quits" is not
+  "quite". A word's entry under *another* POS does not block that ("worried" used as a verb
+  matches "worry"/verb although "worried"/adj exists).
+- `respect_porter` (the earlier default, kept by name for comparison): as `respect`, but a
+  `stemmed1=y` entry matches every word with the same Porter stem within its POS, derivations
+  included ("final" -> "finally", "questions" -> "questionable"). A hyphenated compound is looked up whole first (POS: its
   last part's, a participle read as adjective: "best-known"); when it has its own entry that
   decides, otherwise each part is looked up with its own tag, then the prefixes.
 - `ignore` (`Lexicon.match`; the matcher before POS tags, kept for comparison): part of speech
@@ -51,7 +58,10 @@ from typing import Iterable
 
 from nltk.stem import PorterStemmer
 
-POS_POLICIES: tuple[str, ...] = ("respect", "ignore")
+POS_POLICIES: tuple[str, ...] = ("respect", "respect_porter", "ignore")
+MPQA_FILE = "subjclueslen1-HLTEMNLP05.tff"
+MPQA_MD5 = "e6c79ab16e8a8e70b3a2a6dccbc4ef24"   # the upstream file, 8,222 lines
+SHIPPED_LEXICON = Path(__file__).parent / "resources" / "mpqa" / MPQA_FILE
 ANYPOS = "anypos"
 STRONG = "strongsubj"
 KNOWN_KEYS = frozenset({"type", "len", "word1", "pos1", "stemmed1", "priorpolarity"})
@@ -152,7 +162,8 @@ class Lexicon:
                 if e.stemmed:
                     self.by_stem.setdefault(self._stemmer.stem(e.word), []).append(e)
         self.prefix_entries = tuple(e for e in strong if e.word.endswith("-"))
-        self._pos_memo: dict[tuple[str, str], str | None] = {}
+        self._pos_memo: dict[tuple[str, str, str], str | None] = {}
+        self._cand_memo: dict[str, str] = {}
 
     @property
     def strong_words(self) -> frozenset[str]:
@@ -185,9 +196,10 @@ class Lexicon:
         """The entries of `word` itself that apply to `pos` (its own POS or anypos)."""
         return [e for e in self.by_word.get(word, ()) if e.pos in (ANYPOS, pos)]
 
-    def match_word_pos(self, word: str, pos: str) -> str | None:
-        """Policy `respect` for one lowercase word with its MPQA POS: the strongsubj entry word, or None."""
-        key = (word, pos)
+    def match_word_pos(self, word: str, pos: str, stems: str = "inflection") -> str | None:
+        """Policies `respect` (``stems="inflection"``) and `respect_porter` (``stems="porter"``) for one
+        lowercase word with its MPQA POS: the strongsubj entry word, or None."""
+        key = (word, pos, stems)
         try:
             return self._pos_memo[key]
         except KeyError:
@@ -195,40 +207,134 @@ class Lexicon:
         own = self.own_entries(word, pos)
         if own:  # exact entries decide; no stem is tried
             hit = word if any(e.type == STRONG for e in own) else None
-        else:
+        elif stems == "porter":
             stemmed = self.by_stem.get(self._stemmer.stem(word), ()) if self.by_stem else ()
             hit = next((e.word for e in stemmed if e.type == STRONG and e.pos in (ANYPOS, pos)), None)
+        else:
+            hit = next((base for base in base_forms(word, pos)
+                        if any(e.type == STRONG and e.stemmed for e in self.own_entries(base, pos))), None)
         self._pos_memo[key] = hit
         return hit
 
-    def match_tagged(self, token: str, pos: str, parts: list[tuple[str, str]] | None = None) -> str | None:
-        """Policy `respect` for one token: `pos` its MPQA POS; for a hyphen/apostrophe compound,
-        `parts` are its (part, POS) pairs (``finlib.finbias.subjectivity`` reads them off the tagger)."""
+    def candidates(self, token: str) -> str:
+        """What a token can do under the POS-aware policies, whatever its tag: "none" (matches under no
+        POS: the sentence needs no tagger for it), "always" (a plain word with its own `anypos`
+        strongsubj entry: removed under every POS) or "pos" (depends on the tag). Memoised per word."""
+        low = token.lower()
+        try:
+            return self._cand_memo[low]
+        except KeyError:
+            pass
+        words = [low] + [p for p in _PARTS.split(low) if p] if _PARTS.search(low) else [low]
+        if not _PARTS.search(low) and any(e.type == STRONG and e.pos == ANYPOS for e in self.by_word.get(low, ())):
+            out = "always"
+        elif any(w in self.by_word for w in words) or any(self._stemmer.stem(w) in self.by_stem for w in words) \
+                or any(b in self.by_word for w in words for pos in _INFLECTING for b in base_forms(w, pos)) \
+                or any(low.startswith(e.word) for e in self.prefix_entries):
+            out = "pos"
+        else:
+            out = "none"
+        self._cand_memo[low] = out
+        return out
+
+    def match_tagged(self, token: str, pos: str, parts: list[tuple[str, str]] | None = None,
+                     stems: str = "inflection") -> str | None:
+        """Policy `respect` (or `respect_porter`, ``stems="porter"``) for one token: `pos` its MPQA POS;
+        for a hyphen/apostrophe compound, `parts` are its (part, POS) pairs (``finlib.finbias.subjectivity``
+        reads them off the tagger)."""
         low = token.lower()
         if not parts or len(parts) < 2:
-            return self.match_word_pos(low, pos)
+            return self.match_word_pos(low, pos, stems)
         if self.own_entries(low, pos):
-            return self.match_word_pos(low, pos)
+            return self.match_word_pos(low, pos, stems)
         for part, part_pos in parts:
-            if part and (hit := self.match_word_pos(part.lower(), part_pos)):
+            if part and (hit := self.match_word_pos(part.lower(), part_pos, stems)):
                 return hit
         return next((e.word for e in self.prefix_entries if low.startswith(e.word) and e.pos in (ANYPOS, pos)),
                     None)
 
 
-def load_lexicon(path: str | Path, url: str | None = None) -> Lexicon:
+_INFLECTING = ("noun", "verb", "adj")
+_VOWEL = frozenset("aeiou")
+
+
+def base_forms(word: str, pos: str) -> tuple[str, ...]:
+    """The words `word` can be an inflection of in part of speech `pos` (regular English inflection),
+    most likely first, `word` itself excluded: nouns -s/-es/-ies, verbs -s/-es/-ies/-ed/-ied/-ing
+    (final e restored, doubled consonant undone), adjectives and adverbs -er/-est/-ier/-iest.
+    A derivation ("-ly", "-able", "-ness") is never undone: a stemmed MPQA clue matches the
+    inflected variants of its word (the lexicon's README), not every word sharing a stem."""
+    out: list[str] = []
+
+    def strip(suffix: str, *, y: bool = False, e: bool = False, double: bool = False) -> None:
+        if not word.endswith(suffix) or len(word) - len(suffix) < 2:
+            return
+        stem = word[:-len(suffix)]
+        if y:
+            out.append(stem + "y")
+            return
+        out.append(stem)
+        if e:
+            out.append(stem + "e")
+        if double and len(stem) > 2 and stem[-1] == stem[-2] and stem[-1] not in _VOWEL:
+            out.append(stem[:-1])
+
+    if pos in ("noun", "verb", "anypos"):
+        strip("ies", y=True)
+        if word.endswith(("ses", "xes", "zes", "ches", "shes", "oes")):
+            strip("es")
+        if not word.endswith(("ss", "us", "is")):
+            strip("s")
+    if pos in ("verb", "anypos"):
+        strip("ied", y=True)
+        strip("ed", e=True, double=True)
+        strip("ing", e=True, double=True)
+    if pos in ("adj", "adverb", "anypos"):
+        strip("iest", y=True)
+        strip("ier", y=True)
+        strip("est", e=True, double=True)
+        strip("er", e=True, double=True)
+    seen: dict[str, None] = {}
+    for b in out:
+        if b != word:
+            seen.setdefault(b, None)
+    return tuple(seen)
+
+
+def file_md5(path: str | Path) -> str:
+    import hashlib
+
+    return hashlib.md5(Path(path).read_bytes()).hexdigest()  # noqa: S324 - an integrity check, not security
+
+
+def load_lexicon(path: str | Path, url: str | None = None, md5: str | None = None) -> Lexicon:
     """Read a .tff file into a Lexicon: UTF-8, line by line; a line that is not UTF-8 is decoded as
     Latin-1 and recorded (line number, text) in `report.latin1_lines`, which stage 02 reports.
 
     ``url``: where to get the file (params `perturb.lexicon_url`), named in the error when it is missing.
+    ``md5``: the file's expected MD5 (params `perturb.lexicon_md5`; `MPQA_MD5` for the shipped copy); a
+    different hash is a corrupted or edited copy, refused with the file named.
     """
     path = Path(path)
     if not path.is_file():
         raise LexiconUnavailable(missing_message(path, url))
+    if md5 is not None and (found := file_md5(path)) != md5:
+        raise LexiconError(f"{path}: MD5 {found} differs from the expected {md5} (a corrupted or edited copy of "
+                           f"the MPQA lexicon); restore it (`git checkout` of the shipped file, or `make data`)")
     lines, latin1 = decode_lines(path.read_bytes())
     entries, report = parse_tff(lines, source=str(path))
     report.latin1_lines = latin1
+    check_has_strong(entries, str(path))
     return Lexicon(entries, report, source=str(path))
+
+
+def check_has_strong(entries: list[LexEntry], source: str) -> None:
+    """An empty lexicon, or one without strongsubj entries, removes nothing: `no_opinion` would
+    silently equal `no_rating`. Refused, naming the file and what it holds."""
+    n_strong = sum(e.type == STRONG for e in entries)
+    if not n_strong:
+        raise LexiconError(f"{source}: no strongsubj entries ({len(entries)} entries in all); the no_opinion "
+                           "condition needs them (use the MPQA subjectivity lexicon, subjclueslen1-HLTEMNLP05.tff)")
 
 
 def decode_lines(raw: bytes) -> tuple[list[str], list[tuple[int, str]]]:
@@ -252,8 +358,9 @@ def missing_message(path: Path, url: str | None = None) -> str:
 
 
 def download(url: str, target: Path, timeout: float = DOWNLOAD_TIMEOUT_S) -> Path:
-    """Fetch the MPQA zip and extract its .tff (and README) next to `target`; quick failure offline."""
-    if target.is_file():
+    """Fetch the MPQA zip and extract its .tff (and README) next to `target`; quick failure offline.
+    A target that is already the upstream file (`MPQA_MD5`) is kept; any other copy is replaced."""
+    if target.is_file() and file_md5(target) == MPQA_MD5:
         return target
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 -- fixed https URL from params
@@ -285,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.download:
             download(params["lexicon_url"], target)
-        lex = load_lexicon(target, params["lexicon_url"])
+        lex = load_lexicon(target, params["lexicon_url"], params.get("lexicon_md5"))
     except (LexiconUnavailable, LexiconError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -1,0 +1,73 @@
+"""Bad inputs that used to slip through: each is now refused with an error naming the file, or
+handled and counted. One test per scenario of the fault-drill table in docs/reliability.md."""
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+import pytest
+
+from finlib.finbias.data import clean_reports, load_prices
+from finlib.finbias.lexicon import LexiconError, load_lexicon
+from finlib.llm.openai_backend import redact
+from finlib.llm.prompts import build_messages
+
+STRONG = "type=strongsubj len=1 word1=abuse pos1=verb stemmed1=y priorpolarity=negative\n"
+WEAK = "type=weaksubj len=1 word1=concern pos1=verb stemmed1=y priorpolarity=negative\n"
+
+
+@pytest.mark.parametrize("scenario, content", [
+    ("empty lexicon", ""),
+    ("lexicon without strongsubj entries", WEAK * 3),
+])
+def test_lexicon_without_strongsubj_entries_is_refused(scenario, content, tmp_path):
+    """Drill: an empty lexicon, or one without strongsubj entries, is refused."""
+    path = tmp_path / "lex.tff"
+    path.write_text(content)
+    n = content.count("\n")
+    with pytest.raises(LexiconError, match=rf"lex\.tff: no strongsubj entries \({n} entries in all\)"):
+        load_lexicon(path)
+    path.write_text(content + STRONG)  # one strongsubj entry is enough: the condition removes something
+    assert load_lexicon(path).strong_words == {"abuse"}
+
+
+def test_lower_case_price_tickers_match_upper_case_reports(tmp_path):
+    """Drill: price tickers are upper-cased before they are matched to the reports' tickers."""
+    path = tmp_path / "prices.csv"
+    path.write_text("date,ticker,adj_close\n2021-03-01,acme,10\n2021-03-02, Acme ,11\n2021-03-01,zzz,5\n")
+    prices, notes = load_prices(path, tickers=["ACME"])  # report tickers are upper-cased by validate_reports
+    assert prices["ticker"].tolist() == ["ACME", "ACME"] and prices["adj_close"].tolist() == [10.0, 11.0]
+    assert notes["price_rows"] == 2
+
+
+def test_control_characters_are_removed_and_counted_before_any_prompt():
+    """Drill: NUL and other control characters in report text are removed in data prep and counted."""
+    texts = ["We rate ACME a Buy.\x00 Revenue grew.", "Neutral on\x07 BETA.\x1b[0m", "Clean text.\nSecond line."]
+    reports = pd.DataFrame({"report_id": ["a", "b", "c"], "text": texts})
+    cleaned, counts = clean_reports(reports)
+    assert counts.get("control") == 2  # reports changed by the rule, in data_report.json's `cleaning`
+    assert cleaned["text"].tolist()[:2] == ["We rate ACME a Buy. Revenue grew.", "Neutral on BETA.[0m"]
+    control = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+    for text in cleaned["text"]:
+        assert not any(control.search(m["content"]) for m in build_messages(text))
+
+
+KEY = "sk-proj-ABCDEFGHIJKLMNOPQRSTUV0123456789wxyz"
+
+
+@pytest.mark.parametrize("scenario, echoed", [
+    ("server echoes the whole key", KEY),
+    ("server echoes the first 14 characters", KEY[:14] + "*" * 20),
+    ("server echoes a middle run of 8 characters", "..." + KEY[10:18] + "..."),
+    ("server echoes the last 8 characters", "****" + KEY[-8:]),
+])
+def test_any_substring_of_the_key_of_8_or_more_characters_is_redacted(scenario, echoed):
+    """Drill: a server echoing any part of the key (>= 8 characters) in an error message."""
+    out = redact(f"HTTP 401: Incorrect API key provided: {echoed}. See the docs.", KEY)
+    assert "[redacted]" in out and out.startswith("HTTP 401: Incorrect API key provided: ")
+    assert not any(KEY[i:i + 8] in out for i in range(len(KEY) - 7))
+
+
+def test_short_runs_of_key_characters_are_ordinary_text():
+    out = redact("HTTP 401 at 0123 for wxyz (model gpt)", KEY)
+    assert out == "HTTP 401 at 0123 for wxyz (model gpt)"  # under 8 characters: indistinguishable from text
