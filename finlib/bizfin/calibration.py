@@ -2,14 +2,19 @@
 LLM-as-a-judge and IteraJudge rank answers the way a reference score does?
 
 The paper correlates both judges with expert scores on FDD and FTU (Spearman, per judge model).
-The expert scores are not public, so the harness runs on a small reference set constructed here
-(`format_samples/calibration_<TASK>.jsonl`): fictional format-sample questions, answers of
-deliberately varied quality, and a reference score assigned by rule from the counted errors
-(`RULES`). Any other column of reference scores (real expert scores) plugs into the same
-functions. Numbers from this set exercise the code path; they are not the paper's experiment.
+The expert scores are not public, so the study runs on a reference set constructed here
+(`format_samples/calibration_<TASK>.jsonl`, built by `finlib.bizfin.reference_set`): 49 answers per
+task to 7 fictional questions, each question with the same ladder of injected errors, and a
+reference score assigned by rule from the counted errors (`RULES`). Any other column of reference
+scores (real expert scores) plugs into the same functions. These numbers measure how the run's
+judges rank answers of known quality; they are not the paper's experiment.
 
-Uncertainty: percentile bootstrap over items (pairs resampled together); resamples in which
-either side is constant have no rank correlation and are dropped (counted).
+Uncertainty: percentile bootstrap over answers (pairs resampled together); resamples in which
+either side is constant have no rank correlation and are dropped and counted (`boot_used`). The
+paper's claim is a difference (IteraJudge correlates better than the vanilla judge), so the
+difference gets its own paired interval: both methods' correlations on the same resampled answers
+(`paired_difference`). An interval with zero width, from under half the resamples, or on fewer than
+`MIN_ITEMS` answers is flagged as degenerate: it looks precise and means nothing.
 """
 from __future__ import annotations
 
@@ -23,13 +28,15 @@ import pandas as pd
 from scipy.stats import rankdata
 
 from finlib.bizfin.judge import JudgeInput, judge_batch, results_frame
-from finlib.bizfin.tasks import task_info
+from finlib.bizfin.rubrics import dimensions_for
 from finlib.llm.registry import ModelSpec
 from finlib.core.tables import paper_table
 
 # Error weights of the rule that scores the reference answers: 100 minus the weighted error count,
-# floored at 0. Weights follow the paper's FDD rubric (a wrong trend costs more than a wrong
-# number, BizFinBench's published FDD judge prompt: 100 / 60 / 0) and Table 2's FTU dimensions.
+# floored at 0. FDD: a wrong trend costs more than a wrong number, a wrong number more than a left-out
+# day (the published FDD rubric: trend wrong -> 0, a number wrong -> 60). FTU: a wrong tool costs more
+# than an incomplete plan, which costs more than a wrong parameter (the published FTU rubric weighs
+# tool choice 30, parameters 20, effectiveness 50).
 RULES: dict[str, dict[str, int]] = {
     "FDD": {"trend": 50, "number": 20, "omission": 10},
     "FTU": {"tool": 40, "param": 20, "coordination": 30},
@@ -123,25 +130,20 @@ def load_reference_sets(tasks: list[str], questions: int | None = None, answers:
     return pd.concat(frames, ignore_index=True)
 
 
-def ordered_dimensions(task: str, order: str = "table2") -> tuple[str, ...]:
-    """The task's Table 2 dimensions in the order IteraJudge applies them. The paper does not say
-    which order it used: `table2` (as printed) is our default, `reversed` tests its effect."""
-    dims = task_info(task).dimensions
-    if order == "table2":
-        return dims
-    if order == "reversed":
-        return tuple(reversed(dims))
-    raise ValueError(f"bizfin.iterajudge.dimension_order: {order!r} (known: table2, reversed)")
+def ordered_dimensions(task: str, order: str = "published") -> tuple[str, ...]:
+    """The task's rubric dimensions in the order IteraJudge applies them: `published` (the authors'
+    revision order) or `reversed` (to measure the order's effect)."""
+    return dimensions_for(task, order)
 
 
-def reference_inputs(ref: pd.DataFrame, order: str = "table2") -> list[JudgeInput]:
+def reference_inputs(ref: pd.DataFrame, order: str = "published") -> list[JudgeInput]:
     """Judge inputs of a reference set (no reference answer: the judge sees only q, y and E)."""
     return [JudgeInput(r.id, r.task, r.question, r.answer, ordered_dimensions(r.task, order))
             for r in ref.itertuples()]
 
 
 def judge_reference_set(ref: pd.DataFrame, judges: list[ModelSpec], store, *, refiner: ModelSpec | None = None,
-                        dimension_order: str = "table2", **judge_kw) -> pd.DataFrame:
+                        dimension_order: str = "published", **judge_kw) -> pd.DataFrame:
     """Both methods x every judge on the reference set: one row per (answer, judge, method) with
     the judge's score, status and the reference score."""
     inputs = reference_inputs(ref, dimension_order)
@@ -186,6 +188,25 @@ def spearman_ci(x, y, reps: int = 1000, ci: float = 0.95, seed: int = 0) -> dict
     return out
 
 
+MIN_ITEMS = 10            # fewer answers than this: any interval is flagged
+MIN_USABLE_SHARE = 0.5    # fewer usable resamples than this share of the requested ones: flagged
+
+
+def degenerate(n: int, boot_used: int, reps: int, ci_low: float, ci_high: float) -> str:
+    """Why an interval should not be read ('' when it can): too few answers, too few usable
+    resamples, or zero width (every resample gave the same value)."""
+    why = []
+    if n < MIN_ITEMS:
+        why.append(f"only {n} answers")
+    if reps > 0 and boot_used < MIN_USABLE_SHARE * reps:
+        why.append(f"only {boot_used}/{reps} resamples usable")
+    if np.isfinite(ci_low) and np.isfinite(ci_high) and ci_high - ci_low == 0:
+        why.append("zero-width interval")
+    if not (np.isfinite(ci_low) and np.isfinite(ci_high)):
+        why.append("no interval")
+    return "degenerate: " + ", ".join(why) if why else ""
+
+
 def correlation_table(scores: pd.DataFrame, reps: int = 1000, ci: float = 0.95, seed: int = 0,
                       reference_column: str = "reference_score") -> pd.DataFrame:
     """Per (judge, method, task): Spearman of the judge's scores with the reference column on the
@@ -196,20 +217,67 @@ def correlation_table(scores: pd.DataFrame, reps: int = 1000, ci: float = 0.95, 
         stats = spearman_ci(ok["score"], ok[reference_column], reps, ci, seed)
         rows.append({"judge": judge, "method": method, "task": task, "n_items": len(g),
                      "n_invalid": int((g["status"] == "invalid").sum()),
-                     "n_not_answered": int((g["status"] == "not_answered").sum()), **stats})
+                     "n_not_answered": int((g["status"] == "not_answered").sum()), **stats, "reps": int(reps),
+                     "warning": degenerate(stats["n"], stats["boot_used"], reps, stats["ci_low"], stats["ci_high"])})
     return pd.DataFrame(rows)
 
 
-def _cell(r: Any) -> str:
-    if not np.isfinite(r.spearman):
+def paired_difference(ref: np.ndarray, vanilla: np.ndarray, itera: np.ndarray, reps: int = 1000,
+                      ci: float = 0.95, seed: int = 0) -> dict[str, float]:
+    """rho(IteraJudge, ref) - rho(vanilla, ref) on the answers both scored, with a percentile
+    bootstrap CI that resamples answers once for both methods (the pairing that a difference of
+    two separate intervals ignores). Resamples where either correlation is undefined are dropped."""
+    ref, vanilla, itera = (np.asarray(a, dtype=float) for a in (ref, vanilla, itera))
+    n = len(ref)
+    out = {"n": n, "difference": np.nan, "ci_low": np.nan, "ci_high": np.nan, "boot_used": 0}
+    if n < 3:
+        return out
+    out["difference"] = float(spearman_matrix(itera, ref)[0] - spearman_matrix(vanilla, ref)[0])
+    if reps > 0 and np.isfinite(out["difference"]):
+        idx = np.random.default_rng(seed).integers(0, n, size=(int(reps), n))
+        boot = spearman_matrix(itera[idx], ref[idx]) - spearman_matrix(vanilla[idx], ref[idx])
+        boot = boot[np.isfinite(boot)]
+        out["boot_used"] = int(boot.size)
+        if boot.size:
+            alpha = (1 - ci) / 2
+            out["ci_low"], out["ci_high"] = (float(v) for v in np.quantile(boot, [alpha, 1 - alpha]))
+    return out
+
+
+def difference_table(scores: pd.DataFrame, reps: int = 1000, ci: float = 0.95, seed: int = 0,
+                     reference_column: str = "reference_score") -> pd.DataFrame:
+    """Per (judge, task): the paired IteraJudge - vanilla difference on the answers both methods
+    scored (an answer one method could not score is left out of both, and counted)."""
+    rows = []
+    for (judge, task), g in scores.groupby(["judge", "task"], sort=False):
+        wide = g.pivot_table(index="id", columns="method", values="score", aggfunc="first")
+        status = g.pivot_table(index="id", columns="method", values="status", aggfunc="first")
+        both = [i for i in wide.index if all(status.get(m, pd.Series(dtype=object)).get(i) == "ok"
+                                              for m in METHOD_LABELS)]
+        refs = g.drop_duplicates("id").set_index("id")[reference_column]
+        stats = paired_difference(refs.loc[both].to_numpy(), wide.loc[both, "vanilla"].to_numpy() if both else [],
+                                  wide.loc[both, "iterajudge"].to_numpy() if both else [], reps, ci, seed)
+        rows.append({"judge": judge, "task": task, "n_answers": int(refs.size), "n_both_scored": len(both),
+                     **stats, "reps": int(reps),
+                     "warning": degenerate(stats["n"], stats["boot_used"], reps, stats["ci_low"], stats["ci_high"])})
+    return pd.DataFrame(rows)
+
+
+def _cell(r: Any, value: str = "spearman") -> str:
+    v = getattr(r, value)
+    if not np.isfinite(v):
         return f"n/a (n={r.n})"
     ci = "" if not np.isfinite(r.ci_low) else f" [{r.ci_low:.2f}, {r.ci_high:.2f}]"
-    return f"{r.spearman:.4f}{ci} (n={r.n})"
+    warn = f" ⚠ {r.warning}" if getattr(r, "warning", "") else ""
+    sign = "+" if value == "difference" and v > 0 else ""
+    used = f", {r.boot_used}/{r.reps} resamples" if hasattr(r, "boot_used") and hasattr(r, "reps") else ""
+    return f"{sign}{v:.4f}{ci} (n={r.n}{used}){warn}"
 
 
-def table4(corr: pd.DataFrame, paper: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Table 4's layout: rows "LLM as a judge (<judge>)" / "Ours (<judge>)" per judge, columns
-    FDD and FTU; this run's rows (Spearman [CI] (n valid)) first, then the paper's printed rows."""
+def table4(corr: pd.DataFrame, paper: pd.DataFrame | None = None, diff: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Table 4's layout: rows "LLM as a judge (<judge>)" / "Ours (<judge>)" per judge and the paired
+    difference "Ours - LLM as a judge", columns FDD and FTU; this run's rows (value [CI] (n, usable
+    resamples), a warning when degenerate) first, then the paper's printed rows."""
     paper = paper_table("bizfin_table4") if paper is None else paper
     ours = []
     for judge in dict.fromkeys(corr["judge"]):
@@ -218,6 +286,12 @@ def table4(corr: pd.DataFrame, paper: pd.DataFrame | None = None) -> pd.DataFram
             for task in TABLE4_TASKS:
                 hit = corr[(corr["judge"] == judge) & (corr["method"] == method) & (corr["task"] == task)]
                 row[task] = _cell(next(hit.itertuples())) if len(hit) else "not run"
+            ours.append(row)
+        if diff is not None:
+            row = {"source": "this run", "Methods": f"Ours - LLM as a judge ({judge}), paired"}
+            for task in TABLE4_TASKS:
+                hit = diff[(diff["judge"] == judge) & (diff["task"] == task)]
+                row[task] = _cell(next(hit.itertuples()), "difference") if len(hit) else "not run"
             ours.append(row)
     printed = []
     for (method, judge), g in paper.groupby(["method", "judge"], sort=False):
@@ -229,4 +303,4 @@ def table4(corr: pd.DataFrame, paper: pd.DataFrame | None = None) -> pd.DataFram
 
 __all__ = ["RULES", "rule_score", "read_reference_set", "load_reference_sets", "ordered_dimensions",
            "reference_inputs", "judge_reference_set", "spearman_matrix", "spearman_ci", "correlation_table",
-           "table4", "REFERENCE_LABEL", "CalibrationDataError"]
+           "paired_difference", "difference_table", "degenerate", "table4", "REFERENCE_LABEL", "CalibrationDataError"]

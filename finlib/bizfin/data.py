@@ -129,7 +129,7 @@ def parse_record(rec, task: str, line: int, path: Path | str, source: str) -> Bi
 def read_jsonl(path: Path | str, task: str, source: str = "benchmark", text: str | None = None) -> list[BizFinItem]:
     """All items of one task file (`text` given: parse it instead of reading `path`)."""
     task_info(task)
-    body = Path(path).read_text(encoding="utf-8") if text is None else text
+    body = _read_utf8(Path(path)) if text is None else text
     items = []
     for n, raw in enumerate(body.splitlines(), 1):
         if not raw.strip():
@@ -139,7 +139,21 @@ def read_jsonl(path: Path | str, task: str, source: str = "benchmark", text: str
         except json.JSONDecodeError as exc:
             raise _fail(path, n, "<line>", f"not valid JSON ({exc.msg} at column {exc.colno})") from None
         items.append(parse_record(rec, task, n, path, source))
+    if not items:
+        raise BizFinDataError(f"{path}: no items (the file is empty or holds only blank lines); a {task} task "
+                              f"file holds one JSON object per line")
     return items
+
+
+def _read_utf8(path: Path) -> str:
+    """The file's text; bytes that are not UTF-8 are an error naming the file and the line."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise BizFinDataError(f"{path}, line {line}: not UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+                              f"the published files are UTF-8 JSONL") from None
 
 
 def load_local(folder: Path | str, tasks: list[str]) -> dict[str, list[BizFinItem]]:

@@ -28,9 +28,7 @@ import pandas as pd
 from finlib.llm.answers import json_objects, strip_think
 from finlib.llm import engine
 from finlib.llm.engine import ChatItem
-from finlib.llm.prompts import (JUDGE_CONTRASTIVE_VERSION, JUDGE_REFINE_VERSION, JUDGE_VANILLA_VERSION,
-                                build_contrastive_judge_messages, build_refine_messages,
-                                build_vanilla_judge_messages)
+from finlib.bizfin.rubrics import Rubrics
 from finlib.llm.registry import ModelSpec
 from finlib.llm.store import ResponseStore
 
@@ -105,32 +103,61 @@ class Trajectory:
         return [self.input.answer] + [s.text for s in self.steps if s.status == "ok"]
 
 
-def parse_judge_score(text: Any, score_range: tuple[int, int] = DEFAULT_SCORE_RANGE) -> tuple[int | None, str]:
+_FTU_PUBLISHED_SCORE = re.compile(r"评分\s*：\s*\[?\s*\[?\s*(\d+)\s*\]?\s*\]?")
+# Where each verdict format keeps its score: ours {"score": n}; the published FDD judge {"评分分数": "n"};
+# the published FQA judge {"总评分": {"总分": x}}; the published FTU judge "评分：[[n]]" in prose.
+SCORE_PATHS = {"json": ("score",), "fdd_published": ("评分分数",), "fqa_published": ("总评分", "总分")}
+
+
+def _dig(obj: Any, path: tuple[str, ...]) -> tuple[bool, Any]:
+    for key in path:
+        if not isinstance(obj, dict) or key not in obj:
+            return False, None
+        obj = obj[key]
+    return True, obj
+
+
+def parse_judge_score(text: Any, score_range: tuple[int, int] = DEFAULT_SCORE_RANGE,
+                      fmt: str = "json") -> tuple[float | None, str]:
     """(score, why) from a judge reply; score None means invalid.
 
-    Strict on purpose: the reply must hold JSON object(s) whose `score` is an integer (a number
-    with no fraction, or a string of digits) inside the scale; several objects must agree. A
-    number in prose ("I give it 80") is not read: a judge that cannot follow the output format is
-    counted as invalid, not guessed at.
+    Strict on purpose: the reply must hold JSON object(s) whose score field (`fmt`: ours `score`, or
+    where the published judge prompts put it) is an integer (a number with no fraction, or a string
+    of digits; the published FQA total may carry decimals) inside the scale; several objects must
+    agree. A number in prose ("I give it 80") is not read, except the published FTU judge's own
+    "评分：[[n]]" line: a judge that cannot follow the output format is invalid, not guessed at.
     """
     if not isinstance(text, str) or not text.strip():
         return None, "empty reply"
+    if fmt == "ftu_published":
+        m = _FTU_PUBLISHED_SCORE.search(strip_think(text))
+        if m is None:
+            return None, "no '评分：[[n]]' line"
+        value = int(m.group(1))
+        lo, hi = score_range
+        return (float(value), "published FTU line") if lo <= value <= hi else (None, f"score {value} outside {lo}..{hi}")
+    if fmt not in SCORE_PATHS:
+        raise ValueError(f"unknown judge verdict format {fmt!r}; known: {sorted(SCORE_PATHS) + ['ftu_published']}")
     scores = []
     for obj in json_objects(text):  # <think> blocks are dropped first: scratch work is not the verdict
-        if "score" not in obj:
+        found, value = _dig(obj, SCORE_PATHS[fmt])
+        if not found:
             continue
-        value = obj["score"]
+        if fmt == "fqa_published" and isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = float(value)
+            if value.is_integer():
+                value = int(value)
         if isinstance(value, bool):
             return None, f"score is not an integer: {value!r}"
         if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
             value = int(value)
         if isinstance(value, float) and value.is_integer():
             value = int(value)
-        if not isinstance(value, int):
+        if not isinstance(value, int) and not (fmt == "fqa_published" and isinstance(value, float)):
             return None, f"score is not an integer: {value!r}"
         scores.append(value)
     if not scores:
-        return None, 'no JSON object with a "score" key'
+        return None, f"no JSON object with a {'.'.join(SCORE_PATHS[fmt])!r} key"
     if len(set(scores)) > 1:
         return None, f"conflicting scores {sorted(set(scores))}"
     lo, hi = score_range
@@ -147,11 +174,11 @@ def _check_inputs(inputs: list[JudgeInput]) -> None:
         seen.add(inp.id)
 
 
-def _verdict(inp_id: str, row: Any, score_range: tuple[int, int], cost: float) -> JudgeResult:
+def _verdict(inp_id: str, row: Any, score_range: tuple[int, int], cost: float, fmt: str = "json") -> JudgeResult:
     """JudgeResult from one engine row (a judge call)."""
     if row["status"] != "ok":
         return JudgeResult(inp_id, None, "not_answered", None, f"judge call failed: {row['error']}", cost)
-    score, why = parse_judge_score(row["raw_text"], score_range)
+    score, why = parse_judge_score(row["raw_text"], score_range, fmt)
     if score is None:
         return JudgeResult(inp_id, None, "invalid", row["raw_text"], f"judge output unreadable: {why}", cost)
     note = "judge output cut at the token limit" if row["truncated_output"] else ""
@@ -167,17 +194,18 @@ def _chat(spec: ModelSpec, items: list[ChatItem], store: ResponseStore, max_new_
 def vanilla_judge(judge_spec: ModelSpec, store: ResponseStore, inputs: list[JudgeInput], *, budget=None,
                   max_new_tokens: int = 128, score_range: tuple[int, int] = DEFAULT_SCORE_RANGE,
                   progress: bool = True, model_cache: Path | None = None, log_dir: Path | None = None,
-                  sampling: dict | None = None) -> list[JudgeResult]:
-    """The plain LLM-as-a-judge: one call per answer (question, answer, dimensions, reference).
-    `sampling` overrides the registry record's (e.g. temperature 0 for a judge)."""
+                  sampling: dict | None = None, rubrics: Rubrics | None = None) -> list[JudgeResult]:
+    """The plain LLM-as-a-judge: one call per answer with the task's rubric (question, answer,
+    dimensions, reference). `sampling` overrides the registry record's (e.g. temperature 0 for a
+    judge); `rubrics` picks ours (default) or the published prompt files."""
     _check_inputs(inputs)
-    items = [ChatItem(f"{i.id}#judge", build_vanilla_judge_messages(i.question, i.answer, i.dimensions,
-                                                                     score_range, i.reference),
-                      JUDGE_VANILLA_VERSION) for i in inputs]
+    rubrics = rubrics or Rubrics()
+    calls = [rubrics.vanilla(i, score_range) for i in inputs]
+    items = [ChatItem(f"{i.id}#judge", msgs, version) for i, (msgs, version, _) in zip(inputs, calls)]
     rows = _chat(judge_spec, items, store, max_new_tokens, budget=budget, progress=progress,
                  model_cache=model_cache, log_dir=log_dir, sampling=sampling)
-    return [_verdict(i.id, row, score_range, float(row["cost_usd"]))
-            for i, (_, row) in zip(inputs, rows.iterrows())]
+    return [_verdict(i.id, row, score_range, float(row["cost_usd"]), fmt)
+            for i, (_, row), (_, _, fmt) in zip(inputs, rows.iterrows(), calls)]
 
 
 def _step(k: int, dimension: str, row: Any) -> Step:
@@ -193,7 +221,7 @@ def iterajudge(judge_spec: ModelSpec, store: ResponseStore, inputs: list[JudgeIn
                refiner_spec: ModelSpec | None = None, budget=None, max_new_tokens: int = 128,
                refine_max_new_tokens: int | None = None, score_range: tuple[int, int] = DEFAULT_SCORE_RANGE,
                progress: bool = True, model_cache: Path | None = None, log_dir: Path | None = None,
-               sampling: dict | None = None) -> list[Trajectory]:
+               sampling: dict | None = None, rubrics: Rubrics | None = None) -> list[Trajectory]:
     """IteraJudge on a batch, returning each input's whole trajectory (y_0..y_K, judge raw reply,
     verdict).
 
@@ -202,32 +230,30 @@ def iterajudge(judge_spec: ModelSpec, store: ResponseStore, inputs: list[JudgeIn
     on the next run, the finished ones come from the store). The refiner defaults to the judge.
     """
     _check_inputs(inputs)
+    rubrics = rubrics or Rubrics()
     refiner = refiner_spec or judge_spec
     refine_tokens = int(refine_max_new_tokens or max_new_tokens)
     trajs = [Trajectory(i) for i in inputs]
     kw = {"budget": budget, "progress": progress, "model_cache": model_cache, "log_dir": log_dir,
-          "sampling": sampling}
+          "sampling": sampling}  # rubrics are applied here, not passed on
     for k in range(1, max(len(i.dimensions) for i in inputs) + 1 if inputs else 1):
         going = [t for t in trajs if len(t.input.dimensions) >= k and all(s.status == "ok" for s in t.steps)]
         if not going:
             break
-        items = [ChatItem(f"{t.input.id}#refine{k}",
-                          build_refine_messages(t.input.question, t.texts()[-1], t.input.dimensions[k - 1]),
-                          JUDGE_REFINE_VERSION) for t in going]
+        items = [ChatItem(f"{t.input.id}#refine{k}", *rubrics.refine(t.input, t.input.dimensions[k - 1], t.texts()[-1]))
+                 for t in going]
         rows = _chat(refiner, items, store, refine_tokens, **kw)
         for t, (_, row) in zip(going, rows.iterrows()):
             t.steps.append(_step(k, t.input.dimensions[k - 1], row))
     ready = [t for t in trajs if len(t.steps) == len(t.input.dimensions) and all(s.status == "ok" for s in t.steps)]
     if ready:
-        items = [ChatItem(f"{t.input.id}#contrastive",
-                          build_contrastive_judge_messages(t.input.question, t.input.answer, t.texts()[-1],
-                                                           t.input.dimensions, score_range),
-                          JUDGE_CONTRASTIVE_VERSION) for t in ready]
+        calls = [rubrics.contrastive(t.input, t.texts()[-1], score_range) for t in ready]
+        items = [ChatItem(f"{t.input.id}#contrastive", msgs, version) for t, (msgs, version, _) in zip(ready, calls)]
         rows = _chat(judge_spec, items, store, int(max_new_tokens), **kw)
-        for t, (_, row) in zip(ready, rows.iterrows()):
+        for t, (_, row), (_, _, fmt) in zip(ready, rows.iterrows(), calls):
             t.judge_raw = row["raw_text"]
             cost = float(row["cost_usd"]) + sum(s.cost_usd for s in t.steps)
-            verdict = _verdict(t.input.id, row, score_range, cost)
+            verdict = _verdict(t.input.id, row, score_range, cost, fmt)
             cut = [s.k for s in t.steps if s.truncated]
             if cut and verdict.status == "ok":
                 note = "; ".join(x for x in (verdict.note, f"refinement cut at the token limit in step(s) {cut}") if x)
@@ -247,7 +273,7 @@ def judge_batch(judge_spec: ModelSpec, store: ResponseStore, inputs: list[JudgeI
                 budget=None, max_new_tokens: int = 128, model_cache: Path | None = None, log_dir: Path | None = None,
                 refiner_spec: ModelSpec | None = None, refine_max_new_tokens: int | None = None,
                 score_range: tuple[int, int] = DEFAULT_SCORE_RANGE, progress: bool = True,
-                sampling: dict | None = None) -> list[JudgeResult]:
+                sampling: dict | None = None, rubrics: Rubrics | None = None) -> list[JudgeResult]:
     """Judge a batch of answers with the vanilla judge or IteraJudge; one result per input, in order.
 
     `max_new_tokens` is the judge's output length, `refine_max_new_tokens` the refiner's (defaults
@@ -257,7 +283,8 @@ def judge_batch(judge_spec: ModelSpec, store: ResponseStore, inputs: list[JudgeI
     if method not in METHODS:
         raise ValueError(f"unknown judge method {method!r}; known: {METHODS}")
     kw = {"budget": budget, "max_new_tokens": max_new_tokens, "score_range": tuple(score_range),
-          "progress": progress, "model_cache": model_cache, "log_dir": log_dir, "sampling": sampling}
+          "progress": progress, "model_cache": model_cache, "log_dir": log_dir, "sampling": sampling,
+          "rubrics": rubrics}
     if method == "vanilla":
         return vanilla_judge(judge_spec, store, inputs, **kw)
     trajs = iterajudge(judge_spec, store, inputs, refiner_spec=refiner_spec,

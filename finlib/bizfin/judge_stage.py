@@ -2,8 +2,8 @@
 
 Flow: params `bizfin.iterajudge` -> (A) stage 07's answers of the judge tasks (`bizfin_items`,
 when present) through IteraJudge, trajectories kept -> (B) the constructed reference set
-through the vanilla judge and IteraJudge for every judge model -> Spearman with bootstrap CIs
--> Table 4's layout beside the paper's numbers. Every call goes through the engine and the
+through the vanilla judge and IteraJudge for every judge model -> Spearman with bootstrap CIs and the paired IteraJudge - vanilla difference -> Table 4's layout
+beside the paper's numbers. Every call goes through the engine and the
 response store (resumable, cost-counted, budget-capped).
 """
 from __future__ import annotations
@@ -17,11 +17,12 @@ from finlib.core.artifacts import MissingArtifactError, read_frame, write_frame,
 from finlib.bizfin import calibration as cal
 from finlib.bizfin.judge import (JudgeInput, Trajectory, iterajudge, results_frame, trajectories_frame,
                                  trajectory_summary)
+from finlib.bizfin.stage import bizfin_params, run_rubrics
 from finlib.bizfin.tasks import JUDGE_TASKS, check_tasks
 from finlib.core.compare import write_comparison
 from finlib.core.config import ConfigError, RunConfig, check_known_keys
 from finlib.llm.prompts import JUDGE_CONTRASTIVE_VERSION, JUDGE_REFINE_VERSION, JUDGE_VANILLA_VERSION
-from finlib.llm.registry import load_registry, select_models
+from finlib.llm.registry import run_registry, select_models
 from finlib.core.tables import paper_table, write_table
 
 ITERAJUDGE_KEYS = ("refiner", "judges", "score_range", "temperature", "dimension_order", "refine_max_new_tokens",
@@ -42,6 +43,7 @@ class IteraRun:
     correlations: pd.DataFrame      # Spearman per (judge, method, task)
     table: pd.DataFrame             # Table 4's layout
     report: dict = field(default_factory=dict)
+    difference: pd.DataFrame | None = None  # paired IteraJudge - vanilla per (judge, task)
 
 
 def iterajudge_params(cfg: RunConfig) -> dict:
@@ -64,7 +66,10 @@ def iterajudge_params(cfg: RunConfig) -> dict:
     bad = [t for t in p["calibration_tasks"] if t not in cal.RULES]
     if bad:
         raise ConfigError(f"{where}.calibration_tasks: no reference set for {bad} (have: {sorted(cal.RULES)})")
-    cal.ordered_dimensions(p["calibration_tasks"][0] if p["calibration_tasks"] else "FDD", p["dimension_order"])
+    try:
+        cal.ordered_dimensions("FDD", p["dimension_order"])
+    except ValueError as exc:
+        raise ConfigError(f"{cfg.params_file}: {exc}") from None
     if not p["judges"]:
         raise ConfigError(f"{where}.judges: name at least one judge model")
     return p
@@ -78,7 +83,7 @@ def stage07_inputs(cfg: RunConfig, p: dict) -> tuple[list[JudgeInput], str]:
     except MissingArtifactError as exc:
         return [], f"stage 07 artifact missing, IteraJudge on its answers skipped ({exc})"
     from finlib.bizfin import judge_input
-    from finlib.bizfin.stage import bizfin_params, load_items
+    from finlib.bizfin.stage import load_items
 
     loaded, _ = load_items(cfg, bizfin_params(cfg))
     by_id = {it.id: it for its in loaded.values() for it in its}
@@ -98,10 +103,10 @@ def stage07_inputs(cfg: RunConfig, p: dict) -> tuple[list[JudgeInput], str]:
     return inputs, note
 
 
-def judge_kwargs(cfg: RunConfig, p: dict, budget) -> dict:
+def judge_kwargs(cfg: RunConfig, p: dict, budget, rubrics=None) -> dict:
     """Arguments every judge call of this stage shares."""
     inf = cfg["inference"]
-    return {"budget": budget, "max_new_tokens": int(p["judge_max_new_tokens"]),
+    return {"budget": budget, "rubrics": rubrics, "max_new_tokens": int(p["judge_max_new_tokens"]),
             "refine_max_new_tokens": int(p["refine_max_new_tokens"]), "score_range": tuple(p["score_range"]),
             "progress": bool(inf.get("progress", True)), "model_cache": cfg.path(inf["model_cache"]),
             "log_dir": cfg.run_dir / "logs",
@@ -132,11 +137,13 @@ def run_stage(cfg: RunConfig) -> IteraRun:
 
     p = iterajudge_params(cfg)
     inf = cfg["inference"]
-    registry = load_registry(cfg.path(inf["registry"]))
+    registry = run_registry(cfg)
     refiner = select_models(registry, [p["refiner"]], source="bizfin.iterajudge.refiner")[0]
     judges = select_models(registry, list(p["judges"]), source="bizfin.iterajudge.judges")
     budget = Budget(float(inf["budget_usd"]))
-    kw = judge_kwargs(cfg, p, budget)
+    bp = bizfin_params(cfg)
+    rubrics = run_rubrics(cfg, bp)
+    kw = judge_kwargs(cfg, p, budget, rubrics)
     inputs, note = stage07_inputs(cfg, p)
     ref = cal.load_reference_sets(list(p["calibration_tasks"]), p["calibration_questions"],
                                 p["calibration_answers"])
@@ -145,15 +152,21 @@ def run_stage(cfg: RunConfig) -> IteraRun:
         scores = cal.judge_reference_set(ref, judges, store, refiner=refiner, dimension_order=p["dimension_order"],
                                          **kw)
     corr = cal.correlation_table(scores, int(p["bootstrap_reps"]), float(p["ci"]), cfg.seed)
-    table = cal.table4(corr)
+    diff = cal.difference_table(scores, int(p["bootstrap_reps"]), float(p["ci"]), cfg.seed)
+    table = cal.table4(corr, diff=diff)
     write_frame(cfg, "iterajudge_trajectories", trajectories_frame(trajs))
     write_frame(cfg, "iterajudge_results", results_frame(inputs, [t.result for t in trajs], "iterajudge",
                                                           judges[0].name))
     write_frame(cfg, "judge_calibration_scores", scores)
     write_frame(cfg, "judge_calibration", corr)
+    write_frame(cfg, "judge_calibration_difference", diff)
     write_table(cfg, "bizfin_table4_judge", table,
                 f"BizFinBench Table 4 layout: Spearman of each judge with the reference scores [{p['ci']:.0%} "
-                f"bootstrap CI] (n answers scored). This run: {cal.REFERENCE_LABEL}; paper: expert scores.",
+                f"percentile bootstrap CI] (n answers scored, usable resamples of {p['bootstrap_reps']}); the "
+                f"paired row is IteraJudge - vanilla on the answers both scored, one resample for both. This run: "
+                f"{cal.REFERENCE_LABEL}, {len(ref)} answers; paper: expert scores. Dimension order: "
+                f"{p['dimension_order']}. Judge rubric: {rubrics.label()}. Official rules: commit "
+                f"{bp['official_rules_commit']}.",
                 synthetic_caveat=False)  # no synthetic market here: the caption states what the scores are
     report = {
         "stage07": note, "refiner": refiner.name, "judges": [j.name for j in judges],
@@ -165,11 +178,35 @@ def run_stage(cfg: RunConfig) -> IteraRun:
         .rename("n").reset_index().to_dict(orient="records"),
         "cost_usd": float(scores["cost_usd"].sum()) + sum(t.result.cost_usd for t in trajs),
         "budget_refused": int(budget.refused), "reference_set": cal.REFERENCE_LABEL,
+        "rubric_source": rubrics.label(), "official_rules_commit": bp["official_rules_commit"],
+        "paired_difference": diff.to_dict(orient="records"),
+        "degenerate": [f"{r.judge}/{r.method}/{r.task}: {r.warning}" for r in corr.itertuples() if r.warning]
+        + [f"{r.judge}/difference/{r.task}: {r.warning}" for r in diff.itertuples() if r.warning],
     }
     write_comparison(cfg, "bizfin_table4", table4_comparison(corr, {j.name: j.paper_name for j in judges}),
                      "Table 4: Spearman with reference scores", not_comparable=NOT_COMPARABLE_TABLE4)
     write_json(cfg, "iterajudge_report", report)
-    return IteraRun(trajs, scores, corr, table, report)
+    check_judge_errors(scores, trajs, float(inf["max_error_share"]))
+    return IteraRun(trajs, scores, corr, table, report, diff)
+
+
+def check_judge_errors(scores: pd.DataFrame, trajs: list[Trajectory], max_share: float) -> None:
+    """Stage 08's error-share gate (as stage 03 and 07): more than `inference.max_error_share` of a
+    judge's calls for one method not answered fails the stage with one line, after the artifacts."""
+    from finlib.finbias.inference import InferenceFailed
+
+    frames = [scores[["judge", "method", "status", "note"]]]
+    if trajs:
+        frames.append(pd.DataFrame({"judge": "stage 07 answers", "method": "iterajudge",
+                                    "status": [t.result.status for t in trajs], "note": [t.result.note for t in trajs]}))
+    bad = []
+    for (judge, method), g in pd.concat(frames, ignore_index=True).groupby(["judge", "method"], sort=False):
+        failed = g[g["status"] == "not_answered"]
+        if len(g) and len(failed) / len(g) > max_share:
+            bad.append(f"{judge} ({method}): {len(failed)}/{len(g)} judge calls failed ({failed['note'].mode().iat[0]})")
+    if bad:
+        raise InferenceFailed(f"stage 08: too many failed calls (inference.max_error_share={max_share:g}): "
+                              + " | ".join(bad) + "; answers already stored are kept, fix the cause and rerun")
 
 
 def side_by_side(trajs: list[Trajectory], width: int = 120) -> pd.DataFrame:
@@ -190,6 +227,9 @@ def caveat_banner(run: IteraRun) -> str:
         lines.append(f"**Plumbing models: {', '.join(r['plumbing_models'])}.** A 0.5B model as refiner and judge "
                      "tests the pipeline; its scores and rewrites are not research results.")
     lines.append(f"Stage 07 answers: {r['stage07']}. Cost this stage: ${r['cost_usd']:.4f}.")
+    lines.append(f"**Judge rubric:** {r['rubric_source']}. **Official rules:** commit {r['official_rules_commit']}.")
+    if r.get("degenerate"):
+        lines.append("**Degenerate intervals (do not read them as precise):** " + "; ".join(r["degenerate"]) + ".")
     return "\n\n".join(lines)
 
 

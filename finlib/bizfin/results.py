@@ -21,8 +21,8 @@ from finlib.core.stats import bootstrap_ci, mean_over_groups, ratio
 from finlib.core.tables import paper_table
 
 RULES = ("official", "ours")
-LONG_COLUMNS = ["model", "rule", "task", "source", "n_items", "n_scored", "parse_rate", "judge_invalid",
-                "score", "ci_low", "ci_high"]
+LONG_COLUMNS = ["model", "rule", "task", "source", "n_items", "not_answered", "n_scored", "parse_rate",
+                "judge_invalid", "score", "ci_low", "ci_high"]
 
 
 def _sums(values: np.ndarray) -> np.ndarray:
@@ -48,9 +48,11 @@ def _model_rows(g: pd.DataFrame, model: str, rule: str, reps: int, seed: int, ci
         gt = g[g["task"] == t]
         vals = gt[rule].to_numpy(dtype=float)
         est = bootstrap_ci(_sums(vals), ratio, reps, seed, ci)
+        answered = gt[gt["status"] == "ok"]   # a failed call is not answered: outside N and the parse rate
         rows.append({"model": model, "rule": rule, "task": t, "source": ",".join(sorted(set(gt["source"]))),
-                     "n_items": len(gt), "n_scored": int(np.isfinite(vals).sum()),
-                     "parse_rate": float(gt["parsed"].mean()) if len(gt) else np.nan,
+                     "n_items": len(gt), "not_answered": int(len(gt) - len(answered)),
+                     "n_scored": int(np.isfinite(vals).sum()),
+                     "parse_rate": float(answered["parsed"].mean()) if len(answered) else np.nan,
                      "judge_invalid": int((gt["judge_status"] == "invalid").sum()),
                      "score": 100 * est.value, "ci_low": 100 * est.ci_low, "ci_high": 100 * est.ci_high})
         blocks.append(vals)
@@ -71,7 +73,7 @@ def average_row(model: str, rule: str, tasks: list[str], blocks: list[np.ndarray
         sums[i:i + len(b), 2 * j + 1] = ok.astype(float)
         i += len(b)
     est = bootstrap_ci(sums, mean_over_groups(ratio, k, 2), reps, seed, ci)
-    return {"model": model, "rule": rule, "task": "Average", "source": "", "n_items": n,
+    return {"model": model, "rule": rule, "task": "Average", "source": "", "n_items": n, "not_answered": np.nan,
             "n_scored": int(sum(np.isfinite(b).sum() for b in blocks)), "parse_rate": np.nan, "judge_invalid": 0,
             "score": 100 * est.value, "ci_low": 100 * est.ci_low, "ci_high": 100 * est.ci_high}
 
@@ -103,10 +105,32 @@ def source_caveats(report: dict, long: pd.DataFrame) -> str:
     return " ".join(parts)
 
 
-def table3_caption(report: dict, long: pd.DataFrame) -> str:
-    """Caption naming the judge, the sources per task and the plumbing caveat."""
+def rules_caption(report: dict) -> str:
+    """The rule revision and the judge rubric: every BizFinBench caption names both."""
+    return (f"Official rules: HiThink-Research/BizFinBench evaluation code at commit "
+            f"{report.get('official_rules_commit')}. Judge rubric: {report.get('rubric_source', 'ours')}.")
+
+
+def over_one_note(items: pd.DataFrame) -> str:
+    """AEA's official partial credit exceeds 1 on repeated indices: say how often, never clip it."""
+    n = int((items["official"] > 1).sum()) if len(items) else 0
+    return (f" {n} AEA answer(s) score above 1 under the official rule (repeated indices; the official AEA "
+            f"column can exceed 100 %)." if n else "")
+
+
+def not_answered_note(long: pd.DataFrame) -> str:
+    """Calls that ended in an error are outside N: the caption says how many."""
+    na = long[(long["rule"] == "official") & (long["task"] != "Average")]["not_answered"].sum()
+    return f" {int(na)} item(s) not answered (the call ended in an error): outside N, never scored 0." if na else ""
+
+
+def table3_caption(report: dict, long: pd.DataFrame, items: pd.DataFrame | None = None) -> str:
+    """Caption naming the rule revision, the judge and its rubric, the sources per task, the items not
+    answered, official AEA values above 1, and the plumbing caveat."""
     return (f"BizFinBench Table 3: score (%) per task and plain-mean Average; judge-scored tasks (FTU, FQA, FDD) "
-            f"by the vanilla LLM-as-judge {report.get('judge')}. " + source_caveats(report, long))
+            f"by the vanilla LLM-as-judge {report.get('judge')}. " + rules_caption(report)
+            + not_answered_note(long) + (over_one_note(items) if items is not None else "") + " "
+            + source_caveats(report, long))
 
 
 def load_tokenizer(spec, cache_root: Path):

@@ -1,30 +1,33 @@
 """Rule-based scorers of the six accuracy tasks (AEA, FNC, FTR, ER, SP, FNER).
 
 Each scorer returns the **official** score, i.e. the rule of the published evaluation code
-(`HiThink-Research/BizFinBench`, `benchmark_code/BizFinBench/eval_*.py`, read to learn the rules;
-this is our own implementation), and **ours** beside it where an official rule looks wrong:
+(`HiThink-Research/BizFinBench`, `benchmark_code/BizFinBench/eval_*.py` and `utils/JsonPaser.py`,
+read to learn the rules; this is our own implementation) pinned to one revision,
+`OFFICIAL_RULES_COMMIT` (also `bizfin.official_rules_commit` in params and in every BizFinBench
+caption), and **ours** beside it where an official rule looks wrong. Where the first public release
+(`FIRST_RELEASE_COMMIT`) scored differently, its score is kept too (`first_release`); the task by
+task list is `RULE_REVISIONS` and docs/bizfinbench.md.
 
-- FNC: the official rule compares numbers with an absolute 1e-6 tolerance, but gold answers are
-  rounded to 4 decimals (the item asks for "最多小数点后保留4位"), so a correct 14.80649 fails;
-  dates are compared as strings ("2024年10月2日" != "2024年10月02日"); a value with a unit inside
-  the JSON string ("14.81亿元") is never read. Ours: same date / number / text matching as FTR,
-  numbers equal within 5e-5 absolute or 1e-4 relative.
-- FTR: the official regex reads the last `"answer":` value made only of digits, `./-年月日是否`
-  or true/false; `"answer" :` (space before the colon) or a value with other characters is
-  unread. Ours reads the JSON `answer` field; otherwise the same date/number/yes-no rules.
-- AEA: the configuration names `eval_AEA.py`, which is not published; the published
-  `eval_AEA_2.py` gives partial credit len(pred)/len(gold) when the predicted indices are a
-  subset, counting duplicates ([1, 1] against gold 1,3 scores 1.0). Ours: the paper's metric is
-  accuracy, so the exact set of news indices (1 or 0).
+Every rule reads the reply with `<think>` blocks removed (all six tasks alike: reasoning is not the
+answer) and JSON through the one tolerant reader (`finlib.llm.answers.json_objects`: raw line breaks
+inside strings, fences, trailing commas), so a multi-line `cot` scores exactly like its one-line form.
+
+- FNC: the official rule compares numbers with an absolute 1e-6 tolerance, dates as strings and never
+  reads a unit. Ours: numbers equal at the gold's stated precision (half a unit of its last decimal),
+  units 万 / 亿 / % converted to the unit the question asks for (a scaled answer for a gold whose unit is
+  unknown is not a match), "10以上" is not a number; dates as dates.
+- FTR: the official regex reads the last `"answer":` value made only of digits, `./-年月日是否` or
+  true/false. Ours reads the JSON `answer` field with the FNC matching rules.
+- AEA: the official partial credit is len(pred)/len(gold) when the predicted indices are a subset,
+  counting duplicates, so [1, 3, 3] against "1,3" scores 1.5: kept as the official value and flagged
+  in the note. Ours: the exact set of news indices (1 or 0).
 - FNER: the official score is recall over gold entities with multiplicity (extra entities cost
-  nothing: listing every substring scores 1.0); the prompt names the type `Financial_Instruments`
-  while its description and the gold use `Financial_Products`. Ours: micro-F1 with multiplicity,
-  the two type names treated as one.
+  nothing); the prompt names the type `Financial_Instruments` while the gold uses
+  `Financial_Products`. Ours: micro-F1 with multiplicity, the two type names treated as one.
 - ER, SP: the official rules (set equality of emotion labels; exact trend label) are kept as ours.
 
-Unparsed answers score 0 under both rules and are flagged (`parsed=False`), never guessed.
-JSON is read with the one shared extractor (`finlib.llm.answers.json_objects`); the official
-extraction (JsonPaser: shortest parseable candidate) is approximated by the shortest object.
+Unparsed answers score 0 under both rules and are flagged (`parsed=False`), never guessed. A call
+that ended in an error is not scored here at all (the stage counts it as not answered).
 """
 from __future__ import annotations
 
@@ -34,21 +37,48 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from datetime import date, datetime
+from decimal import Decimal, InvalidOperation
 from typing import Any, Callable
 
 from finlib.llm.answers import json_objects, strip_think
 
+# The revision of the published evaluation code whose rules `official_*` implement (the commit that
+# adds AEA's second script, eval_AEA_2.py), and the first public release, whose different rules are
+# kept as `first_release` where they change a score.
+OFFICIAL_RULES_COMMIT = "708d692bc6aba4f5f932512678dae4ad1b151aed"
+FIRST_RELEASE_COMMIT = "d355b5f8aac502e0d5e8085a72f94f758720b9b7"
+
+# Task by task: the published file the official rule follows, and what the first release did instead.
+RULE_REVISIONS: dict[str, dict[str, str]] = {
+    "AEA": {"file": "eval_AEA_2.py",
+            "first_release": "eval_AEA.py (named by the configuration; not in the stored copy read here, described "
+                             "by those who read it as exact list equality, no partial credit: unverified)"},
+    "FNC": {"file": "eval_financial_calculation.py", "first_release": "same rule"},
+    "FTR": {"file": "eval_financial_timereason.py (regex on the last \"answer\":)",
+            "first_release": "JSON answer field via the first-release JsonPaser, dates as dates, else exact "
+                             "string equality (no float comparison, no true/false -> 是/否)"},
+    "ER": {"file": "eval_financial_sentiment.py",
+           "first_release": "an answer that cannot be read (no JSON list, no 'result') scores 1, not 0"},
+    "SP": {"file": "eval_stock_prediction.py", "first_release": "same rule (JSON reader differs, see AEA/ER/SP/FNER)"},
+    "FNER": {"file": "eval_fin_ner.py",
+             "first_release": "same rule, but the first-release configuration points FNER at the FTR script"},
+    "JSON": {"file": "utils/JsonPaser.py (shortest readable candidate; raw line breaks escaped)",
+             "first_release": "the first ```json fence / json{...} / greedy {...} span that parses, no repair"},
+}
+
 
 @dataclass(frozen=True)
 class ItemScore:
-    """One item's score under the published rule and ours (0..1; official NaN when the official
-    code leaves the item out of its denominator), whether an answer was found, and why not."""
+    """One item's score under the published rule and ours (official NaN when the official code
+    leaves the item out of its denominator), the first release's score (NaN for tasks whose
+    first-release rule is the official one), whether an answer was found, and why not."""
 
     official: float
     ours: float
     parsed: bool
     answer: str | None
     note: str = ""
+    first_release: float = math.nan
 
 
 # ------------------------------------------------------------------ shared reading helpers
@@ -90,36 +120,89 @@ def parse_date(value: Any) -> date | None:
     return None
 
 
-_NUMBER_WITH_UNIT = re.compile(r"^([-+]?\d+(?:\.\d+)?)\s*[\u4e00-\u9fff]{0,3}$")
+# Scale of a unit written after a number; 元 (and other currency names) carry no scale.
+UNIT_SCALE: dict[str, Decimal] = {"万亿": Decimal(10) ** 12, "亿": Decimal(10) ** 8, "万": Decimal(10) ** 4,
+                                  "千": Decimal(10) ** 3, "%": Decimal("0.01"), "": Decimal(1)}
+_CURRENCY = r"(?:元|人民币|美元|港元|港币)?"
+_QUANTITY = re.compile(r"^([-+]?\d+(?:\.\d+)?)\s*(万亿|亿|万|千|%)?\s*" + _CURRENCY + r"$")
+_QUESTION_UNIT = re.compile(r"单位\s*[:：为是]*\s*[（(]?\s*((?:万亿|亿|万|千)?(?:元|人民币|美元|港元|港币)|%|万亿|亿|万|千)")
 
 
-def parse_number(value: Any) -> float | None:
-    """A number, or a numeric string with thousands commas or a short Chinese unit ("14.81亿元").
-    Percent signs are not dropped (15% is not 15)."""
+@dataclass(frozen=True)
+class Quantity:
+    """A number as written: its value, the decimals it states and the unit written after it."""
+
+    value: Decimal
+    decimals: int
+    unit: str
+
+    def scaled(self) -> Decimal:
+        return self.value * UNIT_SCALE[self.unit]
+
+
+def parse_quantity(value: Any) -> Quantity | None:
+    """A number, or a numeric string with thousands commas and an optional unit (万 / 亿 / % with or
+    without 元). Anything else after the number ("10以上", "约10") makes it not a number."""
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        return float(value) if math.isfinite(value) else None
+        if not math.isfinite(value):
+            return None
+        value = repr(value) if isinstance(value, float) else str(value)
     if not isinstance(value, str):
         return None
-    m = _NUMBER_WITH_UNIT.match(value.strip().replace(",", ""))
-    return float(m[1]) if m else None
+    m = _QUANTITY.match(value.strip().replace(",", ""))
+    if not m:
+        return None
+    try:
+        num = Decimal(m[1])
+    except InvalidOperation:
+        return None
+    decimals = len(m[1].split(".")[1]) if "." in m[1] else 0
+    return Quantity(num, decimals, m[2] or "")
+
+
+def parse_number(value: Any) -> float | None:
+    """The plain value of `parse_quantity` in the unit it is written in (None when not a number)."""
+    q = parse_quantity(value)
+    return None if q is None else float(q.value)
+
+
+def question_unit(question: str) -> str | None:
+    """The unit the question asks the answer in ("单位：亿元" -> "亿"; "" for 元), None when unstated."""
+    found = _QUESTION_UNIT.findall(question or "")
+    return re.sub(r"元|人民币|美元|港元|港币", "", found[-1]) if found else None
+
+
+def numbers_match(gold: str, pred: Any, unit: str | None = None) -> tuple[bool, str]:
+    """Our numeric rule: the prediction, converted to the gold's unit, equals the gold at the gold's
+    stated precision (within half a unit of its last decimal). The gold's unit is the one written
+    after it, else the one the question asks for (`unit`); a scaled prediction (万, 亿, %) for a gold
+    whose unit is unknown is not a match."""
+    g, p = parse_quantity(gold), parse_quantity(pred)
+    if g is None or p is None:
+        return False, "not a number"
+    g_unit = g.unit or (unit or "")
+    if p.unit and not g.unit and unit is None:
+        return False, f"answer in {p.unit}, the gold's unit is not stated"
+    p_value = p.scaled() / UNIT_SCALE[g_unit]
+    half = Decimal(5) * Decimal(10) ** (-(g.decimals + 1))
+    return abs(p_value - g.value) <= half, ""
 
 
 _YES_NO = {"true": "是", "false": "否", "是": "是", "否": "否", "yes": "是", "no": "否"}
 
 
-def answers_match(gold: str, pred: Any, abs_tol: float = 5e-5, rel_tol: float = 1e-4) -> bool:
-    """Our FNC/FTR rule: equal as dates, else as numbers (within the 4-decimal rounding of the
-    gold), else as yes/no, else as stripped text."""
+def answers_match(gold: str, pred: Any, unit: str | None = None) -> bool:
+    """Our FNC/FTR rule: equal as dates, else as numbers (`numbers_match`), else as yes/no, else as
+    stripped text."""
     if pred is None:
         return False
     gd, pd_ = parse_date(gold), parse_date(pred if isinstance(pred, str) else None)
     if gd is not None or pd_ is not None:
         return gd is not None and gd == pd_
-    gn, pn = parse_number(gold), parse_number(pred)
-    if gn is not None and pn is not None:
-        return math.isclose(gn, pn, rel_tol=rel_tol, abs_tol=abs_tol)
+    if parse_quantity(gold) is not None:
+        return numbers_match(gold, pred, unit)[0]
     g, p = str(gold).strip(), str(pred).strip()
     yn_g, yn_p = _YES_NO.get(g.lower()), _YES_NO.get(p.lower())
     if yn_g is not None and yn_p is not None:
@@ -134,8 +217,9 @@ _FNC_REGEX = re.compile(r'"answer"\s*:\s*([^,}\s]+)')
 
 
 def official_fnc_answer(text: str) -> Any:
-    """The published FNC extraction: the whole reply as JSON, else a regex on `"answer":`."""
-    t = _CONTROL.sub("", text or "")
+    """The published FNC extraction: control characters removed, the whole reply as JSON, else a
+    regex on `"answer":`."""
+    t = _CONTROL.sub("", strip_think(text or ""))
     try:
         obj = json.loads(t)
         return obj.get("answer", "") if isinstance(obj, dict) else None
@@ -158,16 +242,17 @@ def official_fnc(gold: str, text: str) -> float:
         return float(str(pred).strip() == str(gold).strip())
 
 
-def _score_answer_field(official: float, gold: str, text: str) -> ItemScore:
+def _score_answer_field(official: float, gold: str, text: str, question: str,
+                        first_release: float = math.nan) -> ItemScore:
     """FNC and FTR: our rule reads the JSON answer field and compares it with `answers_match`."""
     found, value = answer_field(text)
-    ours = float(found and answers_match(gold, value))
+    ours = float(found and answers_match(gold, value, question_unit(question)))
     return ItemScore(official, ours, found, None if value is None else str(value),
-                     "" if found else "no JSON answer field")
+                     "" if found else "no JSON answer field", first_release)
 
 
-def score_fnc(gold: str, text: str) -> ItemScore:
-    return _score_answer_field(official_fnc(gold, text), gold, text)
+def score_fnc(gold: str, text: str, question: str = "") -> ItemScore:
+    return _score_answer_field(official_fnc(gold, text), gold, text, question)
 
 
 # ------------------------------------------------------------------ FTR
@@ -176,7 +261,9 @@ _FTR_REGEX = re.compile(r'"answer":\s*"?((?:[0-9./\-年月日是否]+|true|false
 _OFFICIAL_DATE_FORMATS = ("%Y年%m月%d日", "%Y-%m-%d", "%Y/%m/%d")
 
 
-def _official_date(s: str) -> datetime | None:
+def _official_date(s: Any) -> datetime | None:
+    if not isinstance(s, str):
+        return None
     s = s.strip()
     if s.startswith('"') and s.endswith('"'):
         s = s[1:-1]
@@ -191,7 +278,7 @@ def _official_date(s: str) -> datetime | None:
 def official_ftr(gold: str, text: str) -> float:
     """Last regex match of `"answer":`; dates compared as dates, else floats, else text with
     true/false read as 是/否 (published rule)."""
-    matches = _FTR_REGEX.findall(text or "")
+    matches = _FTR_REGEX.findall(strip_think(text or ""))
     pred = matches[-1] if matches else ""
     gd, pdt = _official_date(gold), _official_date(pred)
     if gd and pdt:
@@ -203,8 +290,18 @@ def official_ftr(gold: str, text: str) -> float:
         return float(str(gold).strip() == str(p).strip())
 
 
-def score_ftr(gold: str, text: str) -> ItemScore:
-    return _score_answer_field(official_ftr(gold, text), gold, text)
+def first_release_ftr(gold: str, text: str) -> float:
+    """The first release's FTR rule: the JSON answer field, dates as dates, else exact strings."""
+    obj = _shortest_object(text)
+    pred = obj.get("answer", "") if obj else ""
+    gd, pdt = _official_date(gold), _official_date(pred)
+    if gd and pdt:
+        return float(gd == pdt)
+    return float(str(gold).strip() == str(pred).strip())
+
+
+def score_ftr(gold: str, text: str, question: str = "") -> ItemScore:
+    return _score_answer_field(official_ftr(gold, text), gold, text, question, first_release_ftr(gold, text))
 
 
 # ------------------------------------------------------------------ AEA
@@ -237,25 +334,34 @@ def parse_gold_indices(gold: str) -> list[int]:
     return [int(x) for x in gold.replace("，", ",").split(",") if x.strip()]
 
 
-def score_aea(gold: str, text: str) -> ItemScore:
+def official_aea(gold_idx: list[int], pred: list[int] | None) -> float:
+    """Sorted lists equal -> 1; a non-empty subset (duplicates counted) -> len(pred)/len(gold),
+    rounded to 2 decimals, which exceeds 1 on repeated indices; else 0 (published rule)."""
+    if pred is None:
+        return 0.0
+    if sorted(pred) == sorted(gold_idx):
+        return 1.0
+    if pred and set(pred) <= set(gold_idx):
+        return round(len(pred) / len(gold_idx), 2)
+    return 0.0
+
+
+def score_aea(gold: str, text: str, question: str = "") -> ItemScore:
     gold_idx = parse_gold_indices(gold)
     pred = _ints(_aea_predicted(_shortest_object(text)))
-    if pred is None:
-        official = 0.0
-    elif sorted(pred) == sorted(gold_idx):
-        official = 1.0
-    elif pred and set(pred) <= set(gold_idx):
-        official = round(len(pred) / len(gold_idx), 2)
-    else:
-        official = 0.0
+    official = official_aea(gold_idx, pred)
+    first = float(pred is not None and sorted(pred) == sorted(gold_idx))
     ours_pred = None
     for obj in json_objects(text):
         ours_pred = _ints(_aea_predicted(obj))
         if ours_pred is not None:
             break
     ours = float(ours_pred is not None and set(ours_pred) == set(gold_idx))
+    notes = [] if ours_pred is not None else ["no index list under the published keys"]
+    if official > 1:
+        notes.append(f"official score {official:g} > 1 (repeated indices)")
     return ItemScore(official, ours, ours_pred is not None, None if ours_pred is None else str(sorted(set(ours_pred))),
-                     "" if ours_pred is not None else "no index list under the published keys")
+                     "; ".join(notes), first)
 
 
 # ------------------------------------------------------------------ ER
@@ -266,26 +372,27 @@ def _bare_list(text: str) -> list | None:
     t = strip_think(text).strip()
     t = re.sub(r"^```(?:json)?\s*|\s*```$", "", t)
     try:
-        v = json.loads(t)
+        v = json.loads(t, strict=False)
     except json.JSONDecodeError:
         return None
     return v if isinstance(v, list) else None
 
 
-def score_er(gold: str, text: str) -> ItemScore:
-    """Set of predicted emotion labels (`result`, or a bare list) equals the gold JSON list."""
+def score_er(gold: str, text: str, question: str = "") -> ItemScore:
+    """Set of predicted emotion labels (`result`, or a bare list) equals the gold JSON list. The
+    first release scored an unreadable answer 1 (kept as `first_release`)."""
     gold_set = set(json.loads(gold))
     pred = _bare_list(text)
     if pred is None:
         obj = _shortest_object(text)
         pred = obj.get("result") if obj else None
     if not isinstance(pred, list):
-        return ItemScore(0.0, 0.0, False, None, "no emotion list")
+        return ItemScore(0.0, 0.0, False, None, "no emotion list", 1.0)
     try:
         ok = float(set(pred) == gold_set)
     except TypeError:  # unhashable entries (objects inside the list)
-        return ItemScore(0.0, 0.0, False, None, "emotion list has non-text entries")
-    return ItemScore(ok, ok, True, json.dumps(pred, ensure_ascii=False))
+        return ItemScore(0.0, 0.0, False, None, "emotion list has non-text entries", 1.0)
+    return ItemScore(ok, ok, True, json.dumps(pred, ensure_ascii=False), "", ok)
 
 
 # ------------------------------------------------------------------ SP
@@ -293,7 +400,7 @@ def score_er(gold: str, text: str) -> ItemScore:
 SP_KEY = "涨跌情况"
 
 
-def score_sp(gold: str, text: str) -> ItemScore:
+def score_sp(gold: str, text: str, question: str = "") -> ItemScore:
     """The trend label under `涨跌情况` equals the gold label (published rule, kept as ours)."""
     obj = _shortest_object(text)
     value = obj.get(SP_KEY) if obj else None
@@ -329,7 +436,7 @@ def _hits(gold: list[tuple[str, str]], pred: list[tuple[str, str]]) -> int:
     return sum(min(n, p[k]) for k, n in g.items())
 
 
-def score_fner(gold: str, text: str) -> ItemScore:
+def score_fner(gold: str, text: str, question: str = "") -> ItemScore:
     gold_ents = gold_entities(gold)
     official_pred = _entities(_shortest_object(text)) or []
     official = _hits(gold_ents, official_pred) / len(gold_ents) if gold_ents else 0.0
@@ -347,7 +454,7 @@ def score_fner(gold: str, text: str) -> ItemScore:
     return ItemScore(official, ours, True, f"{len(pred)} entities, {hits} hits")
 
 
-ACCURACY_SCORERS: dict[str, Callable[[str, str], ItemScore]] = {
+ACCURACY_SCORERS: dict[str, Callable[..., ItemScore]] = {
     "AEA": score_aea, "FNC": score_fnc, "FTR": score_ftr, "ER": score_er, "SP": score_sp, "FNER": score_fner,
 }
 OURS_DIFFERS = ("AEA", "FNC", "FTR", "FNER")   # tasks where our rule is not the official one

@@ -16,20 +16,21 @@ import pandas as pd
 from finlib.core.artifacts import write_frame, write_json
 from finlib.bizfin import score_item_detail, unit_score
 from finlib.bizfin.data import (BizFinItem, check_counts, load_format_samples, load_huggingface, load_local)
-from finlib.bizfin.scorers import official_unscorable
+from finlib.bizfin.scorers import FIRST_RELEASE_COMMIT, OFFICIAL_RULES_COMMIT, official_unscorable
 from finlib.bizfin.tasks import TASKS, check_tasks, task_info
 from finlib.core.config import ConfigError, RunConfig
 from finlib.llm.engine import ChatItem, chat
 from finlib.llm.prompts import BIZFIN_ANSWER_VERSION
-from finlib.llm.registry import ModelSpec, load_registry, select_models
+from finlib.llm.registry import ModelSpec, run_registry, select_models
 
-BIZFIN_KEYS = ("models", "judge", "judge_method", "source", "data_dir", "hf_dataset", "tasks",
+BIZFIN_KEYS = ("models", "judge", "judge_method", "source", "data_dir", "hf_dataset", "hf_revision", "tasks",
                "real_items_per_task", "sample_items_per_task", "item_selection", "max_new_tokens",
-               "judge_max_new_tokens", "temperature", "table6_model", "iterajudge")
+               "judge_max_new_tokens", "temperature", "table6_model", "official_rules_commit", "rubrics_dir",
+               "iterajudge")
 SOURCES = ("auto", "local", "huggingface", "format_sample")
 SELECTIONS = ("shortest", "first")
-ITEM_COLUMNS = ["model", "task", "kind", "item_id", "source", "status", "parsed", "official", "ours", "answer",
-                "note", "judge_status", "raw_text", "input_tokens", "output_tokens", "cost_usd", "cached"]
+ITEM_COLUMNS = ["model", "task", "kind", "item_id", "source", "status", "parsed", "official", "ours", "first_release",
+                "answer", "note", "judge_status", "raw_text", "input_tokens", "output_tokens", "cost_usd", "cached"]
 
 
 @dataclass
@@ -45,6 +46,14 @@ class BizFinRun:
 def bizfin_params(cfg: RunConfig) -> dict:
     """The `bizfin:` section, checked (unknown keys, sources, tasks, counts)."""
     p = cfg.section("bizfin", known=BIZFIN_KEYS, required=[k for k in BIZFIN_KEYS if k != "iterajudge"])
+    if p["official_rules_commit"] != OFFICIAL_RULES_COMMIT:
+        raise ConfigError(f"{cfg.params_file}: bizfin.official_rules_commit is {p['official_rules_commit']!r}, but "
+                          f"finlib/bizfin/scorers.py implements the published rules of {OFFICIAL_RULES_COMMIT} "
+                          f"(the only revision implemented; docs/bizfinbench.md lists how others differ)")
+    if p["rubrics_dir"] is not None:
+        from finlib.bizfin.rubrics import check_rubrics_dir
+
+        check_rubrics_dir(cfg.path(p["rubrics_dir"]), f"{cfg.params_file}: bizfin.rubrics_dir")
     if p["source"] not in SOURCES:
         raise ConfigError(f"{cfg.params_file}: bizfin.source must be one of {SOURCES}, got {p['source']!r}")
     if p["item_selection"] not in SELECTIONS:
@@ -85,7 +94,7 @@ def load_items(cfg: RunConfig, p: dict) -> tuple[dict[str, list[BizFinItem]], di
             raise FileNotFoundError(f"bizfin.source: local, but no task file (e.g. {task_info(tasks[0]).file_stem}"
                                     f".jsonl) in {folder}. Link or copy the published JSONL files there.")
     elif p["source"] == "huggingface":
-        real = load_huggingface(tasks, p["hf_dataset"])
+        real = load_huggingface(tasks, p["hf_dataset"], p["hf_revision"])
     rest = [t for t in tasks if t not in real] if p["source"] in ("auto", "format_sample") else []
     samples = load_format_samples(rest)
     loaded = {t: real.get(t) or samples.get(t) for t in tasks if t in real or t in samples}
@@ -109,16 +118,31 @@ def select_items(loaded: dict[str, list[BizFinItem]], p: dict) -> dict[str, list
     return out
 
 
+def run_rubrics(cfg: RunConfig, p: dict):
+    """The judge rubric of this run: ours, or the published prompt files under `bizfin.rubrics_dir`."""
+    from finlib.bizfin.rubrics import Rubrics
+
+    return Rubrics.from_dir(None if p["rubrics_dir"] is None else cfg.path(p["rubrics_dir"]))
+
+
+def rubric_source(cfg: RunConfig, p: dict) -> str:
+    """What the captions say about the judge rubric."""
+    return run_rubrics(cfg, p).label()
+
+
 def _judge_fn(judge_spec: ModelSpec, store, p: dict, budget, inf: dict, cfg: RunConfig):
     """A batch judge with everything but the inputs fixed (the stage's vanilla judge, sampled at
     `bizfin.temperature` like the answers)."""
     from finlib.bizfin.judge import judge_batch
 
+    rubrics = run_rubrics(cfg, p)
+
     def run(inputs):
         return judge_batch(judge_spec, store, inputs, method="vanilla", budget=budget,
                            max_new_tokens=int(p["judge_max_new_tokens"]), score_range=judge_scale(p),
                            model_cache=cfg.path(inf["model_cache"]), log_dir=cfg.run_dir / "logs",
-                           progress=bool(inf.get("progress", True)), sampling=sampling_for(judge_spec, p))
+                           progress=bool(inf.get("progress", True)), sampling=sampling_for(judge_spec, p),
+                           rubrics=rubrics)
     return run
 
 
@@ -142,10 +166,10 @@ def score_model(spec_name: str, asked: dict[str, list[BizFinItem]], answers: pd.
                     rows.append({**base, "parsed": False, "official": math.nan, "ours": math.nan, "answer": None,
                                  "note": f"no answer to judge ({a['error']})", "judge_status": "no_answer"})
                 continue
-            s = score_item_detail(t, it, a["raw_text"] if ok else None)
-            note = s.note if ok else f"inference error: {a['error']}"
-            rows.append({**base, "parsed": s.parsed, "official": s.official, "ours": s.ours, "answer": s.answer,
-                         "note": note})
+            s = score_item_detail(t, it, a["raw_text"] if ok else None)   # not answered: NaN, outside N
+            note = s.note if ok else f"not answered: {a['error']}"
+            rows.append({**base, "parsed": s.parsed, "official": s.official, "ours": s.ours,
+                         "first_release": s.first_release, "answer": s.answer, "note": note})
     if to_judge:
         from finlib.bizfin import judge_input
 
@@ -168,7 +192,7 @@ def run_stage(cfg: RunConfig) -> BizFinRun:
     inf = cfg["inference"]
     loaded, report = load_items(cfg, p)
     asked = select_items(loaded, p)
-    registry = load_registry(cfg.path(inf["registry"]))
+    registry = run_registry(cfg)
     specs = select_models(registry, list(p["models"]), source="bizfin.models")
     judge_spec = select_models(registry, [p["judge"]], source="bizfin.judge")[0] if any(
         TASKS[t].kind == "judge" for t in asked) else None
@@ -193,19 +217,59 @@ def run_stage(cfg: RunConfig) -> BizFinRun:
         "answer_status": df.groupby("status").size().to_dict() if len(df) else {},
         "judge_status": df["judge_status"].value_counts().to_dict() if len(df) else {},
         "cost_usd": float(df["cost_usd"].sum()) if len(df) else 0.0, "budget_refused": int(budget.refused),
+        "official_rules_commit": p["official_rules_commit"], "rubric_source": rubric_source(cfg, p),
         "answer_prompt_version": BIZFIN_ANSWER_VERSION, "max_new_tokens": int(p["max_new_tokens"]),
         "temperature": p["temperature"],
     })
+    report["not_answered"] = not_answered_counts(df)
     write_frame(cfg, "bizfin_items", df)
     write_json(cfg, "bizfin_report", report)
+    check_error_share(df, float(inf["max_error_share"]), "stage 07")
     return BizFinRun(df, asked, loaded, report)
 
 
-def rule_differences(long: pd.DataFrame) -> pd.DataFrame:
-    """Official vs our rule per model x task, where they differ by design (see scorers)."""
+def not_answered_counts(items: pd.DataFrame) -> dict[str, dict]:
+    """Per model: answers whose call ended in an error and judge calls that failed, with the most
+    frequent error (outside every N, shown in the report)."""
+    out = {}
+    for model, g in items.groupby("model", sort=False):
+        failed = g[g["status"] != "ok"]
+        judged = g[g["judge_status"].notna() & (g["judge_status"] != "no_answer")]
+        out[str(model)] = {"answers": int(len(failed)), "of": int(len(g)),
+                           "judge_calls": int((judged["judge_status"] == "not_answered").sum()),
+                           "judged": int(len(judged)),
+                           "top_error": failed["note"].astype(str).str[:300].mode().iat[0] if len(failed) else None}
+    return out
+
+
+def check_error_share(items: pd.DataFrame, max_share: float, stage: str) -> None:
+    """Fail the stage (after its artifacts are written) when, for any model, more than
+    `inference.max_error_share` of its answer calls or of its judge calls ended in an error: a run
+    whose every call got HTTP 401 must not print a table of zeros and succeed. One line, naming the
+    model and the most frequent error (the rule of Fin-Bias stage 03)."""
+    from finlib.finbias.inference import InferenceFailed
+
+    bad = []
+    for model, c in not_answered_counts(items).items():
+        if c["of"] and c["answers"] / c["of"] > max_share:
+            bad.append(f"model '{model}': {c['answers']}/{c['of']} answer calls failed ({c['top_error']})")
+        if c["judged"] and c["judge_calls"] / c["judged"] > max_share:
+            bad.append(f"model '{model}': {c['judge_calls']}/{c['judged']} judge calls failed")
+    if bad:
+        raise InferenceFailed(f"{stage}: too many failed calls (inference.max_error_share={max_share:g}): "
+                              + " | ".join(bad) + "; answers already stored are kept, fix the cause and rerun")
+
+
+def rule_differences(long: pd.DataFrame, items: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Official vs our rule per model x task, where they differ by design (see scorers), and the
+    first public release's score (%) where its rule differs (NaN elsewhere)."""
     w = long[long["task"] != "Average"].pivot_table(index=["model", "task"], columns="rule", values="score",
                                                     sort=False).reset_index()
     w["difference"] = w["ours"] - w["official"]
+    if items is not None and "first_release" in items:
+        fr = (items[items["kind"] == "accuracy"].groupby(["model", "task"], sort=False)["first_release"]
+              .mean().mul(100).rename("first_release").reset_index())
+        w = w.merge(fr, on=["model", "task"], how="left")
     return w
 
 
@@ -217,19 +281,21 @@ def make_tables(cfg: RunConfig, run: BizFinRun, count_tokens=None, tokenizer_nam
 
     sc = cfg["scoring"]
     long = results.task_scores(run.items, int(sc["bootstrap_reps"]), cfg.seed, float(sc.get("ci", 0.95)))
-    caption = results.table3_caption(run.report, long)
+    caption = results.table3_caption(run.report, long, run.items)
     wide = results.table3(long)
-    out = {"table3_long": long, "table3": wide, "rules": rule_differences(long)}
+    out = {"table3_long": long, "table3": wide, "rules": rule_differences(long, run.items)}
     # BizFinBench never uses the synthetic Fin-Bias market: its own caveat (format sample / plumbing) is in the caption.
     write_table(cfg, "bizfin_table3", wide, caption, synthetic_caveat=False)
     write_table(cfg, "bizfin_table3_ci", long, caption + " Long form: N, parse rate, judge-invalid count, 95 % "
                 "bootstrap interval over items.", synthetic_caveat=False)
     write_table(cfg, "bizfin_rules", out["rules"], "BizFinBench accuracy tasks: published rule vs ours (score %, "
-                "difference = ours - official); see finlib/bizfin/scorers.py for each reason. "
-                + results.source_caveats(run.report, long), synthetic_caveat=False)
+                "difference = ours - official) and the first public release's score where its rule differs "
+                f"(commit {FIRST_RELEASE_COMMIT}); see finlib/bizfin/scorers.py for each reason. "
+                + results.rules_caption(run.report) + " " + results.source_caveats(run.report, long),
+                synthetic_caveat=False)
     if count_tokens is None:
         p = bizfin_params(cfg)
-        registry = load_registry(cfg.path(cfg["inference"]["registry"]))
+        registry = run_registry(cfg)
         spec = select_models(registry, [p["table6_model"]], source="bizfin.table6_model")[0]
         count_tokens = results.hf_counter(results.load_tokenizer(spec, cfg.path(cfg["inference"]["model_cache"])))
         tokenizer_name = f"{spec.name} ({spec.model_id})"
@@ -237,7 +303,8 @@ def make_tables(cfg: RunConfig, run: BizFinRun, count_tokens=None, tokenizer_nam
     out["table6"] = t6
     write_table(cfg, "bizfin_table6", t6, f"BizFinBench Table 6: query token lengths of the items present, tokenizer "
                 f"{tokenizer_name} (the paper does not name its tokenizer); format-sample rows measure our samples, "
-                f"not the benchmark.", float_format="{:.1f}", synthetic_caveat=False)
+                f"not the benchmark. " + results.rules_caption(run.report), float_format="{:.1f}",
+                synthetic_caveat=False)
     return out
 
 

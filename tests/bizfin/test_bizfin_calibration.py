@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from finlib.bizfin import calibration as C
-from finlib.bizfin.tasks import task_info
+from finlib.llm.prompts import judge_rubric
 from finlib.llm import engine
 from finlib.llm.store import ResponseStore, Result
 from finlib.llm.stub_server import stub_spec
@@ -82,9 +82,11 @@ def test_reference_set_errors_name_file_line_and_field():
         C.read_reference_set("x.jsonl", json.dumps(good) + "\n" + json.dumps(good))
 
 
-def test_dimension_order_follows_table2_or_reversed():
-    assert C.ordered_dimensions("FTU") == task_info("FTU").dimensions
-    assert C.ordered_dimensions("FTU", "reversed") == tuple(reversed(task_info("FTU").dimensions))
+def test_dimension_order_is_the_authors_or_reversed():
+    # the authors' FDD revision checks the numbers (prompt_1) before the trend (prompt_2)
+    assert C.ordered_dimensions("FDD") == ("数据一致性", "趋势准确性")
+    assert C.ordered_dimensions("FTU") == judge_rubric("FTU").names() == ("工具选择", "参数准确性", "方案有效性")
+    assert C.ordered_dimensions("FTU", "reversed") == tuple(reversed(judge_rubric("FTU").names()))
     with pytest.raises(ValueError, match="dimension_order"):
         C.ordered_dimensions("FTU", "random")
 
@@ -126,10 +128,9 @@ class RankingJudge:
             text = req.messages[-1]["content"]
             self.sent.append(text)
             if "修订者" in text:
-                reply = text.split("【回答】\n", 1)[1].split("\n\n【评估维度】", 1)[0]
+                reply = text.split("【回答】\n", 1)[1].split("\n\n不要解释", 1)[0]
             else:
-                key = "【待评回答】\n" if "【待评回答】" in text else "【回答】\n"
-                answer = text.split(key, 1)[1].split("\n\n", 1)[0]
+                answer = text.split("【回答】\n", 1)[1].split("\n\n", 1)[0]
                 reply = json.dumps({"score": self.scores.get(answer, 50), "reason": "fake"})
             results.append(Result.for_request(req, status="ok", raw_text=reply, truncated_output=False))
         store.put_many(results)
@@ -148,7 +149,7 @@ def test_end_to_end_with_a_scripted_judge(tmp_path, monkeypatch):
     table = C.table4(corr)
     assert table["Methods"].tolist()[:4] == ["LLM as a judge (stub)", "Ours (stub)", "LLM as a judge (stub2)",
                                              "Ours (stub2)"]
-    n_refine = sum(len(task_info(t).dimensions) for t in ref["task"])
+    n_refine = sum(len(judge_rubric(t).names()) for t in ref["task"])
     assert len(judge.sent) == 2 * (len(ref) + n_refine + len(ref))
 
 
@@ -169,7 +170,7 @@ def test_stage08_end_to_end_on_the_smoke_params(tmp_run, monkeypatch):
     monkeypatch.setattr(engine, "send_pending", judge)
     run = judge_stage.run_stage(cfg)
     [traj] = run.trajectories
-    assert traj.input.id == f"m|{item.id}" and len(traj.steps) == len(task_info("FDD").dimensions)
+    assert traj.input.id == f"m|{item.id}" and len(traj.steps) == len(judge_rubric("FDD").names())
     assert traj.result.status == "ok"
     assert len(read_frame(cfg, "iterajudge_trajectories")) == 1 + len(traj.steps)
     assert len(read_frame(cfg, "judge_calibration_scores")) == 3 * 2
@@ -181,6 +182,8 @@ def test_stage08_end_to_end_on_the_smoke_params(tmp_run, monkeypatch):
     assert run.report["plumbing_models"] == ["qwen2.5-coder-0.5b"]
     assert "NOT the paper's expert scores" in judge_stage.caveat_banner(run)
     assert list(judge_stage.calibration_view(run.scores)["reference_score"]) == [100, 60, 0]
+    assert run.report["degenerate"]          # 3 answers: every interval flagged, never shown as precise
+    assert "paired" in (cfg.tables_dir / "bizfin_table4_judge.md").read_text(encoding="utf-8")
     n_sent = len(judge.sent)
     judge_stage.run_stage(cfg)
     assert len(judge.sent) == n_sent  # a rerun is answered from the store

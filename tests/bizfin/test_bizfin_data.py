@@ -12,6 +12,7 @@ from finlib.bizfin.data import (BizFinDataError, check_counts, load_format_sampl
                                 read_jsonl)
 from finlib.bizfin.judge import JudgeResult
 from finlib.bizfin.tasks import JUDGE_TASKS, TASK_ORDER, TASKS, check_tasks
+from finlib.llm.prompts import judge_rubric
 
 
 def line(user="问题", gold="1", system=None, **extra) -> str:
@@ -111,7 +112,7 @@ def test_score_item_with_scripted_judge():
         return JudgeResult(inp.id, 80.0, "ok", '{"score": 80}', "")
 
     assert score_item("FQA", it, "<think>hmm</think>市净率是股价除以每股净资产。", judge=judge) == pytest.approx(0.8)
-    assert seen[0].answer == "市净率是股价除以每股净资产。" and seen[0].dimensions == TASKS["FQA"].dimensions
+    assert seen[0].answer == "市净率是股价除以每股净资产。" and seen[0].dimensions == judge_rubric("FQA").names()
     assert seen[0].reference is None          # FQA has no gold text
 
     def invalid(inp):
@@ -161,3 +162,53 @@ def test_real_gold_answers_score_one(shared_data):
             s = score_item_detail(t, it, json.dumps({"cot": "x", "answer": it.gold}, ensure_ascii=False))
             assert s.ours == 1.0, (t, it.line)
             assert s.official == (0.0 if official_unscorable(t, it.gold) else 1.0), (t, it.line)
+
+
+@pytest.mark.shared_data
+def test_published_records_pass_straight_into_score_item(shared_data):
+    """The dict read from a benchmark JSONL line is accepted as the item: its gold given back as a
+    multi-line-cot answer scores like the loaded item (both rules)."""
+    folder = shared_data / "bizfinbench"
+    if not folder.is_dir():
+        pytest.skip(f"{folder} not present")
+    path = folder / "Financial_Numerical_Computation.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines()[:20]
+    loaded = read_jsonl(path, "FNC")[:20]
+    for raw, it in zip(lines, loaded):
+        rec = json.loads(raw)
+        answer = '{"cot": "第一步\n第二步", "answer": "' + it.gold + '"}'
+        assert score_item("FNC", rec, answer) == score_item("FNC", it, answer) == 1.0
+        assert score_item_detail("FNC", rec, answer).ours == 1.0
+
+
+def test_score_item_accepts_a_record_dict_and_refuses_other_types():
+    rec = json.loads(line(gold="4.5"))
+    assert score_item("FNC", rec, '{"cot": "1.2 + 3.3\n= 4.5", "answer": 4.5}') == 1.0
+    with pytest.raises(BizFinDataError, match="choices"):
+        score_item("FNC", {"messages": rec["messages"]}, '{"answer": 4.5}')
+    with pytest.raises(TypeError, match="published record"):
+        score_item("FNC", "not a record", '{"answer": 4.5}')
+
+
+def test_failed_call_is_not_answered_not_wrong():
+    rec = json.loads(line(gold="4.5"))
+    s = score_item_detail("FNC", rec, None)
+    assert math.isnan(s.official) and math.isnan(s.ours) and not s.parsed and "not answered" in s.note
+
+
+def test_file_that_is_not_utf8_names_file_and_line(tmp_path):
+    p = tmp_path / "Financial_Numerical_Computation.jsonl"
+    p.write_bytes((line(gold="1") + "\n" + line(user="问题二", gold="2")).encode("utf-8") + "\n".encode()
+                  + line(user="第三题", gold="3").encode("gbk"))
+    with pytest.raises(BizFinDataError, match=rf"{p.name}, line 3: not UTF-8"):
+        read_jsonl(p, "FNC")
+
+
+@pytest.mark.parametrize("body", ["", "\n\n  \n"])
+def test_empty_task_file_is_a_clear_error(tmp_path, body):
+    folder = tmp_path / "bizfin"
+    folder.mkdir()
+    p = folder / "Financial_Numerical_Computation.jsonl"
+    p.write_text(body, encoding="utf-8")
+    with pytest.raises(BizFinDataError, match=rf"{p.name}: no items"):
+        load_local(folder, ["FNC"])

@@ -15,7 +15,7 @@ from finlib.llm.store import ResponseStore, Result
 from finlib.llm.stub_server import ThreadedStub, stub_spec
 
 SPEC = stub_spec()  # never contacted: send_pending is replaced by the fake below
-DIMS = ("趋势准确性", "数据一致性", "表达清晰度")
+DIMS = ("准确性", "完整性", "分析深度")  # three of the FQA rubric's dimensions, in a chosen order
 Q = "根据数据描述股票A的走势：|日期|涨跌幅|\n|1月2日|+3%|\n|1月3日|-1%|"
 
 
@@ -31,8 +31,8 @@ class FakeModel:
 
     def reply(self, text: str) -> str:
         if "修订者" in text:
-            answer = re.search(r"【回答】\n(.*?)\n\n【评估维度】\n(.*?)\n\n", text, re.DOTALL)
-            return f"{answer.group(1)}+[{answer.group(2)}]"
+            m = re.search(r"【评估标准：(.*?)】\n.*?\n\n【回答】\n(.*?)\n\n不要解释", text, re.DOTALL)
+            return f"{m.group(2)}+[{m.group(1)}]"
         return self.judge_reply
 
     def __call__(self, spec, pending, store, **kw):
@@ -65,7 +65,7 @@ def fake(monkeypatch):
 
 
 def inputs(n: int = 2, dims=DIMS) -> list[J.JudgeInput]:
-    return [J.JudgeInput(f"i{i}", "FDD", f"{Q} #{i}", f"股票A先涨后跌{i}", dims) for i in range(n)]
+    return [J.JudgeInput(f"i{i}", "FQA", f"{Q} #{i}", f"股票A先涨后跌{i}", dims) for i in range(n)]
 
 
 def run_itera(store, ins, **kw):
@@ -75,19 +75,19 @@ def run_itera(store, ins, **kw):
 def test_refinement_follows_dimension_order_with_q_in_every_step(store, fake):
     trajs = run_itera(store, inputs(1))
     refine_calls = [t for t in fake.sent if "修订者" in t]
-    assert [re.search(r"【评估维度】\n(.*?)\n", t).group(1) for t in refine_calls] == list(DIMS)
+    assert [re.search(r"【评估标准：(.*?)】", t).group(1) for t in refine_calls] == list(DIMS)
     assert all(Q in t for t in fake.sent)  # the question in every refine step and in the judge call
     # y_k = refine(y_{k-1}): each step sees the previous step's output
-    assert "股票A先涨后跌0+[趋势准确性]+[数据一致性]" in refine_calls[2]
-    assert trajs[0].texts() == ["股票A先涨后跌0", "股票A先涨后跌0+[趋势准确性]",
-                                "股票A先涨后跌0+[趋势准确性]+[数据一致性]",
-                                "股票A先涨后跌0+[趋势准确性]+[数据一致性]+[表达清晰度]"]
+    assert "股票A先涨后跌0+[准确性]+[完整性]" in refine_calls[2]
+    assert trajs[0].texts() == ["股票A先涨后跌0", "股票A先涨后跌0+[准确性]",
+                                "股票A先涨后跌0+[准确性]+[完整性]",
+                                "股票A先涨后跌0+[准确性]+[完整性]+[分析深度]"]
 
 
 def test_contrastive_prompt_holds_original_and_final_refinement(store, fake):
     trajs = run_itera(store, inputs(1))
     judge_call = fake.sent[-1]
-    assert "【待评回答】\n股票A先涨后跌0\n" in judge_call
+    assert "【回答】\n股票A先涨后跌0\n" in judge_call
     assert "【参考回答】\n" + trajs[0].texts()[-1] + "\n" in judge_call
     assert all(d in judge_call for d in DIMS)
     assert trajs[0].result == J.JudgeResult("i0", 80.0, "ok", '{"score": 80, "reason": "ok"}', "",
@@ -101,8 +101,8 @@ def test_trajectory_frame_keeps_every_step_and_its_delta(store, fake):
     one = frame[frame["id"] == "i1"].sort_values("k")
     assert list(one["k"]) == [0, 1, 2, 3]
     assert list(one["dimension"])[1:] == list(DIMS)
-    assert one["diff"].iloc[1] == "{++[趋势准确性]+}"
-    assert one["chars_added"].iloc[1] == len("+[趋势准确性]") and one["chars_removed"].iloc[1] == 0
+    assert one["diff"].iloc[1] == "{++[准确性]+}"
+    assert one["chars_added"].iloc[1] == len("+[准确性]") and one["chars_removed"].iloc[1] == 0
     summary = J.trajectory_summary(run_itera(store, inputs(2)))
     assert set(summary.columns) >= {f"change[{d}]" for d in DIMS}
     json.dumps(J.to_json(run_itera(store, inputs(1))), ensure_ascii=False)  # JSON-able for artifacts
@@ -134,7 +134,7 @@ def test_resume_mid_trajectory_repeats_no_finished_step(store, monkeypatch):
     ('{"score": true}', "not an integer"),
     ('{"score": 120}', "outside 0..100"),
     ('{"score": 80} {"score": 40}', "conflicting"),
-    ('{"rating": 80}', 'no JSON object with a "score"'),
+    ('{"rating": 80}', "no JSON object with a 'score' key"),
     ("", "empty"),
 ])
 def test_unreadable_judge_output_is_invalid_never_zero(store, monkeypatch, reply, why):
@@ -165,12 +165,12 @@ def test_scale_is_a_parameter(store, monkeypatch):
 
 
 def test_failed_refine_step_stops_that_item_only(store, monkeypatch):
-    fake = FakeModel(fail_on="股票A先涨后跌1+[趋势准确性]")  # step 2 of item i1 fails
+    fake = FakeModel(fail_on="股票A先涨后跌1+[准确性]")  # step 2 of item i1 fails
     monkeypatch.setattr(engine, "send_pending", fake)
     trajs = run_itera(store, inputs(2))
     assert trajs[0].result.status == "ok"
     bad = trajs[1].result
-    assert bad.status == "not_answered" and "step 2 (数据一致性)" in bad.note and bad.score is None
+    assert bad.status == "not_answered" and "step 2 (完整性)" in bad.note and bad.score is None
     assert len(trajs[1].steps) == 2 and trajs[1].judge_raw is None
     # the failure is retried next run; the finished step 1 is not
     retry = FakeModel()
@@ -180,7 +180,7 @@ def test_failed_refine_step_stops_that_item_only(store, monkeypatch):
 
 
 def test_vanilla_judge_one_call_with_reference(store, fake):
-    ins = [J.JudgeInput("v", "FQA", "什么是市盈率？", "股价除以每股收益。", ("Answer accuracy",), reference="参考：P/E")]
+    ins = [J.JudgeInput("v", "FQA", "什么是市盈率？", "股价除以每股收益。", ("准确性",), reference="参考：P/E")]
     [res] = J.judge_batch(SPEC, store, ins, method="vanilla", progress=False)
     assert res.score == 80.0 and len(fake.sent) == 1
     assert "【参考答案】\n参考：P/E" in fake.sent[0] and "什么是市盈率？" in fake.sent[0]

@@ -26,7 +26,8 @@ def bizfin_run(tmp_path, repo_root):
     (root / "params").mkdir(parents=True)
     params = {"seed": 7, "scoring": {"bootstrap_reps": 50, "ci": 0.95}, "bizfin": dict(defaults["bizfin"]),
               "inference": {"registry": "params/models.yaml", "store": "data/interim/responses.sqlite",
-                            "budget_usd": 0.0, "model_cache": "data/interim/models", "progress": False}}
+                            "budget_usd": 0.0, "model_cache": "data/interim/models", "progress": False,
+                            "max_error_share": 0.5}}
     cfg = RunConfig(name="bizfin-test", params=params, root=root, params_file=root / "params" / "test.yaml")
     for d in (cfg.processed_dir, cfg.tables_dir, cfg.run_dir):
         d.mkdir(parents=True, exist_ok=True)
@@ -93,7 +94,7 @@ def test_real_selection_shortest_first():
 def test_params_refuse_unknown_and_bad_values(bizfin_run):
     cfg = bizfin_run
     cfg.params["bizfin"]["judge_method"] = "iterajudge"
-    with pytest.raises(ConfigError, match="stage 08"):
+    with pytest.raises(ConfigError, match="stage 08|'vanilla'"):
         stage.bizfin_params(cfg)
     cfg.params["bizfin"]["judge_method"] = "vanilla"
     cfg.params["bizfin"]["real_items"] = 3
@@ -123,15 +124,19 @@ def test_average_is_plain_mean_of_tasks_and_skips_unscored():
     rows = []
     for _ in range(4):
         rows.append({"model": "m", "task": "FNC", "source": "benchmark", "parsed": True, "judge_status": None,
-                     "official": 1.0, "ours": 1.0})
+                     "official": 1.0, "ours": 1.0, "status": "ok"})
     rows.append({"model": "m", "task": "FTR", "source": "benchmark", "parsed": True, "judge_status": None,
-                 "official": 0.0, "ours": 1.0})
+                 "official": 0.0, "ours": 1.0, "status": "ok"})
+    rows.append({"model": "m", "task": "FTR", "source": "benchmark", "parsed": False, "judge_status": None,
+                 "official": float("nan"), "ours": float("nan"), "status": "error"})   # not answered
     rows.append({"model": "m", "task": "FQA", "source": "benchmark", "parsed": False, "judge_status": "invalid",
-                 "official": float("nan"), "ours": float("nan")})
+                 "official": float("nan"), "ours": float("nan"), "status": "ok"})
     long = task_scores(pd.DataFrame(rows), reps=200, seed=1).set_index(["rule", "task"])
     assert long.loc[("official", "Average"), "score"] == pytest.approx(50.0)   # (100 + 0) / 2, not 4/5 pooled
     assert long.loc[("ours", "Average"), "score"] == pytest.approx(100.0)
     assert long.loc[("official", "FQA"), "judge_invalid"] == 1 and long.loc[("official", "FQA"), "n_scored"] == 0
+    ftr = long.loc[("official", "FTR")]
+    assert (ftr["n_items"], ftr["not_answered"], ftr["n_scored"], ftr["parse_rate"]) == (2, 1, 1, 1.0)
     lo, hi = long.loc[("official", "Average"), ["ci_low", "ci_high"]]
     assert lo <= 50.0 <= hi
 
@@ -160,4 +165,44 @@ def test_score_model_with_scripted_judge():
     assert rows.loc[fqa[0], "official"] == pytest.approx(0.6) and rows.loc[fqa[0], "judge_status"] == "ok"
     assert math.isnan(rows.loc[fqa[1], "official"]) and rows.loc[fqa[1], "judge_status"] == "invalid"
     fnc = asked["FNC"][0].id
-    assert rows.loc[fnc, "official"] == 0.0 and not rows.loc[fnc, "parsed"] and "timeout" in rows.loc[fnc, "note"]
+    # a failed answer call is not answered: NaN under both rules (outside N), never a wrong answer
+    assert math.isnan(rows.loc[fnc, "official"]) and math.isnan(rows.loc[fnc, "ours"])
+    assert not rows.loc[fnc, "parsed"] and "not answered: timeout" in rows.loc[fnc, "note"]
+
+
+def _failing_answers(asked, status_of):
+    ids = [it.id for its in asked.values() for it in its]
+    return pd.DataFrame({"id": ids, "status": [status_of(i) for i in range(len(ids))],
+                         "raw_text": ['{"answer": 1}' if status_of(i) == "ok" else None for i in range(len(ids))],
+                         "error": [None if status_of(i) == "ok" else "HTTP 401: invalid api key" for i in range(len(ids))],
+                         "input_tokens": 1, "output_tokens": 1, "cost_usd": 0.0, "cached": False})
+
+
+def test_error_share_gate_fails_the_stage_with_one_line():
+    """A wrong key (every call 401) must fail stage 07, not print a table of zeros; a share of
+    failures within inference.max_error_share passes, its items counted as not answered."""
+    from finlib.bizfin.data import load_format_samples
+    from finlib.finbias.inference import InferenceFailed
+
+    asked = {"FNC": load_format_samples(["FNC"])["FNC"], "FTR": load_format_samples(["FTR"])["FTR"]}
+    dead = pd.DataFrame(stage.score_model("m", asked, _failing_answers(asked, lambda i: "error"), None, (0, 100)))
+    assert dead["official"].isna().all()
+    with pytest.raises(InferenceFailed) as err:
+        stage.check_error_share(dead, 0.5, "stage 07")
+    msg = str(err.value)
+    assert "\n" not in msg and "stage 07" in msg and "4/4 answer calls failed" in msg and "401" in msg
+    some = pd.DataFrame(stage.score_model("m", asked, _failing_answers(asked, lambda i: "error" if i == 0 else "ok"),
+                                          None, (0, 100)))
+    stage.check_error_share(some, 0.5, "stage 07")   # 1/4 failed: the stage goes on
+    counts = stage.not_answered_counts(some)["m"]
+    assert counts["answers"] == 1 and counts["of"] == 4 and "401" in counts["top_error"]
+
+
+def test_rule_revision_is_pinned_and_named(bizfin_run):
+    from finlib.bizfin.scorers import OFFICIAL_RULES_COMMIT
+
+    cfg = bizfin_run
+    assert stage.bizfin_params(cfg)["official_rules_commit"] == OFFICIAL_RULES_COMMIT
+    cfg.params["bizfin"]["official_rules_commit"] = "d355b5f8aac502e0d5e8085a72f94f758720b9b7"
+    with pytest.raises(ConfigError, match="only revision implemented"):
+        stage.bizfin_params(cfg)
