@@ -161,6 +161,36 @@ def model_plan(cfg: RunConfig, spec: ModelSpec, texts: dict[str, list[str]], cou
     return rows
 
 
+def extension_counts(cfg: RunConfig, spec: ModelSpec, counts: dict[str, int]) -> dict[str, int]:
+    """New calls beyond the paper for one model (finlib.finbias.draws): the rating sweep
+    (`perturb.sweep_reports`) and draws 2..k (`inference.samples_per_item`) of the chosen reports.
+    The sweep of the analyst's own rating and of the fake rating are the paper's calls (same key),
+    so a sweep report costs 3 - 1 - (fakes per report) new texts; label scoring pays one pass per
+    new text (its k draws come from that pass), generation k calls per text."""
+    inf, pert = cfg.params.get("inference", {}), cfg.params.get("perturb", {})
+    listed = inf.get("extension_models")
+    if listed is not None and spec.name not in listed:
+        return {}
+    k = int(inf.get("samples_per_item") or 1)
+    n_rep = counts.get(Condition.ORIGINAL.value, 0)
+    sweep_n = n_rep if pert.get("sweep_reports", 0) is None else min(int(pert.get("sweep_reports") or 0), n_rep)
+    built = cfg.processed_dir / "conditions.parquet"
+    if built.is_file():  # stage 02 ran: the reports it gave the sweep
+        cond = pd.read_parquet(built, columns=["report_id", "condition", "status"])
+        sweep_n = int(cond.loc[cond["condition"].str.startswith("sweep_") & (cond["status"] == "ok"),
+                               "report_id"].nunique())
+    draw_n = n_rep if inf.get("samples_reports") is None else min(int(inf["samples_reports"]), n_rep)
+    per_call = 1 if spec.backend == "local" and inf.get("mode") == "score" else k
+    new_texts = 3 - 1 - (2 if pert.get("fake_rating") == "both" else 1)
+    out = {}
+    if sweep_n and new_texts:
+        out["sweep_<rating> (new texts)"] = sweep_n * new_texts * per_call
+    if per_call > 1 and n_rep:
+        paper = sum(counts.get(c.value, 0) for c in CONDITIONS)
+        out[f"draws 2..{k} (paper conditions)"] = round((k - 1) * paper * max(draw_n, sweep_n) / n_rep)
+    return out
+
+
 def build_plan(cfg: RunConfig) -> pd.DataFrame:
     """The whole plan: one row per model x condition. Makes no model call and downloads nothing."""
     p = plan_params(cfg)
@@ -172,7 +202,9 @@ def build_plan(cfg: RunConfig) -> pd.DataFrame:
     rows = []
     for spec in specs:
         counter = tokenizer_counter(spec, cache) or estimate_counter(float(p["estimate_chars"]))
-        rows += model_plan(cfg, spec, texts, counts, counter, answers)
+        extra = extension_counts(cfg, spec, counts)  # beyond the paper: sweep and repeated draws
+        rows += model_plan(cfg, spec, {**texts, **{c: texts.get(Condition.ORIGINAL.value) for c in extra}},
+                           {**counts, **extra}, counter, answers)
     return pd.DataFrame(rows)
 
 

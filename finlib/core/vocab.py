@@ -174,18 +174,37 @@ def term_pattern(terms: Iterable[str], hyphens: str = "-", suffixes: Iterable[st
 
 
 class Condition(str, Enum):
-    """The four ways a report is shown to a model (Fin-Bias Sections 3 and 5.1)."""
+    """The ways a report is shown to a model: the paper's four (Fin-Bias Sections 3 and 5.1) and
+    the rating sweep beyond it (each report shown with each rating, finlib.finbias.rating_sweep)."""
 
     ORIGINAL = "original"
     NO_RATING = "no_rating"
     FAKE_RATING = "fake_rating"
     NO_OPINION = "no_opinion"
+    SWEEP_BULLISH = "sweep_bullish"
+    SWEEP_NEUTRAL = "sweep_neutral"
+    SWEEP_BEARISH = "sweep_bearish"
 
     def __str__(self) -> str:
         return self.value
 
 
-CONDITIONS: tuple[Condition, ...] = tuple(Condition)
+# The paper's four conditions (every paper table and test iterates these, never the sweep).
+CONDITIONS: tuple[Condition, ...] = (Condition.ORIGINAL, Condition.NO_RATING, Condition.FAKE_RATING,
+                                     Condition.NO_OPINION)
+# The rating sweep: the report shown with this rating in the analyst's own phrasing (off in the paper run).
+SWEEP_CONDITIONS: dict[Rating, Condition] = {Rating.BULLISH: Condition.SWEEP_BULLISH,
+                                              Rating.NEUTRAL: Condition.SWEEP_NEUTRAL,
+                                              Rating.BEARISH: Condition.SWEEP_BEARISH}
+
+
+def shown_rating(condition: str) -> Rating | None:
+    """The rating a sweep condition shows ("sweep_bearish" -> bearish); None for the paper's four."""
+    for rating, cond in SWEEP_CONDITIONS.items():
+        if condition == cond.value:
+            return rating
+    return None
+
 
 # The nine sectors of Fin-Bias Table 2, Yahoo-style names, in the paper's column order.
 SECTORS: tuple[str, ...] = (

@@ -74,17 +74,24 @@ WHERE responses.status != 'ok'
 
 
 def make_key(backend: str, model_id: str, messages: list[dict], params: dict, prompt_version: str,
-             mode: str, engine: dict | None = None) -> str:
+             mode: str, engine: dict | None = None, sample: int = 0) -> str:
     """sha256 of everything that determines a response (canonical JSON, sorted keys).
 
     `engine` holds what else fixes the output of a model we run ourselves (local backend: the
     weight source and the dtype); a server's model id already names its weights, so API keys
     leave it out (and keep the keys of stores made before it existed).
+    `sample`: the index of an independent draw of the same call (`inference.samples_per_item`).
+    Draw 0 is the paper's single draw and keeps the key it always had; only draws 1, 2, ... name
+    their index, so each is stored (and paid) once and a run with more draws reuses the first.
     """
     payload = {"backend": backend, "model_id": model_id, "messages": messages, "params": params,
                "prompt_version": prompt_version, "mode": mode}
     if engine is not None:
         payload["engine"] = engine
+    if sample < 0:
+        raise ValueError(f"sample index must be >= 0, got {sample}")
+    if sample > 0:
+        payload["sample"] = int(sample)
     blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
