@@ -1,5 +1,8 @@
 """Stage 00 (home of notebooks/00_data_prep.ipynb): load, validate and clean the inputs.
 
+This module loads the reports per source and runs the stage; file reading, checks and cleaning
+are `finlib.finbias.validation`, prices (files, yfinance) `finlib.finbias.prices`.
+
 Sources (params `data.source`):
 - `synthetic`   : finlib.finbias.synth generates a seeded market, writes it to
                   `data/raw/synthetic/<run>/`, and it is then read back through the *same*
@@ -13,38 +16,52 @@ date range each ticker was downloaded for; a run needing a wider range refetches
 series comes from `data.prices.market_path` or, when null, dividend-adjusted SPY via yfinance
 (`data.prices.market_ticker`). Unknown keys under `data:`, `data.reports:`, `data.prices:` are errors.
 
-Error policy: bad input raises `DataValidationError` naming the file, the row and the
-column. Rows are counted 1-based over data rows (the header is not a row), so "row 3" is the
-third record of the file. Nothing is dropped silently: reports whose first sentence states no
+Error policy (`finlib.finbias.validation`): bad input raises `DataValidationError` naming the file,
+the row and the column. Nothing is dropped silently: reports whose first sentence states no
 rating are kept with `analyst_rating = None` and counted in `data_report.json`.
-
-Cleaning (conservative, documented in `clean_text`): common UTF-8-read-as-cp1252 mojibake
-("â€™" -> "’"), non-breaking/zero-width spaces, soft hyphens, words hyphenated across a line
-break ("manage-\\nment" -> "management", lowercase on both sides only), line breaks inside a
-paragraph -> spaces, blank lines kept as paragraph breaks, runs of spaces collapsed.
 """
 from __future__ import annotations
 
-import gzip
-import io
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 
-from finlib.core.artifacts import require_columns
-from finlib.core.config import RunConfig, check_known_keys
-from finlib.core.vocab import RATINGS, SECTOR_ALIASES, SECTORS, Rating
+from finlib.core.config import RunConfig
+from finlib.core.vocab import RATINGS, Rating
 from finlib.core.tables import paper_table
-
-REPORT_COLUMNS: tuple[str, ...] = ("report_id", "ticker", "company", "sector", "date", "text")
-REQUIRED_REPORT_COLUMNS: tuple[str, ...] = ("report_id", "ticker", "date", "text")
-# Optional: a rating column shipped with the corpus, used only to check the extractor.
-OPTIONAL_REPORT_COLUMNS: tuple[str, ...] = ("company", "sector", "analyst_rating")
-PRICE_COLUMNS: tuple[str, ...] = ("date", "ticker", "adj_close")
+from finlib.finbias.prices import (  # noqa: F401  (re-exported: stage 00's public names)
+    cache_covers,
+    cached_range,
+    fetch_yfinance_prices,
+    load_market,
+    load_prices,
+)
+from finlib.finbias.validation import (  # noqa: F401  (re-exported: stage 00's public names)
+    DataSourceError,
+    DataValidationError,
+    MOJIBAKE,
+    OPTIONAL_REPORT_COLUMNS,
+    PRICE_COLUMNS,
+    REPORT_COLUMNS,
+    REQUIRED_REPORT_COLUMNS,
+    apply_column_mapping,
+    canonical_sector,
+    check_required_values,
+    check_unique_ids,
+    clean_text,
+    clean_text_logged,
+    map_sectors,
+    parse_closes,
+    parse_dates,
+    read_table,
+    _blank,
+    _col,
+    _listing,
+    _row,
+)
 
 # The keys stage 00 reads from params `data:` (a misspelled key is an error, never a silent default).
 DATA_KEYS: tuple[str, ...] = ("source", "synthetic", "reports", "prices")
@@ -54,305 +71,6 @@ PRICES_KEYS: tuple[str, ...] = ("path", "market_path", "market_column", "market_
 # closes. Without a market file a real run fetches
 # SPY with yfinance's auto_adjust (dividends reinvested), not the price-only ^GSPC index.
 DEFAULT_MARKET_TICKER = "SPY"
-
-
-class DataValidationError(ValueError):
-    """Input data is malformed; the message names file, row and column."""
-
-
-class DataSourceError(RuntimeError):
-    """A data source cannot be reached (offline, package missing); the message says what to do."""
-
-
-# ---------------------------------------------------------------- reading files
-
-def _suffix(path: Path) -> str:
-    name = path.name.lower()
-    for suf in (".csv.gz", ".jsonl.gz", ".parquet", ".csv", ".tsv", ".jsonl", ".json"):
-        if name.endswith(suf):
-            return suf
-    raise DataValidationError(
-        f"{path}: unsupported file type; use .csv, .csv.gz, .tsv, .parquet, .jsonl or .jsonl.gz")
-
-
-def _parse_text(buf: str, suffix: str, **kw: Any) -> pd.DataFrame:
-    if suffix in (".csv", ".csv.gz"):
-        return pd.read_csv(io.StringIO(buf), dtype=str, keep_default_na=False, **kw)
-    if suffix == ".tsv":
-        return pd.read_csv(io.StringIO(buf), sep="\t", dtype=str, keep_default_na=False, **kw)
-    return pd.read_json(io.StringIO(buf), lines=suffix != ".json", dtype=False, **kw)
-
-
-def _raw_bytes(path: Path) -> bytes:
-    data = path.read_bytes()
-    return gzip.decompress(data) if path.name.lower().endswith(".gz") else data
-
-
-def _utf8_error(path: Path, raw: bytes, suffix: str, exc: UnicodeDecodeError) -> DataValidationError:
-    """Locate a non-UTF-8 byte: offset, line, and (when the file still parses) row and column."""
-    off = exc.start
-    line = raw.count(b"\n", 0, off) + 1
-    where = f"line {line}"
-    try:
-        df = _parse_text(raw.decode("utf-8", errors="replace"), suffix)
-        bad = df.apply(lambda col: col.astype(str).str.contains("\ufffd", regex=False))
-        hit = np.argwhere(bad.to_numpy())
-        if len(hit):
-            r, c = hit[0]
-            where = f"row {r + 1}, column '{df.columns[c]}' (line {line})"
-    except Exception:  # the locating parse is best effort; the byte offset is always exact
-        pass
-    snippet = raw[max(0, off - 20): off + 20]
-    return DataValidationError(
-        f"{path}: not valid UTF-8 at byte offset {off}, {where}: {snippet!r}. "
-        "Re-encode the file as UTF-8 (e.g. `iconv -f cp1252 -t utf-8 in.csv > out.csv`).")
-
-
-def _jsonl_error(path: Path) -> DataValidationError | None:
-    """The first bad line of a JSONL file by line number (pandas reports a character offset into
-    the whole file, which no editor shows), or None when every line is a JSON object."""
-    import json
-
-    text = _raw_bytes(path).decode("utf-8", errors="replace")
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            return DataValidationError(f"{path}: line {n}, column {exc.colno}: invalid JSON ({exc.msg}): "
-                                       f"{line[:80]!r}")
-        if not isinstance(obj, dict):
-            return DataValidationError(f"{path}: line {n}: expected one JSON object per line, got "
-                                       f"{type(obj).__name__}: {line[:80]!r}")
-    return None
-
-
-def read_table(path: str | Path, usecols: list[str] | None = None, nrows: int | None = None) -> pd.DataFrame:
-    """Read CSV/CSV.gz/TSV/JSONL/parquet; text formats must be UTF-8 (checked, located on failure)."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataValidationError(f"{path}: file not found")
-    suffix = _suffix(path)
-    if suffix == ".parquet":
-        df = pd.read_parquet(path, columns=usecols)
-        return df.head(nrows) if nrows else df
-    try:
-        if suffix in (".csv", ".csv.gz", ".tsv"):
-            df = pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",", dtype=str, keep_default_na=False,
-                             usecols=usecols, nrows=nrows, encoding="utf-8")
-        else:
-            df = pd.read_json(path, lines=suffix != ".json", dtype=False, encoding="utf-8", nrows=nrows) \
-                if suffix != ".json" else pd.read_json(path, dtype=False, encoding="utf-8")
-    except UnicodeDecodeError:
-        raw = _raw_bytes(path)
-        try:
-            raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise _utf8_error(path, raw, suffix, exc) from None
-        raise
-    except (ValueError, TypeError) as exc:  # TypeError: pandas on a JSONL line that is not an object
-        if usecols and "Usecols do not match" in str(exc):
-            header = pd.read_csv(path, nrows=0).columns.tolist()
-            missing = [c for c in usecols if c not in header]
-            raise DataValidationError(f"{path}: missing column(s) {missing}; found {header}") from None
-        located = _jsonl_error(path) if suffix in (".jsonl", ".jsonl.gz") else None
-        raise located or DataValidationError(f"{path}: cannot parse as {suffix}: {exc}") from None
-    return df
-
-
-# ---------------------------------------------------------------- report validation
-
-def _row(i: int) -> int:
-    """1-based data-row number of positional index i (the header is not a row)."""
-    return int(i) + 1
-
-
-def _require_columns(df: pd.DataFrame, columns: Iterable[str], source: str) -> None:
-    """finlib.core.artifacts.require_columns, raised as this stage's DataValidationError."""
-    try:
-        require_columns(df, columns, source)
-    except ValueError as exc:
-        raise DataValidationError(str(exc)) from None
-
-
-def _listing(items: list[str], limit: int = 5) -> str:
-    more = f" (and {len(items) - limit} more)" if len(items) > limit else ""
-    return "; ".join(items[:limit]) + more
-
-
-def apply_column_mapping(df: pd.DataFrame, mapping: dict[str, str | None], source: str) -> pd.DataFrame:
-    """Rename the corpus's columns to ours (mapping `ours: theirs`), validating both sides.
-
-    Unknown keys, unmapped required columns and mapped columns absent from the file are
-    errors; an optional column mapped to null becomes all-None (and is reported).
-    """
-    known = set(REPORT_COLUMNS) | set(OPTIONAL_REPORT_COLUMNS)
-    unknown = sorted(set(mapping) - known)
-    if unknown:
-        raise DataValidationError(
-            f"{source}: data.reports.columns has unknown key(s) {unknown}; keys are our names {sorted(known)}")
-    out = {}
-    for ours in (*REPORT_COLUMNS, "analyst_rating"):
-        theirs = mapping.get(ours)
-        if theirs is None:
-            if ours in REQUIRED_REPORT_COLUMNS:
-                raise DataValidationError(
-                    f"{source}: required column '{ours}' is not mapped in data.reports.columns "
-                    f"(available columns: {list(df.columns)})")
-            if ours != "analyst_rating" or "analyst_rating" in mapping:
-                out[ours] = pd.Series([None] * len(df), index=df.index, dtype=object)
-            continue
-        if theirs not in df.columns:
-            raise DataValidationError(
-                f"{source}: column '{theirs}' (mapped to '{ours}' by data.reports.columns) is missing; "
-                f"available columns: {list(df.columns)}")
-        out[ours] = df[theirs]
-    res = pd.DataFrame(out).reset_index(drop=True)
-    res.attrs["source_columns"] = {k: v for k, v in mapping.items() if v is not None}
-    return res
-
-
-def _col(df: pd.DataFrame, ours: str) -> str:
-    """The corpus's name of our column, for messages."""
-    theirs = df.attrs.get("source_columns", {}).get(ours, ours)
-    return theirs if theirs == ours else f"{theirs}' (our '{ours}"
-
-
-def _blank(s: pd.Series) -> pd.Series:
-    return s.isna() | s.astype(str).str.strip().eq("")
-
-
-def check_required_values(df: pd.DataFrame, source: str) -> None:
-    """report_id, ticker and text must be non-empty in every row."""
-    for ours in ("report_id", "ticker", "text"):
-        bad = np.flatnonzero(_blank(df[ours]).to_numpy())
-        if len(bad):
-            rows = [f"row {_row(i)}" for i in bad]
-            what = "empty text" if ours == "text" else f"empty {ours}"
-            raise DataValidationError(f"{source}: {what} in column '{_col(df, ours)}' at {_listing(rows)}")
-
-
-def check_unique_ids(df: pd.DataFrame, source: str) -> None:
-    """Duplicate report ids would silently merge two reports' labels downstream."""
-    ids = df["report_id"].astype(str)
-    dup = ids[ids.duplicated(keep=False)]
-    if len(dup):
-        parts = []
-        for rid, idx in dup.groupby(dup, sort=False).groups.items():
-            parts.append(f"'{rid}' in rows " + ", ".join(str(_row(i)) for i in idx))
-        raise DataValidationError(
-            f"{source}: duplicate report_id in column '{_col(df, 'report_id')}': {_listing(parts)}")
-
-
-def parse_dates(values: pd.Series, source: str, column: str, rows: np.ndarray | None = None) -> pd.Series:
-    """Parse dates one format at a time; unparseable or missing values are an error naming the row.
-
-    ``rows``: the source file's positional row of each value, when ``values`` is a subset.
-    """
-    raw = values.astype(object).reset_index(drop=True)
-    rows = np.arange(len(raw)) if rows is None else np.asarray(rows)
-    parsed = pd.to_datetime(raw, errors="coerce", format="mixed", utc=True)
-    bad = np.flatnonzero(parsed.isna().to_numpy())
-    if len(bad):
-        items = [f"row {_row(rows[i])} ({raw.iloc[i]!r})" for i in bad]
-        raise DataValidationError(f"{source}: unparseable date in column '{column}' at {_listing(items)}")
-    return parsed.dt.tz_localize(None).dt.normalize().astype("datetime64[ns]")
-
-
-def parse_closes(values: pd.Series, source: str, column: str,
-                 rows: np.ndarray | None = None) -> tuple[pd.Series, pd.Series]:
-    """Closing prices as float64 and a mask of blank values (vendor gaps, dropped and counted by
-    the caller); non-numeric or non-positive values are errors naming the row."""
-    raw = values.reset_index(drop=True)
-    rows = np.arange(len(raw)) if rows is None else np.asarray(rows)
-    close = pd.to_numeric(raw, errors="coerce")
-    blank = close.isna() if pd.api.types.is_numeric_dtype(raw) else _blank(raw)
-    for what, mask in (("non-numeric value", close.isna() & ~blank), ("non-positive price", (close <= 0).fillna(False))):
-        if mask.any():
-            items = [f"row {_row(rows[i])} ({raw.iloc[i]!r})" for i in np.flatnonzero(mask.to_numpy())]
-            raise DataValidationError(f"{source}: {what} in column '{column}' at {_listing(items)}")
-    return close.astype("float64"), blank
-
-
-def canonical_sector(value: Any) -> str | None:
-    """The paper's Yahoo-style sector name for a corpus spelling, or None when unknown."""
-    if value is None or (isinstance(value, float) and np.isnan(value)):
-        return None
-    v = str(value).strip()
-    if v in SECTORS:
-        return v
-    return SECTOR_ALIASES.get(v.lower())
-
-
-def map_sectors(df: pd.DataFrame, source: str, on_unknown: str = "error") -> tuple[pd.Series, dict]:
-    """Map sectors via SECTOR_ALIASES; unmapped spellings are an error (or kept and reported)."""
-    raw = df["sector"]
-    mapped = raw.map(canonical_sector)
-    missing = _blank(raw)
-    unknown = mapped.isna() & ~missing
-    notes: dict[str, Any] = {"missing_sector": int(missing.sum())}
-    if unknown.any():
-        first = {}
-        for i in np.flatnonzero(unknown.to_numpy()):
-            first.setdefault(str(raw.iloc[i]), _row(i))
-        if on_unknown == "error":
-            items = [f"'{v}' (first at row {r})" for v, r in first.items()]
-            raise DataValidationError(
-                f"{source}: unknown sector in column '{_col(df, 'sector')}': {_listing(items)}. "
-                "Add the spelling to finlib.core.vocab.SECTOR_ALIASES or set data.reports.on_unknown_sector: keep")
-        mapped = mapped.where(~unknown, raw.astype(str).str.strip())
-        notes["unmapped_sectors_kept"] = {v: int((raw.astype(str).str.strip() == v).sum()) for v in first}
-    outside = sorted(set(mapped.dropna()) - set(SECTORS))
-    notes["outside_paper_sectors"] = {s: int((mapped == s).sum()) for s in outside}
-    return mapped.where(~missing, None), notes
-
-
-# ---------------------------------------------------------------- cleaning
-
-MOJIBAKE: dict[str, str] = {
-    # UTF-8 bytes decoded as cp1252: the most frequent offenders in PDF/HTML extractions.
-    "â€™": "\u2019", "â€˜": "\u2018", "â€œ": "\u201c", "â€\u009d": "\u201d", "â€\x9d": "\u201d",
-    "â€“": "\u2013", "â€”": "\u2014", "â€¦": "\u2026", "â€¢": "\u2022", "Ã©": "é", "Ã¨": "è",
-    "Ã¼": "ü", "Ã¶": "ö", "Ã¤": "ä", "Â\u00a0": " ", "Â£": "£", "Â€": "€", "Â®": "®", "Â©": "©",
-}
-_SPACES = re.compile("[\u00a0\u2007\u202f\u2009\u200a\t\f\v]")
-_INVISIBLE = re.compile("[\u200b\u200c\u200d\u2060\ufeff\u00ad]")
-# NUL and other C0/C1 control characters (tab, newline, CR, VT, FF are whitespace, handled above/below):
-# never meaningful in a report, and a NUL cuts some servers' prompts; removed, counted as "control"
-_CONTROL = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f]")
-_HYPHEN_BREAK = re.compile(r"(?<=[a-z])-[ \t]*\r?\n[ \t]*(?=[a-z])")
-_PARA = re.compile(r"[ \t]*(?:\r?\n[ \t]*){2,}")
-_LINE = re.compile(r"[ \t]*\r?\n[ \t]*")
-_RUNS = re.compile(r" {2,}")
-
-
-def clean_text_logged(text: str) -> tuple[str, tuple[str, ...]]:
-    """`clean_text` plus the names of the rules that changed something (for the data report)."""
-    applied = []
-    out = text
-    for bad, good in MOJIBAKE.items():
-        if bad in out:
-            out = out.replace(bad, good)
-            if "mojibake" not in applied:
-                applied.append("mojibake")
-    for name, pattern, repl in (("nbsp", _SPACES, " "), ("invisible", _INVISIBLE, ""),
-                                ("control", _CONTROL, ""), ("hyphenation", _HYPHEN_BREAK, "")):
-        new = pattern.sub(repl, out)
-        if new != out:
-            applied.append(name)
-            out = new
-    paragraphs = (_RUNS.sub(" ", _LINE.sub(" ", p)).strip() for p in _PARA.split(out))
-    new = "\n\n".join(p for p in paragraphs if p)
-    if new != out:
-        applied.append("whitespace")
-    return new, tuple(applied)
-
-
-def clean_text(text: str) -> str:
-    """Conservative cleaning: fix known mojibake and odd spaces, join hyphenated line breaks,
-    keep blank lines as paragraph breaks (the sentence splitter treats them as boundaries)."""
-    return clean_text_logged(text)[0]
 
 
 # ---------------------------------------------------------------- reports: load + validate
@@ -445,141 +163,6 @@ def load_reports_hf(dataset: str, split: str, columns: dict[str, str | None],
     return validate_reports(apply_column_mapping(df, columns, source), source, on_unknown_sector)
 
 
-# ---------------------------------------------------------------- prices
-
-def load_prices(path: str | Path, tickers: list[str] | None = None, nrows: int | None = None
-                ) -> tuple[pd.DataFrame, dict]:
-    """Long daily adjusted closes (date, ticker, adj_close), validated and sorted.
-
-    Missing closes (gaps in vendor data) are dropped and counted; non-numeric or non-positive
-    closes, bad dates and duplicate (ticker, date) rows are errors naming file/row/column.
-    """
-    path = Path(path)
-    df = read_table(path, nrows=nrows)
-    _require_columns(df, PRICE_COLUMNS, str(path))
-    df = df[list(PRICE_COLUMNS)].reset_index(drop=True)
-    if tickers is not None:
-        df = df[df["ticker"].astype(str).str.strip().str.upper().isin(set(tickers))].reset_index(drop=False).rename(
-            columns={"index": "src_row"})
-    else:
-        df["src_row"] = np.arange(len(df))
-    rows = df["src_row"].to_numpy()
-    dates = parse_dates(df["date"], str(path), "date", rows)
-    close, blank = parse_closes(df["adj_close"], str(path), "adj_close", rows)
-    out = pd.DataFrame({"date": dates, "ticker": df["ticker"].astype(str).str.strip().str.upper(),
-                        "adj_close": close, "src_row": rows})
-    dup = out.duplicated(["ticker", "date"], keep=False)
-    if dup.any():
-        first = out[dup].iloc[:2]
-        raise DataValidationError(
-            f"{path}: duplicate (ticker, date) in columns 'ticker','date': "
-            + _listing([f"{r.ticker} {r.date.date()} at row {_row(r.src_row)}" for r in first.itertuples()]))
-    notes = {"price_rows": int(len(out)), "missing_adj_close_dropped": int(blank.sum())}
-    out = out[~blank.to_numpy()].drop(columns="src_row")
-    return out.sort_values(["ticker", "date"], kind="stable").reset_index(drop=True), notes
-
-
-def load_market(path: str | Path, column: str = "market_close") -> tuple[pd.DataFrame, dict]:
-    """A market index series as (date, market_close), from `date,<column>`.
-
-    Empty values (e.g. an index series that ends before the file's other columns) are dropped
-    and counted; non-numeric or non-positive values are errors naming the row.
-    """
-    path = Path(path)
-    df = read_table(path)
-    _require_columns(df, ("date", column), f"{path} (set data.prices.market_column)")
-    dates = parse_dates(df["date"], str(path), "date")
-    close, blank = parse_closes(df[column], str(path), column)
-    out = pd.DataFrame({"date": dates, "market_close": close})
-    if out["date"].duplicated().any():
-        i = int(np.flatnonzero(out["date"].duplicated().to_numpy())[0])
-        raise DataValidationError(f"{path}: duplicate date in column 'date' at row {_row(i)}")
-    out = out[~blank.to_numpy()]
-    return out.sort_values("date").reset_index(drop=True), {"market_missing_dropped": int(blank.sum())}
-
-
-def _cache_range_path(cache_dir: Path, ticker: str) -> Path:
-    return cache_dir / f"{ticker}.range.json"
-
-
-def cached_range(cache_dir: Path, ticker: str) -> tuple[str, str] | None:
-    """The [start, end] a cached ticker was downloaded for, or None (no cache, or an old one without
-    its range record: it cannot be shown to cover anything, so it is refetched)."""
-    import json
-
-    f, r = cache_dir / f"{ticker}.parquet", _cache_range_path(cache_dir, ticker)
-    if not (f.is_file() and r.is_file()):
-        return None
-    rec = json.loads(r.read_text(encoding="utf-8"))
-    return str(rec["start"]), str(rec["end"])
-
-
-def cache_covers(have: tuple[str, str] | None, start: str, end: str) -> bool:
-    """Does a download for `have` = (start, end) contain the requested [start, end]?
-
-    Judged on the requested ranges, not on the first/last cached price: a ticker listed after
-    `start` never has a price on `start`, and must not be refetched on every run.
-    """
-    return have is not None and pd.Timestamp(have[0]) <= pd.Timestamp(start) \
-        and pd.Timestamp(have[1]) >= pd.Timestamp(end)
-
-
-def fetch_yfinance_prices(tickers: list[str], start: str, end: str, cache_dir: Path,
-                          downloader: Callable | None = None) -> pd.DataFrame:
-    """Adjusted closes from yfinance, one cached parquet per ticker under `cache_dir`.
-
-    A cached ticker is reused only when its recorded download range (`<ticker>.range.json`)
-    covers [start, end]; otherwise it is downloaded again over the union of both ranges.
-    yfinance is optional (`pip install 'finlib[yfinance]'`) and needs network; both failures
-    raise DataSourceError saying how to use a local price file instead.
-    """
-    import json
-
-    cache_dir = Path(cache_dir)
-    frames, todo = [], []
-    for t in tickers:
-        have = cached_range(cache_dir, t)
-        if cache_covers(have, start, end):
-            frames.append(pd.read_parquet(cache_dir / f"{t}.parquet"))
-        else:
-            todo.append((t, have))
-    if todo:
-        if downloader is None:
-            try:
-                import yfinance  # optional extra
-            except ImportError as exc:
-                raise DataSourceError(
-                    "yfinance is not installed: `pip install 'finlib[yfinance]'`, or set data.prices.path to a "
-                    "long date,ticker,adj_close file (CSV/CSV.gz/parquet)") from exc
-            downloader = yfinance.download
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        for t, have in todo:
-            lo = min(start, have[0], key=pd.Timestamp) if have else start
-            hi = max(end, have[1], key=pd.Timestamp) if have else end
-            try:
-                raw = downloader(t, start=lo, end=hi, auto_adjust=True, progress=False)
-            except Exception as exc:
-                raise DataSourceError(
-                    f"yfinance download of '{t}' failed ({type(exc).__name__}: {exc}); offline? Set "
-                    "data.prices.path to a local long date,ticker,adj_close file instead") from exc
-            if raw is None or len(raw) == 0:
-                raise DataSourceError(
-                    f"yfinance returned no prices for '{t}' ({lo}..{hi}); offline or unknown ticker. "
-                    "Set data.prices.path to a local price file instead")
-            close = raw["Close"]
-            close = close.iloc[:, 0] if isinstance(close, pd.DataFrame) else close
-            df = pd.DataFrame({"date": pd.to_datetime(close.index).tz_localize(None).normalize(),
-                               "ticker": t, "adj_close": close.to_numpy(dtype="float64")})
-            df.to_parquet(cache_dir / f"{t}.parquet", index=False)
-            _cache_range_path(cache_dir, t).write_text(json.dumps({"start": lo, "end": hi}), encoding="utf-8")
-            frames.append(df)
-    out = pd.concat(frames, ignore_index=True)
-    out["date"] = out["date"].astype("datetime64[ns]")
-    # Only the requested range: what an earlier, wider download cached must not change this run.
-    out = out[out["date"].between(pd.Timestamp(start), pd.Timestamp(end))]
-    return out.sort_values(["ticker", "date"]).reset_index(drop=True)
-
-
 # ---------------------------------------------------------------- stage entry point
 
 @dataclass
@@ -595,19 +178,9 @@ class DataReport:
 
 
 def data_params(cfg: RunConfig) -> dict:
-    """The `data:` section, its `reports:` and `prices:` sub-sections checked for unknown keys.
-
-    (`data.synthetic` is checked by finlib.finbias.synth.SynthParams.from_section.)
-    """
-    d = cfg.section("data", known=DATA_KEYS)
-    where = f"{cfg.params_file}: data"
-    for name, known in (("reports", REPORTS_KEYS), ("prices", PRICES_KEYS)):
-        sub = d.get(name)
-        if sub is not None:
-            if not isinstance(sub, dict):
-                raise DataValidationError(f"{where}.{name} must be a mapping, got {type(sub).__name__}")
-            check_known_keys(sub, known, f"{where}.{name}")
-    return d
+    """The `data:` section, checked by the params schema (`finlib.core.params.DataSection`, closed at
+    every level: `reports:`, `prices:`, `synthetic:`), so misspelled keys never fall back to defaults."""
+    return cfg.section("data")
 
 
 def _synthetic_inputs(cfg: RunConfig, d: dict) -> tuple[pd.DataFrame, dict, pd.DataFrame, dict, pd.DataFrame,

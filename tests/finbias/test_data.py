@@ -6,6 +6,7 @@ the row (1-based data row) and the column. No network: HF and yfinance are monke
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -449,7 +450,8 @@ def test_misspelled_data_keys_are_errors(tmp_run, tmp_path, section, bad):
     cfg = _local_run(tmp_run, tmp_path, GOOD)
     target = cfg.params["data"] if section is None else cfg.params["data"][section]
     target[bad] = "x"
-    with pytest.raises(ConfigError, match=rf"unknown key\(s\) \['{bad}'\]"):
+    dotted = "data." + (f"{section}." if section else "") + bad
+    with pytest.raises(ConfigError, match=rf"invalid params: unknown key '{re.escape(dotted)}'"):
         data.prepare_data(cfg, write=False)
 
 

@@ -10,7 +10,8 @@ import pytest
 import statsmodels.api as sm
 
 from finlib.finbias import labels as L
-from finlib.finbias.labels import EXCLUSION_REASONS, assign_year_buckets, bucket_counts, compute_labels, market_series
+from finlib.finbias import market_model as MM
+from finlib.finbias.market_model import EXCLUSION_REASONS, assign_year_buckets, bucket_counts, compute_labels, market_series
 
 TOL = 1e-10
 
@@ -186,7 +187,7 @@ def test_day0_is_the_report_date_or_the_last_trading_day_before():
                             "2021-01-01", "2021-01-30"], format="ISO8601")
     # Friday is itself day 0; Saturday, Sunday and the Monday holiday fall back to Friday (row 4);
     # before the calendar -1 (outside coverage); after it the last row
-    assert L.event_day0(cal, dates).tolist() == [4, 4, 4, 4, 5, -1, 8]
+    assert MM.event_day0(cal, dates).tolist() == [4, 4, 4, 4, 5, -1, 8]
 
 
 def _jump_fixture(holiday: bool):
@@ -525,7 +526,7 @@ def test_build_labels_refuses_a_misspelled_key(tmp_run):
     from finlib.core.config import ConfigError
 
     tmp_run.params["labels"]["quantile"] = [0.2, 0.8]
-    with pytest.raises(ConfigError, match=r"labels: unknown key\(s\) \['quantile'\]"):
+    with pytest.raises(ConfigError, match=r"invalid params: unknown key 'labels\.quantile'"):
         L.build_labels(tmp_run)
 
 
@@ -538,3 +539,16 @@ def test_notebook_markdown_helpers():
     assert "(< 10 reports): [2020, 2021]" in md
     assert L.agreement_markdown({"n_same": 3, "n_both": 4, "rate": 0.75}) == "Agreement: **3 / 4** = 75.0 %"
     assert L.agreement_markdown({"n_same": 0, "n_both": 0, "rate": None}) == "Agreement: **0 / 0**"
+
+
+@pytest.mark.parametrize("method, value", [("paper", 2), ("paper", 0), ("mackinlay", 0)])
+def test_min_event_obs_below_the_method_minimum_is_refused_not_raised(method, value):
+    """The paper's method fits alpha and beta on the event window, so fewer than 3 pairs cannot
+    be asked for; the value is refused rather than silently lifted to the minimum."""
+    dates = pd.bdate_range("2020-01-01", periods=40)
+    prices = pd.DataFrame({"date": dates, "ticker": "A", "adj_close": np.linspace(10, 12, 40)})
+    market = pd.Series(np.linspace(100, 101, 40) + np.sin(np.arange(40)), index=dates)
+    events = pd.DataFrame({"report_id": ["r1"], "ticker": ["A"], "date": [dates[5]]})
+    with pytest.raises(ValueError, match=rf"min_event_obs must be >= \d for method '{method}', got {value}"):
+        compute_labels(events, prices, market, window=5, method=method, min_event_obs=value,
+                       estimation_window=3, gap=0, min_obs=2)
