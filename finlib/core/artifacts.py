@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import pandas as pd
 
@@ -46,13 +46,31 @@ def _atomic_target(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
+def write_atomic(path: Path, write: Callable[[Path], Any]) -> Path:
+    """`write(tmp)` then rename onto `path`. When writing fails (disk full, no permission) the
+    temporary file is removed and the error names the file that could not be written -- a bare
+    "[Errno 28] No space left on device" names none."""
+    path = Path(path)
+    try:
+        tmp = _atomic_target(path)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from exc
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, f"cannot write {path}: {exc.strerror or exc} (nothing written, no partial "
+                                 "file left)") from exc
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
 def write_frame(cfg: RunConfig, name: str, df: pd.DataFrame) -> Path:
     """Write a DataFrame artifact as parquet, atomically."""
-    path = artifact_path(cfg, name)
-    tmp = _atomic_target(path)
-    df.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
-    return path
+    return write_atomic(artifact_path(cfg, name), lambda tmp: df.to_parquet(tmp, index=False))
 
 
 def read_frame(cfg: RunConfig, name: str) -> pd.DataFrame:
@@ -69,11 +87,8 @@ def read_frame(cfg: RunConfig, name: str) -> pd.DataFrame:
 
 def write_json(cfg: RunConfig, name: str, obj: Any) -> Path:
     """Write a JSON report (counts, exclusions) next to the stage's frames, atomically."""
-    path = artifact_path(cfg, name, ".json")
-    tmp = _atomic_target(path)
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    text = json.dumps(obj, indent=2, sort_keys=True, default=str)
+    return write_atomic(artifact_path(cfg, name, ".json"), lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def read_json(cfg: RunConfig, name: str) -> Any:
@@ -86,12 +101,12 @@ def read_json(cfg: RunConfig, name: str) -> Any:
 
 def write_jsonl(path: Path, records: Iterable[dict]) -> Path:
     """Write records as JSON lines, atomically."""
-    tmp = _atomic_target(path)
-    with tmp.open("w", encoding="utf-8") as fh:
-        for rec in records:
-            fh.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
-    os.replace(tmp, path)
-    return path
+    def write(tmp: Path) -> None:
+        with tmp.open("w", encoding="utf-8") as fh:
+            for rec in records:
+                fh.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
+
+    return write_atomic(path, write)
 
 
 def require_columns(df: pd.DataFrame, columns: Iterable[str], source: str) -> None:

@@ -125,11 +125,44 @@ def load_manifest(cfg: RunConfig) -> dict[str, Any]:
 
 
 def write_manifest(cfg: RunConfig, manifest: dict[str, Any]) -> Path:
-    path = cfg.run_dir / "manifest.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
-    os.replace(tmp, path)
-    return path
+    """Atomically; a full disk raises an error naming the manifest and leaves no temporary file."""
+    from finlib.core.artifacts import write_atomic
+
+    text = json.dumps(manifest, indent=2, sort_keys=True, default=str)
+    return write_atomic(cfg.run_dir / "manifest.json", lambda tmp: tmp.write_text(text))
+
+
+def not_answered(cfg: RunConfig, artifacts: dict[str, str]) -> tuple[int, int] | None:
+    """(not answered, calls) from the JSON reports a stage wrote: a report that carries
+    `answer_status: {answered, not_answered}` (stage 03's inference_report; any stage that calls
+    models may add it). None when the stage wrote none."""
+    found = None
+    for rel in artifacts:
+        if not rel.endswith(".json"):
+            continue
+        try:
+            status = json.loads((cfg.root / rel).read_text(encoding="utf-8")).get("answer_status")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(status, dict) and isinstance(status.get("not_answered"), int):
+            n, total = found or (0, 0)
+            found = (n + status["not_answered"], total + status["not_answered"] + int(status.get("answered", 0)))
+    return found
+
+
+def done_line(cfg: RunConfig, stage: str, entry: dict[str, Any], manifest: dict[str, Any]) -> str:
+    """A stage's final line: plain success, or how many calls were not answered (outside N).
+    Only reports this stage wrote count (not one another stage wrote a moment before)."""
+    line = f"[{cfg.name}] stage {stage}: done in {entry['seconds']:.1f} s"
+    earlier = {(p, h) for s, e in manifest.get("stages", {}).items() if s != stage
+               for p, h in (e.get("artifacts") or {}).items()}
+    counts = not_answered(cfg, {p: h for p, h in entry.get("artifacts", {}).items() if (p, h) not in earlier})
+    if counts and counts[0]:
+        n, total = counts
+        entry["not_answered"] = {"n": n, "calls": total}
+        line = (f"[{cfg.name}] stage {stage}: finished in {entry['seconds']:.1f} s; {n} not answered "
+                f"({100 * n / total:.1f} %) of {total} calls, outside every N (errors in the stage's report)")
+    return line
 
 
 def _artifact_hashes(cfg: RunConfig, since: float) -> dict[str, str]:
@@ -227,7 +260,7 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
         manifest.setdefault("stages", {})[stage] = entry
         manifest["precision"] = read_precision(cfg)
         write_manifest(cfg, manifest)
-    print(f"[{cfg.name}] stage {stage}: done in {entry['seconds']:.1f} s", flush=True)
+    print(done_line(cfg, stage, entry, manifest), flush=True)
     return entry
 
 
@@ -261,8 +294,23 @@ def run_pipeline(run_name: str = "default", stages: Iterable[str] | None = None,
         "packages": package_versions(),
         "updated": _now(),
     })
-    for stage in selected:
-        run_stage(cfg, stage, available[stage], manifest)
+    manifest.pop("failed", None)
+    manifest["status"] = "running"
+    for stage in selected:  # a failed stage stops the run: later stages would read what it did not make
+        try:
+            run_stage(cfg, stage, available[stage], manifest)
+        except BaseException as exc:
+            entry = manifest.get("stages", {}).get(stage, {})
+            manifest["status"] = "failed" if isinstance(exc, Exception) else "interrupted"
+            manifest["failed"] = {"stage": stage, "error": entry.get("error") or f"{type(exc).__name__}: {exc}"[:2000],
+                                  "not_run": [s for s in selected if s > stage]}
+            try:
+                write_manifest(cfg, manifest)
+            except OSError:
+                pass  # the disk is full: the stage's own error is the one to show
+            raise
+    manifest["status"] = "ok"
+    write_manifest(cfg, manifest)
     if report:
         from finlib.core.report import build_report
 
@@ -275,6 +323,20 @@ def run_pipeline(run_name: str = "default", stages: Iterable[str] | None = None,
     return manifest
 
 
+def where_to_look(run: str, since: float = 0.0) -> str:
+    """Point at the manifest and notebooks only when they exist and say this run failed (with
+    runs/ full, or a failure before the first stage, there may be none, or an older one)."""
+    manifest, notebooks = Path("runs") / run / "manifest.json", Path("runs") / run / "notebooks"
+    try:
+        failed = json.loads(manifest.read_text()).get("failed") if manifest.stat().st_mtime >= since else None
+    except (OSError, ValueError):
+        failed = None
+    if failed:
+        return (f"(stage {failed['stage']} failed; see {manifest} and the executed notebook in {notebooks}/; "
+                f"not run: {', '.join(failed['not_run']) or 'none'})")
+    return f"(no manifest records this failure: {manifest} was not written)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", default=os.environ.get("RUN", "default"),
@@ -285,13 +347,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", action="store_true", help="then build runs/<run>/report/ (static HTML)")
     args = parser.parse_args(argv)
     os.chdir(repo_root())
+    t0 = time.time() - 1
     try:
         manifest = run_pipeline(args.run, args.stages, args.start, args.params, report=args.report)
     except Exception as exc:  # a failed stage: one clear line and a non-zero exit, no "done"
         name = getattr(exc, "ename", type(exc).__name__)
         value = getattr(exc, "evalue", str(exc))
-        print(f"[{args.run}] FAILED: {name}: {value}\n(see runs/{args.run}/manifest.json and the executed "
-              f"notebook in runs/{args.run}/notebooks/)", file=sys.stderr)
+        print(f"[{args.run}] FAILED: {name}: {value}\n{where_to_look(args.run, t0)}", file=sys.stderr)
         return 1
     done = ", ".join(f"{k} {v['seconds']:.0f}s" for k, v in sorted(manifest.get("stages", {}).items()))
     print(f"[{args.run}] manifest: runs/{args.run}/manifest.json ({done})")
