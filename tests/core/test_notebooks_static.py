@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 HOME_MODULES = {
     "00": "finlib.finbias.data", "01": "finlib.finbias.labels", "02": "finlib.finbias.perturb",
-    "03": "finlib.llm", "04": "finlib.finbias.scoring", "05": "finlib.finbias.dpo", "06": "finlib.finbias.figures",
+    "03": "finlib.finbias.inference", "04": "finlib.finbias.scoring", "05": "finlib.finbias.dpo", "06": "finlib.finbias.figures",
     "07": "finlib.bizfin", "08": "finlib.bizfin",
 }
 
@@ -41,5 +41,42 @@ def test_notebook_follows_the_conventions(path: Path):
     source = "\n".join(c.source for c in code)
     home = HOME_MODULES.get(path.name[:2])
     if home:
-        assert home in source, f"{path.name} should call its home module {home}"
+        package, _, module = home.rpartition(".")
+        assert home in source or f"from {package} import {module}" in source, \
+            f"{path.name} should call its home module {home}"
     assert "load_run(run_name, params_file)" in source
+
+
+MAX_CODE_LINES = 60  # a notebook tells the story; anything longer belongs in its home module
+
+
+def code_lines(source: str) -> int:
+    """Lines that are code: neither blank nor a comment (IPython magics count as code)."""
+    return sum(1 for line in source.splitlines() if line.strip() and not line.strip().startswith("#"))
+
+
+def definitions(source: str) -> list[str]:
+    """Functions, classes and lambdas anywhere in a cell, found by parsing it (indented or not);
+    IPython magics and shell lines are blanked first so the cell parses as Python."""
+    import ast
+
+    text = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+    nodes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+    return [type(n).__name__ for n in ast.walk(ast.parse(text)) if isinstance(n, nodes)]
+
+
+def test_the_checks_find_what_they_look_for():
+    assert definitions("x = 1\nif x:\n    def f():\n        pass\n") == ["FunctionDef"]
+    assert definitions("y = sorted(z, key=lambda v: -v)") == ["Lambda"]
+    assert definitions("%matplotlib inline\nimport finlib") == []
+    assert code_lines("# a comment\n\nx = 1\n  # indented comment\ny = 2\n") == 2
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_has_no_definitions_and_few_code_lines(path: Path):
+    nb = nbformat.read(path, as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    found = [d for src in code for d in definitions(src)]
+    assert not found, f"{path.name} defines {found}: logic belongs in its home module"
+    n = sum(code_lines(src) for src in code)
+    assert n <= MAX_CODE_LINES, f"{path.name} has {n} code lines (limit {MAX_CODE_LINES})"
