@@ -32,8 +32,9 @@ FIGURES_KEYS = ("example_report", "case_model", "case_report", "text_chars")
 
 
 def figures_params(cfg: RunConfig) -> dict:
-    """The `figures:` section (every key documented in params/default.yaml; misspellings are errors)."""
-    return cfg.section("figures", known=FIGURES_KEYS)
+    """The `figures:` section, checked by the params schema (`finlib.core.params.FiguresSection`:
+    misspellings and wrong types are errors); every key is read, so every key is required."""
+    return cfg.section("figures", required=FIGURES_KEYS)
 
 
 # ---- Results figures from stage 04's metrics ------------------------------------------------
