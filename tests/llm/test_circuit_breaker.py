@@ -151,3 +151,43 @@ def test_breaker_streak_restarts_when_the_kind_changes():
     now[0] = 5.0
     b.record("refused", "connection error")
     assert b.cause == "4 consecutive refused connections for 5 s; last: connection error"
+
+
+def _stage_on(tmp_run, base_url: str, **fields) -> None:
+    """Stage 03 of the smoke run on one stub-served model (6 calls), one call at a time."""
+    from llm_helpers import api_record, write_registry
+    from test_llm_secrets import conditions
+
+    from finlib.core.artifacts import write_frame
+
+    record = api_record("stub-api", base_url, "STUB_RELIABILITY_KEY", concurrency=1, max_attempts=2,
+                        breaker_failures=2, **fields)
+    tmp_run.params["inference"].update(registry=write_registry(tmp_run.root, record), models=["stub-api"],
+                                       budget_usd=1.0, progress=False)
+    write_frame(tmp_run, "conditions", conditions())
+
+
+def test_wrong_key_stops_a_finbias_stage_after_the_breaker_threshold(tmp_run, monkeypatch):
+    """Drill: wrong key in a Fin-Bias stage (stage 03 stops after the breaker's threshold)."""
+    from finlib.finbias.inference import run_stage
+
+    monkeypatch.setenv("STUB_RELIABILITY_KEY", "sk-wrong-key-0000000000")
+    with ThreadedStub(require_key="sk-right-key-1111111111") as stub:
+        _stage_on(tmp_run, stub.base_url)
+        with pytest.raises(CircuitOpen, match=r"^model 'stub-api' stopped: 2 consecutive rejected requests; last: "
+                                              r"HTTP 401.* 4 call\(s\) not sent and 2 failed") as err:
+            run_stage(tmp_run)
+        sent = stub.stub.n_requests
+    assert sent == 2 and "\n" not in str(err.value)  # 2 of the stage's 6 calls sent, 4 never sent
+    assert "wrong-key-0000000000" not in str(err.value) and "STUB_RELIABILITY_KEY" in str(err.value)
+
+
+def test_dead_server_stops_a_finbias_stage(tmp_run, monkeypatch, simulated_clock):
+    """Drill: server down during a Fin-Bias stage (connection refused: stage 03 stops)."""
+    from finlib.finbias.inference import run_stage
+
+    monkeypatch.setenv("STUB_RELIABILITY_KEY", "k")
+    _stage_on(tmp_run, f"http://127.0.0.1:{_dead_port()}/v1", breaker_grace_s=0)
+    with pytest.raises(CircuitOpen, match=r"^model 'stub-api' stopped: 2 consecutive refused connections .* "
+                                          r"\d call\(s\) not sent"):
+        run_stage(tmp_run)
