@@ -201,3 +201,61 @@ def test_stage08_params_are_checked(tmp_run):
     p["judge_temp"] = 0.0
     with pytest.raises(ConfigError, match="unknown key"):
         judge_stage.iterajudge_params(tmp_run)
+
+
+def test_paired_difference_matches_a_plain_loop_with_scipy():
+    ref = np.array([100, 90, 80, 70, 60, 50, 30, 0, 40, 20])
+    van = np.array([90, 90, 40, 80, 40, 60, 10, 20, 50, 30])
+    ite = np.array([95, 85, 75, 70, 55, 40, 35, 5, 45, 10])
+    out = C.paired_difference(ref, van, ite, reps=400, ci=0.9, seed=3)
+    want = stats.spearmanr(ite, ref).statistic - stats.spearmanr(van, ref).statistic
+    assert out["difference"] == pytest.approx(want)
+    idx = np.random.default_rng(3).integers(0, len(ref), size=(400, len(ref)))
+    boots = np.array([stats.spearmanr(ite[i], ref[i]).statistic - stats.spearmanr(van[i], ref[i]).statistic
+                      for i in idx])
+    boots = boots[np.isfinite(boots)]
+    assert out["boot_used"] == len(boots)
+    assert (out["ci_low"], out["ci_high"]) == pytest.approx(tuple(np.quantile(boots, [0.05, 0.95])))
+
+
+def test_degenerate_intervals_are_flagged():
+    assert C.degenerate(49, 1000, 1000, 0.1, 0.6) == ""
+    assert "only 3 answers" in C.degenerate(3, 174, 1000, 1.0, 1.0)
+    assert "174/1000 resamples" in C.degenerate(30, 174, 1000, 0.2, 0.9)
+    assert "zero-width" in C.degenerate(30, 1000, 1000, 1.0, 1.0)
+    # a perfect judge on 3 answers: "1.0 [1.00, 1.00]" must not look precise
+    scores = pd.DataFrame({"judge": "j", "method": "vanilla", "task": "FDD", "id": ["a", "b", "c"],
+                           "score": [90, 50, 10], "status": "ok", "reference_score": [100, 60, 0]})
+    [row] = C.correlation_table(scores, reps=1000).to_dict(orient="records")
+    assert row["spearman"] == 1.0 and row["warning"].startswith("degenerate")
+
+
+def test_difference_table_pairs_answers_both_methods_scored():
+    rows = []
+    for i, (r, v, it) in enumerate(zip([100, 80, 60, 40, 20, 0], [50, 70, 60, 20, 40, 10], [95, 75, 65, 35, 25, 5])):
+        rows.append({"judge": "j", "task": "FDD", "id": f"a{i}", "method": "vanilla", "score": v,
+                     "status": "ok", "reference_score": r})
+        rows.append({"judge": "j", "task": "FDD", "id": f"a{i}", "method": "iterajudge",
+                     "score": None if i == 5 else it, "status": "invalid" if i == 5 else "ok", "reference_score": r})
+    [d] = C.difference_table(pd.DataFrame(rows), reps=200).to_dict(orient="records")
+    assert d["n_answers"] == 6 and d["n_both_scored"] == 5
+    ref, van, ite = [100, 80, 60, 40, 20], [50, 70, 60, 20, 40], [95, 75, 65, 35, 25]
+    assert d["difference"] == pytest.approx(stats.spearmanr(ite, ref).statistic - stats.spearmanr(van, ref).statistic)
+    table = C.table4(C.correlation_table(pd.DataFrame(rows), reps=200), diff=pd.DataFrame([d]))
+    assert table["Methods"].iloc[2] == "Ours - LLM as a judge (j), paired"
+    assert table["FDD"].iloc[2].startswith("+") and "resamples" in table["FDD"].iloc[2]
+
+
+def test_reference_sets_have_at_least_40_graded_answers_and_match_their_builder():
+    from importlib import resources
+
+    from finlib.bizfin import reference_set
+
+    for task in ("FDD", "FTU"):
+        shipped = (resources.files("finlib.bizfin") / "format_samples" / f"calibration_{task}.jsonl").read_text(
+            encoding="utf-8")
+        assert shipped == reference_set.render(task)   # no hand edits: the file is the builder's output
+        ref = C.load_reference_sets([task])
+        assert len(ref) >= 40 and ref["answer"].is_unique
+        assert ref["reference_score"].nunique() >= 6 and ref["reference_score"].max() == 100
+        assert ref["reference_score"].min() <= 30      # the ladder reaches the bottom of the scale
