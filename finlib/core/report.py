@@ -105,9 +105,12 @@ def comparison_html(cfg: RunConfig) -> str:
 
 
 def figure_captions(cfg: RunConfig) -> tuple[dict[str, str], list[dict]]:
-    """Captions by figure name, and the figures stage 06 could not draw (with the reason)."""
-    path = cfg.processed_dir / "figures_report.json"
-    recs = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+    """Captions by figure name, and the figures stage 06 (and stage 09, beyond the paper: its
+    `beyond_figures.json`) could not draw (with the reason)."""
+    recs = []
+    for name in ("figures_report.json", "beyond_figures.json"):
+        path = cfg.processed_dir / name
+        recs += json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
     return ({r["name"]: r["caption"] for r in recs if not r.get("skipped")},
             [r for r in recs if r.get("skipped")])
 

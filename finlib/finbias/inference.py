@@ -25,6 +25,8 @@ from finlib.llm.prompts import FINBIAS_PROMPTS, build_messages, finbias_prompt, 
 from finlib.llm.registry import ModelSpec, load_registry, select_models
 from finlib.llm.store import Request, ResponseStore, make_key
 from finlib.llm.answers import condition_texts, parse_predictions
+from finlib.finbias.draws import (SWEEP_VALUES, check_extension_params, draws_frame, draws_summary,
+                                  extension_models, extension_report_ids)
 
 CALL_COLUMNS = ["item_id", "report_id", "condition", "model", "mode", "raw_text", "p_bullish", "p_neutral",
                 "p_bearish", "status", "error", "input_tokens", "output_tokens", "cost_usd", "latency_s",
@@ -41,7 +43,7 @@ INFERENCE_KEYS = ("models", "mode", "prompt_version", "generate_subset", "max_ne
                   "budget_usd", "store",
                   "registry", "model_cache", "dtype", "batch_size", "score_batch_size", "max_batch_tokens", "threads",
                   "device", "progress", "batch", "batch_dir", "batch_poll_s", "max_error_share",
-                  "generator_reports", "constrained_json")
+                  "generator_reports", "constrained_json", "samples_per_item", "samples_reports", "extension_models")
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # auto: measured per machine (finlib.llm.precision)
 
 
@@ -84,6 +86,7 @@ def inference_params(cfg: RunConfig) -> dict:
             raise ConfigError(f"{cfg.params_file}: inference.{k} must be an integer >= {lowest}, got {inf.get(k)!r}")
     if not isinstance(inf.get("budget_usd"), (int, float)) or inf["budget_usd"] < 0:
         raise ConfigError(f"{cfg.params_file}: inference.budget_usd must be a number >= 0")
+    check_extension_params(inf, str(cfg.params_file))
     return inf
 
 
@@ -141,8 +144,10 @@ def engine_of(spec: ModelSpec, inf: dict) -> dict | None:
 
 
 def plan_requests(ok: pd.DataFrame, spec: ModelSpec, modes_for: Callable[[pd.Series], list[str]],
-                  inf: dict, n_tokens: Callable[[str], int], overhead: int) -> list[Request]:
-    """One Request per ok row x mode, with the text truncated to the input budget."""
+                  inf: dict, n_tokens: Callable[[str], int], overhead: int,
+                  samples_for: Callable[[pd.Series, str], int] | None = None) -> list[Request]:
+    """One Request per ok row x mode x draw (`samples_for`: draws of a row in a mode, default 1;
+    draw s > 0 names its index in the store key), with the text truncated to the input budget."""
     engine = engine_of(spec, inf)
     version = inf["prompt_version"]
     max_new = max_new_tokens_for(spec, inf)
@@ -164,11 +169,15 @@ def plan_requests(ok: pd.DataFrame, spec: ModelSpec, modes_for: Callable[[pd.Ser
                 params["max_new_tokens"] = max_new
                 if constrained:  # named option, embedded llama.cpp model only (checked in run_stage)
                     params["response_format"] = finbias_response_format()
-            key = make_key(spec.backend, spec.model_id, messages, params, version, mode, engine)
-            out.append(Request(key=key, model=spec.name, backend=spec.backend, mode=mode, messages=messages,
-                               params=params, truncated=truncated, input_tokens_est=overhead + n_tokens(text),
-                               meta={"item_id": row["item_id"], "report_id": row["report_id"],
-                                     "condition": row["condition"]}))
+            for sample in range(samples_for(row, mode) if samples_for else 1):
+                p = dict(params)
+                if sample and spec.backend == "local":  # torch generation is seeded: a draw needs its own seed
+                    p["seed"] = int(sample)
+                key = make_key(spec.backend, spec.model_id, messages, p, version, mode, engine, sample=sample)
+                out.append(Request(key=key, model=spec.name, backend=spec.backend, mode=mode, messages=messages,
+                                   params=p, truncated=truncated, input_tokens_est=overhead + n_tokens(text),
+                                   meta={"item_id": row["item_id"], "report_id": row["report_id"],
+                                         "condition": row["condition"], "sample": sample}))
     return out
 
 
@@ -203,17 +212,28 @@ def _rows(requests: list[Request], stored: dict[str, dict]) -> list[dict]:
 
 
 def _run_model(cfg: RunConfig, spec: ModelSpec, ok: pd.DataFrame, inf: dict, store: ResponseStore,
-               budget, gen_ids: set[str], report: dict, only_ids: set[str] | None = None) -> list[dict]:
+               budget, gen_ids: set[str], report: dict, only_ids: set[str] | None = None,
+               draw_ids: set[str] = frozenset()) -> list[dict]:
     """Plan, send what is missing, and read back the rows for one model (`only_ids`: the reports
-    of a model that answers a subset, the embedded generator; None = every report)."""
+    of a model that answers a subset, the embedded generator; None = every report; `draw_ids`:
+    the reports this model answers `inference.samples_per_item` times, sweep rows included --
+    empty for a model outside `inference.extension_models`)."""
     t0 = time.perf_counter()
     primary = inf["mode"] if spec.backend == "local" else "generate"
 
     def modes_for(row: pd.Series) -> list[str]:
         if only_ids is not None and str(row["report_id"]) not in only_ids:
             return []
+        if row["condition"] in SWEEP_VALUES:  # the rating sweep: extension models only, primary mode
+            return [primary] if str(row["report_id"]) in draw_ids else []
         extra = ["generate"] if str(row["report_id"]) in gen_ids and primary != "generate" else []
         return [primary, *extra]
+
+    def samples_for(row: pd.Series, mode: str) -> int:
+        """Generated draws are calls; label-scored draws come from one pass (finlib.finbias.draws)."""
+        if mode == "generate" and mode == primary and str(row["report_id"]) in draw_ids:
+            return int(inf["samples_per_item"])
+        return 1
 
     model = None
     if spec.backend == "local":
@@ -230,7 +250,7 @@ def _run_model(cfg: RunConfig, spec: ModelSpec, ok: pd.DataFrame, inf: dict, sto
             return int(np.ceil(len(text) / API_CHARS_PER_TOKEN))
         overhead = n_tokens(build_messages("", spec.supports_system, inf["prompt_version"])[0]["content"]) + 16
 
-    requests = plan_requests(ok, spec, modes_for, inf, n_tokens, overhead)
+    requests = plan_requests(ok, spec, modes_for, inf, n_tokens, overhead, samples_for)
     unique = _unique(requests)
     answered = store.answered([r.key for r in unique])
     pending = [r for r in unique if r.key not in answered]
@@ -251,6 +271,7 @@ def _run_model(cfg: RunConfig, spec: ModelSpec, ok: pd.DataFrame, inf: dict, sto
         "reports": None if only_ids is None else len(only_ids),
         "constrained_json": spec.name in inf["constrained_json"],
         "requests": len(requests), "unique_keys": len(unique), "cached": len(answered), "sent": len(pending),
+        "extension_requests": sum(r.meta["sample"] > 0 or r.meta["condition"] in SWEEP_VALUES for r in requests),
         "truncated_inputs": int(sum(r.truncated for r in requests if r.mode == primary)),
         "load_s": round(getattr(model, "load_s", 0.0), 3), "wall_s": round(time.perf_counter() - t0, 3),
         "input_token_budget": min(inf["max_input_tokens"], spec.context_length - max_new_tokens_for(spec, inf)),
@@ -369,6 +390,7 @@ def run_stage(cfg: RunConfig, models: list[str] | None = None) -> tuple[pd.DataF
     gen_ids = generate_subset_ids(ok, inf["generate_subset"])
     inf, precision = resolve_precision(cfg, inf, specs)
     subsets = subset_reports(ok, specs, inf)
+    ext_models, draw_ids = extension_models(inf), extension_report_ids(ok, inf)
     report: dict = {"precision": precision,
                     "generator_reports": {n: sorted(ids) for n, ids in subsets.items() if ids is not None},"prompt_version": inf["prompt_version"],
                     "prompt_source": finbias_prompt(inf["prompt_version"]).source,
@@ -384,19 +406,35 @@ def run_stage(cfg: RunConfig, models: list[str] | None = None) -> tuple[pd.DataF
     try:
         with ResponseStore(cfg.path(inf["store"])) as store:
             for spec in specs:
-                rows += _run_model(cfg, spec, ok, inf, store, budget, gen_ids, report, subsets[spec.name])
+                rows += _run_model(cfg, spec, ok, inf, store, budget, gen_ids, report, subsets[spec.name],
+                                   draw_ids if spec.name in ext_models else set())
     finally:
         from finlib.llm.llamacpp import close_servers
 
         close_servers()  # the llama.cpp server of this stage stops here, not at kernel exit
-    rows += skipped_rows(skipped, specs, inf, subsets)
-    pred = to_frame(rows, condition_texts(conditions))
+    # the paper's rows (draw 0 of the four conditions) -> predictions; the extension -> draws
+    paper = [r for r in rows if r["sample"] == 0 and r["condition"] not in SWEEP_VALUES]
+    ext = [r for r in rows if r["model"] in ext_models and str(r["report_id"]) in draw_ids
+           and (r["mode"] == "generate") == (report["models"][r["model"]]["primary_mode"] == "generate")]
+    contexts = condition_texts(conditions)
+    pred = to_frame(paper + skipped_rows(skipped, specs, inf, subsets), contexts)
+    samples = [r["sample"] for r in ext]
+    ext_frame = to_frame(ext, contexts) if ext else pd.DataFrame()
+    if ext:  # to_frame keeps the contract's columns: the draw index comes back by position after its sort
+        order = pd.DataFrame({"i": range(len(ext)), "model": [r["model"] for r in ext],
+                              "mode": [r["mode"] for r in ext], "item_id": [r["item_id"] for r in ext]})
+        order = order.sort_values(["model", "mode", "item_id"], kind="stable")
+        ext_frame["sample"] = np.asarray(samples)[order["i"].to_numpy()]
+    draws = draws_frame(ext_frame, int(inf["samples_per_item"]), cfg.seed)
     report = summarise(pred, report)
+    report["draws"] = draws_summary(draws, int(inf["samples_per_item"]), draw_ids, inf)
     report["budget_spent_this_run_usd"] = budget.spent
     report["wall_s"] = round(time.perf_counter() - t0, 3)
     write_frame(cfg, "predictions", pred)
+    write_frame(cfg, "draws", draws)
     write_json(cfg, "inference_report", report)
     check_error_share(pred, float(inf["max_error_share"]))
+    check_error_share(draws[draws["draw"] == "stored answer"], float(inf["max_error_share"]))
     return pred, report
 
 

@@ -95,6 +95,7 @@ from finlib.core.vocab import (
     CONDITIONS,
     HYPHENS,
     RATINGS,
+    SWEEP_CONDITIONS,
     Condition,
     Rating,
     normalise_term,
@@ -367,7 +368,7 @@ SKIP_ALL_SUBJECTIVE = "every sentence after the rating sentence contains an MPQA
 FAKE_MODES = ("one", "both")
 # The keys of params `perturb:`; anything else (a typo) is an error, not a silent default.
 PERTURB_KEYS: tuple[str, ...] = ("lexicon_path", "lexicon_url", "fake_rating", "top_triggers", "example_report",
-                                  "mpqa_pos", "tagger_model", "tagger_processes", "tag_cache")
+                                  "mpqa_pos", "tagger_model", "tagger_processes", "tag_cache", "sweep_reports")
 TAG_CHUNK = 256  # reports per tagging stream (spaCy batches sentences across the reports of a chunk)
 
 
@@ -387,7 +388,8 @@ def fake_ratings_for(report_id: str, rating: Rating, seed: int, mode: str) -> li
 
 def _row(report_id: str, condition: Condition, text: str | None, analyst: Rating | None,
          fake: Rating | None = None, skip: str | None = None, item_suffix: str = "") -> dict:
-    reference = fake if condition is Condition.FAKE_RATING else analyst
+    # fake_rating and the sweep: the reference is the rating shown (the `fake` argument)
+    reference = fake if condition is Condition.FAKE_RATING or condition in SWEEP_CONDITIONS.values() else analyst
     return {
         "item_id": f"{report_id}:{condition.value}{item_suffix}", "report_id": report_id,
         "condition": condition.value, "text": None if skip else text,
@@ -411,6 +413,25 @@ def report_conditions(report_id: str, text: str, seed: int, mode: str) -> tuple[
         suffix = f":{fake.value}" if mode == "both" else ""
         rows.append(_row(report_id, Condition.FAKE_RATING, replace_rating(text, fake), rating, fake, item_suffix=suffix))
     return rows, rating, rest
+
+
+def sweep_rows(report_id: str, text: str, rating: Rating) -> list[dict]:
+    """The rating sweep of one report (finlib.finbias.rating_sweep): the report shown with each of
+    the three ratings, rewritten like fake_rating (the analyst's own phrasing: `replace_rating` =
+    `finlib.finbias.ratings.rewrite_report_rating`, so a sweep row equals its fake_rating twin);
+    the sweep of the analyst's own rating is the original text. `fake_rating` holds the shown rating."""
+    return [_row(report_id, cond, text if shown is rating else replace_rating(text, shown), rating, shown)
+            for shown, cond in SWEEP_CONDITIONS.items()]
+
+
+def sweep_report_ids(reports: pd.DataFrame, n: int | None) -> set[str]:
+    """The reports that get the sweep: the first `n` report ids (sorted) whose first sentence states
+    a rating (None = all, 0 = none: the paper's run), independent of the order of the corpus."""
+    if n == 0:
+        return set()
+    rated = sorted(str(r) for r, t in zip(reports["report_id"], reports["text"])
+                   if isinstance(t, str) and extract_analyst_rating(t) is not None)
+    return set(rated if n is None else rated[:n])
 
 
 def no_opinion_row(report_id: str, rating: Rating, rest: str, filtered: str | None, lexicon_reason: str | None) -> dict:
@@ -439,13 +460,15 @@ class StageResult:
 
 def build_conditions(reports: pd.DataFrame, seed: int, mode: str = "one", lexicon: Lexicon | None = None,
                      lexicon_reason: str | None = None, source: str = "reports.parquet", policy: str = "respect",
-                     tagger: PosTagger | None = None, chunk: int = TAG_CHUNK) -> StageResult:
+                     tagger: PosTagger | None = None, chunk: int = TAG_CHUNK,
+                     sweep_ids: set[str] | None = None) -> StageResult:
     """The conditions artifact for a reports frame (columns report_id, text[, analyst_rating]).
 
     When the frame carries stage 00's `analyst_rating`, it must equal what the extractor reads
     now (same function): a difference means stale artifacts, and is an error naming the report.
     ``policy``: MPQA POS policy (`respect` tags with ``tagger``, an uncached one when None);
     reports are filtered in chunks of ``chunk`` so the tagger sees long streams.
+    ``sweep_ids``: reports that also get the rating sweep rows (``sweep_report_ids``; none by default).
     """
     require_columns(reports, ("report_id", "text"), source)
     if policy not in POS_POLICIES:
@@ -471,6 +494,8 @@ def build_conditions(reports: pd.DataFrame, seed: int, mode: str = "one", lexico
                                      f"says {given!r} but the first sentence reads "
                                      f"{r_rows[0]['analyst_rating']!r}; rerun stage 00")
             rows.extend(r_rows)
+            if rating is not None and rid in (sweep_ids or ()):
+                rows.extend(sweep_rows(rid, text, rating))
             pending.append((rid, rating, rest))
         todo = [rest for _, rating, rest in pending if rating is not None and rest.strip()]
         results = iter(filt.run(todo) if filt is not None and todo else [])
@@ -521,6 +546,10 @@ def perturb_params(cfg: RunConfig) -> dict:
     mode = params.get("fake_rating")
     if mode not in FAKE_MODES:
         raise ValueError(f"{cfg.params_file}: perturb.fake_rating must be one of {FAKE_MODES}, got {mode!r}")
+    n = params.get("sweep_reports", 0)
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+        raise ValueError(f"{cfg.params_file}: perturb.sweep_reports must be null (all reports) or an integer >= 0 "
+                         f"(0 = no rating sweep, the paper's run), got {n!r}")
     if params.get("mpqa_pos") not in POS_POLICIES:
         raise ValueError(f"{cfg.params_file}: perturb.mpqa_pos must be one of {POS_POLICIES}, "
                          f"got {params.get('mpqa_pos')!r}")
@@ -556,7 +585,7 @@ def run_stage(cfg: RunConfig) -> StageResult:
     try:
         result = build_conditions(reports, cfg.seed, params["fake_rating"], lexicon, reason,
                                   source=str(cfg.processed_dir / "reports.parquet"), policy=params["mpqa_pos"],
-                                  tagger=tagger)
+                                  tagger=tagger, sweep_ids=sweep_report_ids(reports, params.get("sweep_reports", 0)))
     finally:
         if tagger is not None:
             tagger.close()
@@ -582,7 +611,7 @@ def validate_conditions(conditions: pd.DataFrame, subjectivity: SubjectivityFilt
         "no_rating = original minus first sentence", "fake differs from original",
         "fake: only the first sentence differs", "fake rating != analyst rating",
         "extractor reads the fake rating back", "no_opinion: sentences of no_rating only",
-        "no_opinion: no strongsubj word left")}
+        "no_opinion: no strongsubj word left", "sweep: extractor reads the shown rating back")}
     checked: Counter = Counter()
     for rid, group in ok.groupby("report_id", sort=False):
         by = {c: g for c, g in group.groupby("condition")}
@@ -610,6 +639,13 @@ def validate_conditions(conditions: pd.DataFrame, subjectivity: SubjectivityFilt
             read = extract_analyst_rating(fake)
             if read is None or read.value != rec.fake_rating:
                 failures["extractor reads the fake rating back"].append(rid)
+        for cond in SWEEP_CONDITIONS.values():  # the rating sweep: the shown rating is read back
+            for rec in by.get(cond.value, pd.DataFrame()).itertuples():
+                checked["sweep: extractor reads the shown rating back"] += 1
+                read = extract_analyst_rating(rec.text)
+                if read is None or read.value != rec.fake_rating or rec.text[next(iter_sentence_spans(rec.text))[1]:] \
+                        != after_first:
+                    failures["sweep: extractor reads the shown rating back"].append(rid)
         if Condition.NO_OPINION.value in by and Condition.NO_RATING.value in by:
             kept = split_sentences(by[Condition.NO_OPINION.value]["text"].iloc[0])
             pool = split_sentences(by[Condition.NO_RATING.value]["text"].iloc[0])
@@ -637,8 +673,10 @@ def raise_on_failures(checks: pd.DataFrame) -> None:
 def conditions_summary(conditions: pd.DataFrame) -> pd.DataFrame:
     """Per condition: items ok / skipped, mean words and characters of the ok texts."""
     rows = []
-    for cond in CONDITIONS:
+    for cond in (*CONDITIONS, *SWEEP_CONDITIONS.values()):
         g = conditions[conditions["condition"] == cond.value]
+        if cond not in CONDITIONS and g.empty:  # the sweep is listed only when the run has it
+            continue
         ok = g[g["status"] == "ok"]
         words = ok["text"].map(lambda t: len(TOKEN.findall(t))) if len(ok) else pd.Series(dtype=float)
         reasons = g.loc[g["status"] == "skipped", "skip_reason"].value_counts()

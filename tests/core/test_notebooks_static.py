@@ -15,7 +15,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 HOME_MODULES = {
     "00": "finlib.finbias.data", "01": "finlib.finbias.labels", "02": "finlib.finbias.perturb",
     "03": "finlib.finbias.inference", "04": "finlib.finbias.scoring", "05": "finlib.finbias.dpo", "06": "finlib.finbias.figures",
-    "07": "finlib.bizfin", "08": "finlib.bizfin",
+    "07": "finlib.bizfin", "08": "finlib.bizfin", "09": "finlib.finbias.beyond",
 }
 
 
