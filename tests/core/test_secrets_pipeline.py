@@ -51,6 +51,7 @@ def _point_models_at(params: dict, name: str) -> dict:
 
 @pytest.mark.slow
 def test_sentinel_key_never_leaves_for_anywhere_but_the_server(tmp_path, repo_root, monkeypatch, capfd):
+    """Drill: a sentinel key through every stage (no produced file or console line holds it)."""
     from finlib.core.runner import discover_stages, run_pipeline
 
     root = tmp_path / "repo"

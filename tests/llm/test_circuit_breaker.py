@@ -37,6 +37,7 @@ def accounted(store: ResponseStore, requests) -> dict:
     ("wrong model or URL: every call 404", "[[404]]", "HTTP 404"),
 ])
 def test_breaker_trips_on_rejected_requests(scenario, directive, kind, tmp_path, monkeypatch, simulated_clock):
+    """Drill: wrong key, no access or wrong model (401/403/404 on every call)."""
     monkeypatch.setenv("STUB_TEST_KEY", "sk-wrong-0000000000")
     with ThreadedStub(require_key=None if directive else "sk-right-1111111111") as stub:
         spec = dataclasses.replace(STUB_SPEC, base_url=stub.base_url, concurrency=4, breaker_failures=3)
@@ -57,6 +58,7 @@ def test_breaker_trips_on_rejected_requests(scenario, directive, kind, tmp_path,
 
 
 def test_breaker_trips_when_every_call_times_out(tmp_path, monkeypatch, simulated_clock):
+    """Drill: a server that stalls (every call times out)."""
     monkeypatch.setenv("STUB_TEST_KEY", "k")
     with ThreadedStub() as stub:
         spec = dataclasses.replace(STUB_SPEC, base_url=stub.base_url, concurrency=2, timeout_s=0.2, max_attempts=3,
@@ -79,6 +81,7 @@ def _dead_port() -> int:
 
 
 def test_breaker_trips_on_refused_connections_after_the_grace_period(tmp_path, monkeypatch):
+    """Drill: a server that is down (connection refused past the grace period)."""
     monkeypatch.setenv("STUB_TEST_KEY", "k")
     spec = dataclasses.replace(STUB_SPEC, base_url=f"http://127.0.0.1:{_dead_port()}/v1", concurrency=2,
                                max_attempts=3, breaker_failures=3, breaker_grace_s=0.3)
@@ -91,7 +94,9 @@ def test_breaker_trips_on_refused_connections_after_the_grace_period(tmp_path, m
 
 
 def test_refused_within_the_grace_period_does_not_trip(tmp_path, monkeypatch, simulated_clock):
-    """A server restarting refuses for a moment: inside the grace period calls fail after their
+    """Drill: a server restarting (connection refused within the grace period).
+
+    A server restarting refuses for a moment: inside the grace period calls fail after their
     retries (simulated backoff takes no time) and the model is not stopped."""
     monkeypatch.setenv("STUB_TEST_KEY", "k")
     spec = dataclasses.replace(STUB_SPEC, base_url=f"http://127.0.0.1:{_dead_port()}/v1", concurrency=2,
@@ -108,6 +113,7 @@ def test_refused_within_the_grace_period_does_not_trip(tmp_path, monkeypatch, si
     ("rate limited: every attempt 429", "[[429x99:0.01]]"),
 ])
 def test_transient_faults_never_trip(scenario, directive, tmp_path, monkeypatch, simulated_clock):
+    """Drill: transient faults on every attempt (500, 429) never stop the model."""
     monkeypatch.setenv("STUB_TEST_KEY", "k")
     with ThreadedStub() as stub:
         spec = dataclasses.replace(STUB_SPEC, base_url=stub.base_url, concurrency=2, max_attempts=2,
@@ -122,7 +128,9 @@ def test_transient_faults_never_trip(scenario, directive, tmp_path, monkeypatch,
 
 
 def test_lasting_failures_between_answers_do_not_trip(tmp_path, monkeypatch, simulated_clock):
-    """Consecutive means consecutive: a 404 on every other item (one worker) never makes a streak of 2."""
+    """Drill: rejected calls between answers (a 404 on every other call) never stop the model.
+
+    Consecutive means consecutive: one worker, so the streak never reaches 2."""
     monkeypatch.setenv("STUB_TEST_KEY", "k")
     with ThreadedStub() as stub:
         spec = dataclasses.replace(STUB_SPEC, base_url=stub.base_url, concurrency=1, breaker_failures=2)

@@ -92,6 +92,7 @@ def _canonical(root: Path) -> tuple[str, str]:
 
 @pytest.mark.slow
 def test_sigkill_at_random_moments_then_resume(tmp_path: Path, repo_root: Path):
+    """Drill: kill -9 during stage 03, then resume (ten seeded moments)."""
     rng = random.Random(15)
     # answers take 20 ms each (4 at a time): the stage spends >= 0.6 s sending, long enough to be hit
     with ThreadedStub(faults=FaultPlan(rate=1.0, weights={"slow": 1.0}, slow_s=0.02)) as stub:

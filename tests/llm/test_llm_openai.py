@@ -174,6 +174,7 @@ class FailingStore(ResponseStore):
 
 
 def test_store_failure_stops_the_workers_instead_of_hanging(stub, tmp_path):
+    """Drill: the response store's disk fills up while calls are sent."""
     spec = dataclasses.replace(SPEC, base_url=stub.base_url, concurrency=2)  # queue holds 8 results
     outcome: list[BaseException | None] = []
 

@@ -40,6 +40,7 @@ def items(n: int) -> list[ChatItem]:
 
 @pytest.mark.slow
 def test_2000_requests_at_30_percent_faults(tmp_path, monkeypatch, simulated_clock):
+    """Drill: injected faults on 30 % of attempts (every kind, seeded), then a rerun."""
     monkeypatch.setenv("STUB_TEST_KEY", "dummy")
     plan = FaultPlan(rate=RATE, seed=15, hang_s=30.0, slow_s=0.02, retry_after_s=7.0)
     spec = stub_spec(concurrency=32, max_attempts=ATTEMPTS, timeout_s=4.0, price_input_per_m=PRICE_IN,

@@ -21,6 +21,7 @@ def _use_stub(run, base_url: str, key_env: str = "STUB_RELIABILITY_KEY", **field
 
 
 def test_wrong_key_fails_the_stage_naming_the_error(tmp_run, monkeypatch):
+    """Drill: most calls of a model fail (error share over inference.max_error_share)."""
     monkeypatch.setenv("STUB_RELIABILITY_KEY", "sk-wrong-key-000000")
     with ThreadedStub(require_key="sk-right-key-111111") as stub:
         _use_stub(tmp_run, stub.base_url)
