@@ -14,6 +14,7 @@ Three layers, each a set of small pure functions:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Callable, Iterable
 
 import numpy as np
@@ -247,6 +248,24 @@ def _specs() -> tuple[MetricSpec, ...]:
 METRIC_SPECS = _specs()
 
 
+@lru_cache(maxsize=512)
+def _weights(n_clusters: int, reps: int, seed: int) -> np.ndarray:
+    """`stats.bootstrap_weights`, drawn once per (clusters, reps, seed) and shared read-only.
+
+    The draw depends on nothing else, so every metric x model x condition x sector with the same
+    number of firms reuses it (the same numbers as drawing afresh; at 1,000 replicates drawing
+    them again for each of ~10,000 estimates was most of stage 04's time).
+    """
+    w = stats.bootstrap_weights(n_clusters, reps, seed)
+    w.setflags(write=False)
+    return w
+
+
+def bootstrap(sums: np.ndarray, statistic: stats.Statistic, reps: int, seed: int, ci: float) -> stats.Estimate:
+    """`stats.bootstrap_ci` with the cached replicate weights."""
+    return stats.bootstrap_ci(sums, statistic, reps, seed, ci, weights=_weights(int(np.shape(sums)[0]), reps, seed))
+
+
 def _statistic(kind: str) -> stats.Statistic:
     return stats.ratio if kind == "ratio" else stats.macro_f1_from_confusion
 
@@ -264,29 +283,42 @@ def _subset_sums(codes: np.ndarray, values: np.ndarray, mask: np.ndarray) -> np.
     return stats.sums_by_code(inv, len(uniq), values[mask])
 
 
+def _sector_index(sector: pd.Series) -> np.ndarray:
+    """Position of each row's sector in SECTORS (NaN outside the paper's nine)."""
+    return sector.map({s: i for i, s in enumerate(SECTORS)}).to_numpy(dtype=float)
+
+
 def _estimate_rows(df: pd.DataFrame, values: np.ndarray, kind: str, k: int, reps: int, seed: int,
                    ci: float) -> list[dict]:
     """Per sector, pooled and mean-of-sectors estimates of one metric on rows `df`."""
+    return _estimate_arrays(pd.factorize(df["ticker"].to_numpy(dtype=object))[0], _sector_index(df["sector"]),
+                            values, kind, k, reps, seed, ci)
+
+
+def _estimate_arrays(firm: np.ndarray, sec_idx: np.ndarray, values: np.ndarray, kind: str, k: int, reps: int,
+                     seed: int, ci: float) -> list[dict]:
+    """`_estimate_rows` on arrays: `firm` integer firm codes (-1 = no ticker), `sec_idx` sector
+    positions. Firms are renumbered in order of first appearance, so the clusters (and hence the
+    bootstrap draws) are the same whichever frame the codes were taken from."""
     stat = _statistic(kind)
-    codes = pd.factorize(df["ticker"].to_numpy(dtype=object))[0]
-    if (codes < 0).any():
+    if (firm < 0).any():
         raise ValueError("a scored row has no ticker: cannot cluster the bootstrap by firm")
-    sec_idx = df["sector"].map({s: i for i, s in enumerate(SECTORS)}).to_numpy(dtype=float)
+    codes = pd.factorize(firm)[0]
     out = []
 
     def add(label: str, sums: np.ndarray, statistic, n: int) -> None:
-        est = stats.bootstrap_ci(sums, statistic, reps, seed, ci)
+        est = bootstrap(sums, statistic, reps, seed, ci)
         out.append({"sector": label, "value": est.value if n else np.nan, "ci_low": est.ci_low,
                     "ci_high": est.ci_high, "n": n})
 
     for i, sector in enumerate(SECTORS):
         sums = _subset_sums(codes, values, sec_idx == i)
         add(sector, sums, stat, _denominator(sums, kind))
-    pooled = _subset_sums(codes, values, np.ones(len(df), bool))
+    pooled = _subset_sums(codes, values, np.ones(len(codes), bool))
     add(POOLED, pooled, stat, _denominator(pooled, kind))
     # Mean of sectors: each row's values go to its sector's block of columns.
     in_paper = np.isfinite(sec_idx)
-    wide = np.zeros((len(df), len(SECTORS) * k))
+    wide = np.zeros((len(codes), len(SECTORS) * k))
     rows_i = np.flatnonzero(in_paper)
     base = sec_idx[in_paper].astype(int) * k
     for j in range(k):
@@ -297,15 +329,13 @@ def _estimate_rows(df: pd.DataFrame, values: np.ndarray, kind: str, k: int, reps
     return out
 
 
-def _parse_rates(df: pd.DataFrame) -> dict[str, float]:
+def _parse_rates(parsed: np.ndarray, sec_idx: np.ndarray) -> dict[str, float]:
     """Parse rate per sector / pooled / mean-of-sectors label, over the rows a metric uses."""
-    parsed = df["parsed"].to_numpy(bool)
-    sector = df["sector"].to_numpy(dtype=object)
     rates = {}
-    for s in SECTORS:
-        m = sector == s
+    for i, s in enumerate(SECTORS):
+        m = sec_idx == i
         rates[s] = float(parsed[m].mean()) if m.any() else np.nan
-    rates[POOLED] = float(parsed.mean()) if len(df) else np.nan
+    rates[POOLED] = float(parsed.mean()) if len(parsed) else np.nan
     vals = [rates[s] for s in SECTORS if np.isfinite(rates[s])]
     rates[SECTOR_MEAN] = float(np.mean(vals)) if vals else np.nan
     return rates
@@ -318,22 +348,32 @@ def metrics_long(rows: pd.DataFrame, reps: int, seed: int, ci: float = 0.95,
     Long format: model, condition, sector, metric, value, ci_low, ci_high, n, parse_rate.
     `n` is the metric's denominator (parsed rows for herding/accuracy, all eligible rows for
     the `_all` variants); `parse_rate` is the share parsed among the rows the metric is defined on.
+
+    A spec's `eligible` and `values` are row-wise, so they are evaluated once on all rows and each
+    model x condition takes its slice (per-group pandas filtering was most of the time at 674k rows).
     """
     records = []
-    for (model, condition), g in rows.groupby(["model", "condition"], sort=True):
-        g = g.reset_index(drop=True)
-        for spec in specs:
-            mask = np.asarray(spec.eligible(g), dtype=bool)
-            if not mask.any():
+    specs = tuple(specs)
+    groups = rows.groupby(["model", "condition"], sort=True).indices if len(rows) else {}
+    if groups:
+        firm = pd.factorize(rows["ticker"].to_numpy(dtype=object))[0]
+        sec_idx = _sector_index(rows["sector"])
+        parsed = rows["parsed"].to_numpy(bool)
+        labelled = rows["label"].notna().to_numpy()
+        with np.errstate(invalid="ignore", divide="ignore"):  # rows outside a metric may give NaN there
+            masks = [np.asarray(spec.eligible(rows), dtype=bool) for spec in specs]
+            values = [np.asarray(spec.values(rows), dtype=float).reshape(len(rows), spec.k) for spec in specs]
+    for model, condition in sorted(groups):
+        g = groups[(model, condition)]
+        for spec, mask, vals in zip(specs, masks, values):
+            d = g[mask[g]]
+            if not len(d):
                 continue
-            d = g[mask].reset_index(drop=True)
-            vals = np.asarray(spec.values(d), dtype=float).reshape(len(d), spec.k)
             # macro-F1 and answer shares are defined on parsed rows only: report the parse rate
             # of the rows they could have used (labelled rows / all rows) instead of a trivial 100 %
-            base = g[g["label"].notna()] if spec.name == "macro_f1" else g if spec.name.startswith("share_") \
-                else g[mask]
-            rates = _parse_rates(base)
-            for rec in _estimate_rows(d, vals, spec.statistic, spec.k, reps, seed, ci):
+            base = g[labelled[g]] if spec.name == "macro_f1" else g if spec.name.startswith("share_") else d
+            rates = _parse_rates(parsed[base], sec_idx[base])
+            for rec in _estimate_arrays(firm[d], sec_idx[d], vals[d], spec.statistic, spec.k, reps, seed, ci):
                 records.append({"model": model, "condition": condition, "metric": spec.name,
                                 "parse_rate": rates[rec["sector"]], **rec})
     cols = ["model", "condition", "sector", "metric", "value", "ci_low", "ci_high", "n", "parse_rate"]
@@ -357,13 +397,24 @@ def kl_divergence(p: np.ndarray, q: np.ndarray, eps: float = 1e-12) -> np.ndarra
     return (p * np.log(p / q)).sum(axis=-1)
 
 
-def paired_rows(rows: pd.DataFrame, model: str, cond_a: str, cond_b: str) -> pd.DataFrame:
+def model_condition_groups(rows: pd.DataFrame) -> dict[tuple[str, str], pd.DataFrame]:
+    """(model, condition) -> its rows, split once for the many pairings of one stage run."""
+    return dict(iter(rows.groupby(["model", "condition"], sort=False))) if len(rows) else {}
+
+
+def paired_rows(rows: pd.DataFrame, model: str, cond_a: str, cond_b: str,
+                groups: dict[tuple[str, str], pd.DataFrame] | None = None) -> pd.DataFrame:
     """Rows of `cond_a` joined to the same report's `cond_b` row (suffixes _a, _b).
 
     With two fake ratings per report each fake item is paired with the one original row.
+    `groups` (from `model_condition_groups(rows)`) saves filtering all rows for every pair.
     """
-    a = rows[(rows["model"] == model) & (rows["condition"] == cond_a)]
-    b = rows[(rows["model"] == model) & (rows["condition"] == cond_b)]
+    if groups is None:
+        a = rows[(rows["model"] == model) & (rows["condition"] == cond_a)]
+        b = rows[(rows["model"] == model) & (rows["condition"] == cond_b)]
+    else:
+        empty = rows.iloc[:0]
+        a, b = groups.get((model, cond_a), empty), groups.get((model, cond_b), empty)
     keep = ["report_id", "ticker", "sector", "answer", "parsed", "reference_rating", "label",
             "p_bullish", "p_neutral", "p_bearish"]
     dup_a, dup_b = a["report_id"].duplicated().any(), b["report_id"].duplicated().any()
@@ -384,9 +435,11 @@ def kl_metrics(rows: pd.DataFrame, reps: int, seed: int, ci: float = 0.95) -> pd
     """
     records = []
     probs = [PROB_COLUMNS[r] for r in RATINGS]
-    for model in sorted(rows.loc[rows["mode"] == "score", "model"].unique()):
+    models = sorted(rows.loc[rows["mode"] == "score", "model"].unique())
+    groups = model_condition_groups(rows) if models else {}
+    for model in models:
         for ca, cb in KL_PAIRS:
-            pr = paired_rows(rows, model, ca.value, cb.value)
+            pr = paired_rows(rows, model, ca.value, cb.value, groups)
             if pr.empty:
                 continue
             pa, pb = pr[[f"{c}_a" for c in probs]].to_numpy(float), pr[[f"{c}_b" for c in probs]].to_numpy(float)
@@ -478,9 +531,10 @@ def paired_tests(rows: pd.DataFrame, tests: Iterable[PairedTest] = PAIRED_TESTS,
     names = [r.value for r in RATINGS]
     records = []
     models = sorted(m for m in rows["model"].unique() if m != "Analyst")
+    groups = model_condition_groups(rows)
     for t in tests:
         for model in models:
-            pr = paired_rows(rows, model, t.cond_a.value, t.cond_b.value)
+            pr = paired_rows(rows, model, t.cond_a.value, t.cond_b.value, groups)
             if pr.empty:
                 continue
             for sector in (POOLED, *SECTORS):
@@ -493,7 +547,7 @@ def paired_tests(rows: pd.DataFrame, tests: Iterable[PairedTest] = PAIRED_TESTS,
                     diff = stats.Estimate(np.nan, np.nan, np.nan, 0)
                     if len(d) and reps > 0:
                         _, sums = stats.cluster_sums(d["ticker"], np.c_[xa.astype(float) - xb, np.ones(len(d))])
-                        diff = stats.bootstrap_ci(sums, stats.ratio, reps, seed, ci)
+                        diff = bootstrap(sums, stats.ratio, reps, seed, ci)
                     rec.update(diff=diff.value, diff_ci_low=diff.ci_low, diff_ci_high=diff.ci_high)
                     rec.update(method="exact McNemar", n_pairs=r.n_pairs, rate_a=float(xa.mean()) if len(d) else np.nan,
                                rate_b=float(xb.mean()) if len(d) else np.nan, only_a=r.only_a, only_b=r.only_b,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -111,6 +112,28 @@ def _normalise(text: str) -> str:
     t = text.replace("\u2019", "'").replace("\u2018", "'").replace("\u201c", '"').replace("\u201d", '"')
     t = re.sub(r"[*_`#]+", " ", t)
     return re.sub(r"\s+", " ", t).lower()
+
+
+_MARKS_TO_SPACE = str.maketrans({"\u2019": "'", "\u2018": "'", "\u201c": '"', "\u201d": '"',
+                                 "*": " ", "_": " ", "`": " ", "#": " "})
+
+
+@lru_cache(maxsize=16)
+def normalised_context(text: str) -> str:
+    """`_normalise` of an input text (the echo check's haystack), equal to it character for
+    character but without regular expressions: on a 3,000-word report the two `re.sub` passes
+    took ~6 ms, paid for every reply read against it. Remembered for the next replies to the same
+    item (`parse_predictions` reads them one item after another).
+
+    Why equal: mapping each mark to a space and then collapsing whitespace runs is what the two
+    substitutions (marks -> space, whitespace runs -> one space) do, and `str.split()` splits on
+    exactly the characters the regex whitespace class matches in a str pattern.
+    """
+    t = text.translate(_MARKS_TO_SPACE)
+    core = " ".join(t.split())
+    if not core:
+        return " " if t else ""
+    return ((" " if t[0].isspace() else "") + core + (" " if t[-1].isspace() else "")).lower()
 
 
 def _hedged(text: str, start: int, end: int, rating: Rating) -> bool:
@@ -352,7 +375,7 @@ def _from_statements(text: str, context: str | None = None) -> tuple[Rating | No
     reading them as answers would count descriptions of the report as herding.
     """
     t = _normalise(_HEADING_SLOT.sub(_heading_as_slot, text))
-    ctx = _normalise(context) if isinstance(context, str) else None
+    ctx = normalised_context(context) if isinstance(context, str) else None
     whole = _WHOLE_RE.match(re.sub(r"[\"'()\[\]{}]", " ", t))
     if whole:
         return rating_of(whole.group("term")), "whole_reply"
@@ -456,16 +479,23 @@ def parse_predictions(pred: pd.DataFrame, contexts: dict[str, str] | None = None
     "skipped" rows are set aside by `score_frame`.
     """
     out = pred.copy()
-    answers: list[str | None] = []
-    notes: list[str] = []
-    answered: list[bool] = []
+    answers: list[str | None] = [None] * len(out)
+    notes: list[str] = [""] * len(out)
+    answered: list[bool] = [False] * len(out)
     contexts = contexts or {}
-    for row in out.itertuples(index=False):
+    known: dict[str, tuple[Rating | None, str]] = {}  # short replies read without context, by text
+    # One item after another (every model's reply to it), so its input text is normalised once
+    # for the echo check (`normalised_context`); the rows' own order is kept in the output.
+    items = out["item_id"] if "item_id" in out.columns else pd.Series(range(len(out)))
+    order = np.argsort(pd.factorize(items.to_numpy(dtype=object))[0], kind="stable")
+    rows = list(out.itertuples(index=False))
+    for i in order:
+        row = rows[i]
         status = getattr(row, "status", "ok")
         mode = getattr(row, "mode", "generate")
         cut = getattr(row, "truncated_output", None)
         kind = answer_status(status)
-        answered.append(kind == "answered")
+        answered[i] = kind == "answered"
         if kind != "answered":
             r, note = None, kind
         elif mode == "score":
@@ -476,11 +506,31 @@ def parse_predictions(pred: pd.DataFrame, contexts: dict[str, str] | None = None
         elif cut is not None and pd.notna(cut) and bool(cut):
             r, note = None, TRUNCATED
         else:
-            r, note = parse_rating_detail(row.raw_text, contexts.get(row.item_id))
-        answers.append(None if r is None else r.value)
-        notes.append(note)
+            r, note = _read_reply(row.raw_text, row.item_id, contexts, known)
+        answers[i] = None if r is None else r.value
+        notes[i] = note
     out["answer"] = pd.Series(answers, index=out.index, dtype=object)
     out["parsed"] = out["answer"].notna()
     out["parse_note"] = notes
     out["answered"] = pd.Series(answered, index=out.index, dtype=bool)
     return out
+
+
+# Notes decided before the plain-text reading, which alone looks at the input text: a reply with
+# one of these reads the same against any context, so equal replies need reading only once.
+CONTEXT_FREE_NOTES = frozenset({"empty", "thinking_only", "json", "json_unreadable", "json_without_answer"})
+KNOWN_REPLY_CHARS = 256  # short replies repeat (greedy `{"answer": "Bullish"}`); long ones rarely do
+
+
+def _read_reply(text: Any, item_id: Any, contexts: dict[str, str],
+                known: dict[str, tuple[Rating | None, str]]) -> tuple[Rating | None, str]:
+    """`parse_rating_detail(text, contexts.get(item_id))`, answered from `known` when the same
+    short reply was already read without needing its context."""
+    if isinstance(text, str) and len(text) <= KNOWN_REPLY_CHARS:
+        hit = known.get(text)
+        if hit is not None:
+            return hit
+    r, note = parse_rating_detail(text, contexts.get(item_id))
+    if note in CONTEXT_FREE_NOTES and isinstance(text, str) and len(text) <= KNOWN_REPLY_CHARS:
+        known[text] = (r, note)
+    return r, note
