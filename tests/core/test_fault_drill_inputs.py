@@ -71,3 +71,25 @@ def test_any_substring_of_the_key_of_8_or_more_characters_is_redacted(scenario, 
 def test_short_runs_of_key_characters_are_ordinary_text():
     out = redact("HTTP 401 at 0123 for wxyz (model gpt)", KEY)
     assert out == "HTTP 401 at 0123 for wxyz (model gpt)"  # under 8 characters: indistinguishable from text
+
+
+@pytest.mark.parametrize("scenario, override, expect", [
+    ("bootstrap_reps -1", "scoring: {bootstrap_reps: -1}", r"scoring\.bootstrap_reps: .*greater than or equal to 0"),
+    ("min_event_obs -3", "labels: {min_event_obs: -3}", r"labels\.min_event_obs: .*greater than or equal to 1"),
+    ("max_error_share 1.5", "inference: {max_error_share: 1.5}", r"inference\.max_error_share: .*less than or equal"),
+    ("unknown model name", "inference: {models: [gpt-5.1-typo]}", r"unknown model name\(s\) inference\.models: "
+                                                                   r"'gpt-5\.1-typo'"),
+    ("misspelled nested inference key", "inference: {max_eror_share: 0.5}", r"unknown key 'inference\.max_eror_share'"),
+])
+def test_bad_params_fail_at_load_time_before_any_stage(scenario, override, expect, tmp_path, repo_root):
+    """Drill: bad params values, model names and nested keys fail when the run is loaded (before stage 00)."""
+    from finlib.core.config import ConfigError, load_run
+
+    root = tmp_path / "repo"
+    (root / "params").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[project]\nname='t'\n")
+    for name in ("default.yaml", "models.yaml"):
+        (root / "params" / name).write_text((repo_root / "params" / name).read_text())
+    (root / "params" / "bad.yaml").write_text(f"extends: default.yaml\n{override}\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: .*" + expect):
+        load_run("bad", root=root)
