@@ -44,48 +44,17 @@ INFERENCE_KEYS = ("models", "mode", "prompt_version", "generate_subset", "max_ne
                   "registry", "model_cache", "dtype", "batch_size", "score_batch_size", "max_batch_tokens", "threads",
                   "device", "progress", "batch", "batch_dir", "batch_poll_s", "max_error_share",
                   "generator_reports", "constrained_json", "samples_per_item", "samples_reports", "extension_models")
-DTYPES = ("auto", "float32", "bfloat16", "float16")  # auto: measured per machine (finlib.llm.precision)
 
 
 def inference_params(cfg: RunConfig) -> dict:
-    """The `inference:` section, checked: a misspelled or missing key is an error, never a default
-    (every key is documented in params/default.yaml, which the other params files extend)."""
-    inf = dict(cfg.section("inference", known=INFERENCE_KEYS, required=INFERENCE_KEYS))
-    if inf["dtype"] not in DTYPES:
-        raise ConfigError(f"{cfg.params_file}: inference.dtype must be one of {DTYPES}, got {inf['dtype']!r}")
-    for k in ("progress", "batch"):
-        if not isinstance(inf[k], bool):
-            raise ConfigError(f"{cfg.params_file}: inference.{k} must be true or false, got {inf[k]!r}")
-    share = inf["max_error_share"]
-    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
-        raise ConfigError(f"{cfg.params_file}: inference.max_error_share must be a number in [0, 1], got {share!r}")
-    if isinstance(inf["batch_poll_s"], bool) or not isinstance(inf["batch_poll_s"], (int, float)) \
-            or inf["batch_poll_s"] < 0:
-        raise ConfigError(f"{cfg.params_file}: inference.batch_poll_s must be a number >= 0")
-    if not isinstance(inf["models"], list) or not inf["models"]:
-        raise ConfigError(f"{cfg.params_file}: inference.models must be a non-empty list of registry names")
-    if inf.get("mode") not in ("score", "generate"):
-        raise ConfigError(f"{cfg.params_file}: inference.mode must be 'score' or 'generate', got {inf.get('mode')!r}")
-    gr = inf["generator_reports"]
-    if gr is not None and (isinstance(gr, bool) or not isinstance(gr, int) or gr < 0):
-        raise ConfigError(f"{cfg.params_file}: inference.generator_reports must be null (all reports) or an "
-                          f"integer >= 0, got {gr!r}")
-    if not isinstance(inf["constrained_json"], list):
-        raise ConfigError(f"{cfg.params_file}: inference.constrained_json must be a list of model names")
+    """The `inference:` section: types, ranges and unknown keys are checked by the params schema
+    (`finlib.core.params.InferenceSection`) when the section is read; every key is required (all are
+    documented in params/default.yaml, which the other params files extend). The prompt version is
+    checked here against the prompts the code holds."""
+    inf = dict(cfg.section("inference", required=INFERENCE_KEYS))
     if inf["prompt_version"] not in FINBIAS_PROMPTS:
         raise ConfigError(f"{cfg.params_file}: inference.prompt_version must be one of {sorted(FINBIAS_PROMPTS)}, "
                           f"got {inf['prompt_version']!r}")
-    if inf["max_new_tokens"] != "registry" and (isinstance(inf["max_new_tokens"], bool)
-                                                or not isinstance(inf["max_new_tokens"], int)
-                                                or inf["max_new_tokens"] < 1):
-        raise ConfigError(f"{cfg.params_file}: inference.max_new_tokens must be 'registry' (each model's own "
-                          f"limit, the authors' 4096) or an integer >= 1, got {inf['max_new_tokens']!r}")
-    for k in ("generate_subset", "max_input_tokens", "batch_size", "score_batch_size"):
-        lowest = 1 if k.endswith("batch_size") or k.startswith("max_") else 0
-        if not isinstance(inf.get(k), int) or isinstance(inf[k], bool) or inf[k] < lowest:
-            raise ConfigError(f"{cfg.params_file}: inference.{k} must be an integer >= {lowest}, got {inf.get(k)!r}")
-    if not isinstance(inf.get("budget_usd"), (int, float)) or inf["budget_usd"] < 0:
-        raise ConfigError(f"{cfg.params_file}: inference.budget_usd must be a number >= 0")
     check_extension_params(inf, str(cfg.params_file))
     return inf
 
