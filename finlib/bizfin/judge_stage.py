@@ -17,7 +17,7 @@ from finlib.core.artifacts import MissingArtifactError, read_frame, write_frame,
 from finlib.bizfin import calibration as cal
 from finlib.bizfin.judge import (JudgeInput, Trajectory, iterajudge, results_frame, trajectories_frame,
                                  trajectory_summary)
-from finlib.bizfin.stage import bizfin_params, run_rubrics
+from finlib.bizfin.stage import CallsFailed, bizfin_params, run_rubrics
 from finlib.bizfin.tasks import JUDGE_TASKS, check_tasks
 from finlib.core.compare import write_comparison
 from finlib.core.config import ConfigError, RunConfig, check_known_keys
@@ -193,8 +193,6 @@ def run_stage(cfg: RunConfig) -> IteraRun:
 def check_judge_errors(scores: pd.DataFrame, trajs: list[Trajectory], max_share: float) -> None:
     """Stage 08's error-share gate (as stage 03 and 07): more than `inference.max_error_share` of a
     judge's calls for one method not answered fails the stage with one line, after the artifacts."""
-    from finlib.finbias.inference import InferenceFailed
-
     frames = [scores[["judge", "method", "status", "note"]]]
     if trajs:
         frames.append(pd.DataFrame({"judge": "stage 07 answers", "method": "iterajudge",
@@ -205,7 +203,7 @@ def check_judge_errors(scores: pd.DataFrame, trajs: list[Trajectory], max_share:
         if len(g) and len(failed) / len(g) > max_share:
             bad.append(f"{judge} ({method}): {len(failed)}/{len(g)} judge calls failed ({failed['note'].mode().iat[0]})")
     if bad:
-        raise InferenceFailed(f"stage 08: too many failed calls (inference.max_error_share={max_share:g}): "
+        raise CallsFailed(f"stage 08: too many failed calls (inference.max_error_share={max_share:g}): "
                               + " | ".join(bad) + "; answers already stored are kept, fix the cause and rerun")
 
 

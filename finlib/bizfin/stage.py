@@ -228,6 +228,11 @@ def run_stage(cfg: RunConfig) -> BizFinRun:
     return BizFinRun(df, asked, loaded, report)
 
 
+class CallsFailed(RuntimeError):
+    """Most calls of a model failed (wrong key, server down, ...): the stage must not report them as
+    answers (stage 03's rule, `finlib.finbias.inference.InferenceFailed`, for BizFinBench)."""
+
+
 def not_answered_counts(items: pd.DataFrame) -> dict[str, dict]:
     """Per model: answers whose call ended in an error and judge calls that failed, with the most
     frequent error (outside every N, shown in the report)."""
@@ -247,8 +252,6 @@ def check_error_share(items: pd.DataFrame, max_share: float, stage: str) -> None
     `inference.max_error_share` of its answer calls or of its judge calls ended in an error: a run
     whose every call got HTTP 401 must not print a table of zeros and succeed. One line, naming the
     model and the most frequent error (the rule of Fin-Bias stage 03)."""
-    from finlib.finbias.inference import InferenceFailed
-
     bad = []
     for model, c in not_answered_counts(items).items():
         if c["of"] and c["answers"] / c["of"] > max_share:
@@ -256,7 +259,7 @@ def check_error_share(items: pd.DataFrame, max_share: float, stage: str) -> None
         if c["judged"] and c["judge_calls"] / c["judged"] > max_share:
             bad.append(f"model '{model}': {c['judge_calls']}/{c['judged']} judge calls failed")
     if bad:
-        raise InferenceFailed(f"{stage}: too many failed calls (inference.max_error_share={max_share:g}): "
+        raise CallsFailed(f"{stage}: too many failed calls (inference.max_error_share={max_share:g}): "
                               + " | ".join(bad) + "; answers already stored are kept, fix the cause and rerun")
 
 

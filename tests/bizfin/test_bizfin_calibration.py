@@ -259,3 +259,16 @@ def test_reference_sets_have_at_least_40_graded_answers_and_match_their_builder(
         assert len(ref) >= 40 and ref["answer"].is_unique
         assert ref["reference_score"].nunique() >= 6 and ref["reference_score"].max() == 100
         assert ref["reference_score"].min() <= 30      # the ladder reaches the bottom of the scale
+
+
+def test_stage08_gate_fails_when_the_judge_calls_fail():
+    from finlib.bizfin import judge_stage
+    from finlib.bizfin.stage import CallsFailed
+
+    def scores(statuses):
+        return pd.DataFrame({"judge": "j", "method": "vanilla", "status": statuses,
+                             "note": ["judge call failed: HTTP 401" if s == "not_answered" else "" for s in statuses]})
+
+    with pytest.raises(CallsFailed, match=r"stage 08: .*j \(vanilla\): 3/3 judge calls failed \(judge call failed: HTTP 401\)"):
+        judge_stage.check_judge_errors(scores(["not_answered"] * 3), [], 0.5)
+    judge_stage.check_judge_errors(scores(["ok", "ok", "not_answered"]), [], 0.5)   # 1/3: within the share

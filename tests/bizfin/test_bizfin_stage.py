@@ -182,12 +182,11 @@ def test_error_share_gate_fails_the_stage_with_one_line():
     """A wrong key (every call 401) must fail stage 07, not print a table of zeros; a share of
     failures within inference.max_error_share passes, its items counted as not answered."""
     from finlib.bizfin.data import load_format_samples
-    from finlib.finbias.inference import InferenceFailed
 
     asked = {"FNC": load_format_samples(["FNC"])["FNC"], "FTR": load_format_samples(["FTR"])["FTR"]}
     dead = pd.DataFrame(stage.score_model("m", asked, _failing_answers(asked, lambda i: "error"), None, (0, 100)))
     assert dead["official"].isna().all()
-    with pytest.raises(InferenceFailed) as err:
+    with pytest.raises(stage.CallsFailed) as err:
         stage.check_error_share(dead, 0.5, "stage 07")
     msg = str(err.value)
     assert "\n" not in msg and "stage 07" in msg and "4/4 answer calls failed" in msg and "401" in msg
