@@ -21,19 +21,20 @@ from finlib.core.vocab import POOLED, SECTOR_MEAN, SECTORS
 
 
 def reports_fixture() -> pd.DataFrame:
-    """Six firms; AAA spans the cut-off (its early report must be dropped)."""
+    """Seven firms around a 2021-01-01 cut-off; AAA (the test firm in these tests) spans it."""
     rows = [("R1", "AAA", "2020-01-10"), ("R2", "BBB", "2020-03-01"), ("R3", "CCC", "2020-06-01"),
             ("R4", "AAA", "2021-02-01"), ("R5", "DDD", "2021-03-01"), ("R6", "EEE", "2019-12-01"),
-            ("R7", "FFF", "2020-09-09")]
+            ("R7", "FFF", "2020-11-20"), ("R8", "GGG", "2020-09-09")]
     df = pd.DataFrame(rows, columns=["report_id", "ticker", "date"])
     df["date"] = pd.to_datetime(df["date"])
     df["sector"] = "Technology"
-    df["analyst_rating"] = ["bullish", "bullish", "bearish", "bullish", "neutral", "bullish", None]
+    df["analyst_rating"] = ["bullish", "bullish", "bearish", "bullish", "neutral", "bullish", None, "bearish"]
     return df
 
 
 ORIGINAL = "We rate Acme a Buy. Revenue rose 5 percent to $10 mn. We think the outlook is excellent. Margins were 12 percent."
 NO_OPINION = "Revenue rose 5 percent to $10 mn. Margins were 12 percent."
+SPLIT_PARAMS = {"test_firm_share": 0.2, "split_cutoff": "2021-01-01", "train_share": 0.8, "split_seed": 7}
 
 
 def conditions_fixture(reports: pd.DataFrame, skip_no_opinion: tuple[str, ...] = ()) -> pd.DataFrame:
@@ -48,53 +49,128 @@ def conditions_fixture(reports: pd.DataFrame, skip_no_opinion: tuple[str, ...] =
 
 def labels_fixture() -> pd.DataFrame:
     # R2: analyst == label (dropped); R6: no label (excluded by stage 01)
-    return pd.DataFrame({"report_id": ["R1", "R2", "R3", "R4", "R5", "R6", "R7"],
-                         "label": ["bearish", "bullish", "neutral", "neutral", "bearish", None, "bullish"]})
+    return pd.DataFrame({"report_id": ["R1", "R2", "R3", "R4", "R5", "R6", "R7", "R8"],
+                         "label": ["bearish", "bullish", "neutral", "neutral", "bearish", None, "bullish", "neutral"]})
+
+
+@pytest.fixture()
+def aaa_is_the_test_firm(monkeypatch):
+    """Fix the seeded draw to firm AAA, so the rules can be checked by hand."""
+    monkeypatch.setattr(tp, "draw_test_firms", lambda tickers, share, seed: {"AAA"})
+
+
+def labelled_reports() -> pd.DataFrame:
+    return reports_fixture().merge(labels_fixture(), on="report_id")
 
 
 # --- split ------------------------------------------------------------------------------------
 
-def test_split_is_disjoint_in_firms_and_time_and_counts_drops():
-    split = tp.split_reports(reports_fixture(), pd.Timestamp("2021-01-01"))
-    df = split.reports.set_index("report_id")["split"]
-    assert df.to_dict() == {"R1": "dropped", "R2": "train", "R3": "train", "R4": "test", "R5": "test",
-                            "R6": "train", "R7": "train"}
-    assert split.dropped == {"test_firm_before_cutoff": 1}
-    tp.check_split(split.reports)  # no exception
-    train = split.reports[split.reports["split"] == "train"]
-    test = split.reports[split.reports["split"] == "test"]
-    assert not set(train["ticker"]) & set(test["ticker"])
-    assert train["date"].max() < test["date"].min()
+def test_split_rules_by_hand(aaa_is_the_test_firm):
+    df = tp.split_reports(labelled_reports(), SPLIT_PARAMS, label_window=60)
+    got = df.set_index("report_id")[["split", "drop_reason"]].to_dict(orient="index")
+    # R7 (2020-11-20) + 60 trading days (+5 holiday margin: 65 business days) = 2021-02-19 >= cut-off: embargo;
+    # R8 (2020-09-09) + 65 business days = 2020-12-09 < cut-off: trains
+    assert {k: (v["split"], v["drop_reason"]) for k, v in got.items()} == {
+        "R1": ("test", None), "R4": ("test", None),             # every report of the test firm, both periods
+        "R2": ("train", None), "R3": ("train", None), "R8": ("train", None),
+        "R5": ("dropped", "after_cutoff"), "R6": ("dropped", "no_return_label"),
+        "R7": ("dropped", "embargo_label_window")}
+    assert df.set_index("report_id")["out_of_time"].to_dict()["R4"] and not df["out_of_time"].iloc[0]
+    assert df.attrs["cutoff"] == "2021-01-01" and df.attrs["test_firms"] == ["AAA"]
+    tp.check_split(df, pd.Timestamp(df.attrs["cutoff"]))  # no exception
 
 
-def test_check_split_catches_leaks():
-    df = reports_fixture().assign(split="train")
-    df.loc[df["report_id"] == "R4", "split"] = "test"
+def test_label_window_end_on_the_trading_calendar():
+    cal = pd.DatetimeIndex(["2020-01-02", "2020-01-03", "2020-01-06", "2020-01-07", "2020-01-08"])
+    dates = pd.Series(pd.to_datetime(["2020-01-02", "2020-01-04", "2020-01-07"]))
+    end = tp.label_window_end(dates, 2, cal)
+    # day 0 = the report date or the next trading day; the window ends `window` trading days later
+    assert end.iloc[0] == pd.Timestamp("2020-01-06") and end.iloc[1] == pd.Timestamp("2020-01-08")
+    assert end.iloc[2] == pd.Timestamp("2020-01-07") + pd.offsets.BDay(2 + tp.HOLIDAY_MARGIN_DAYS)  # past the calendar
+
+
+def test_check_split_catches_leaks(aaa_is_the_test_firm):
+    cut = pd.Timestamp("2021-01-01")
+    base = tp.split_reports(labelled_reports(), SPLIT_PARAMS, label_window=60)
+    df = base.copy()
+    df.loc[df["report_id"] == "R2", "ticker"] = "AAA"             # a training report of a test firm
     with pytest.raises(AssertionError, match="firms"):
-        tp.check_split(df)  # AAA in both
-    df = reports_fixture().assign(split="train")
-    df.loc[df["report_id"] == "R3", "split"] = "test"   # 2020-06 test, but R4 (2021) is train
-    df = df[df["ticker"] != "AAA"]
-    df.loc[df["report_id"] == "R5", "split"] = "train"
+        tp.check_split(df, cut)
+    df = base.copy()
+    df.loc[df["report_id"] == "R5", ["split", "drop_reason"]] = ["train", None]   # 2021 report trains
     with pytest.raises(AssertionError, match="time"):
-        tp.check_split(df)
+        tp.check_split(df, cut)
+    df = base.copy()
+    df.loc[df["report_id"] == "R7", ["split", "drop_reason"]] = ["train", None]   # window crosses the cut-off
+    with pytest.raises(AssertionError, match="embargo"):
+        tp.check_split(df, cut)
 
 
-def test_cutoff_from_share_and_explicit():
-    dates = reports_fixture()["date"]
+def test_cutoff_is_a_year_boundary():
+    dates = pd.Series(pd.to_datetime(["2019-03-01", "2019-09-01", "2020-02-01", "2020-07-01", "2021-05-01"]))
     assert tp.resolve_cutoff(dates, "2021-01-01", 0.7) == pd.Timestamp("2021-01-01")
-    # 7 dates sorted: share 0.7 -> index round(4.9) = 5 -> the 6th date
-    assert tp.resolve_cutoff(dates, None, 0.7) == sorted(dates)[5]
+    with pytest.raises(ValueError, match="calendar-year boundary"):
+        tp.resolve_cutoff(dates, "2021-06-30", 0.7)
+    # share 0.7 of 5 dates -> index 3 = 2020-07-01: 182 days after 2020-01-01, 184 before 2021-01-01
+    assert tp.resolve_cutoff(dates, None, 0.7) == pd.Timestamp("2020-01-01")
+    assert tp.resolve_cutoff(dates, None, 0.9) == pd.Timestamp("2021-01-01")   # index 4 = 2021-05-01
     with pytest.raises(ValueError, match="train_share"):
         tp.resolve_cutoff(dates, None, 1.5)
 
 
-def test_split_summary_label_balance():
-    split = tp.split_reports(reports_fixture(), pd.Timestamp("2021-01-01"))
-    summ = tp.split_summary(split.reports.merge(labels_fixture(), on="report_id"))
-    train = summ.set_index("split").loc["train"]
-    assert train["reports"] == 4 and train["without_label"] == 1
-    assert train["share_bullish"] == pytest.approx(2 / 3, abs=1e-3)  # R2 and R7 of the three labelled
+def test_test_firms_are_a_seeded_random_share():
+    tickers = pd.Series([f"F{i:03d}" for i in range(100)] * 3)
+    a = tp.draw_test_firms(tickers, 0.2, seed=1)
+    assert len(a) == 20 and a == tp.draw_test_firms(tickers, 0.2, seed=1)
+    assert a != tp.draw_test_firms(tickers, 0.2, seed=2)
+    assert a != set(sorted(set(tickers))[:20])          # not the first firms by name: a draw
+
+
+def paper_shaped_corpus(seed: int = 0, firms: int = 480, per_firm: float = 18.0) -> pd.DataFrame:
+    """A corpus of the paper's shape, no text: 480 firms x ~18 reports over 2015-2024, labels ranked within
+    each calendar year (bottom 30 % bearish, top 30 % bullish), no label for reports whose 60-day window is
+    not over by the end of the price data (as stage 01 excludes them), analysts mostly bullish."""
+    rng = np.random.default_rng(seed)
+    n = np.maximum(rng.poisson(per_firm, firms), 1)
+    ticker = np.repeat([f"F{i:03d}" for i in range(firms)], n)
+    days = pd.bdate_range("2015-01-01", "2024-12-31")
+    df = pd.DataFrame({"report_id": [f"R{i:05d}" for i in range(len(ticker))], "ticker": ticker,
+                       "date": days[rng.integers(0, len(days), len(ticker))],
+                       "analyst_rating": rng.choice(["bullish", "neutral", "bearish"], len(ticker), p=[.6, .35, .05])})
+    car = rng.normal(0, 0.1, len(df)) + 0.03 * (df["ticker"].str[1:].astype(int) % 3 - 1)  # firm effects
+    q = pd.Series(car).groupby(df["date"].dt.year).rank(pct=True)
+    df["label"] = np.where(q > 0.7, "bullish", np.where(q <= 0.3, "bearish", "neutral"))
+    df.loc[df["date"] > pd.Timestamp("2024-09-30"), "label"] = None
+    return df
+
+
+def test_split_keeps_the_data_on_a_corpus_of_the_papers_shape():
+    corpus = paper_shaped_corpus()
+    params = {"test_firm_share": 0.2, "split_cutoff": None, "train_share": 0.8, "split_seed": 20261129}
+    sp = tp.make_split(corpus, params, label_window=60)      # runs the leakage checks
+    df = sp.reports
+    lab = df[df["label"].notna()]
+    share = lab["split"].value_counts(normalize=True)
+    assert share["train"] >= 0.50 and share["test"] >= 0.15
+    corpus_mix = lab["label"].value_counts(normalize=True)
+    for name in ("train", "test"):
+        mix = lab.loc[lab["split"] == name, "label"].value_counts(normalize=True)
+        assert (mix - corpus_mix).abs().max() <= 0.05, (name, mix.to_dict(), corpus_mix.to_dict())
+    assert sp.cutoff.month == 1 and sp.cutoff.day == 1
+    train = df[df["split"] == "train"]
+    assert (train["label_window_end"] < sp.cutoff).all() and sp.dropped["embargo_label_window"] > 0
+    assert not set(train["ticker"]) & set(df.loc[df["split"] == "test", "ticker"])
+    assert df.loc[df["split"] == "test", "ticker"].nunique() == 96          # 20 % of 480 firms
+    counted = df["drop_reason"].value_counts().to_dict()
+    assert counted == sp.dropped and sum(counted.values()) == int((df["split"] == "dropped").sum())
+
+
+def test_split_summary_label_balance(aaa_is_the_test_firm):
+    df = tp.split_reports(labelled_reports(), SPLIT_PARAMS, label_window=60)
+    summ = tp.split_summary(df).set_index("split")
+    assert summ.loc["train", "reports"] == 3 and summ.loc["test", "out_of_time"] == 1
+    assert summ.loc["train", "share_neutral"] == pytest.approx(2 / 3, abs=1e-3)   # R3 and R8 of R2, R3, R8
+    assert "embargo_label_window: 1" in summ.loc["dropped", "drop_reasons"]
 
 
 # --- template teacher and triplets ------------------------------------------------------------
@@ -118,21 +194,41 @@ def test_opinion_sentences_are_those_removed():
     assert tp.opinion_sentences(ORIGINAL, NO_OPINION) == ["We rate Acme a Buy.", "We think the outlook is excellent."]
 
 
-def test_triplets_labels_and_drop_counts_per_split():
+def test_triplets_labels_and_drop_counts_train_only(aaa_is_the_test_firm):
     reports = reports_fixture()
-    split = tp.split_reports(reports, pd.Timestamp("2021-01-01"))
-    cond = conditions_fixture(reports, skip_no_opinion=("R5",))
-    trip = tp.build_triplets(split, labels_fixture(), cond, tp.template_teacher, tp.TEMPLATE_TEACHER)
+    sp = tp.make_split(labelled_reports(), SPLIT_PARAMS, label_window=60)
+    cond = conditions_fixture(reports, skip_no_opinion=("R8",))
+    trip = tp.build_triplets(sp, labels_fixture(), cond, tp.template_teacher, tp.TEMPLATE_TEACHER)
     t = trip.triplets.set_index("report_id")
-    # R3 (train, bearish analyst, neutral label) is the one clean train pair; R4 the clean test pair
-    assert sorted(t.index) == ["R3", "R4"]
-    assert t.loc["R3", "split"] == "train" and t.loc["R4", "split"] == "test"
+    # train: R2 (analyst == label), R3 (bearish analyst, neutral label: the clean pair), R8 (no no_opinion text)
+    assert list(t.index) == ["R3"] and t.loc["R3", "split"] == "train"
     assert json.loads(t.loc["R3", "chosen"])["answer"] == "neutral"       # the return-based label
     assert json.loads(t.loc["R3", "rejected"])["answer"] == "bearish"     # the analyst's rating
-    assert (trip.triplets["teacher"] == tp.TEMPLATE_TEACHER).all()
+    assert (trip.triplets["teacher"] == tp.TEMPLATE_TEACHER).all() and trip.teacher_calls == 2
     drops = {(r.split, r.reason): r.n for r in trip.drops.itertuples()}
-    assert drops == {("train", "analyst_rating_equals_label"): 1, ("train", "no_return_label"): 1,
-                     ("train", "no_analyst_rating"): 1, ("test", "no_opinion_text_unavailable"): 1}
+    assert drops == {("train", "analyst_rating_equals_label"): 1, ("train", "no_opinion_text_unavailable"): 1}
+
+
+def test_teacher_is_called_only_for_the_training_reports_it_needs():
+    corpus = paper_shaped_corpus(seed=3, firms=40, per_firm=6)
+    params = {"test_firm_share": 0.25, "split_cutoff": None, "train_share": 0.8, "split_seed": 1}
+    sp = tp.make_split(corpus, params, label_window=60)
+    cond = conditions_fixture(corpus)
+    asked: list[str] = []
+
+    def recording(calls):
+        asked.extend(c.id for c in calls)
+        return tp.template_teacher(calls)
+
+    trip = tp.build_triplets(sp, corpus[["report_id", "label"]], cond, recording, "rec", max_pairs=5)
+    train = sp.reports[sp.reports["split"] == "train"]
+    usable = train[train["label"].notna() & (train["analyst_rating"] != train["label"])].sort_values(["date", "report_id"])
+    assert len(usable) > 5                                                  # the cap binds
+    assert sorted({a.split("|")[0] for a in asked}) == sorted(usable["report_id"].head(5))  # earliest usable only
+    assert len(asked) == 10 == trip.teacher_calls                          # herded + independent each
+    drops = {(r.split, r.reason): r.n for r in trip.drops.itertuples()}
+    assert drops[("train", "over_max_train_pairs")] == len(usable) - 5
+    assert not any(k[0] == "test" for k in drops)                          # test reports are never candidates
 
 
 def fake_teacher(answers: dict[str, str | None]):
@@ -154,7 +250,7 @@ def fake_teacher(answers: dict[str, str | None]):
 ])
 def test_teacher_answers_that_miss_the_intended_rating_are_dropped_and_counted(answers, reason):
     reports = reports_fixture()[lambda d: d["report_id"] == "R3"]
-    split = tp.split_reports(reports, pd.Timestamp("2021-01-01"))
+    split = tp.Split(reports.assign(split="train", drop_reason=None), pd.Timestamp("2021-01-01"))
     trip = tp.build_triplets(split, labels_fixture(), conditions_fixture(reports), fake_teacher(answers), "fake")
     assert trip.triplets.empty
     assert trip.drops.to_dict(orient="records") == [{"split": "train", "reason": reason, "n": 1}]
@@ -169,7 +265,7 @@ def test_model_teacher_goes_through_the_engine_and_store(tmp_path, monkeypatch):
     monkeypatch.setenv("STUB_TEST_KEY", "dummy")
     reports = reports_fixture()[lambda d: d["report_id"].isin(["R1", "R7"])].assign(date=pd.Timestamp("2020-01-01"))
     reports.loc[reports["report_id"] == "R7", "analyst_rating"] = "bearish"
-    split = tp.split_reports(reports.assign(ticker=["X", "Y"]), pd.Timestamp("2021-01-01"))
+    split = tp.Split(reports.assign(ticker=["X", "Y"], split="train", drop_reason=None), pd.Timestamp("2021-01-01"))
     with ThreadedStub() as stub, ResponseStore(tmp_path / "r.sqlite") as store:
         spec = stub_spec(stub.base_url)
         teach = tp.model_teacher(spec, store, max_new_tokens=32, progress=False)
@@ -191,7 +287,36 @@ class CharTokenizer:
 
     def apply_chat_template(self, messages, add_generation_prompt=False, tokenize=True, return_dict=False):
         text = "".join(f"<{m['role']}>{m['content']}" for m in messages) + ("<assistant>" if add_generation_prompt else "")
-        return list(text)
+        return list(text) if tokenize else text
+
+
+class ThinkingTokenizer:
+    """Qwen3's rendering: a stored final assistant turn gets an empty think block. `closed_prompt` mimics
+    the mismatch to catch: a generation prompt that pre-closes the thought (enable_thinking=False) while
+    the stored turn is rendered without one."""
+
+    def __init__(self, closed_prompt: bool = False):
+        self.closed_prompt = closed_prompt
+
+    def apply_chat_template(self, messages, add_generation_prompt=False, tokenize=True, return_dict=False):
+        text = ""
+        for m in messages:
+            think = m["role"] == "assistant" and not self.closed_prompt
+            body = f"<think>\n\n</think>\n\n{m['content']}" if think else m["content"]
+            text += f"<|im_start|>{m['role']}\n{body}<|im_end|>\n"
+        if add_generation_prompt:
+            text += "<|im_start|>assistant\n" + ("<think>\n\n</think>\n\n" if self.closed_prompt else "")
+        return list(text) if tokenize else text
+
+
+def test_training_sequences_continue_the_evaluation_prompt_also_for_thinking_models():
+    trip = pd.DataFrame({"report_id": ["a"], "prompt_text": ["report"], "chosen": ['{"answer": "bearish"}'],
+                         "rejected": ['{"answer": "bullish"}']})
+    recs = tr.to_records(trip, lambda text: [{"role": "user", "content": text}])
+    tr.check_prompt_prefix(recs, ThinkingTokenizer())          # empty think block = part of the learned answer
+    tr.check_prompt_prefix(recs, CharTokenizer())
+    with pytest.raises(ValueError, match="different prompt"):
+        tr.check_prompt_prefix(recs, ThinkingTokenizer(closed_prompt=True))
 
 
 def test_max_length_is_computed_from_the_data_and_guarded():
@@ -238,31 +363,49 @@ def test_step_log_keeps_training_steps_only():
 
 # --- Table 8 ----------------------------------------------------------------------------------
 
-def metrics_fixture() -> pd.DataFrame:
+def metrics_fixture(models=("m",)) -> pd.DataFrame:
     rows = []
-    for model, acc in (("m", 0.30), ("m + DPO", 0.40)):
-        for sector in (*SECTORS, POOLED, SECTOR_MEAN):
-            rows.append({"model": model, "condition": "original", "sector": sector, "metric": "accuracy",
-                         "value": acc, "ci_low": acc - 0.1, "ci_high": acc + 0.1, "n": 10, "parse_rate": 1.0})
+    for base in models:
+        for measure, shift in ((ev.GENERATED, 0.0), (ev.LABEL_SCORING, 0.05)):
+            for model, acc in ((base, 0.30 + shift), (base + ev.DPO_SUFFIX, 0.40 + shift)):
+                for sector in (*SECTORS, POOLED, SECTOR_MEAN):
+                    rows.append({"model": model, "condition": "original", "sector": sector, "metric": "accuracy",
+                                 "value": acc, "ci_low": acc - 0.1, "ci_high": acc + 0.1, "n": 10,
+                                 "parse_rate": 0.5 if measure == ev.GENERATED else 1.0, "measure": measure})
     return pd.DataFrame(rows)
 
 
+def paired_fixture(models=("m",)) -> pd.DataFrame:
+    return pd.DataFrame([{"outcome": "accuracy", "sector": POOLED, "model": m + ev.DPO_SUFFIX, "measure": meas,
+                          "pvalue": p} for m in models for meas, p in ((ev.GENERATED, 0.25), (ev.LABEL_SCORING, 0.5))])
+
+
 def test_table8_layout_ours_and_the_papers_rows():
-    tests = pd.DataFrame([{"outcome": "accuracy", "sector": POOLED, "pvalue": 0.25}])
-    t8 = ev.table8(metrics_fixture(), tests, "m", "m + DPO")
-    assert list(t8.columns) == ["model", "variant", "source", *SECTORS, POOLED, SECTOR_MEAN, "Average (printed)",
-                                "N", "McNemar p (pooled)"]
+    t8 = ev.table8(metrics_fixture(), paired_fixture(), ["m"])
+    assert list(t8.columns) == ["model", "variant", "measure", "source", *SECTORS, POOLED, SECTOR_MEAN,
+                                "Average (printed)", "N", "parse rate %", "McNemar p (pooled)"]
     ours = t8[t8["source"] == ev.OURS].set_index("variant")
-    assert ours.loc["base", "Technology"] == pytest.approx(30.0)
+    assert ours.loc["base", "Technology"] == pytest.approx(30.0) and ours.loc["base", "parse rate %"] == 50.0
     assert ours.loc["DPO", POOLED] == pytest.approx(40.0)
     assert ours.loc["delta DPO - base", "Energy"] == pytest.approx(10.0)
     assert ours.loc["delta DPO - base", "McNemar p (pooled)"] == 0.25
+    # label scoring: an extra row group, named so
+    assert ours.loc["base (label scoring)", "Technology"] == pytest.approx(35.0)
+    assert ours.loc["delta DPO - base (label scoring)", "McNemar p (pooled)"] == 0.5
+    assert ours.loc["DPO (label scoring)", "measure"] == ev.LABEL_SCORING
     paper = t8[t8["source"] == ev.PAPER]
     assert sorted(paper["model"].unique()) == ["Meta-Llama-3-8B-it", "Qwen2-7B-it", "Qwen3-8B"]
     q = paper[paper["model"] == "Qwen3-8B"].set_index("variant")
     assert q.loc["DPO (Table 8)", "Average (printed)"] == pytest.approx(38.23)           # published Table 8
     assert q.loc["base (Table 6, with rating)", "Healthcare"] == pytest.approx(31.7)       # published Table 6
     assert q.loc["delta DPO - base", "Healthcare"] == pytest.approx(38.90 - 31.7)
+
+
+def test_table8_has_every_trained_models_rows():
+    t8 = ev.table8(metrics_fixture(("a", "b")), paired_fixture(("a", "b")), ["b", "a"])
+    ours = t8[t8["source"] == ev.OURS]
+    assert list(ours["model"]) == ["b", "b + DPO", "b + DPO"] * 2 + ["a", "a + DPO", "a + DPO"] * 2
+    assert len(t8[t8["source"] == ev.PAPER]) == 9
 
 
 def test_paired_base_vs_dpo_mcnemar_matches_statsmodels():
@@ -300,17 +443,19 @@ def test_dpo_params_refuse_misspelled_and_missing_keys(tmp_run):
         dpo_params(tmp_run)
 
 
-def test_caveat_names_template_teacher_and_skips():
+def test_caveat_names_template_teacher_its_reason_and_skips(tmp_run):
     from finlib.finbias.dpo.stage import DPOResult, caveat
 
-    res = DPOResult(*[pd.DataFrame()] * 8, report={"teacher": "template", "skipped": "no training triplets"})
-    text = caveat(SimpleNamespace(is_synthetic=True), res)
+    res = DPOResult(*[pd.DataFrame()] * 8, report={"teacher": "template", "skipped": "no training triplets",
+                                                   "teacher_reason": "too slow here", "models": ["smollm2-135m"]})
+    text = caveat(tmp_run, res)
     assert "Template teacher" in text and "skipped" in text and "Synthetic" in text
+    assert "too slow here" in text and "Plumbing model: smollm2-135m" in text
 
 
-def test_stage_without_no_opinion_texts_is_skipped_with_the_drop_counts(tmp_run):
-    """A fresh clone without the MPQA lexicon has no no_opinion texts: stage 05 says so and trains
-    nothing (no invented pairs), so `make test` still passes there."""
+def test_stage_without_usable_pairs_is_skipped_with_the_drop_counts(tmp_run):
+    """When every candidate pair is dropped (here: no no_opinion texts), stage 05 says so with the
+    counts and trains nothing (no invented pairs)."""
     from finlib.core.artifacts import write_frame
     from finlib.finbias.dpo.stage import run_stage
 
@@ -318,6 +463,7 @@ def test_stage_without_no_opinion_texts_is_skipped_with_the_drop_counts(tmp_run)
     write_frame(tmp_run, "reports", reports)
     write_frame(tmp_run, "labels", labels_fixture())
     write_frame(tmp_run, "conditions", conditions_fixture(reports, skip_no_opinion=tuple(reports["report_id"])))
+    tmp_run.params["dpo"].update(test_firm_share=0.2, split_cutoff="2021-01-01")
     res = run_stage(tmp_run)
     assert "no training triplets" in res.report["skipped"]
     assert "no_opinion_text_unavailable" in res.report["skipped"]

@@ -1,8 +1,11 @@
 """Table 8: base vs DPO-tuned model on the held-out test reports (`original` condition).
 
-Both models answer through stage 03's code (same request planning, prompt, truncation, label
-scoring and store); the tuned model is the base with the LoRA adapter merged by the local
-backend, and its answers are keyed by the adapter's content hash. Scoring is stage 04's:
+As the paper measures it, both models *generate* an answer to the evaluation prompt through stage
+03's code (same request planning, prompt, truncation, sampling and store), read by the one parser
+(`finlib.llm.answers`): an unparseable answer counts as unparsed, never as a rating. Label scoring
+(next-token probabilities after a pre-filled `{"answer": "`) is kept as an extra row, named so.
+The tuned model is the base with the LoRA adapter merged by the local backend, and its answers are
+keyed by the adapter's content hash. Scoring is stage 04's:
 `score_frame` (parser, joins), `metrics_long` (accuracy and herding per sector, pooled and mean of
 sectors, with cluster-bootstrap CIs over firms). The paired test is an exact McNemar on the same
 reports (both answers parsed): is the tuned model correct (or herding) on different reports?
@@ -23,6 +26,8 @@ TABLE8_METRICS = ("accuracy", "herding", "accuracy_all", "herding_all", "parse_r
 # flip an argmax, so this is where a small tuned model's shift away from the analyst shows first.
 DPO_SUFFIX = " + DPO"
 OURS, PAPER = "ours", "Fin-Bias (published)"
+GENERATED, LABEL_SCORING = "generated answers", "label scoring"
+MEASURES = {"generate": GENERATED, "score": LABEL_SCORING}   # request mode -> Table 8 measure
 
 
 def test_items(conditions: pd.DataFrame, test_ids: set[str]) -> pd.DataFrame:
@@ -31,11 +36,18 @@ def test_items(conditions: pd.DataFrame, test_ids: set[str]) -> pd.DataFrame:
     return c[c["report_id"].isin(test_ids)].reset_index(drop=True)
 
 
-def score_test_items(cfg, spec, items: pd.DataFrame, store, name: str, adapter=None,
-                     adapter_sha256: str | None = None) -> pd.DataFrame:
-    """Label-score (local models) the items with stage 03's planning and store; `adapter` merges
-    a LoRA adapter first and `adapter_sha256` keys its answers. Returns predictions rows (stage 03's
-    columns, parsed), model column = `name`."""
+def eval_report_ids(items: pd.DataFrame, n: int | None) -> set[str]:
+    """The test reports that also get generated answers: the first `n` by id (null: all). Generation
+    costs ~100x a label score on CPU, so the embedded run caps it (`dpo.eval_reports`)."""
+    ids = sorted(items["report_id"].astype(str).unique())
+    return set(ids if n is None else ids[:n])
+
+
+def predict_test_items(cfg, spec, items: pd.DataFrame, store, name: str, gen_ids: set[str], adapter=None,
+                       adapter_sha256: str | None = None) -> pd.DataFrame:
+    """Stage 03's request planning, store and parser for one model on the test items: generated answers
+    for `gen_ids`, label scores for every item (local models). `adapter` merges a LoRA adapter first
+    and `adapter_sha256` keys its answers. Returns stage 03's prediction rows, model column = `name`."""
     from finlib.llm.engine import engine_key, send_pending
     from finlib.llm.local_backend import LocalModel
     from finlib.llm.prompts import build_messages
@@ -49,13 +61,14 @@ def score_test_items(cfg, spec, items: pd.DataFrame, store, name: str, adapter=N
     from finlib.llm.precision import resolve_dtype
 
     inf = inference_params(cfg)
-    inf = {**inf, "dtype": resolve_dtype(inf["dtype"], inf["device"])[0]}  # as stage 03 keys it (auto: measured)
+    inf = {**inf, "dtype": resolve_dtype(inf["dtype"], inf["device"])[0], "constrained_json": []}  # as stage 03
     model = LocalModel(spec, cfg.path(inf["model_cache"]), dtype=inf["dtype"], batch_size=inf["batch_size"],
                        score_batch_size=inf["score_batch_size"], max_batch_tokens=inf["max_batch_tokens"],
                        seed=cfg.seed, threads=inf["threads"], device=inf["device"], adapter=adapter)
     overhead = model.n_tokens(model.prompt_text(build_messages("", spec.supports_system, inf["prompt_version"]),
                                                 "score"))
-    requests = plan_requests(items, spec, lambda row: ["score"], inf, model.n_tokens, overhead)
+    requests = plan_requests(items, spec, lambda row: (["generate"] if str(row["report_id"]) in gen_ids else [])
+                             + ["score"], inf, model.n_tokens, overhead)
     if adapter_sha256:  # same request, the tuned weights named in the key
         engine = engine_key(spec, inf["dtype"], adapter_sha256=adapter_sha256)
         requests = [dataclasses.replace(r, model=name, key=make_key(r.backend, spec.model_id, r.messages, r.params,
@@ -128,19 +141,45 @@ def _paper_rows() -> list[dict]:
     return rows
 
 
-def table8(metrics: pd.DataFrame, tests: pd.DataFrame, base: str, tuned: str) -> pd.DataFrame:
-    """Table 8 in the paper's layout: models x sectors + averages (accuracy, %), our base, our DPO
-    model and the delta (with McNemar p), then the paper's rows (base from Table 6, DPO, delta)."""
+def _acc_row(acc: pd.DataFrame, model: str, cols: list[str]) -> tuple[pd.Series, int, float]:
+    g = acc[acc["model"] == model]
+    pooled = g[g["sector"] == POOLED]
+    return (g.set_index("sector")["value"].reindex(cols) * 100, int(pooled["n"].sum()),
+            float(pooled["parse_rate"].iloc[0]) * 100 if len(pooled) and "parse_rate" in g else np.nan)
+
+
+def table8(metrics: pd.DataFrame, tests: pd.DataFrame, models: list[str]) -> pd.DataFrame:
+    """Table 8 in the paper's layout: models x sectors + averages (accuracy, %). For every trained
+    model: base, DPO and delta (with the pooled McNemar p) from generated answers (the paper's
+    measure), then the same three rows from label scoring (named so); then the paper's rows (its
+    DPO accuracy, the same model's Table 6 accuracy with the rating as its base, and the delta).
+    `metrics` / `tests` carry a `measure` column (generated answers | label scoring)."""
     acc = metrics[(metrics["metric"] == "accuracy") & (metrics["condition"] == Condition.ORIGINAL.value)]
     cols = [*SECTORS, POOLED, SECTOR_MEAN]
-    vals = {m: acc[acc["model"] == m].set_index("sector")["value"].reindex(cols) * 100 for m in (base, tuned)}
-    n = {m: acc[(acc["model"] == m) & (acc["sector"] == POOLED)]["n"].sum() for m in (base, tuned)}
-    pooled = tests[(tests["outcome"] == "accuracy") & (tests["sector"] == POOLED)] if len(tests) else tests
-    p = float(pooled["pvalue"].iloc[0]) if len(pooled) else np.nan
-    ours = [{"model": base, "variant": "base", "source": OURS, **vals[base].to_dict(), "N": int(n[base])},
-            {"model": tuned, "variant": "DPO", "source": OURS, **vals[tuned].to_dict(), "N": int(n[tuned])},
-            {"model": tuned, "variant": "delta DPO - base", "source": OURS,
-             **(vals[tuned] - vals[base]).to_dict(), "McNemar p (pooled)": p}]
-    out = pd.DataFrame(ours + _paper_rows())
+    ours = []
+    for base in models:
+        tuned = base + DPO_SUFFIX
+        for measure in (GENERATED, LABEL_SCORING):
+            a = acc[acc["measure"] == measure]
+            if a[a["model"] == base].empty:
+                continue
+            t = tests[(tests["measure"] == measure) & (tests["model"] == tuned) & (tests["outcome"] == "accuracy")
+                      & (tests["sector"] == POOLED)] if len(tests) else tests
+            p = float(t["pvalue"].iloc[0]) if len(t) else np.nan
+            vb, nb, pb = _acc_row(a, base, cols)
+            vt, nt, pt = _acc_row(a, tuned, cols)
+            tag = "" if measure == GENERATED else f" ({LABEL_SCORING})"
+            ours += [{"model": base, "variant": "base" + tag, "measure": measure, "source": OURS, **vb.to_dict(),
+                      "N": nb, "parse rate %": pb},
+                     {"model": tuned, "variant": "DPO" + tag, "measure": measure, "source": OURS, **vt.to_dict(),
+                      "N": nt, "parse rate %": pt},
+                     {"model": tuned, "variant": "delta DPO - base" + tag, "measure": measure, "source": OURS,
+                      **(vt - vb).to_dict(), "McNemar p (pooled)": p}]
+    paper = [{**r, "measure": GENERATED} for r in _paper_rows()]
+    out = pd.DataFrame(ours + paper)
+    for c in ("N", "parse rate %", "McNemar p (pooled)", "Average (printed)"):
+        if c not in out:
+            out[c] = np.nan
     out["N"] = out["N"].astype("Int64")
-    return out[["model", "variant", "source", *cols, "Average (printed)", "N", "McNemar p (pooled)"]]
+    return out[["model", "variant", "measure", "source", *cols, "Average (printed)", "N", "parse rate %",
+                "McNemar p (pooled)"]]

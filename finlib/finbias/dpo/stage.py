@@ -1,9 +1,13 @@
-"""Stage 05 entry point: triplets -> LoRA DPO training -> base vs DPO evaluation -> Table 8.
+"""Stage 05 entry point: split -> triplets -> LoRA DPO training per model -> generated-answer evaluation
+-> one Table 8 with every trained model beside the paper's rows.
 
 `run_stage(cfg)` is what notebook 05, `make dpo` and `python -m finlib.finbias.dpo` call; with
-`parts=("train",)` it is also what `accelerate launch -m finlib.finbias.dpo` runs on GPUs (README).
-Training is skipped when `runs/<run>/dpo/` already holds an adapter made from the same records,
-params, seed and precision (fingerprint), so a rerun of the pipeline does not retrain.
+`parts=("train",)` it is also what `accelerate launch -m finlib.finbias.dpo` runs on GPUs (docs/dpo.md).
+Training is skipped when `runs/<run>/dpo/<model>/` already holds an adapter made from the same
+records, params, seed and precision (fingerprint), so a rerun of the pipeline does not retrain.
+Each model's evaluation lives in `runs/<run>/dpo/<model>/eval/`; Table 8 and the `dpo_*` artifacts
+are assembled from every model of `dpo.models` evaluated so far, so models trained in separate
+launches (one per GPU job) end up in one table.
 """
 from __future__ import annotations
 
@@ -23,44 +27,84 @@ from finlib.finbias.dpo import evaluate as ev
 from finlib.finbias.dpo import train as tr
 from finlib.finbias.dpo import triplets as tp
 
-DPO_KEYS = ("model", "teacher", "teacher_max_new_tokens", "split_cutoff", "train_share", "max_train_pairs",
-            "max_length_cap", "lora", "beta", "learning_rate", "max_steps", "batch_size", "grad_accum",
-            "gradient_checkpointing", "dtype", "device")
+DPO_KEYS = ("models", "teacher", "teacher_max_new_tokens", "split_cutoff", "train_share", "test_firm_share",
+            "split_seed", "max_train_pairs", "max_length_cap", "lora", "beta", "learning_rate", "max_steps",
+            "num_train_epochs", "batch_size", "grad_accum", "gradient_checkpointing", "dtype", "device",
+            "eval_reports")
 LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
 PARTS = ("triplets", "train", "evaluate")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+# Measured (benchmarks/bench_dpo_teacher.py, 2 AVX2 cores): why the offline default does not use the
+# embedded generator as its teacher. Printed above the results whenever the template teacher is used.
+TEMPLATE_TEACHER_REASON = (
+    "the embedded generator (qwen2.5-coder-0.5b, llama.cpp) took {s_per_call} s per teacher answer on 2 AVX2 cores "
+    "({calls} answers = 2 per training pair), over the stage's share of the ~15 min `make reproduce` budget; "
+    "set dpo.teacher: qwen2.5-coder-0.5b to use it anyway (answers are stored: paid once)")
+
+
+def _positive_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
 
 
 def dpo_params(cfg: RunConfig) -> dict:
     """The `dpo:` section, checked: every key documented in params/default.yaml, none defaulted."""
     dp = dict(cfg.section("dpo", known=DPO_KEYS, required=DPO_KEYS))
+    where = cfg.params_file
+    if not isinstance(dp["models"], list) or not dp["models"] or not all(isinstance(m, str) for m in dp["models"]):
+        raise ConfigError(f"{where}: dpo.models must be a non-empty list of registry names, got {dp['models']!r}")
     if not isinstance(dp["lora"], dict):
-        raise ConfigError(f"{cfg.params_file}: dpo.lora must be a mapping with keys {LORA_KEYS}")
+        raise ConfigError(f"{where}: dpo.lora must be a mapping with keys {LORA_KEYS}")
     bad = sorted(set(dp["lora"]) ^ set(LORA_KEYS))
     if bad:
-        raise ConfigError(f"{cfg.params_file}: dpo.lora: unknown or missing key(s) {bad} (expected {LORA_KEYS})")
-    for k in ("max_steps", "batch_size", "grad_accum", "max_length_cap", "teacher_max_new_tokens"):
-        if not isinstance(dp[k], int) or isinstance(dp[k], bool) or dp[k] < 1:
-            raise ConfigError(f"{cfg.params_file}: dpo.{k} must be an integer >= 1, got {dp[k]!r}")
-    if dp["max_train_pairs"] is not None and (not isinstance(dp["max_train_pairs"], int) or dp["max_train_pairs"] < 1):
-        raise ConfigError(f"{cfg.params_file}: dpo.max_train_pairs must be null or an integer >= 1")
+        raise ConfigError(f"{where}: dpo.lora: unknown or missing key(s) {bad} (expected {LORA_KEYS})")
+    for k in ("batch_size", "grad_accum", "max_length_cap", "teacher_max_new_tokens", "split_seed"):
+        if not _positive_int(dp[k]) and not (k == "split_seed" and dp[k] == 0):
+            raise ConfigError(f"{where}: dpo.{k} must be an integer >= 1, got {dp[k]!r}")
+    for k in ("max_train_pairs", "eval_reports", "max_steps"):
+        if dp[k] is not None and not _positive_int(dp[k]):
+            raise ConfigError(f"{where}: dpo.{k} must be null or an integer >= 1, got {dp[k]!r}")
+    if dp["max_steps"] is None and not (isinstance(dp["num_train_epochs"], (int, float))
+                                        and not isinstance(dp["num_train_epochs"], bool) and dp["num_train_epochs"] > 0):
+        raise ConfigError(f"{where}: dpo.max_steps is null, so dpo.num_train_epochs must be a number > 0")
+    for k in ("train_share", "test_firm_share"):
+        if isinstance(dp[k], bool) or not isinstance(dp[k], (int, float)) or not 0 < dp[k] < 1:
+            raise ConfigError(f"{where}: dpo.{k} must be a number in (0, 1), got {dp[k]!r}")
+    if dp["dtype"] not in DTYPES:
+        raise ConfigError(f"{where}: dpo.dtype must be one of {DTYPES}, got {dp['dtype']!r}")
+    if not isinstance(dp["gradient_checkpointing"], bool):
+        raise ConfigError(f"{where}: dpo.gradient_checkpointing must be true or false")
     return dp
 
 
 def _registry(cfg: RunConfig) -> dict:
-    from finlib.llm.registry import load_registry
+    from finlib.llm.registry import run_registry
     from finlib.finbias.inference import inference_params
 
-    return load_registry(cfg.path(inference_params(cfg)["registry"]))
+    return run_registry(cfg)
+
+
+def _inference(cfg: RunConfig) -> dict:
+    from finlib.finbias.inference import inference_params
+
+    return inference_params(cfg)
 
 
 def _store_path(cfg: RunConfig) -> Path:
-    from finlib.finbias.inference import inference_params
+    return cfg.path(_inference(cfg)["store"])
 
-    return cfg.path(inference_params(cfg)["store"])
+
+def _spec(cfg: RunConfig, name: str):
+    from finlib.llm.registry import select_models
+
+    return select_models(_registry(cfg), [name], source="dpo.models")[0]
+
+
+def model_dir(cfg: RunConfig, name: str) -> Path:
+    return cfg.run_dir / "dpo" / name
 
 
 # ----------------------------------------------------------------------------------------------
-# Triplets
+# Split and triplets
 # ----------------------------------------------------------------------------------------------
 
 def make_teacher(cfg: RunConfig, dp: dict, store):
@@ -68,11 +112,9 @@ def make_teacher(cfg: RunConfig, dp: dict, store):
     if dp["teacher"] == "template":
         return tp.template_teacher, tp.TEMPLATE_TEACHER
     from finlib.llm.openai_backend import Budget
-    from finlib.llm.registry import select_models
-    from finlib.finbias.inference import inference_params
 
-    inf = inference_params(cfg)
-    spec = select_models(_registry(cfg), [dp["teacher"]], source="dpo.teacher")[0]
+    inf = _inference(cfg)
+    spec = _spec(cfg, dp["teacher"])
     local = None
     if spec.backend == "local":
         from finlib.llm.local_backend import LocalModel
@@ -86,89 +128,136 @@ def make_teacher(cfg: RunConfig, dp: dict, store):
     return teach, f"{spec.name} (teacher)"
 
 
+def label_window(cfg: RunConfig) -> int:
+    """Stage 01's return window in trading days (the embargo's length)."""
+    from finlib.finbias.labels import options_from_params
+
+    return int(options_from_params(dict(cfg["labels"] or {}))["window"])
+
+
+def trading_days(cfg: RunConfig) -> pd.DatetimeIndex | None:
+    """The market's trading calendar (stage 00's `market` artifact), or None when it is absent."""
+    try:
+        return pd.DatetimeIndex(pd.to_datetime(read_frame(cfg, "market")["date"]))
+    except (FileNotFoundError, KeyError):
+        return None
+
+
+def split(cfg: RunConfig, dp: dict) -> tp.Split:
+    """The leakage-checked split of the labelled reports (`tp.split_reports` + `tp.check_split`)."""
+    labels = read_frame(cfg, "labels")
+    reports = read_frame(cfg, "reports").drop(columns=["text"], errors="ignore")
+    reports = reports.merge(labels[["report_id", "label"]], on="report_id", how="left", validate="one_to_one")
+    return tp.make_split(reports, dp, label_window=label_window(cfg), trading_days=trading_days(cfg))
+
+
 def build(cfg: RunConfig, dp: dict) -> tuple[tp.Split, tp.Triplets]:
-    """Split the reports and build the triplets; write `dpo_split`, `dpo_triplets`, `dpo_drops`."""
+    """Split the reports and build the training triplets; write `dpo_split`, `dpo_triplets`, `dpo_drops`."""
     from finlib.llm.store import ResponseStore
 
-    reports = read_frame(cfg, "reports")
-    split = tp.split_reports(reports, tp.resolve_cutoff(reports["date"], dp["split_cutoff"], float(dp["train_share"])))
-    tp.check_split(split.reports)
-    labels = read_frame(cfg, "labels")
+    sp = split(cfg, dp)
     with ResponseStore(_store_path(cfg)) as store:
         teacher, name = make_teacher(cfg, dp, store)
-        trip = tp.build_triplets(split, labels, read_frame(cfg, "conditions"), teacher, name)
-    write_frame(cfg, "dpo_split", split.reports.drop(columns=["text"], errors="ignore")
-                .merge(labels[["report_id", "label"]], on="report_id", how="left"))
+        try:
+            trip = tp.build_triplets(sp, read_frame(cfg, "labels"), read_frame(cfg, "conditions"), teacher, name,
+                                     dp["max_train_pairs"])
+        finally:
+            from finlib.llm.llamacpp import close_servers
+
+            close_servers()  # an embedded llama.cpp teacher stops here
+    write_frame(cfg, "dpo_split", sp.reports)
     write_frame(cfg, "dpo_triplets", trip.triplets)
     write_frame(cfg, "dpo_drops", trip.drops)
-    return split, trip
+    return sp, trip
 
 
 # ----------------------------------------------------------------------------------------------
 # Training
 # ----------------------------------------------------------------------------------------------
 
-def load_for_training(spec, cache_root: Path, torch_dtype):
-    """(model, tokenizer) of the model to tune: the local safetensors cache (converted once from the
-    GGUF, as stage 03 does), or the record's `hf_path` / Hugging Face id (online, or a local folder)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
+def weights_path(spec, cache_root: Path) -> str:
+    """Where the model to tune loads from: the local safetensors cache (converted once from the GGUF,
+    as stage 03 does), or the record's `hf_path` / Hugging Face id (online, or a local folder)."""
     from finlib.llm.local_backend import ensure_cache
 
-    hf_logging.disable_progress_bar()  # weight-loading bars would clutter executed notebooks
+    return str(ensure_cache(spec, cache_root) if spec.backend == "local" else (spec.hf_path or spec.model_id))
 
-    path = ensure_cache(spec, cache_root) if spec.backend == "local" else (spec.hf_path or spec.model_id)
+
+def load_tokenizer(path: str, name: str):
+    from transformers import AutoTokenizer
+
     try:
         tok = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
     except OSError as exc:
-        raise RuntimeError(f"dpo: cannot load weights of {spec.name!r} from {path!r} ({exc}). Offline, download "
-                           f"them once (`hf download {spec.model_id} --local-dir <dir>`) and set `hf_path: <dir>` "
+        raise RuntimeError(f"dpo: cannot load the tokenizer of {name!r} from {path!r} ({exc}). Offline, download "
+                           f"the model once (`hf download <model_id> --local-dir <dir>`) and set `hf_path: <dir>` "
                            "in its params/models.yaml record") from exc
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    return model, tok  # left on CPU: the Trainer places it (DDP) or shards it (ZeRO-3 / FSDP)
+    return tok
+
+
+def load_model(path: str, name: str, torch_dtype):
+    """The weights, left on CPU: the Trainer places them (DDP) or shards them (ZeRO-3 / FSDP)."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # weight-loading bars would clutter executed notebooks
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+    except OSError as exc:
+        raise RuntimeError(f"dpo: cannot load weights of {name!r} from {path!r} ({exc}); set `hf_path` in its "
+                           "params/models.yaml record to a downloaded copy") from exc
 
 
 def train_records(cfg: RunConfig, dp: dict, spec) -> list[dict]:
-    """Training records from the train triplets (earliest first, capped at `dpo.max_train_pairs`),
-    with the inference prompt of stage 03 (same prompt version and system-role handling)."""
+    """Training records from the train triplets (earliest first; the cap was applied before any
+    teacher call), with the inference prompt of stage 03 (same prompt version and system handling)."""
     from finlib.llm.prompts import build_messages
-    from finlib.finbias.inference import inference_params
 
-    version = inference_params(cfg)["prompt_version"]
+    version = _inference(cfg)["prompt_version"]
     trip = read_frame(cfg, "dpo_triplets")
     train = trip[trip["split"] == tp.TRAIN].sort_values(["date", "report_id"])
-    if dp["max_train_pairs"]:
-        train = train.head(int(dp["max_train_pairs"]))
     return tr.to_records(train, lambda text: build_messages(text, spec.supports_system, version))
 
 
 def fingerprint(records: list[dict], dp: dict, seed: int, dtype: str, model: str) -> str:
-    blob = json.dumps({"records": records, "dpo": dp, "seed": seed, "dtype": dtype, "model": model},
+    keep = {k: v for k, v in dp.items() if k not in ("models", "eval_reports")}  # not training inputs
+    blob = json.dumps({"records": records, "dpo": keep, "seed": seed, "dtype": dtype, "model": model},
                       sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def train(cfg: RunConfig, dp: dict, model_name: str | None = None) -> tr.TrainResult:
-    """Train (or reuse) the LoRA adapter under runs/<run>/dpo/<model>/ with the measured precision."""
-    from finlib.llm.precision import choose_dtype, record_choice
-    from finlib.llm.registry import select_models
-
-    spec = select_models(_registry(cfg), [model_name or dp["model"]], source="dpo.model")[0]
+def training_dtype(dp: dict):
+    """(torch dtype, precision report): `auto` is measured on one process only; on several ranks it
+    must be fixed (ranks could measure differently) and equal the accelerate config's mixed precision."""
     import torch
+
+    from finlib.llm.precision import choose_dtype
 
     device = "cuda" if dp["device"] == "auto" and torch.cuda.is_available() else \
         ("cpu" if dp["device"] == "auto" else dp["device"])
     if dp["dtype"] == "auto" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ConfigError("dpo.dtype: auto measures in every process and ranks could disagree; fix it "
                           "(bfloat16 on GPUs, matching the accelerate config's mixed_precision)")
-    torch_dtype, report = choose_dtype(device, dp["dtype"])
+    return choose_dtype(device, dp["dtype"])
+
+
+def train(cfg: RunConfig, dp: dict, model_name: str) -> tr.TrainResult:
+    """Train (or reuse) the LoRA adapter under runs/<run>/dpo/<model>/ with the chosen precision.
+
+    Order matters for DeepSpeed ZeRO-3: tokenizer -> records -> max_length -> DPOConfig (registers
+    the DeepSpeed config) -> weights (then loaded partitioned)."""
+    from finlib.llm.precision import record_choice
+
+    spec = _spec(cfg, model_name)
+    torch_dtype, report = training_dtype(dp)
     dtype = str(torch_dtype).removeprefix("torch.")
     record_choice(cfg.run_dir, "05_dpo_training", report)
+    out = model_dir(cfg, spec.name)
+    path = weights_path(spec, cfg.path(_inference(cfg)["model_cache"]))
+    tok = load_tokenizer(path, spec.name)
     records = train_records(cfg, dp, spec)
-    out = cfg.run_dir / "dpo" / spec.name
     fp = fingerprint(records, dp, cfg.seed, dtype, spec.name)
     fp_file = out / "fingerprint.json"
     if fp_file.is_file() and json.loads(fp_file.read_text()).get("fingerprint") == fp \
@@ -176,26 +265,116 @@ def train(cfg: RunConfig, dp: dict, model_name: str | None = None) -> tr.TrainRe
         meta = json.loads(fp_file.read_text())
         return tr.TrainResult(out / "adapter", tr.adapter_hash(out / "adapter"), pd.read_csv(out / "train_log.csv"),
                               meta["max_length"], len(records), 0.0, dtype, reused=True)
-    model, tok = load_for_training(spec, cfg.path(_inference(cfg)["model_cache"]), torch_dtype)
-    res = tr.train_dpo(model, tok, records, out, dp, cfg.seed, dtype)
+    tr.check_prompt_prefix(records, tok)
+    max_length = tr.required_max_length(tr.sequence_lengths(records, tok), int(dp["max_length_cap"]))
+    args = tr.dpo_config(dp, out, max_length, cfg.seed, dtype)   # before the weights (ZeRO-3 init)
+    model = load_model(path, spec.name, torch_dtype)
+    res = tr.train_dpo(model, tok, records, out, dp, cfg.seed, dtype, args=args)
     if res.is_main:
         fp_file.write_text(json.dumps({"fingerprint": fp, "max_length": res.max_length, "train_s": res.train_s}))
     return res
 
 
-def _inference(cfg: RunConfig) -> dict:
-    from finlib.finbias.inference import inference_params
+# ----------------------------------------------------------------------------------------------
+# Evaluation, per model, and Table 8 over every model
+# ----------------------------------------------------------------------------------------------
 
-    return inference_params(cfg)
+def as_local(spec):
+    """The record evaluated with the local transformers backend: an API/vLLM record of an open model
+    loads its `hf_path` or Hugging Face id (generation and label scoring on the GPU machine)."""
+    if spec.backend == "local":
+        return spec
+    return dataclasses.replace(spec, backend="local", hf_path=spec.hf_path or spec.model_id)
+
+
+EVAL_FILES = ("predictions", "metrics", "paired_tests")
+
+
+def evaluate(cfg: RunConfig, dp: dict, trained: tr.TrainResult, model_name: str) -> dict[str, pd.DataFrame]:
+    """Base and DPO model on the test split's original-condition items: generated answers for the
+    first `dpo.eval_reports` test reports, label scores for all; metrics and paired tests per
+    measure. Written to runs/<run>/dpo/<model>/eval/ (one folder per model: nothing is overwritten)."""
+    from finlib.llm.store import ResponseStore
+    from finlib.finbias.scoring import scoring_params
+
+    sc = scoring_params(cfg)
+    spec = as_local(_spec(cfg, model_name))
+    sp = read_frame(cfg, "dpo_split")
+    conditions = read_frame(cfg, "conditions")
+    items = ev.test_items(conditions, set(sp.loc[sp["split"] == tp.TEST, "report_id"]))
+    if items.empty:
+        raise ValueError("dpo evaluation: the test split has no original-condition items (see the split summary)")
+    gen_ids = ev.eval_report_ids(items, dp["eval_reports"])
+    tuned = spec.name + ev.DPO_SUFFIX
+    with ResponseStore(_store_path(cfg)) as store:
+        pred = pd.concat([ev.predict_test_items(cfg, spec, items, store, spec.name, gen_ids),
+                          ev.predict_test_items(cfg, spec, items, store, tuned, gen_ids, adapter=trained.adapter_dir,
+                                                adapter_sha256=trained.adapter_sha256)], ignore_index=True)
+    reps, ci = int(sc["bootstrap_reps"]), float(sc["ci"])
+    labels, reports = read_frame(cfg, "labels"), read_frame(cfg, "reports")
+    metrics, tests = [], []
+    for mode, measure in ev.MEASURES.items():
+        p = pred[pred["mode"] == mode]
+        rows, m = ev.evaluate(p, conditions, labels, reports, reps, cfg.seed, ci)
+        metrics.append(m.assign(measure=measure))
+        tests.append(ev.paired_base_vs_dpo(rows, spec.name, tuned, reps, cfg.seed, ci).assign(measure=measure))
+    out = {"predictions": pred.assign(measure=pred["mode"].map(ev.MEASURES)),
+           "metrics": pd.concat(metrics, ignore_index=True), "paired_tests": pd.concat(tests, ignore_index=True)}
+    folder = model_dir(cfg, spec.name) / "eval"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, df in out.items():
+        df.to_parquet(folder / f"{name}.parquet", index=False)
+    (folder / "eval.json").write_text(json.dumps({"adapter_sha256": trained.adapter_sha256,
+                                                  "generated_reports": sorted(gen_ids),
+                                                  "test_items": int(len(items))}, indent=2))
+    return out
+
+
+def assemble(cfg: RunConfig, dp: dict) -> tuple[dict[str, pd.DataFrame], list[str], list[str]]:
+    """Every model of `dpo.models` evaluated so far -> combined frames and Table 8 (models in
+    `dpo.models` order); also the models still missing (trained in another launch, or not yet)."""
+    have, missing, parts = [], [], {n: [] for n in EVAL_FILES}
+    for name in dp["models"]:
+        folder = model_dir(cfg, name) / "eval"
+        if all((folder / f"{n}.parquet").is_file() for n in EVAL_FILES):
+            have.append(name)
+            for n in EVAL_FILES:
+                parts[n].append(pd.read_parquet(folder / f"{n}.parquet"))
+        else:
+            missing.append(name)
+    frames = {n: pd.concat(v, ignore_index=True) if v else pd.DataFrame() for n, v in parts.items()}
+    frames["table8"] = ev.table8(frames["metrics"], frames["paired_tests"], have) if have else pd.DataFrame()
+    return frames, have, missing
+
+
+def write_outputs(cfg: RunConfig, frames: dict[str, pd.DataFrame]) -> None:
+    """The combined artifacts (generated answers in `dpo_metrics`, which stage 06 draws; label
+    scoring in `dpo_metrics_label_scoring`) and the two Table 8 tables."""
+    from finlib.core.tables import write_table
+
+    m = frames["metrics"]
+    write_frame(cfg, "dpo_predictions", frames["predictions"])
+    write_frame(cfg, "dpo_metrics", m[m["measure"] == ev.GENERATED].reset_index(drop=True))
+    write_frame(cfg, "dpo_metrics_label_scoring", m[m["measure"] == ev.LABEL_SCORING].reset_index(drop=True))
+    write_frame(cfg, "dpo_paired_tests", frames["paired_tests"])
+    write_table(cfg, "table8_accuracy_dpo", frames["table8"],
+                "Table 8: accuracy (%) of each base and DPO-tuned model on the held-out test reports (original "
+                "condition), per sector, from generated answers read by the shared parser (the paper's measure; "
+                "parse rate shown), then the same from label scoring (named so); delta = DPO - base with the "
+                "pooled exact McNemar p; the paper's rows: its DPO accuracy (Table 8), the same model's Table 6 "
+                "accuracy with the rating, and their delta")
+    write_table(cfg, "table8_paired_tests", frames["paired_tests"],
+                "DPO vs base on the same test reports, per measure: exact McNemar for correctness and herding, "
+                "paired difference with its cluster-bootstrap CI", float_format="{:.4g}")
 
 
 # ----------------------------------------------------------------------------------------------
-# Evaluation and the stage
+# The stage
 # ----------------------------------------------------------------------------------------------
 
 @dataclass
 class DPOResult:
-    """Everything stage 05 produced, for the notebook."""
+    """Everything stage 05 produced, for the notebook (frames over every evaluated model)."""
 
     split: pd.DataFrame
     split_summary: pd.DataFrame
@@ -206,67 +385,33 @@ class DPOResult:
     tests: pd.DataFrame
     table8: pd.DataFrame
     report: dict = field(default_factory=dict)
+    predictions: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
-def as_local(spec):
-    """The record evaluated with the local transformers backend (label scoring): an API/vLLM record
-    of an open model loads its `hf_path` or Hugging Face id."""
-    if spec.backend == "local":
-        return spec
-    return dataclasses.replace(spec, backend="local", hf_path=spec.hf_path or spec.model_id)
-
-
-def evaluate(cfg: RunConfig, dp: dict, trained: tr.TrainResult,
-             model_name: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Base and DPO model on the test split's original-condition items; metrics, paired tests, Table 8."""
-    from finlib.llm.registry import select_models
-    from finlib.llm.store import ResponseStore
-    from finlib.finbias.scoring import scoring_params
-
-    sc = scoring_params(cfg)
-    spec = as_local(select_models(_registry(cfg), [model_name or dp["model"]], source="dpo.model")[0])
-    split = read_frame(cfg, "dpo_split")
-    conditions = read_frame(cfg, "conditions")
-    items = ev.test_items(conditions, set(split.loc[split["split"] == tp.TEST, "report_id"]))
-    if items.empty:
-        raise ValueError("dpo evaluation: the test split has no original-condition items (see the split summary)")
-    tuned = spec.name + ev.DPO_SUFFIX
-    with ResponseStore(_store_path(cfg)) as store:
-        base_pred = ev.score_test_items(cfg, spec, items, store, spec.name)
-        dpo_pred = ev.score_test_items(cfg, spec, items, store, tuned, adapter=trained.adapter_dir,
-                                       adapter_sha256=trained.adapter_sha256)
-    pred = pd.concat([base_pred, dpo_pred], ignore_index=True)
-    reps, ci = int(sc["bootstrap_reps"]), float(sc["ci"])
-    rows, metrics = ev.evaluate(pred, conditions, read_frame(cfg, "labels"), read_frame(cfg, "reports"),
-                                reps, cfg.seed, ci)
-    tests = ev.paired_base_vs_dpo(rows, spec.name, tuned, reps, cfg.seed, ci)
-    write_frame(cfg, "dpo_predictions", pred)
-    write_frame(cfg, "dpo_metrics", metrics)
-    write_frame(cfg, "dpo_paired_tests", tests)
-    return metrics, tests, ev.table8(metrics, tests, spec.name, tuned)
-
-
-def _has_train_pairs(cfg: RunConfig) -> bool:
-    trip = read_frame(cfg, "dpo_triplets")
-    return bool((trip["split"] == tp.TRAIN).any())
+def _summaries(cfg: RunConfig, dp: dict, report: dict) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    split_df, drops = read_frame(cfg, "dpo_split"), read_frame(cfg, "dpo_drops")
+    trip = tp.Triplets(read_frame(cfg, "dpo_triplets"), drops, dp["teacher"], int(report.get("teacher_calls", 0)))
+    tsum = tp.triplet_summary(tp.Split(split_df, pd.Timestamp(report.get("cutoff", "1970-01-01"))), trip)
+    return split_df, tp.split_summary(split_df), tsum, drops
 
 
 def _skipped(cfg: RunConfig, dp: dict, report: dict) -> DPOResult:
-    """No training pair survived (e.g. no `no_opinion` texts without the MPQA lexicon): the stage
-    says so with the drop counts instead of training on nothing or inventing pairs."""
-    split_df, drops = read_frame(cfg, "dpo_split"), read_frame(cfg, "dpo_drops")
-    trip = tp.Triplets(read_frame(cfg, "dpo_triplets"), drops, dp["teacher"])
-    tsum = tp.triplet_summary(tp.Split(split_df, pd.Timestamp(report.get("cutoff", "1970-01-01"))), trip)
+    """No training pair survived (every candidate dropped: e.g. the analyst agrees with every label):
+    the stage says so with the drop counts instead of training on nothing or inventing pairs."""
+    split_df, ssum, tsum, drops = _summaries(cfg, dp, report)
     report["skipped"] = ("no training triplets: every candidate pair was dropped ("
                          + ", ".join(f"{r.split}/{r.reason}: {r.n}" for r in drops.itertuples()) + ")")
     write_json(cfg, "dpo_report", report)
     empty = pd.DataFrame()
-    return DPOResult(split_df, tp.split_summary(split_df), tsum, drops, pd.DataFrame(columns=tr.LOG_COLUMNS),
-                     empty, pd.DataFrame(columns=list(ev.PAIRED_COLUMNS)), empty, report)
+    from finlib.finbias.inference import PREDICTION_COLUMNS
+
+    return DPOResult(split_df, ssum, tsum, drops, pd.DataFrame(columns=["model", *tr.LOG_COLUMNS]),
+                     empty, pd.DataFrame(columns=list(ev.PAIRED_COLUMNS)), empty, report,
+                     pd.DataFrame(columns=[*PREDICTION_COLUMNS, "measure"]))
 
 
 def caveat(cfg: RunConfig, res: DPOResult) -> str:
-    """Markdown warning above the results: skipped stage, synthetic data, template teacher, plumbing model."""
+    """Markdown warning above the results: skipped stage, synthetic data, template teacher, plumbing models."""
     lines = []
     if res.report.get("skipped"):
         lines.append(f"**Stage skipped:** {res.report['skipped']}.")
@@ -274,73 +419,87 @@ def caveat(cfg: RunConfig, res: DPOResult) -> str:
         lines.append("**Synthetic data.** These numbers test the pipeline; they are not research results.")
     if res.report.get("teacher") == "template":
         lines.append(f"**{tp.TEMPLATE_TEACHER.capitalize()}**: chosen/rejected answers are deterministic templates "
-                     "(factual vs opinion sentences), not a model's reasoning.")
-    model = res.report.get("model")
-    if model and getattr(_registry(cfg).get(model), "plumbing", False):
-        lines.append(f"**Plumbing model: {model}** (registry `plumbing: true`), trained for "
-                     f"{res.report.get('train_records', 0)} pairs x {cfg['dpo']['max_steps']} step(s) on CPU.")
+                     "(factual vs opinion sentences), not a model's reasoning."
+                     + (f" Why not the embedded generator: {res.report['teacher_reason']}"
+                        if res.report.get("teacher_reason") else ""))
+    reg = _registry(cfg)
+    for model in res.report.get("models", []):
+        if getattr(reg.get(model), "plumbing", False):
+            lines.append(f"**Plumbing model: {model}** (registry `plumbing: true`), trained for "
+                         f"{res.report.get('train_records', {}).get(model, 0)} pairs x "
+                         f"{cfg['dpo']['max_steps']} step(s) on CPU.")
     return "\n\n".join(f"> ⚠️ {line}" for line in lines) or "(real data, model teacher)"
 
 
 def plot_training(cfg: RunConfig, res: DPOResult):
-    """The per-step training curves, saved as figures/<run>/fig_dpo_training.{png,pdf}."""
+    """The per-step training curves (first model), saved as figures/<run>/fig_dpo_training.{png,pdf}."""
     from finlib.core.tables import save_figure, synthetic_title
 
-    title = synthetic_title(cfg, f"DPO training log: {res.report.get('model')} ({res.report.get('dtype', '-')})")
-    fig = tr.plot_log(res.train_log, title)
+    log = res.train_log
+    model = log["model"].iloc[0] if len(log) else (res.report.get("models") or ["-"])[0]
+    title = synthetic_title(cfg, f"DPO training log: {model} ({res.report.get('dtype', {}).get(model, '-')})")
+    fig = tr.plot_log(log[log["model"] == model] if len(log) else log, title)
     save_figure(cfg, fig, "fig_dpo_training")
     return fig
 
 
 def pooled_metrics(res: DPOResult) -> pd.DataFrame:
-    """Pooled accuracy and herding with CIs, N and parse rate, base and DPO (the notebook shows it)."""
+    """Pooled accuracy and herding with CIs, N and parse rate, base and DPO, per measure."""
     if res.metrics.empty:
         return res.metrics
     from finlib.core.vocab import POOLED
 
     m = res.metrics
     return m[(m["sector"] == POOLED) & m["metric"].isin(["accuracy", "herding", "accuracy_all", "herding_all",
-                                                               "prob_herding"])]\
+                                                               "parse_rate", "prob_herding"])]\
         .reset_index(drop=True)
 
 
-def run_stage(cfg: RunConfig, parts: tuple[str, ...] = PARTS, model: str | None = None) -> DPOResult | None:
-    """Stage 05: the requested parts in order; writes artifacts, runs/<run>/dpo/ and Table 8."""
-    from finlib.core.tables import write_table
-
+def run_stage(cfg: RunConfig, parts: tuple[str, ...] = PARTS, models: list[str] | None = None) -> DPOResult | None:
+    """Stage 05: the requested parts in order, for every model of `dpo.models` (or `models`);
+    writes the split/triplet artifacts once, runs/<run>/dpo/<model>/ per model, and one Table 8."""
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
         raise ValueError(f"dpo: unknown part(s) {unknown}; known: {PARTS}")
     dp = dpo_params(cfg)
+    names = list(models or dp["models"])
     t0 = time.perf_counter()
-    report: dict = {"teacher": dp["teacher"], "model": model or dp["model"], "parts": list(parts)}
+    report: dict = {"teacher": dp["teacher"], "models": names, "parts": list(parts)}
+    if dp["teacher"] == "template":
+        report["teacher_reason"] = TEMPLATE_TEACHER_REASON
     if "triplets" in parts:
-        split, trip = build(cfg, dp)
-        report["cutoff"] = str(split.cutoff.date())
-        report["split_drops"] = split.dropped
-    if not _has_train_pairs(cfg):
+        sp, trip = build(cfg, dp)
+        report.update(cutoff=str(sp.cutoff.date()), split_drops=sp.dropped, teacher_calls=trip.teacher_calls,
+                      test_firms=len(sp.reports.attrs.get("test_firms", [])))
+    elif (cfg.run_dir / "dpo_report.json").is_file():
+        prev = json.loads((cfg.run_dir / "dpo_report.json").read_text())
+        report.update({k: prev[k] for k in ("cutoff", "split_drops", "teacher_calls") if k in prev})
+    if not (read_frame(cfg, "dpo_triplets")["split"] == tp.TRAIN).any():
         return _skipped(cfg, dp, report)
-    trained = train(cfg, dp, model) if "train" in parts or "evaluate" in parts else None
-    if trained is not None and not trained.is_main:
-        return None  # a non-main accelerate rank: rank 0 writes everything
-    if "evaluate" not in parts:
+    logs, trained = [], {}
+    if "train" in parts or "evaluate" in parts:
+        for name in names:
+            res = train(cfg, dp, name)
+            if not res.is_main:
+                continue   # a non-main accelerate rank: rank 0 writes everything
+            trained[name] = res
+            logs.append(res.log.assign(model=name))
+    if not trained or "evaluate" not in parts:
         return None
-    metrics, tests, t8 = evaluate(cfg, dp, trained, model)
-    split_df = read_frame(cfg, "dpo_split")
-    trip_df, drops = read_frame(cfg, "dpo_triplets"), read_frame(cfg, "dpo_drops")
-    tsum = tp.triplet_summary(tp.Split(split_df, pd.Timestamp(report.get("cutoff", "1970-01-01"))),
-                              tp.Triplets(trip_df, drops, dp["teacher"]))
-    report.update({"max_length": trained.max_length, "train_records": trained.n_records,
-                   "train_s": round(trained.train_s, 2), "reused_adapter": trained.reused, "dtype": trained.dtype,
-                   "adapter_sha256": trained.adapter_sha256, "adapter_dir": str(trained.adapter_dir),
-                   "wall_s": round(time.perf_counter() - t0, 2),
-                   "triplets": tsum.to_dict(orient="records")})
+    for name, res in trained.items():
+        evaluate(cfg, dp, res, name)
+    frames, have, missing = assemble(cfg, dp)
+    write_outputs(cfg, frames)
+    split_df, ssum, tsum, drops = _summaries(cfg, dp, report)
+    report.update({"max_length": {n: r.max_length for n, r in trained.items()},
+                   "train_records": {n: r.n_records for n, r in trained.items()},
+                   "train_s": {n: round(r.train_s, 2) for n, r in trained.items()},
+                   "reused_adapter": {n: r.reused for n, r in trained.items()},
+                   "dtype": {n: r.dtype for n, r in trained.items()},
+                   "adapter_sha256": {n: r.adapter_sha256 for n, r in trained.items()},
+                   "table8_models": have, "table8_missing": missing, "eval_reports": dp["eval_reports"],
+                   "wall_s": round(time.perf_counter() - t0, 2), "triplets": tsum.to_dict(orient="records")})
     write_json(cfg, "dpo_report", report)
-    write_table(cfg, "table8_accuracy_dpo", t8,
-                "Table 8: accuracy (%) of the base and the DPO-tuned model on the held-out test reports (original "
-                "condition), per sector; delta = DPO - base with the pooled exact McNemar p; the paper's rows: "
-                "its DPO accuracy (Table 8), the same model's Table 6 accuracy with the rating, and their delta")
-    write_table(cfg, "table8_paired_tests", tests,
-                "DPO vs base on the same test reports: exact McNemar for correctness and herding, paired "
-                "difference with its cluster-bootstrap CI", float_format="{:.4g}")
-    return DPOResult(split_df, tp.split_summary(split_df), tsum, drops, trained.log, metrics, tests, t8, report)
+    log = pd.concat(logs, ignore_index=True) if logs else pd.DataFrame(columns=["model", *tr.LOG_COLUMNS])
+    return DPOResult(split_df, ssum, tsum, drops, log, frames["metrics"], frames["paired_tests"], frames["table8"],
+                     report, frames["predictions"])

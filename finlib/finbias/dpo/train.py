@@ -102,18 +102,60 @@ def lora_config(p: dict):
                       target_modules=list(p["target_modules"]), task_type="CAUSAL_LM")
 
 
-def train_dpo(model, tok, records: list[dict], out_dir: Path, dp: dict, seed: int, dtype: str) -> TrainResult:
+def check_prompt_prefix(records: list[dict], tok) -> None:
+    """The evaluation prompt (chat template + generation prompt, as stage 03 renders it) must be a
+    prefix of every training sequence, so the tuned model answers exactly where it was trained to.
+
+    For thinking models (Qwen3) the template renders a stored assistant turn as an empty
+    `<think></think>` block + the answer: training then teaches "close the thought, answer" right
+    after the same generation prompt that evaluation uses (thinking left on), and the shared parser
+    strips any `<think>` block from the generated reply."""
+    for rec in records:
+        prompt = tok.apply_chat_template(rec["prompt"], add_generation_prompt=True, tokenize=False)
+        for side in ("chosen", "rejected"):
+            full = tok.apply_chat_template(rec["prompt"] + rec[side], tokenize=False)
+            if not full.startswith(prompt):
+                raise ValueError(f"dpo: record {rec['report_id']!r} ({side}): the chat template renders the "
+                                 "training sequence with a different prompt than the evaluation prompt; "
+                                 "training and evaluation would see different inputs")
+
+
+def steps_and_epochs(dp: dict) -> dict:
+    """DPOConfig's length of training: `max_steps` (an integer) wins; null -> `num_train_epochs`."""
+    if dp.get("max_steps"):
+        return {"max_steps": int(dp["max_steps"])}
+    return {"max_steps": -1, "num_train_epochs": float(dp["num_train_epochs"])}
+
+
+def dpo_config(dp: dict, out_dir: Path, max_length: int, seed: int, dtype: str):
+    """The DPOConfig, built BEFORE the model is loaded: under `accelerate launch` with a DeepSpeed
+    ZeRO-3 config, creating it registers the DeepSpeed config (transformers' weak reference), and
+    only then does `from_pretrained` load the weights already partitioned (zero3_init_flag)."""
+    import torch
+    from trl import DPOConfig
+
+    from finlib.llm.precision import trainer_flags
+
+    return DPOConfig(
+        output_dir=str(Path(out_dir) / "trainer"), max_length=max_length, truncation_mode="keep_start",
+        beta=float(dp["beta"]), learning_rate=float(dp["learning_rate"]), **steps_and_epochs(dp),
+        per_device_train_batch_size=int(dp["batch_size"]), gradient_accumulation_steps=int(dp["grad_accum"]),
+        gradient_checkpointing=bool(dp["gradient_checkpointing"]), **trainer_flags(dtype), seed=seed,
+        data_seed=seed, logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True,
+        use_cpu=not torch.cuda.is_available(), lr_scheduler_type="constant", warmup_steps=0)
+
+
+def train_dpo(model, tok, records: list[dict], out_dir: Path, dp: dict, seed: int, dtype: str,
+              args=None) -> TrainResult:
     """Train a LoRA adapter with DPO on `records`; save adapter, training args and the step log.
 
     `dtype` is the measured/declared precision of `model`; DPOConfig's bf16/fp16 are set from it
     explicitly (its bf16 default would silently choose bf16 on a CPU without fast bf16 kernels).
+    `args`: a DPOConfig made before the model was loaded (ZeRO-3); else it is made here.
     """
-    import torch
     from datasets import Dataset
     from transformers import set_seed
-    from trl import DPOConfig, DPOTrainer
-
-    from finlib.llm.precision import trainer_flags
+    from trl import DPOTrainer
 
     from datasets.utils.logging import disable_progress_bar
     from transformers.utils import logging as hf_logging
@@ -121,18 +163,17 @@ def train_dpo(model, tok, records: list[dict], out_dir: Path, dp: dict, seed: in
     disable_progress_bar()  # per-dataset-map bars would flood executed notebooks
     hf_logging.disable_progress_bar()
     set_seed(seed)
+    check_prompt_prefix(records, tok)
     lengths = sequence_lengths(records, tok)
     max_length = required_max_length(lengths, int(dp["max_length_cap"]))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     ds = Dataset.from_list([{k: r[k] for k in ("prompt", "chosen", "rejected")} for r in records])
-    args = DPOConfig(
-        output_dir=str(out_dir / "trainer"), max_length=max_length, truncation_mode="keep_start",
-        beta=float(dp["beta"]), learning_rate=float(dp["learning_rate"]), max_steps=int(dp["max_steps"]),
-        per_device_train_batch_size=int(dp["batch_size"]), gradient_accumulation_steps=int(dp["grad_accum"]),
-        gradient_checkpointing=bool(dp["gradient_checkpointing"]), **trainer_flags(dtype), seed=seed, data_seed=seed, logging_steps=1, save_strategy="no",
-        report_to="none", disable_tqdm=True, use_cpu=not torch.cuda.is_available(), lr_scheduler_type="constant",
-        warmup_steps=0)
+    if args is None:
+        args = dpo_config(dp, out_dir, max_length, seed, dtype)
+    elif args.max_length < max_length:
+        raise SequenceTooLongError(f"dpo: DPOConfig.max_length={args.max_length} < the data's {max_length}")
+    max_length = args.max_length
     trainer = DPOTrainer(model=model, args=args, train_dataset=ds, processing_class=tok,
                          peft_config=lora_config(dp["lora"]))
     kept = len(trainer.train_dataset)
@@ -146,6 +187,9 @@ def train_dpo(model, tok, records: list[dict], out_dir: Path, dp: dict, seed: in
     log = step_log(trainer.state.log_history)
     if not trainer.is_world_process_zero():
         return TrainResult(adapter, "", log, max_length, len(records), train_s, dtype, is_main=False)
+    if not (adapter / ADAPTER_FILES[1]).is_file():  # FSDP with SHARDED_STATE_DICT: save_model writes nothing
+        raise RuntimeError(f"dpo: no adapter written to {adapter}; under FSDP set fsdp_state_dict_type: "
+                           "FULL_STATE_DICT (params/accelerate/fsdp.yaml) so save_model gathers the LoRA weights")
     log.to_csv(out_dir / "train_log.csv", index=False)
     (out_dir / "training_args.json").write_text(args.to_json_string(), encoding="utf-8")
     (out_dir / "dpo_params.json").write_text(json.dumps({**dp, "seed": seed, "dtype": dtype,

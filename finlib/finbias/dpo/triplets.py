@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 
 from finlib.llm.answers import parse_rating_detail
@@ -33,9 +34,14 @@ TRIPLET_COLUMNS = ["report_id", "ticker", "sector", "date", "split", "analyst_ra
 # Split
 # ----------------------------------------------------------------------------------------------
 
+SPLIT_PARAM_KEYS = ("test_firm_share", "split_cutoff", "train_share", "split_seed")
+HOLIDAY_MARGIN_DAYS = 5  # business days added to the label window when no trading calendar is given
+                         # (US exchanges close <= 3 weekdays in any 60-trading-day stretch)
+
+
 @dataclass
 class Split:
-    """Reports with a `split` column (train / test / dropped) and why some were dropped."""
+    """Reports with `split` (train / test / dropped) and `drop_reason`, the cut-off and drop counts."""
 
     reports: pd.DataFrame
     cutoff: pd.Timestamp
@@ -43,49 +49,122 @@ class Split:
 
 
 def resolve_cutoff(dates: pd.Series, cutoff: str | None, train_share: float) -> pd.Timestamp:
-    """The cut-off date: given, or the report date at `train_share` of the sorted dates (the first
-    test date), so roughly that share of reports is dated before it."""
+    """The cut-off: the given date (must be 1 January), or the calendar-year boundary nearest to the
+    `train_share` quantile of the report dates. A year boundary because labels are ranked within a
+    calendar year: every training label is then ranked among training-period reports only."""
     if cutoff is not None:
-        return pd.Timestamp(cutoff)
+        ts = pd.Timestamp(cutoff)
+        if (ts.month, ts.day) != (1, 1):
+            raise ValueError(f"dpo.split_cutoff must be a calendar-year boundary (YYYY-01-01), got {cutoff!r}")
+        return ts
     if not 0.0 < train_share < 1.0:
         raise ValueError(f"dpo.train_share must be in (0, 1), got {train_share!r}")
-    ordered = pd.to_datetime(dates).sort_values().reset_index(drop=True)
+    ordered = pd.to_datetime(dates).dropna().sort_values().reset_index(drop=True)
     if len(ordered) < 2:
         raise ValueError(f"dpo split: need at least 2 reports to split, got {len(ordered)}")
-    return ordered.iloc[min(max(int(round(train_share * len(ordered))), 1), len(ordered) - 1)]
+    q = ordered.iloc[min(int(train_share * len(ordered)), len(ordered) - 1)]
+    years = range(ordered.iloc[0].year + 1, ordered.iloc[-1].year + 1)  # boundaries inside the date range
+    if not years:
+        raise ValueError("dpo split: every report is in one calendar year; no year boundary to cut at "
+                         "(set dpo.split_cutoff or use a corpus spanning two years)")
+    return min((pd.Timestamp(year=y, month=1, day=1) for y in years), key=lambda b: abs(b - q))
 
 
-def split_reports(reports: pd.DataFrame, cutoff: pd.Timestamp) -> Split:
-    """Leakage-safe split (beyond the paper, which does not say).
+def label_window_end(dates: pd.Series, window: int, trading_days: pd.DatetimeIndex | None = None) -> pd.Series:
+    """Last day of each report's return window (+1..+window trading days; stage 01's timing): on the
+    market's trading calendar when given, else `window` + a holiday margin in business days (later
+    than the true end, so the embargo errs on the side of dropping)."""
+    d = pd.to_datetime(dates)
+    if trading_days is None or len(trading_days) == 0:
+        return d + pd.offsets.BDay(window + HOLIDAY_MARGIN_DAYS)
+    cal = pd.DatetimeIndex(sorted(trading_days))
+    start = cal.searchsorted(d.to_numpy(), side="left")   # day 0: the report date or the next trading day
+    pos = start + window
+    out = pd.Series(pd.NaT, index=d.index, dtype="datetime64[ns]")
+    inside = pos < len(cal)
+    out[inside] = cal[pos[inside]]
+    out[~inside] = d[~inside] + pd.offsets.BDay(window + HOLIDAY_MARGIN_DAYS)  # beyond the calendar: bound it
+    return out
 
-    Test = reports dated on/after `cutoff`; their firms are test firms. Train = reports before
-    `cutoff` of the other firms. A test firm's reports before the cut-off are dropped (counted):
-    so no ticker is in both splits and every training report predates every test report.
+
+def draw_test_firms(tickers: pd.Series, share: float, seed: int) -> set[str]:
+    """A seeded random `share` of the firms (at least one, never all): the test firms."""
+    if not 0.0 < share < 1.0:
+        raise ValueError(f"dpo.test_firm_share must be in (0, 1), got {share!r}")
+    firms = np.array(sorted(tickers.dropna().astype(str).unique()))
+    if len(firms) < 2:
+        raise ValueError(f"dpo split: need at least 2 firms, got {len(firms)}")
+    n = min(max(int(round(share * len(firms))), 1), len(firms) - 1)
+    return set(np.random.default_rng(seed).choice(firms, size=n, replace=False))
+
+
+def split_reports(reports: pd.DataFrame, params: dict, *, label_window: int = 60,
+                  trading_days: pd.DatetimeIndex | None = None) -> pd.DataFrame:
+    """Leakage-safe split that keeps the data (beyond the paper, which does not say how it split).
+
+    - test: every report of a seeded random `test_firm_share` of the firms (none of their reports trains);
+    - train: the other firms' reports dated before `cut-off` (1 January) whose `label_window` return
+      window also ends before it (later ones: dropped, `embargo_label_window`);
+    - dropped: the other firms' reports on/after the cut-off (`after_cutoff`) and, when the frame has a
+      `label` column, reports without a return label (`no_return_label`).
+    Test reports on/after the cut-off are also marked `out_of_time` (nothing of their period trained).
+    Returns a copy of `reports` with `split`, `drop_reason`, `label_window_end`, `out_of_time`; the
+    cut-off (YYYY-MM-DD) is in `.attrs["cutoff"]`, the test firms in `.attrs["test_firms"]`.
     """
+    missing = [k for k in SPLIT_PARAM_KEYS if k not in params]
+    if missing:
+        raise KeyError(f"dpo split: params lack {missing} (keys of the dpo: section)")
     require_columns(reports, ("report_id", "ticker", "date"), "reports.parquet")
     df = reports.copy()
     df["date"] = pd.to_datetime(df["date"])
-    late = df["date"] >= cutoff
-    test_firms = set(df.loc[late, "ticker"])
-    early_test_firm = ~late & df["ticker"].isin(test_firms)
-    df["split"] = TRAIN
-    df.loc[late, "split"] = TEST
-    df.loc[early_test_firm, "split"] = DROPPED
-    return Split(df, pd.Timestamp(cutoff), {"test_firm_before_cutoff": int(early_test_firm.sum())})
+    labelled = df["label"].notna() if "label" in df else pd.Series(True, index=df.index)
+    cutoff = resolve_cutoff(df.loc[labelled, "date"], params["split_cutoff"], float(params["train_share"]))
+    test_firms = draw_test_firms(df.loc[labelled, "ticker"], float(params["test_firm_share"]),
+                                 int(params["split_seed"]))
+    df["label_window_end"] = label_window_end(df["date"], label_window, trading_days)
+    is_test = df["ticker"].astype(str).isin(test_firms)
+    reason = pd.Series(None, index=df.index, dtype=object)
+    reason[~labelled] = "no_return_label"
+    reason[reason.isna() & ~is_test & (df["date"] >= cutoff)] = "after_cutoff"
+    reason[reason.isna() & ~is_test & (df["label_window_end"] >= cutoff)] = "embargo_label_window"
+    df["split"] = np.where(reason.notna(), DROPPED, np.where(is_test, TEST, TRAIN))
+    df["drop_reason"] = pd.Series([r if isinstance(r, str) else None for r in reason], index=df.index, dtype=object)
+    df["out_of_time"] = (df["split"] == TEST) & (df["date"] >= cutoff)
+    df.attrs.update(cutoff=str(cutoff.date()), test_firms=sorted(test_firms))  # strings: parquet keeps attrs as JSON
+    return df
 
 
-def check_split(df: pd.DataFrame) -> None:
-    """Fail loudly if a split leaks: a ticker in both, or a training report not before every test report."""
+def make_split(reports: pd.DataFrame, params: dict, **kw) -> Split:
+    """`split_reports` with the leakage checks run and the drops counted by reason."""
+    df = split_reports(reports, params, **kw)
+    cutoff = pd.Timestamp(df.attrs["cutoff"])
+    check_split(df, cutoff)
+    return Split(df, cutoff, {str(k): int(v) for k, v in df["drop_reason"].value_counts().items()})
+
+
+def check_split(df: pd.DataFrame, cutoff: pd.Timestamp) -> None:
+    """Fail loudly if a split leaks: a firm in both train and test; a training report dated on/after the
+    cut-off, in the cut-off's year or later (its label would be ranked among test-period reports), or
+    whose return window reaches the cut-off (its label would use test-period returns)."""
     train, test = df[df["split"] == TRAIN], df[df["split"] == TEST]
     both = set(train["ticker"]) & set(test["ticker"])
     if both:
         raise AssertionError(f"dpo split leaks firms: {sorted(both)[:5]} in both train and test")
-    if len(train) and len(test) and not pd.to_datetime(train["date"]).max() < pd.to_datetime(test["date"]).min():
-        raise AssertionError("dpo split leaks time: a training report is not before every test report")
+    if len(train) and not pd.to_datetime(train["date"]).max() < cutoff:
+        raise AssertionError(f"dpo split leaks time: a training report is dated on/after the cut-off {cutoff.date()}")
+    if len(train) and (pd.to_datetime(train["date"]).dt.year >= cutoff.year).any():
+        raise AssertionError("dpo split leaks labels: a training report is in the cut-off's year or later "
+                             "(labels are ranked within a calendar year)")
+    if "label_window_end" in df and len(train) and not (pd.to_datetime(train["label_window_end"]) < cutoff).all():
+        bad = train.loc[pd.to_datetime(train["label_window_end"]) >= cutoff, "report_id"].iloc[0]
+        raise AssertionError(f"dpo split leaks labels: training report {bad!r} has a return window reaching "
+                             f"the cut-off {cutoff.date()} (embargo)")
+    if len(test) and "drop_reason" in df and test["drop_reason"].notna().any():
+        raise AssertionError("dpo split: a test report carries a drop reason")
 
 
 def split_summary(df: pd.DataFrame, label_col: str = "label") -> pd.DataFrame:
-    """Sizes, firms, date range and label balance per split (the notebook prints it)."""
+    """Sizes, firms, date range, label balance per split and drops by reason (the notebook prints it)."""
     rows = []
     for name, g in df.groupby("split", sort=False):
         shares = g[label_col].value_counts(normalize=True) if label_col in g else pd.Series(dtype=float)
@@ -93,7 +172,10 @@ def split_summary(df: pd.DataFrame, label_col: str = "label") -> pd.DataFrame:
                      "first_date": pd.to_datetime(g["date"]).min().date(),
                      "last_date": pd.to_datetime(g["date"]).max().date(),
                      **{f"share_{r.value}": round(float(shares.get(r.value, 0.0)), 3) for r in RATINGS},
-                     "without_label": int(g[label_col].isna().sum()) if label_col in g else len(g)})
+                     "without_label": int(g[label_col].isna().sum()) if label_col in g else len(g),
+                     "out_of_time": int(g["out_of_time"].sum()) if "out_of_time" in g else 0,
+                     "drop_reasons": ", ".join(f"{k}: {v}" for k, v in g["drop_reason"].value_counts().items())
+                     if "drop_reason" in g else ""})
     order = {TRAIN: 0, TEST: 1, DROPPED: 2}
     return pd.DataFrame(rows).sort_values("split", key=lambda s: s.map(order)).reset_index(drop=True)
 
@@ -177,6 +259,7 @@ class Triplets:
     triplets: pd.DataFrame
     drops: pd.DataFrame            # split, reason, n
     teacher_name: str
+    teacher_calls: int = 0         # answers requested (two per training candidate; none for test reports)
 
 
 def _texts(conditions: pd.DataFrame, condition: Condition) -> pd.Series:
@@ -184,11 +267,16 @@ def _texts(conditions: pd.DataFrame, condition: Condition) -> pd.Series:
     return c.set_index("report_id")["text"]
 
 
-def candidates(split: Split, labels: pd.DataFrame, conditions: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
-    """Train/test reports joined with label, original and no_opinion texts; the rest counted as drops."""
+def candidates(split: Split, labels: pd.DataFrame, conditions: pd.DataFrame,
+               max_pairs: int | None = None) -> tuple[pd.DataFrame, list[dict]]:
+    """Training reports joined with label, original and no_opinion texts; the rest counted as drops.
+
+    Only the train split: test reports need no teacher answer (they are evaluated on their text and
+    label), so no teacher call is made, or paid, for them. `max_pairs` keeps the earliest usable
+    reports; the others are counted (`over_max_train_pairs`) and never sent to the teacher."""
     require_columns(labels, ("report_id", "label"), "labels.parquet")
     require_columns(conditions, ("report_id", "condition", "status", "text"), "conditions.parquet")
-    df = split.reports[split.reports["split"].isin([TRAIN, TEST])]
+    df = split.reports[split.reports["split"] == TRAIN].drop(columns=["label"], errors="ignore")
     df = df.merge(labels[["report_id", "label"]], on="report_id", how="left", validate="one_to_one")
     df["prompt_text"] = df["report_id"].map(_texts(conditions, Condition.ORIGINAL))
     df["independent_text"] = df["report_id"].map(_texts(conditions, Condition.NO_OPINION))
@@ -200,9 +288,12 @@ def candidates(split: Split, labels: pd.DataFrame, conditions: pd.DataFrame) -> 
               ("no_opinion_text_unavailable", df["independent_text"].isna())]
     for reason, mask in checks:  # first reason wins: each report is counted once
         reasons = reasons.where(reasons.notna() | ~mask.fillna(False), reason)
+    usable = df[reasons.isna()].sort_values(["date", "report_id"])
+    if max_pairs is not None and len(usable) > max_pairs:
+        reasons[usable.index[max_pairs:]] = "over_max_train_pairs"
     drops = [{"split": s, "reason": r, "n": int(n)} for (s, r), n in
              Counter(zip(df.loc[reasons.notna(), "split"], reasons.dropna())).items()]
-    return df[reasons.isna()].reset_index(drop=True), drops
+    return df[reasons.isna()].sort_values(["date", "report_id"]).reset_index(drop=True), drops
 
 
 def teacher_calls(cands: pd.DataFrame) -> list[TeacherCall]:
@@ -226,9 +317,9 @@ def _check_answer(row: pd.Series | None, intended: str, context: str) -> str | N
 
 
 def build_triplets(split: Split, labels: pd.DataFrame, conditions: pd.DataFrame, teacher: Teacher,
-                   teacher_name: str) -> Triplets:
-    """Candidates -> teacher answers -> parsed and checked triplets, with every drop counted per split."""
-    cands, drops = candidates(split, labels, conditions)
+                   teacher_name: str, max_pairs: int | None = None) -> Triplets:
+    """Training candidates -> teacher answers -> parsed and checked triplets, every drop counted."""
+    cands, drops = candidates(split, labels, conditions, max_pairs)
     answers = teacher(teacher_calls(cands)) if len(cands) else pd.DataFrame(columns=["id", "status", "raw_text"])
     by_id = {r["id"]: r for _, r in answers.iterrows()}
     kept, extra = [], Counter()
@@ -246,17 +337,16 @@ def build_triplets(split: Split, labels: pd.DataFrame, conditions: pd.DataFrame,
                      "chosen": cho["raw_text"], "rejected": rej["raw_text"], "teacher": teacher_name})
     drops += [{"split": s, "reason": reason, "n": n} for (s, reason), n in extra.items()]
     drop_df = pd.DataFrame(drops, columns=["split", "reason", "n"]).sort_values(["split", "reason"])
-    return Triplets(pd.DataFrame(kept, columns=TRIPLET_COLUMNS), drop_df.reset_index(drop=True), teacher_name)
+    return Triplets(pd.DataFrame(kept, columns=TRIPLET_COLUMNS), drop_df.reset_index(drop=True), teacher_name,
+                    2 * len(cands))
 
 
 def triplet_summary(split: Split, trip: Triplets) -> pd.DataFrame:
-    """Per split: candidate reports, kept triplets, drops by reason (wide), label balance of the kept."""
+    """Training side: reports, teacher calls, kept triplets, drops by reason (wide), chosen-label balance."""
     rep = split.reports
-    rows = []
-    for name in (TRAIN, TEST):
-        t = trip.triplets[trip.triplets["split"] == name]
-        d = trip.drops[trip.drops["split"] == name].set_index("reason")["n"]
-        rows.append({"split": name, "reports": int((rep["split"] == name).sum()), "triplets": len(t),
-                     **{f"dropped_{k}": int(v) for k, v in d.items()},
-                     **{f"chosen_{r.value}": int((t["label"] == r.value).sum()) for r in RATINGS}})
-    return pd.DataFrame(rows).fillna(0)
+    t = trip.triplets[trip.triplets["split"] == TRAIN]
+    d = trip.drops[trip.drops["split"] == TRAIN].set_index("reason")["n"]
+    return pd.DataFrame([{"split": TRAIN, "reports": int((rep["split"] == TRAIN).sum()),
+                          "teacher_calls": int(trip.teacher_calls), "triplets": len(t),
+                          **{f"dropped_{k}": int(v) for k, v in d.items()},
+                          **{f"chosen_{r.value}": int((t["label"] == r.value).sum()) for r in RATINGS}}])
