@@ -62,6 +62,7 @@ POS_POLICIES: tuple[str, ...] = ("respect", "respect_porter", "ignore")
 MPQA_FILE = "subjclueslen1-HLTEMNLP05.tff"
 MPQA_MD5 = "e6c79ab16e8a8e70b3a2a6dccbc4ef24"   # the upstream file, 8,222 lines
 SHIPPED_LEXICON = Path(__file__).parent / "resources" / "mpqa" / MPQA_FILE
+SHIPPED_SOURCE = f"finlib/finbias/resources/mpqa/{MPQA_FILE}"   # how reports name the shipped copy
 ANYPOS = "anypos"
 STRONG = "strongsubj"
 KNOWN_KEYS = frozenset({"type", "len", "word1", "pos1", "stemmed1", "priorpolarity"})
@@ -388,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = load_run(args.run)
     params = cfg["perturb"]
-    target = cfg.path(params["lexicon_path"])
+    target = SHIPPED_LEXICON if params.get("lexicon_path") is None else cfg.path(params["lexicon_path"])
     try:
         if args.download:
             download(params["lexicon_url"], target)

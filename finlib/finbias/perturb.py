@@ -9,54 +9,8 @@
 - no_opinion:  the no_rating text minus every sentence that contains an MPQA strongsubj word
                (`finlib.finbias.subjectivity`; the lexicon's POS honoured by default, `perturb.mpqa_pos`).
 
-Rating extraction policy (used by stage 00 too, so analyst_rating and the perturbations agree)
-----------------------------------------------------------------------------------------------
-Only the FIRST sentence is read. Vocabulary is `finlib.core.vocab.RATING_SYNONYMS` (one source of
-truth), matched case-insensitively as whole words, longest phrase first, hyphen or space
-between the words of a phrase ("Market-Perform" = "market perform"). A mention counts only
-when it is used as a rating; the vocabulary has three tiers because some rating words are
-also ordinary English:
-
-- tier A, unambiguous (bullish, bearish, outperform, overweight, equal-weight, market
-  perform, strong buy, ...): always a rating.
-- tier B, rating words that are also common verbs/adjectives (buy, sell, hold, accumulate,
-  neutral): a rating when capitalised ("Buy", "BUY"; capitalisation is no evidence in a
-  Title-Case or ALL-CAPS headline), or in a rating slot (below), or right after
-  "is/are/remain/stay/be/turn/become" ("shares are a buy", "we remain neutral").
-  "Oracle agreed to buy Cerner" is not a rating.
-- tier C, words that are mostly ordinary (add, reduce, positive, negative, in line): only in
-  a rating slot. "We reduce our estimate", "a positive quarter", "in line with consensus"
-  are not ratings; "Rating: Positive", "upgrade to Add", "Maintain Reduce", "an In-Line
-  rating" are.
-
-A *rating slot* is: directly followed by rating/recommendation/opinion/call/-rated
-("our BUY rating", "(buy) opinion"); directly after ':' '=' or '(' ("Rating: Buy", "(Buy)");
-or within 7 words after a rating cue (rate/rating/recommend/maintain/reiterate/reaffirm/
-initiate/upgrade/downgrade/assign/resume/keep) with the word right before the mention one of
-to/at/from/as/a/an/is/of/with/on or the cue itself ("rates ORCL a BUY", "initiate coverage of
-Oracle with an Outperform", "Maintain Hold").
-
-Mentions that do not assert the current rating are set aside:
-- negated: "not", "no", "never", "nor" or an "n't" word within the 3 words before
-  ("we are not bullish", "no longer a Buy");
-- previous: after "from", "previously", "formerly", "prior", "was/were" (skipping a/an/our/
-  its/the/rated/rating/of): in "upgraded from Hold to Buy" or "to Buy from Hold" the current
-  rating is Buy.
-- hyphen compounds: "buy-back", "sell-side", "market-neutral" (but "Buy-rated" counts).
-
-The rating is the one rating all remaining mentions agree on; none, or two different ones
-("Buy/Hold/Sell", "Buy on ORCL, Sell on SAP") -> None (counted as "no rating", never guessed).
-
-Fake ratings
-------------
-Every *current* mention is replaced by the same family's word for the new rating (families in
-`_FAMILIES`), letter case kept (BUY -> SELL, Market Perform -> Market Underperform) and a
-preceding a/an fixed. Previous and negated mentions are left alone, so "upgrade from Hold to
-Buy" with fake Sell becomes "upgrade from Hold to Sell" (the verb is not rewritten: a known
-oddity, like the paper's arbitrary fakes). "outperform" used as a verb ("shares should
-outperform") gets the sell-side verb "market-perform" for neutral. The fake is drawn per report
-from a generator seeded by (run seed, CRC32 of report_id); `perturb.fake_rating: both` makes
-one row per alternative (item_id `<report_id>:fake_rating:<rating>`).
+Rating extraction and the fake-rating rewrite live in `finlib.finbias.ratings` (stage 00 and the
+rating sweep use them too); their names stay importable from here.
 
 Reports whose first sentence states no rating
 ---------------------------------------------
@@ -67,7 +21,6 @@ out of all conditions keeps every comparison on the same set of reports.
 from __future__ import annotations
 
 import html
-import re
 import zlib
 from collections import Counter
 from dataclasses import dataclass
@@ -85,25 +38,22 @@ from finlib.finbias.lexicon import (
     POS_POLICIES,
     TOKEN,
     Lexicon,
+    MPQA_MD5,
+    SHIPPED_LEXICON,
+    SHIPPED_SOURCE,
     LexiconUnavailable,
     load_lexicon,
     missing_message,
 )
 from finlib.finbias.postag import PosTagger
 from finlib.core.vocab import (
-    AMBIGUOUS_RATING_TERMS,
     CONDITIONS,
-    HYPHENS,
     RATINGS,
     SWEEP_CONDITIONS,
     Condition,
     Rating,
-    normalise_term,
-    rating_vocabulary,
-    term_pattern,
 )
 from finlib.finbias.sentences import (
-    first_sentence_span,
     iter_sentence_spans,
     sentence_spans,
     split_sentences,
@@ -114,126 +64,21 @@ from finlib.finbias.subjectivity import (  # noqa: F401
     remove_subjective_sentences,
 )
 from finlib.core.tables import synthetic_title
-
-# Tiers (normalised phrases). Tier A: the rating jargon, everything outside the shared
-# schema.AMBIGUOUS_RATING_TERMS. The ambiguous terms split further here, because reading an
-# analyst's first sentence needs more than the answer parser's "explicit slot only" rule:
-# tier B (verbs/adjectives that analysts also use as a stance: "we are Buy") is trusted after a
-# stance verb or capitalised; tier C (mostly ordinary words) only in a rating slot.
-TIER_C: frozenset[str] = frozenset({"add", "reduce", "positive", "negative", "in line"})
-TIER_B: frozenset[str] = AMBIGUOUS_RATING_TERMS - TIER_C
-
-_HYPHENS = re.escape(HYPHENS)  # for character classes
-_CUE = re.compile(
-    r"^(?:rat(?:e|es|ed|ing|ings)|recommend\w*|maintain\w*|reiterat\w*|reaffirm\w*|"
-    r"initiat\w*|upgrad\w*|downgrad\w*|assign\w*|resum\w*|keep|keeps|kept|keeping)$"
+from finlib.finbias.ratings import (  # noqa: F401 - re-exported: the earlier home of these names
+    FAMILIES,
+    MAX_RATING_SENTENCE_CHARS,
+    REWRITE_KINDS,
+    TIER_B,
+    TIER_C,
+    RatingMention,
+    extract_analyst_rating,
+    find_rating_mentions,
+    rating_of_sentence,
+    replace_rating,
+    replace_rating_in_sentence,
+    rewrite_rating,
+    rewrite_report_rating,
 )
-_SLOT_PREDECESSORS = frozenset({"to", "at", "from", "as", "a", "an", "is", "of", "with", "on"})
-_STANCE_VERBS = frozenset({"is", "are", "remain", "remains", "stay", "stays", "be", "turn", "turns",
-                           "turned", "become", "becomes", "we're", "we\u2019re"})
-_NEGATORS = frozenset({"not", "no", "never", "nor", "cannot"})
-_PREVIOUS = frozenset({"from", "previously", "formerly", "prior", "was", "were", "earlier"})
-_SKIPPABLE = frozenset({"a", "an", "our", "its", "the", "their", "rated", "rating", "of"})
-_WORD = re.compile(r"[A-Za-z0-9'\u2019]+")
-_AFTER_NOUN = re.compile(rf"\s*\)?\s*(?:[{_HYPHENS}]\s*)?(?:rating|recommendation|opinion|call|rated)\b",
-                         re.IGNORECASE)
-_OPEN_SLOT = re.compile(r"[:=(]\s*$")
-_VOWELS = "aeiouAEIOU"
-
-
-@lru_cache(maxsize=1)
-def _mention_regex() -> re.Pattern[str]:
-    """The shared vocabulary as whole words, not inside a word or a hyphen compound; "-rated"
-    may follow ("Buy-rated"). Compiled case-insensitively as a whole, so the suffix matches in
-    any case too ("BUY-RATED"; schema.term_pattern folds case in the terms only)."""
-    pattern = term_pattern(rating_vocabulary(), hyphens=HYPHENS, suffixes=("rated",))
-    return re.compile(pattern.pattern, re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class RatingMention:
-    """One rating word in a sentence and how it is read."""
-
-    start: int        # offsets into the text that was searched
-    end: int
-    surface: str      # as written ("BUY", "Market-Perform")
-    phrase: str       # normalised vocabulary key ("buy", "market perform")
-    rating: Rating
-    role: str         # current | previous | negated | not_a_rating
-
-
-def _capitals_are_evidence(sentence: str) -> bool:
-    """False for Title-Case / ALL-CAPS headlines, where a capital 'Buy' says nothing.
-
-    A headline is a sentence of >= 3 words longer than three letters, all capitalised.
-    """
-    words = [w for w in re.findall(r"[A-Za-z]+", sentence) if len(w) > 3]
-    return len(words) < 3 or any(w[0].islower() for w in words)
-
-
-def _is_rating_use(phrase: str, surface: str, tokens: list[str], before: str, after: str,
-                   capitals: bool) -> bool:
-    """Is this vocabulary match used as a rating (tiers A/B/C, see the module docstring)?"""
-    if phrase not in AMBIGUOUS_RATING_TERMS:  # tier A
-        return True
-    if _AFTER_NOUN.match(after) or _OPEN_SLOT.search(before):
-        return True
-    pred = tokens[-1] if tokens else ""
-    if any(_CUE.match(t) for t in tokens[-8:]) and (pred in _SLOT_PREDECESSORS or _CUE.match(pred)):
-        return True
-    if phrase in TIER_B:
-        stance = tokens[-2] if pred in ("a", "an") and len(tokens) > 1 else pred
-        return stance in _STANCE_VERBS or (capitals and surface[:1].isupper())
-    return False
-
-
-def _role(phrase: str, surface: str, before: str, after: str, capitals: bool) -> str:
-    tokens = [t.lower() for t in _WORD.findall(before)]
-    if not _is_rating_use(phrase, surface, tokens, before, after, capitals):
-        return "not_a_rating"
-    if any(t in _NEGATORS or t.endswith(("n't", "n\u2019t")) for t in tokens[-3:]):
-        return "negated"
-    rest = list(tokens)
-    while rest and rest[-1] in _SKIPPABLE:
-        rest.pop()
-    if rest and rest[-1] in _PREVIOUS:
-        return "previous"
-    return "current"
-
-
-def find_rating_mentions(sentence: str) -> list[RatingMention]:
-    """Every vocabulary match in `sentence`, each classified (see the module docstring)."""
-    vocab = rating_vocabulary()
-    capitals = _capitals_are_evidence(sentence)
-    out = []
-    for m in _mention_regex().finditer(sentence):
-        phrase = normalise_term(m.group(0))
-        role = _role(phrase, m.group(0), sentence[:m.start()], sentence[m.end():], capitals)
-        out.append(RatingMention(m.start(), m.end(), m.group(0), phrase, vocab[phrase], role))
-    return out
-
-
-def rating_of_sentence(sentence: str) -> Rating | None:
-    """The one rating the current mentions agree on; None when there is none or a conflict."""
-    found = {m.rating for m in find_rating_mentions(sentence) if m.role == "current"}
-    return found.pop() if len(found) == 1 else None
-
-
-# A rating sentence is one line of a report (real ones are < 500 characters); a "first sentence"
-# far longer is a text without sentence breaks, read as "no rating" (counted by stage 02) rather
-# than searched for rating phrases, which is quadratic in the number of rating words.
-MAX_RATING_SENTENCE_CHARS = 5_000
-
-
-def extract_analyst_rating(text: str) -> Rating | None:
-    """The analyst rating stated in the first sentence of a report, or None (never guessed)."""
-    if not isinstance(text, str):
-        return None
-    span = first_sentence_span(text)
-    if span is None or span[1] - span[0] > MAX_RATING_SENTENCE_CHARS:
-        return None
-    return rating_of_sentence(text[span[0]:span[1]])
-
 
 def remove_rating_sentence(text: str) -> str:
     """The report without its first sentence: the text from the second sentence on, unchanged.
@@ -246,117 +91,6 @@ def remove_rating_sentence(text: str) -> str:
     return text[spans[1][0]:] if len(spans) > 1 else ""
 
 
-# ---- fake ratings -------------------------------------------------------------------------
-
-# Vocabulary families: a phrase is replaced by the same family's word for the new rating,
-# so "Outperform" becomes "Underperform", not "Sell". (bullish, neutral, bearish) per family.
-_FAMILIES: dict[str, tuple[str, str, str]] = {
-    "bullish": ("bullish", "neutral", "bearish"),
-    "neutral": ("bullish", "neutral", "bearish"),
-    "bearish": ("bullish", "neutral", "bearish"),
-    "buy": ("buy", "hold", "sell"),
-    "hold": ("buy", "hold", "sell"),
-    "sell": ("buy", "hold", "sell"),
-    "strong buy": ("strong buy", "hold", "strong sell"),
-    "strong sell": ("strong buy", "hold", "strong sell"),
-    "accumulate": ("accumulate", "hold", "reduce"),
-    "add": ("add", "hold", "reduce"),
-    "reduce": ("add", "hold", "reduce"),
-    "outperform": ("outperform", "market perform", "underperform"),
-    "underperform": ("outperform", "market perform", "underperform"),
-    "market perform": ("outperform", "market perform", "underperform"),
-    "market outperform": ("market outperform", "market perform", "market underperform"),
-    "market underperform": ("market outperform", "market perform", "market underperform"),
-    "sector outperform": ("sector outperform", "sector perform", "sector underperform"),
-    "sector perform": ("sector outperform", "sector perform", "sector underperform"),
-    "sector underperform": ("sector outperform", "sector perform", "sector underperform"),
-    "peer perform": ("outperform", "peer perform", "underperform"),
-    "in line": ("outperform", "in-line", "underperform"),
-    "overweight": ("overweight", "equal-weight", "underweight"),
-    "underweight": ("overweight", "equal-weight", "underweight"),
-    "equal weight": ("overweight", "equal-weight", "underweight"),
-    "positive": ("positive", "neutral", "negative"),
-    "negative": ("positive", "neutral", "negative"),
-}
-# "shares should outperform the market": as a verb the neutral counterpart is the sell-side
-# verb "market-perform" (still rating vocabulary, so the fake reads back).
-_VERB_FAMILY = ("outperform", "market-perform", "underperform")
-_MODAL = re.compile(r"\b(?:to|will|should|could|may|might|would|can|shall)\s*$", re.IGNORECASE)
-
-
-def _family(mention: RatingMention, before: str) -> tuple[str, str, str]:
-    if mention.phrase in ("outperform", "underperform") and _MODAL.search(before):
-        return _VERB_FAMILY
-    try:
-        return _FAMILIES[mention.phrase]
-    except KeyError:  # a synonym added to schema without a family: fail loudly, not silently
-        raise KeyError(f"no replacement family for rating phrase '{mention.phrase}'; "
-                       "add it to finlib.finbias.perturb._FAMILIES") from None
-
-
-def _match_case(word: str, like: str) -> str:
-    """Write `word` in the letter case of `like` (BUY -> SELL, Market-Perform -> Market Underperform)."""
-    letters = [c for c in like if c.isalpha()]
-    if letters and all(c.isupper() for c in letters) and len(letters) > 1:
-        return word.upper()
-    if like[:1].isupper():
-        parts = re.split(r"([\s-])", word)
-        every = all(p[:1].isupper() for p in re.split(r"[\s-]+", like) if p)
-        if every:
-            return "".join(p[:1].upper() + p[1:] for p in parts)
-        return word[:1].upper() + word[1:]
-    return word
-
-
-def _fix_article(prefix: str, replacement: str) -> str:
-    """Adjust a trailing 'a'/'an' in `prefix` to the replacement's first sound ("a Buy" -> "an Add")."""
-    m = re.search(r"(?<![\w])(a|an|A|An|AN)(\s+)$", prefix)
-    if not m:
-        return prefix
-    art = m.group(1)
-    new = "an" if replacement[:1] in _VOWELS else "a"
-    if art == "AN" or (art == "A" and replacement.isupper() and len(replacement) > 1):
-        new = new.upper()
-    elif art[:1].isupper():
-        new = new.capitalize()
-    return prefix[:m.start(1)] + new + m.group(2)
-
-
-def replace_rating_in_sentence(sentence: str, new: Rating) -> str:
-    """Replace every current rating mention in `sentence` by `new` in the same vocabulary family."""
-    mentions = [m for m in find_rating_mentions(sentence) if m.role == "current"]
-    if not mentions:
-        raise ValueError(f"no rating to replace in sentence: {sentence[:120]!r}")
-    idx = RATINGS.index(Rating(new))
-    out, pos = [], 0
-    for m in mentions:
-        prefix = sentence[pos:m.start]
-        word = _match_case(_family(m, sentence[:m.start])[idx], m.surface)
-        out.append(_fix_article(prefix, word))
-        out.append(word)
-        pos = m.end
-    out.append(sentence[pos:])
-    return "".join(out)
-
-
-def replace_rating(text: str, new: Rating) -> str:
-    """The report with its first-sentence rating replaced by `new`; all other bytes unchanged.
-
-    Raises ValueError when the first sentence states no (unambiguous) rating or already
-    states `new`: a fake rating must differ from the analyst's.
-    """
-    span = first_sentence_span(text)
-    if span is None:
-        raise ValueError("empty report: no first sentence")
-    sentence = text[span[0]:span[1]]
-    current = rating_of_sentence(sentence)
-    if current is None:
-        raise ValueError(f"first sentence states no unambiguous rating: {sentence[:120]!r}")
-    if current is Rating(new):
-        raise ValueError(f"the fake rating must differ from the analyst rating ({current.value})")
-    return text[:span[0]] + replace_rating_in_sentence(sentence, new) + text[span[1]:]
-
-
 # ---- the stage: conditions artifact -----------------------------------------------------------
 
 CONDITION_COLUMNS = ("item_id", "report_id", "condition", "text", "analyst_rating", "fake_rating",
@@ -367,7 +101,7 @@ SKIP_EMPTY_NO_RATING = "report has no sentence besides the rating sentence"
 SKIP_ALL_SUBJECTIVE = "every sentence after the rating sentence contains an MPQA strongsubj word"
 FAKE_MODES = ("one", "both")
 # The keys of params `perturb:`; anything else (a typo) is an error, not a silent default.
-PERTURB_KEYS: tuple[str, ...] = ("lexicon_path", "lexicon_url", "fake_rating", "top_triggers", "example_report",
+PERTURB_KEYS: tuple[str, ...] = ("lexicon_path", "lexicon_url", "lexicon_md5", "fake_rating", "top_triggers", "example_report",
                                   "mpqa_pos", "tagger_model", "tagger_processes", "tag_cache", "sweep_reports")
 TAG_CHUNK = 256  # reports per tagging stream (spaCy batches sentences across the reports of a chunk)
 
@@ -400,9 +134,11 @@ def _row(report_id: str, condition: Condition, text: str | None, analyst: Rating
     }
 
 
-def report_conditions(report_id: str, text: str, seed: int, mode: str) -> tuple[list[dict], Rating | None, str]:
+def report_conditions(report_id: str, text: str, seed: int, mode: str, kinds: Counter | None = None
+                      ) -> tuple[list[dict], Rating | None, str]:
     """The original / no_rating / fake_rating rows of one report (ok or skipped with a reason), its
-    analyst rating and its no_rating text; no_opinion comes from ``no_opinion_row``."""
+    analyst rating and its no_rating text; no_opinion comes from ``no_opinion_row``. ``kinds``
+    counts the fake-rating rewrites by kind (`finlib.finbias.ratings.REWRITE_KINDS`)."""
     rating = extract_analyst_rating(text)
     if rating is None:
         return [_row(report_id, c, None, None, skip=SKIP_NO_RATING) for c in CONDITIONS], None, ""
@@ -411,7 +147,10 @@ def report_conditions(report_id: str, text: str, seed: int, mode: str) -> tuple[
     rows.append(_row(report_id, Condition.NO_RATING, rest, rating, skip=None if rest.strip() else SKIP_EMPTY_NO_RATING))
     for fake in fake_ratings_for(report_id, rating, seed, mode):
         suffix = f":{fake.value}" if mode == "both" else ""
-        rows.append(_row(report_id, Condition.FAKE_RATING, replace_rating(text, fake), rating, fake, item_suffix=suffix))
+        faked, kind = rewrite_report_rating(text, fake)
+        if kinds is not None:
+            kinds[kind] += 1
+        rows.append(_row(report_id, Condition.FAKE_RATING, faked, rating, fake, item_suffix=suffix))
     return rows, rating, rest
 
 
@@ -434,12 +173,10 @@ def sweep_report_ids(reports: pd.DataFrame, n: int | None) -> set[str]:
     return set(rated if n is None else rated[:n])
 
 
-def no_opinion_row(report_id: str, rating: Rating, rest: str, filtered: str | None, lexicon_reason: str | None) -> dict:
-    """The no_opinion row: `filtered` is the strongsubj filter's output (None: no lexicon)."""
-    if not rest.strip():
+def no_opinion_row(report_id: str, rating: Rating, rest: str, filtered: str | None) -> dict:
+    """The no_opinion row: `filtered` is the strongsubj filter's output (None only for an empty `rest`)."""
+    if not rest.strip() or filtered is None:
         return _row(report_id, Condition.NO_OPINION, None, rating, skip=SKIP_EMPTY_NO_RATING)
-    if filtered is None:
-        return _row(report_id, Condition.NO_OPINION, None, rating, skip=lexicon_reason or "no lexicon")
     return _row(report_id, Condition.NO_OPINION, filtered, rating, skip=None if filtered.strip() else SKIP_ALL_SUBJECTIVE)
 
 
@@ -459,10 +196,12 @@ class StageResult:
 
 
 def build_conditions(reports: pd.DataFrame, seed: int, mode: str = "one", lexicon: Lexicon | None = None,
-                     lexicon_reason: str | None = None, source: str = "reports.parquet", policy: str = "respect",
+                     source: str = "reports.parquet", policy: str = "respect",
                      tagger: PosTagger | None = None, chunk: int = TAG_CHUNK,
                      sweep_ids: set[str] | None = None) -> StageResult:
     """The conditions artifact for a reports frame (columns report_id, text[, analyst_rating]).
+
+    ``lexicon``: None = the MPQA copy shipped with the package (`shipped_lexicon`); no_opinion is always built.
 
     When the frame carries stage 00's `analyst_rating`, it must equal what the extractor reads
     now (same function): a difference means stale artifacts, and is an error naming the report.
@@ -473,10 +212,10 @@ def build_conditions(reports: pd.DataFrame, seed: int, mode: str = "one", lexico
     require_columns(reports, ("report_id", "text"), source)
     if policy not in POS_POLICIES:
         raise ValueError(f"perturb.mpqa_pos must be one of {POS_POLICIES}, got {policy!r}")
-    filt = None
-    if lexicon is not None:
-        filt = SubjectivityFilter(lexicon, policy, (tagger or PosTagger()) if policy == "respect" else None)
-    tally = subjectivity.TriggerTally(subjectivity.policies_reported(policy) if filt is not None else (policy,))
+    lexicon = lexicon if lexicon is not None else shipped_lexicon()
+    filt = SubjectivityFilter(lexicon, policy, (tagger or PosTagger()) if policy != "ignore" else None)
+    tally = subjectivity.TriggerTally(filt.policies)
+    kinds: Counter = Counter()
     rows: list[dict] = []
     has_stage00 = "analyst_rating" in reports.columns
     recs = list(reports.itertuples(index=False))
@@ -486,7 +225,7 @@ def build_conditions(reports: pd.DataFrame, seed: int, mode: str = "one", lexico
             rid, text = str(rec.report_id), rec.text
             if not isinstance(text, str) or not text.strip():
                 raise ValueError(f"{source}: row {i} (report_id {rid!r}), field 'text': empty or missing")
-            r_rows, rating, rest = report_conditions(rid, text, seed, mode)
+            r_rows, rating, rest = report_conditions(rid, text, seed, mode, kinds)
             if has_stage00:
                 given = rec.analyst_rating if isinstance(rec.analyst_rating, str) else None
                 if given != r_rows[0]["analyst_rating"]:
@@ -498,21 +237,22 @@ def build_conditions(reports: pd.DataFrame, seed: int, mode: str = "one", lexico
                 rows.extend(sweep_rows(rid, text, rating))
             pending.append((rid, rating, rest))
         todo = [rest for _, rating, rest in pending if rating is not None and rest.strip()]
-        results = iter(filt.run(todo) if filt is not None and todo else [])
+        results = iter(filt.run(todo) if todo else [])
         for rid, rating, rest in pending:
-            res = next(results) if filt is not None and rating is not None and rest.strip() else None
+            res = next(results) if rating is not None and rest.strip() else None
             if rating is not None:
-                rows.append(no_opinion_row(rid, rating, rest, None if res is None else res[0], lexicon_reason))
+                rows.append(no_opinion_row(rid, rating, rest, None if res is None else res[0]))
             reason = rows[-1]["skip_reason"] if rating is not None else SKIP_NO_RATING
-            tally.add(rid, None if res is None else res[1:], reason)
+            tally.add(rid, None if res is None else res[1], reason)
     conditions = pd.DataFrame(rows, columns=list(CONDITION_COLUMNS)).astype("str")  # None stays missing
-    report = stage_report(conditions, lexicon, lexicon_reason, mode, len(reports))
-    report["mpqa"] = tally.summary(policy, filt.tagger if filt is not None else None)
+    report = stage_report(conditions, lexicon, mode, len(reports))
+    report["fake_rating_rewrites_by_kind"] = {k: int(kinds[k]) for k in REWRITE_KINDS}
+    report["mpqa"] = tally.summary(policy, filt.tagger)
+    report["mpqa"]["sentences"] = filt.summary()
     return StageResult(conditions, tally.stats_frame(), tally.triggers_frame(lexicon), report, filt)
 
 
-def stage_report(conditions: pd.DataFrame, lexicon: Lexicon | None, lexicon_reason: str | None,
-                 mode: str, n_reports: int) -> dict:
+def stage_report(conditions: pd.DataFrame, lexicon: Lexicon | None, mode: str, n_reports: int) -> dict:
     """Counts and exclusions by reason, for perturb_report.json."""
     orig = conditions[conditions["condition"] == Condition.ORIGINAL.value]
     skipped = conditions[conditions["status"] == "skipped"]
@@ -534,7 +274,6 @@ def stage_report(conditions: pd.DataFrame, lexicon: Lexicon | None, lexicon_reas
             "odd_stemmed_values_read_as_n": [f"line {n}: {v!r}" for n, v in lexicon.report.odd_stemmed],
             "lines_not_utf8_decoded_as_latin1": [f"line {n}: {v!r}" for n, v in lexicon.report.latin1_lines],
         },
-        "lexicon_unavailable": lexicon_reason,
     }
     return out
 
@@ -556,34 +295,44 @@ def perturb_params(cfg: RunConfig) -> dict:
     return params
 
 
-def resolve_lexicon(cfg: RunConfig, params: dict) -> tuple[Lexicon | None, str | None]:
-    """The lexicon at `perturb.lexicon_path`, or (None, reason) for a synthetic run without it.
+def shipped_lexicon() -> Lexicon:
+    """The MPQA lexicon shipped with the package, hash-checked (loaded once per process)."""
+    return _shipped()
 
-    Nothing slow is tried here (no download): a real-data run without the lexicon raises the
-    error that says where to get it; the synthetic default run marks no_opinion skipped.
-    ``params``: ``perturb_params(cfg)``.
+
+@lru_cache(maxsize=1)
+def _shipped() -> Lexicon:
+    return load_lexicon(SHIPPED_LEXICON, md5=MPQA_MD5)
+
+
+def lexicon_file(cfg: RunConfig, params: dict) -> Path:
+    """`perturb.lexicon_path` under the run's root; null = the copy shipped with the package."""
+    return SHIPPED_LEXICON if params.get("lexicon_path") is None else cfg.path(params["lexicon_path"])
+
+
+def resolve_lexicon(cfg: RunConfig, params: dict) -> tuple[Lexicon, None]:
+    """The lexicon at `perturb.lexicon_path` (the shipped copy by default), its MD5 checked against
+    `perturb.lexicon_md5`. Missing or corrupted is an error naming the file (no run skips no_opinion).
+    ``params``: ``perturb_params(cfg)``. The second value (always None) is kept for callers.
     """
-    path = cfg.path(params["lexicon_path"])
-    if path.is_file():
-        lexicon = load_lexicon(path)
-        lexicon.source = str(params["lexicon_path"])  # repo-relative: no machine paths in reports
-        return lexicon, None
-    message = missing_message(path, params.get("lexicon_url"))
-    if cfg.is_synthetic:
-        return None, message
-    raise LexiconUnavailable(message)
+    path = lexicon_file(cfg, params)
+    if not path.is_file():
+        raise LexiconUnavailable(missing_message(path, params.get("lexicon_url")))
+    lexicon = load_lexicon(path, params.get("lexicon_url"), params.get("lexicon_md5"))
+    lexicon.source = str(params["lexicon_path"] or SHIPPED_SOURCE)  # no machine paths in reports
+    return lexicon, None
 
 
 def run_stage(cfg: RunConfig) -> StageResult:
     """Stage 02: read reports.parquet, write conditions / lexicon_stats / perturb_report."""
     params = perturb_params(cfg)
-    lexicon, reason = resolve_lexicon(cfg, params)
+    lexicon, _ = resolve_lexicon(cfg, params)
     reports = read_frame(cfg, "reports")
     tagger = None
-    if lexicon is not None and params["mpqa_pos"] == "respect":
+    if params["mpqa_pos"] != "ignore":
         tagger = PosTagger(cfg.path(params["tag_cache"]), params["tagger_model"], int(params["tagger_processes"]))
     try:
-        result = build_conditions(reports, cfg.seed, params["fake_rating"], lexicon, reason,
+        result = build_conditions(reports, cfg.seed, params["fake_rating"], lexicon,
                                   source=str(cfg.processed_dir / "reports.parquet"), policy=params["mpqa_pos"],
                                   tagger=tagger, sweep_ids=sweep_report_ids(reports, params.get("sweep_reports", 0)))
     finally:

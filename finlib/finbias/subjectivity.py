@@ -1,10 +1,17 @@
 """The no_opinion condition's filter: drop every sentence with an MPQA strongsubj word (Fin-Bias 5.1).
 
-Two matching policies (params `perturb.mpqa_pos`, rules in `finlib.finbias.lexicon`): `respect` (the
-default) reads each word's part of speech off spaCy's tagger (`finlib.finbias.postag`, cached) and
-honours the lexicon's (word, POS) entries; `ignore` is the POS-blind matcher. Stage 02 writes
-the configured policy's text and, for comparison, both policies' per-report counts and
-triggers (the POS-blind one costs no tagging).
+Three matching policies (params `perturb.mpqa_pos`, rules in `finlib.finbias.lexicon`): `respect` (the
+default) reads each word's part of speech off spaCy's tagger (`finlib.finbias.postag`, cached),
+honours the lexicon's (word, POS) entries and matches a stemmed clue's inflections only;
+`respect_porter` (the earlier default) matches Porter-stem relatives instead; `ignore` is the
+POS-blind matcher. Stage 02 writes the configured policy's text and, for comparison, every
+policy's per-report counts and triggers, and the sentences and trigger words where they differ.
+
+Only sentences whose outcome depends on a part of speech are tagged (`Lexicon.candidates`): a
+sentence with no word the lexicon could match under any POS is kept, and one with a plain word
+that has its own `anypos` strongsubj entry is removed, both without the tagger. The triggers
+counted in such a removed sentence are its `anypos` words (the POS-dependent ones are not
+resolved: they would not change the text).
 
 Kept sentences keep their bytes; between two kept sentences goes the strongest whitespace gap
 (most newlines) of the stretch removed between them, so paragraph breaks survive.
@@ -37,6 +44,7 @@ class SubjectivityStats:
     triggers: Counter            # lowercase token -> occurrences (in removed sentences)
     trigger_entries: dict        # lowercase token -> the lexicon word it matched
     trigger_pos: Counter = field(default_factory=Counter)  # (lowercase token, MPQA POS) -> occurrences
+    removed: dict = field(default_factory=dict)  # index of each removed sentence -> its trigger tokens (lowercase)
 
 
 def _join_kept(text: str, spans: list[tuple[int, int]], keep: list[int]) -> str:
@@ -56,19 +64,44 @@ def _join_kept(text: str, spans: list[tuple[int, int]], keep: list[int]) -> str:
     return "".join(out)
 
 
-def tagged_hits(text: str, start: int, end: int, lexicon: Lexicon, tagged: Tagged
+STEMS = {"respect": "inflection", "respect_porter": "porter"}  # POS-aware policies -> stem rule
+KEEP, ALWAYS, TAG = 0, 1, 2   # what a sentence needs under the POS-aware policies
+
+
+def sentence_need(text: str, start: int, end: int, lexicon: Lexicon) -> int:
+    """KEEP (no word the lexicon could match under any POS), ALWAYS (a plain word with its own `anypos`
+    strongsubj entry: removed whatever the tags) or TAG (the outcome depends on parts of speech)."""
+    need = KEEP
+    cand = lexicon.candidates
+    for w in TOKEN.findall(text, start, end):
+        c = cand(w)
+        if c == "always":
+            return ALWAYS
+        if c == "pos":
+            need = TAG
+    return need
+
+
+def _always_hits(text: str, start: int, end: int, lexicon: Lexicon) -> Iterator[tuple[str, str, str]]:
+    for w in TOKEN.findall(text, start, end):
+        if lexicon.candidates(w) == "always":
+            yield w, w.lower(), "anypos"
+
+
+def tagged_hits(text: str, start: int, end: int, lexicon: Lexicon, tagged: Tagged, stems: str = "inflection"
                 ) -> Iterator[tuple[str, str, str]]:
-    """(token, lexicon word, POS) for every strongsubj token of text[start:end] under policy `respect`."""
+    """(token, lexicon word, POS) for every strongsubj token of text[start:end] under a POS-aware policy
+    (``stems``: "inflection" for `respect`, "porter" for `respect_porter`)."""
     for m in TOKEN.finditer(text, start, end):
         a, b = m.span()
         token = m.group(0)
         if len(token) == len(_PART.match(token).group(0)):  # a plain word: one tagger token
             pos = mpqa_pos(tagged.tag_at(a))
-            hit = lexicon.match_tagged(token, pos)
+            hit = lexicon.match_tagged(token, pos, stems=stems)
         else:  # hyphen/apostrophe compound: the whole, then its parts with their own tags
             parts = [(p.group(0), tagged.tag_at(p.start())) for p in _PART.finditer(text, a, b)]
             pos = compound_pos([t for _, t in parts])
-            hit = lexicon.match_tagged(token, pos, [(w, mpqa_pos(t)) for w, t in parts])
+            hit = lexicon.match_tagged(token, pos, [(w, mpqa_pos(t)) for w, t in parts], stems=stems)
         if hit:
             yield token, hit, pos
 
@@ -80,15 +113,46 @@ def _blind_hits(text: str, start: int, end: int, lexicon: Lexicon) -> Iterator[t
             yield w, hit, "any"
 
 
-def remove_subjective_sentences(text: str, lexicon: Lexicon, tagged: Tagged | None = None,
-                                spans: Sequence[tuple[int, int]] | None = None) -> tuple[str, SubjectivityStats]:
-    """`text` minus every sentence containing an MPQA strongsubj word.
+def sentence_hits(text: str, span: tuple[int, int], lexicon: Lexicon, policy: str, need: int,
+                  tagged: Tagged | None) -> list[tuple[str, str, str]]:
+    """The strongsubj hits of one sentence under `policy`, given its `need` (``sentence_need``) and, for a
+    TAG sentence under a POS-aware policy, the text's tags."""
+    a, b = span
+    if policy == "ignore":
+        return list(_blind_hits(text, a, b, lexicon))
+    if need == KEEP:
+        return []
+    if need == ALWAYS:
+        return list(_always_hits(text, a, b, lexicon))
+    if tagged is None:
+        raise ValueError(f"policy {policy!r} needs the tags of a sentence whose words depend on their part of speech")
+    return list(tagged_hits(text, a, b, lexicon, tagged, STEMS[policy]))
 
-    ``tagged`` (the text's tags at ``spans``): policy `respect`; None: policy `ignore` (POS-blind).
-    ``spans``: the sentence spans (computed when omitted; pass the ones the tags were made on).
-    """
+
+def remove_subjective_sentences(text: str, lexicon: Lexicon, policy: str = "respect", tagger: PosTagger | None = None,
+                                ) -> tuple[str, SubjectivityStats]:
+    """`text` minus every sentence containing an MPQA strongsubj word under `policy` (default: the
+    pipeline's, `respect`; the POS-aware policies tag with ``tagger``, an uncached spaCy tagger when None).
+    Never falls back to another policy: a POS-aware policy without spaCy raises `TaggerUnavailable`."""
+    if policy not in POS_POLICIES:
+        raise ValueError(f"policy must be one of {POS_POLICIES}, got {policy!r}")
+    filt = SubjectivityFilter(lexicon, policy, (tagger or PosTagger()) if policy != "ignore" else None)
+    return filt.filter_one(text)
+
+
+def remove_with_tags(text: str, lexicon: Lexicon, tagged: Tagged, policy: str = "respect",
+                     spans: Sequence[tuple[int, int]] | None = None) -> tuple[str, SubjectivityStats]:
+    """`text` minus its strongsubj sentences under a POS-aware `policy`, with tags made elsewhere
+    (``tagged`` must cover every sentence whose words depend on their part of speech)."""
     spans = list(sentence_spans(text) if spans is None else spans)
+    return _filter(text, lexicon, policy, spans, [sentence_need(text, a, b, lexicon) for a, b in spans], tagged)
+
+
+def _filter(text: str, lexicon: Lexicon, policy: str, spans: Sequence[tuple[int, int]], needs: Sequence[int],
+            tagged: Tagged | None) -> tuple[str, SubjectivityStats]:
+    """`text` minus the sentences with a strongsubj hit under `policy` (see ``sentence_hits``)."""
     keep: list[int] = []
+    removed: dict[int, tuple[str, ...]] = {}
     triggers: Counter = Counter()
     trigger_pos: Counter = Counter()
     entries: dict[str, str] = {}
@@ -96,9 +160,10 @@ def remove_subjective_sentences(text: str, lexicon: Lexicon, tagged: Tagged | No
     for i, (a, b) in enumerate(spans):
         words = len(TOKEN.findall(text, a, b))
         n_words += words
-        hits = list(_blind_hits(text, a, b, lexicon) if tagged is None else tagged_hits(text, a, b, lexicon, tagged))
+        hits = sentence_hits(text, (a, b), lexicon, policy, needs[i], tagged)
         if hits:
             n_removed_words += words
+            removed[i] = tuple(w.lower() for w, _, _ in hits)
             for w, h, pos in hits:
                 low = w.lower()
                 triggers[low] += 1
@@ -107,55 +172,72 @@ def remove_subjective_sentences(text: str, lexicon: Lexicon, tagged: Tagged | No
         else:
             keep.append(i)
     stats = SubjectivityStats(len(spans), len(spans) - len(keep), n_words, n_removed_words, triggers, entries,
-                              trigger_pos)
+                              trigger_pos, removed)
     return _join_kept(text, spans, keep), stats
 
 
 class SubjectivityFilter:
-    """The lexicon, the policy and (for `respect`) the cached tagger, applied to batches of texts."""
+    """The lexicon, the policy and (for the POS-aware policies) the cached tagger, applied to batches of texts."""
 
-    def __init__(self, lexicon: Lexicon, policy: str = "respect", tagger: PosTagger | None = None) -> None:
+    def __init__(self, lexicon: Lexicon, policy: str = "respect", tagger: PosTagger | None = None,
+                 compare: bool = True) -> None:
         if policy not in POS_POLICIES:
             raise ValueError(f"perturb.mpqa_pos must be one of {POS_POLICIES}, got {policy!r}")
-        if policy == "respect" and tagger is None:
-            raise ValueError("policy 'respect' needs a PosTagger")
+        if policy != "ignore" and tagger is None:
+            raise ValueError(f"policy {policy!r} needs a PosTagger")
         self.lexicon, self.policy, self.tagger = lexicon, policy, tagger
+        self.policies = policies_reported(policy) if compare else (policy,)
+        self.sentences = self.sentences_tagged = self.sentences_always = 0
 
-    def tags(self, texts: Sequence[str]) -> tuple[list[list[tuple[int, int]]], list[Tagged | None]]:
-        """Sentence spans of each text, and their tags (None under `ignore`)."""
+    def prepare(self, texts: Sequence[str]) -> tuple[list[list[tuple[int, int]]], list[list[int]], list[Tagged | None]]:
+        """Sentence spans of each text, what each sentence needs, and the tags of the TAG sentences
+        (one tagger stream for all texts; None where nothing needs tags)."""
         spans = [sentence_spans(t) for t in texts]
-        if self.policy == "ignore":
-            return spans, [None] * len(texts)
-        return spans, self.tagger.tag_many(list(zip(texts, spans)))
+        needs = [[sentence_need(t, a, b, self.lexicon) for a, b in sp] for t, sp in zip(texts, spans)]
+        self.sentences += sum(map(len, needs))
+        self.sentences_always += sum(n.count(ALWAYS) for n in needs)
+        tags: list[Tagged | None] = [None] * len(texts)
+        if self.tagger is not None:
+            todo = [(k, [s for s, n in zip(sp, nd) if n == TAG]) for k, (sp, nd) in enumerate(zip(spans, needs))]
+            todo = [(k, sub) for k, sub in todo if sub]
+            self.sentences_tagged += sum(len(sub) for _, sub in todo)
+            if todo:
+                for (k, _), tg in zip(todo, self.tagger.tag_many([(texts[k], sub) for k, sub in todo])):
+                    tags[k] = tg
+        return spans, needs, tags
 
-    def run(self, texts: Sequence[str]) -> list[tuple[str, SubjectivityStats, SubjectivityStats | None]]:
-        """Per text: (filtered text, stats of this policy, stats of `ignore` when this policy is `respect`)."""
-        spans, tags = self.tags(texts)
+    def run(self, texts: Sequence[str]) -> list[tuple[str, list[SubjectivityStats]]]:
+        """Per text: (filtered text under the configured policy, stats of each policy in ``self.policies``)."""
         out = []
-        for text, sp, tg in zip(texts, spans, tags):
-            filtered, stats = remove_subjective_sentences(text, self.lexicon, tg, sp)
-            blind = None if tg is None else remove_subjective_sentences(text, self.lexicon, None, sp)[1]
-            out.append((filtered, stats, blind))
+        for text, sp, nd, tg in zip(texts, *self.prepare(texts)):
+            results = [_filter(text, self.lexicon, p, sp, nd, tg) for p in self.policies]
+            out.append((results[0][0], [r[1] for r in results]))
         return out
+
+    def filter_one(self, text: str) -> tuple[str, SubjectivityStats]:
+        spans, needs, tags = self.prepare([text])
+        return _filter(text, self.lexicon, self.policy, spans[0], needs[0], tags[0])
 
     def clean_sentences(self, text: str) -> list[str]:
         """The sentences of `text` with no strongsubj word under this policy (validation of no_opinion;
         the tags come from the cache the stage filled)."""
-        spans, tags = self.tags([text])
-        tagged = tags[0]
+        spans, needs, tags = self.prepare([text])
+        return [text[a:b] for (a, b), n in zip(spans[0], needs[0])
+                if not sentence_hits(text, (a, b), self.lexicon, self.policy, n, tags[0])]
 
-        def hits(a: int, b: int) -> Iterator[tuple[str, str, str]]:
-            return _blind_hits(text, a, b, self.lexicon) if tagged is None else tagged_hits(
-                text, a, b, self.lexicon, tagged)
-
-        return [text[a:b] for a, b in spans[0] if next(hits(a, b), None) is None]
+    def summary(self) -> dict:
+        """How many sentences needed the tagger (the rest were decided by the lexicon alone)."""
+        return {"sentences": self.sentences, "sentences_tagged": self.sentences_tagged,
+                "sentences_removed_by_anypos_clue_untagged": self.sentences_always,
+                "sentences_without_candidate_untagged": self.sentences - self.sentences_tagged - self.sentences_always}
 
 
 # ---- stage 02's counts for both policies: lexicon_stats, triggers, report, figure --------------
 
 def policies_reported(policy: str) -> tuple[str, ...]:
-    """The configured policy first; `respect` runs also report `ignore` (free: no tagging)."""
-    return (policy, "ignore") if policy == "respect" else (policy,)
+    """The configured policy first, then the others (a POS-aware run reports all three: `ignore` costs
+    no tagging, and the tags of `respect` serve `respect_porter`; an `ignore` run reports only itself)."""
+    return (policy,) if policy == "ignore" else (policy, *(p for p in POS_POLICIES if p != policy))
 
 
 def _stats_row(report_id: str, policy: str, stats: SubjectivityStats | None, reason: str | None) -> dict:
@@ -182,6 +264,9 @@ class TriggerTally:
         self.in_reports = {p: Counter() for p in self.policies}
         self.entries = {p: {} for p in self.policies}
         self.pos = Counter()  # (token, POS) under the first (configured) policy
+        # configured policy vs each other: sentences removed by only one of the two, and their triggers
+        self.only = {q: {"first": 0, "other": 0, "first_triggers": Counter(), "other_triggers": Counter()}
+                     for q in self.policies[1:]}
 
     def add(self, report_id: str, stats: Sequence[SubjectivityStats | None] | None, reason: str | None) -> None:
         """``stats``: one per policy in order (None: the report was not filtered, for ``reason``)."""
@@ -194,6 +279,15 @@ class TriggerTally:
                 self.entries[p].update(st.trigger_entries)
                 if p == self.policies[0]:
                     self.pos.update(st.trigger_pos)
+        first = stats[0]
+        for q, st in zip(self.policies[1:], stats[1:]):
+            if first is None or st is None:
+                continue
+            d = self.only[q]
+            for mine, theirs, key in ((first.removed, st.removed, "first"), (st.removed, first.removed, "other")):
+                for i in mine.keys() - theirs.keys():
+                    d[key] += 1
+                    d[f"{key}_triggers"].update(set(mine[i]))
 
     def stats_frame(self) -> pd.DataFrame:
         df = pd.DataFrame(self.rows, columns=list(_stats_row("", "", None, None)))
@@ -217,7 +311,7 @@ class TriggerTally:
             for p in self.policies:
                 row[f"occurrences_{p}"] = self.occurrences[p][w]
                 row[f"reports_{p}"] = self.in_reports[p][w]
-            if first == "respect":
+            if first != "ignore":
                 tags = Counter({pos: n for (tok, pos), n in self.pos.items() if tok == w})
                 row["pos_respect"] = ", ".join(f"{pos} {n}" for pos, n in tags.most_common())
             rows.append(row)
@@ -243,7 +337,14 @@ class TriggerTally:
         tag = None if tagger is None else {
             "tagger": tagger.id, "texts_from_cache": tagger.hits, "texts_tagged": tagger.misses,
             "tokens_tagged": tagger.words_tagged, "seconds_tagging": round(tagger.seconds, 2)}
-        return {"mpqa_pos": policy, "policies_reported": list(self.policies), "per_policy": per, "tagging": tag}
+        first = self.policies[0]
+        diff = {f"{first} vs {q}": {
+            f"sentences_removed_only_by_{first}": d["first"], f"sentences_removed_only_by_{q}": d["other"],
+            f"top_triggers_only_{first}": [w for w, _ in d["first_triggers"].most_common(15)],
+            f"top_triggers_only_{q}": [w for w, _ in d["other_triggers"].most_common(15)]}
+            for q, d in self.only.items()}
+        return {"mpqa_pos": policy, "policies_reported": list(self.policies), "per_policy": per,
+                "policy_differences": diff, "tagging": tag}
 
 
 def top_triggers(triggers: pd.DataFrame, policy: str, n: int) -> pd.DataFrame:

@@ -77,7 +77,7 @@ def test_malformed_lines_name_file_and_line(bad: str, msg: str) -> None:
 def test_remove_subjective_sentences_hand_example(lex: Lexicon) -> None:
     text = ("Revenue rose 5% to $1.2 bn. in Q3. Investors worried about leverage. Margins were flat.\n\n"
             "The quarter was terrific. Capex fell.")
-    out, stats = remove_subjective_sentences(text, lex)
+    out, stats = remove_subjective_sentences(text, lex, "ignore")
     assert out == "Revenue rose 5% to $1.2 bn. in Q3. Margins were flat.\n\nCapex fell."
     assert (stats.n_sentences, stats.n_sentences_removed) == (5, 2)
     # words = alphabetic tokens (numbers are not words): 6 + 4 + 3 + 4 + 2; removed 4 + 4
@@ -88,7 +88,7 @@ def test_remove_subjective_sentences_hand_example(lex: Lexicon) -> None:
 
 def test_nothing_subjective_is_identity(lex: Lexicon) -> None:
     text = "Revenue rose 5%. Margins were flat.  \n"
-    out, stats = remove_subjective_sentences(text, lex)
+    out, stats = remove_subjective_sentences(text, lex, "ignore")
     assert out == text and stats.n_sentences_removed == 0
 
 
@@ -128,13 +128,13 @@ def test_download_extracts_the_tff_from_the_zip(tmp_path: Path) -> None:
     assert load_lexicon(target).match("abusing") == "abuse"
 
 
-# ---- the real upstream file (../shared/data/mpqa; skipped on a clone without it) ----------
+# ---- the real upstream file, shipped with the package ---------------------------------------
 
-def test_real_mpqa_file(shared_data: Path) -> None:
-    path = shared_data / "mpqa" / MPQA_NAME
-    if not path.is_file():
-        pytest.skip(f"{path} absent")
-    lex = load_lexicon(path)
+def test_real_mpqa_file() -> None:
+    from finlib.finbias.lexicon import MPQA_MD5, SHIPPED_LEXICON, file_md5
+
+    assert file_md5(SHIPPED_LEXICON) == MPQA_MD5 == "e6c79ab16e8a8e70b3a2a6dccbc4ef24"
+    lex = load_lexicon(SHIPPED_LEXICON, md5=MPQA_MD5)
     types = [e.type for e in lex.entries]
     assert lex.report.lines == 8222 and len(lex.entries) == 8222
     assert types.count("strongsubj") == 5569 and types.count("weaksubj") == 2653
@@ -146,3 +146,23 @@ def test_real_mpqa_file(shared_data: Path) -> None:
     assert lex.match("abhorrently") == "abhorrently"   # strongsubj anypos stemmed1=n
     assert lex.match("abases") == "abase"              # strongsubj verb stemmed1=y
     assert lex.match("abandoned") is None              # weaksubj only
+
+
+def test_a_corrupted_lexicon_copy_is_refused_naming_the_file(tmp_path: Path) -> None:
+    from finlib.finbias.lexicon import MPQA_MD5, SHIPPED_LEXICON
+
+    bad = tmp_path / MPQA_NAME
+    bad.write_bytes(SHIPPED_LEXICON.read_bytes().replace(b"word1=abuse ", b"word1=abuze ", 1))
+    with pytest.raises(LexiconError, match=rf"(?s){MPQA_NAME}: MD5 [0-9a-f]{{32}} differs from the expected {MPQA_MD5}"):
+        load_lexicon(bad, md5=MPQA_MD5)
+    assert any(e.word == "abuze" for e in load_lexicon(bad).entries)  # without an expected hash it loads
+
+
+def test_the_shipped_copy_carries_its_note() -> None:
+    from finlib.finbias.lexicon import SHIPPED_LEXICON
+
+    note = (SHIPPED_LEXICON.parent / "NOTE.md").read_text(encoding="utf-8")
+    for must in ("Theresa Wilson", "Janyce Wiebe", "Paul Hoffmann", "HLT/EMNLP 2005", "GNU General Public License",
+                 "mpqa.cs.pitt.edu"):
+        assert must in note
+    assert len(SHIPPED_LEXICON.read_bytes().splitlines()) == 8222

@@ -11,7 +11,7 @@ from finlib.finbias.perturb import (
     remove_rating_sentence,
     replace_rating,
 )
-from finlib.core.vocab import RATINGS, Rating
+from finlib.core.vocab import CONDITIONS, RATINGS, Rating
 from finlib.finbias.sentences import sentence_spans
 
 B, N, S = Rating.BULLISH, Rating.NEUTRAL, Rating.BEARISH
@@ -129,7 +129,7 @@ def test_remove_rating_sentence_keeps_the_rest_byte_identical() -> None:
     ("We have an Add rating.", N, "We have a Hold rating."),
     ("We have a Hold rating.", B, "We have a Buy rating."),
     ("Rating: Reduce.", B, "Rating: Add."),
-    ("We upgrade ORCL from Hold to Buy.", S, "We upgrade ORCL from Hold to Sell."),
+    ("We upgrade ORCL from Hold to Buy.", S, "We downgrade ORCL from Hold to Sell."),   # verb agrees
     ("We expect the shares to outperform the market.", N, "We expect the shares to market-perform the market."),
     ("We have a Strong Buy on NVDA.", S, "We have a Strong Sell on NVDA."),
     ("We rate the shares Market-Perform.", B, "We rate the shares Outperform."),
@@ -220,8 +220,8 @@ def test_build_conditions_rows_and_schema(tiny_lex: Lexicon) -> None:
     # R4: only the rating sentence -> no_rating / no_opinion skipped, fake still ok
     assert df.loc["R4:no_rating", "status"] == "skipped" and df.loc["R4:fake_rating", "status"] == "ok"
     assert res.report["n_reports_without_rating"] == 1
-    assert set(res.lexicon_stats["policy"]) == {"respect", "ignore"}  # respect runs report ignore beside
-    for policy in ("respect", "ignore"):
+    assert set(res.lexicon_stats["policy"]) == {"respect", "respect_porter", "ignore"}  # side by side
+    for policy in ("respect", "respect_porter", "ignore"):
         stats = res.lexicon_stats[res.lexicon_stats["policy"] == policy].set_index("report_id")
         assert stats.loc["R1", "n_sentences_removed"] == 2 and stats.loc["R1", "n_sentences"] == 4
     assert set(res.triggers["trigger"]) == {"compelling", "worried", "terrific"}
@@ -233,7 +233,8 @@ def test_build_conditions_rows_and_schema(tiny_lex: Lexicon) -> None:
 def test_validation_checks_pass_and_can_fail(tiny_lex: Lexicon) -> None:
     res = build_conditions(REPORTS, seed=1, mode="both", lexicon=tiny_lex)
     checks = validate_conditions(res.conditions, res.subjectivity)
-    assert (checks["n_failed"] == 0).all() and (checks["n_checked"] > 0).all()
+    paper = checks[~checks["check"].str.startswith("sweep")]  # no rating-sweep rows in this run
+    assert (checks["n_failed"] == 0).all() and (paper["n_checked"] > 0).all()
     broken = res.conditions.copy()
     i = broken.index[broken.item_id == "R1:fake_rating:bearish"][0]
     broken.loc[i, "text"] = broken.loc[i, "text"].replace("Margins", "Margin")
@@ -263,15 +264,16 @@ def test_fake_rating_mode_is_checked_with_the_params(tmp_run) -> None:
 
     assert perturb_params(tmp_run)["fake_rating"] in ("one", "both")
     tmp_run.params["perturb"]["fake_rating"] = "all"
-    with pytest.raises(ValueError, match=r"perturb.fake_rating must be one of \('one', 'both'\), got 'all'"):
+    with pytest.raises(ValueError, match=r"perturb.fake_rating(?s:.*)'all'"):   # the params schema or the stage
         perturb_params(tmp_run)
 
 
-def test_no_lexicon_marks_no_opinion_skipped() -> None:
-    res = build_conditions(REPORTS, seed=1, lexicon=None, lexicon_reason="MPQA lexicon not found at X")
-    no_op = res.conditions[(res.conditions.condition == "no_opinion") & (res.conditions.report_id != "R3")]
-    assert (no_op.status == "skipped").all()
-    assert set(no_op.skip_reason) <= {"MPQA lexicon not found at X", "report has no sentence besides the rating sentence"}
+def test_without_a_lexicon_argument_the_shipped_lexicon_builds_no_opinion() -> None:
+    res = build_conditions(REPORTS, seed=1, lexicon=None)
+    no_op = res.conditions[res.conditions.condition == "no_opinion"].set_index("report_id")
+    assert no_op.loc["R1", "status"] == "ok" and no_op.loc["R2", "status"] == "ok"
+    assert "compelling" not in no_op.loc["R1", "text"]          # strongsubj adjective in the shipped lexicon
+    assert res.report["lexicon"]["strongsubj_entries"] > 2000
 
 
 def test_stale_stage00_rating_is_an_error() -> None:
@@ -289,15 +291,26 @@ def test_summary_and_example(tiny_lex: Lexicon) -> None:
     assert page.count("<td>") == 4 and "<del>We find the valuation compelling.</del>" in page
 
 
-def test_run_stage_synthetic_without_lexicon(tmp_run) -> None:
+def test_run_stage_synthetic_with_the_default_lexicon_path(tmp_run) -> None:
     from finlib.core.artifacts import read_frame, read_json, write_frame
 
-    tmp_run.params["perturb"]["lexicon_path"] = "data/external/none/missing.tff"
     write_frame(tmp_run, "reports", REPORTS)
     run_stage(tmp_run)
     cond = read_frame(tmp_run, "conditions")
-    assert len(cond) == 16 and read_frame(tmp_run, "lexicon_stats").shape[0] == 4
-    assert "not found" in read_json(tmp_run, "perturb_report")["lexicon_unavailable"]
+    paper = cond[cond.condition.isin([c.value for c in CONDITIONS])]
+    assert len(paper) == 16 and not ((cond.condition == "no_opinion") & (cond.skip_reason.str.contains("lexicon",
+                                                                                                       na=False))).any()
+    assert read_json(tmp_run, "perturb_report")["lexicon"]["source"].endswith("subjclueslen1-HLTEMNLP05.tff")
+
+
+def test_run_stage_synthetic_without_lexicon_raises(tmp_run) -> None:
+    from finlib.core.artifacts import write_frame
+    from finlib.finbias.lexicon import LexiconUnavailable
+
+    tmp_run.params["perturb"]["lexicon_path"] = "data/external/none/missing.tff"
+    write_frame(tmp_run, "reports", REPORTS)
+    with pytest.raises(LexiconUnavailable, match="missing.tff"):
+        run_stage(tmp_run)
 
 
 def test_run_stage_real_data_without_lexicon_raises(tmp_run) -> None:
@@ -338,7 +351,7 @@ def test_misspelled_perturb_keys_are_errors(tmp_run, bad) -> None:
 
     tmp_run.params["perturb"][bad] = "both"
     write_frame(tmp_run, "reports", REPORTS)
-    with pytest.raises(ConfigError, match=rf"perturb: unknown key\(s\) \['{bad}'\]"):
+    with pytest.raises(ConfigError, match=rf"unknown key(?s:.*){bad}"):
         run_stage(tmp_run)
 
 
@@ -359,6 +372,7 @@ def test_lexicon_latin1_lines_reach_the_stage_report(tmp_run, tmp_path) -> None:
     lex.write_bytes(b"type=strongsubj len=1 word1=superb pos1=adj stemmed1=n priorpolarity=positive\n"
                     b"type=strongsubj len=1 word1=caf\xe9 pos1=noun stemmed1=n priorpolarity=neutral\n")
     tmp_run.params["perturb"]["lexicon_path"] = str(lex)
+    tmp_run.params["perturb"]["lexicon_md5"] = None   # a test lexicon, not the MPQA file
     write_frame(tmp_run, "reports", REPORTS)
     run_stage(tmp_run)
     lines = read_json(tmp_run, "perturb_report")["lexicon"]["lines_not_utf8_decoded_as_latin1"]
@@ -370,7 +384,7 @@ def test_mpqa_pos_policy_is_checked_with_the_params(tmp_run) -> None:
 
     assert perturb_params(tmp_run)["mpqa_pos"] == "respect"  # the default: the lexicon's POS honoured
     tmp_run.params["perturb"]["mpqa_pos"] = "sometimes"
-    with pytest.raises(ValueError, match=r"perturb.mpqa_pos must be one of \('respect', 'ignore'\), got 'sometimes'"):
+    with pytest.raises(ValueError, match=r"perturb.mpqa_pos(?s:.*)'respect', 'respect_porter'(?s:.*)'sometimes'"):
         perturb_params(tmp_run)
 
 

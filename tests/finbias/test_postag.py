@@ -15,7 +15,8 @@ import pytest
 
 from finlib.finbias.lexicon import Lexicon, load_lexicon, parse_tff
 from finlib.finbias.postag import PosTagger, Tagged, TaggerUnavailable, compound_pos, installed_model, mpqa_pos
-from finlib.finbias.subjectivity import SubjectivityFilter, remove_subjective_sentences
+from finlib.finbias.lexicon import MPQA_MD5, SHIPPED_LEXICON
+from finlib.finbias.subjectivity import SubjectivityFilter, remove_subjective_sentences, remove_with_tags
 
 MPQA_NAME = "subjclueslen1-HLTEMNLP05.tff"
 HAS_SPACY_MODEL = importlib.util.find_spec("spacy") is not None and any(
@@ -109,10 +110,10 @@ def test_filter_with_hand_tags(lex: Lexicon) -> None:
                         (".", "."), ("The", "DT"), ("concern", "NN"), ("is", "VBZ"), ("leverage", "NN"),
                         (".", "."), ("Rates", "NNS"), ("might", "MD"), ("concern", "VBP"), ("investors", "NNS"),
                         (".", ".")])
-    out, stats = remove_subjective_sentences(text, lex, tags)
+    out, stats = remove_with_tags(text, lex, tags)
     assert out == "We will raise the target. Rates might concern investors."
     assert dict(stats.triggers) == {"concern": 1} and dict(stats.trigger_pos) == {("concern", "noun"): 1}
-    blind, bstats = remove_subjective_sentences(text, lex)  # ignore: every sentence goes
+    blind, bstats = remove_subjective_sentences(text, lex, "ignore")  # ignore: every sentence goes
     assert blind == "" and bstats.n_sentences_removed == 3
 
 
@@ -143,13 +144,10 @@ def test_tag_cache_round_trip(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def real_filter(shared_data: Path) -> SubjectivityFilter:
-    path = shared_data / "mpqa" / MPQA_NAME
-    if not path.is_file():
-        pytest.skip(f"{path} absent")
+def real_filter() -> SubjectivityFilter:
     if not HAS_SPACY_MODEL:
         pytest.skip("spaCy or its English model not installed (extra `nlp`)")
-    return SubjectivityFilter(load_lexicon(path), "respect", PosTagger())
+    return SubjectivityFilter(load_lexicon(SHIPPED_LEXICON, md5=MPQA_MD5), "respect", PosTagger())
 
 
 @pytest.mark.parametrize("sentence,removed,trigger", [
@@ -166,7 +164,7 @@ def real_filter(shared_data: Path) -> SubjectivityFilter:
 ])
 def test_real_lexicon_with_spacy(real_filter: SubjectivityFilter, sentence: str, removed: bool,
                                  trigger: str | None) -> None:
-    (out, stats, blind), = real_filter.run([sentence])
+    (out, (stats, _porter, blind)), = real_filter.run([sentence])
     assert (stats.n_sentences_removed == 1) is removed, (sentence, dict(stats.trigger_pos))
     if trigger:
         assert trigger in stats.triggers

