@@ -312,6 +312,16 @@ def sector_table(reports: pd.DataFrame) -> pd.DataFrame:
 TABLE3_UNRATED = {"analyst": "No rating in first sentence", "return_based": "Excluded (no label)"}
 
 
+def table3_footnote(paper_num: int, paper_percentage: float, paper_total: int) -> str:
+    """A footnote where the paper's printed share disagrees with its own counts (Table 3 prints analyst
+    Neutral as 24.74 % where 2,432 / 8,868 = 27.42 %); "" where they agree to the printed 2 decimals."""
+    share = 100.0 * paper_num / paper_total if paper_total else np.nan
+    if not np.isfinite(share) or abs(share - paper_percentage) < 0.006:
+        return ""
+    return (f"printed {paper_percentage:.2f} % is inconsistent with the paper's own counts: "
+            f"{paper_num:,} / {paper_total:,} = {share:.2f} %")
+
+
 def table3_half(ratings: pd.Series, source: str) -> pd.DataFrame:
     """One half of Fin-Bias Table 3 (``source`` "analyst" or "return_based"), ours beside the paper's.
 
@@ -332,8 +342,10 @@ def table3_half(ratings: pd.Series, source: str) -> pd.DataFrame:
                  "paper_percentage": 100.0})
     df = pd.DataFrame(rows)
     df.insert(2, "percentage", (100.0 * df["num"] / n).round(2) if n else np.nan)
+    df["paper_note"] = [table3_footnote(r["paper_num"], r["paper_percentage"], rows[-1]["paper_num"]) for r in rows]
     unrated = pd.DataFrame({"rating": [TABLE3_UNRATED[source]], "num": [int(ratings.isna().sum())],
-                            "percentage": [np.nan], "paper_num": [None], "paper_percentage": [np.nan]})
+                            "percentage": [np.nan], "paper_num": [None], "paper_percentage": [np.nan],
+                            "paper_note": [""]})
     df = pd.concat([df, unrated], ignore_index=True)
     df["paper_num"] = df["paper_num"].astype("Int64")
     return df
