@@ -184,7 +184,8 @@ def run_stage(cfg: RunConfig) -> IteraRun:
         + [f"{r.judge}/difference/{r.task}: {r.warning}" for r in diff.itertuples() if r.warning],
     }
     write_comparison(cfg, "bizfin_table4", table4_comparison(corr, {j.name: j.paper_name for j in judges}),
-                     "Table 4: Spearman with reference scores", not_comparable=NOT_COMPARABLE_TABLE4)
+                     f"Table 4: Spearman with reference scores (official rules: commit {bp['official_rules_commit']}; "
+                     f"judge rubric: {rubrics.label()})", not_comparable=NOT_COMPARABLE_TABLE4)
     write_json(cfg, "iterajudge_report", report)
     check_judge_errors(scores, trajs, float(inf["max_error_share"]))
     return IteraRun(trajs, scores, corr, table, report, diff)
