@@ -299,8 +299,9 @@ def _run_server(args: argparse.Namespace) -> int:
     params.n_parallel = args.parallel
     params.n_ctx = args.ctx_per_slot * args.parallel
     params.model_alias = {args.alias}
-    if args.threads:
-        params.cpuparams_batch.n_threads = args.threads
+    # Prompt processing on every core: left unset, llama.cpp copies the decode setting (1 thread)
+    # into it and prompts ran on one core (82 tok/s vs 322 for transformers on the same 2 cores).
+    params.cpuparams_batch.n_threads = args.threads or len(os.sched_getaffinity(0))
     params.cpuparams.n_threads = args.decode_threads
     params.cpuparams.poll = args.poll
     params.cpuparams_batch.poll = args.poll
