@@ -199,3 +199,19 @@ def test_dead_server_stops_a_finbias_stage(tmp_run, monkeypatch, simulated_clock
     with pytest.raises(CircuitOpen, match=r"^model 'stub-api' stopped: 2 consecutive refused connections .* "
                                           r"\d call\(s\) not sent"):
         run_stage(tmp_run)
+
+
+def test_wrong_key_stops_engine_chat_used_by_bizfinbench(tmp_path, monkeypatch, simulated_clock):
+    """Drill: wrong key in engine.chat (the path of BizFinBench answers, judges and IteraJudge)."""
+    from finlib.llm.engine import ChatItem, chat
+
+    monkeypatch.setenv("STUB_TEST_KEY", "sk-wrong-0000000000")
+    items = [ChatItem(f"q{i}", [{"role": "user", "content": f"question {i}"}], "t") for i in range(30)]
+    with ThreadedStub(require_key="sk-right-1111111111") as stub:
+        spec = dataclasses.replace(STUB_SPEC, base_url=stub.base_url, concurrency=1, breaker_failures=3)
+        with ResponseStore(tmp_path / "r.sqlite") as s:
+            with pytest.raises(CircuitOpen, match=r"3 consecutive rejected requests; last: HTTP 401.* 27 call\(s\) "
+                                                  r"not sent and 3 failed"):
+                chat(spec, items, s, max_new_tokens=8, progress=False)
+            assert s.count("error") == 30 and s.count("ok") == 0  # every item accounted, none answered
+        assert stub.stub.n_requests == 3
