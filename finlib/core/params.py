@@ -133,6 +133,7 @@ class PerturbSection(_Section):
     lexicon_path: Optional[str] = None
     lexicon_url: Optional[str] = None
     lexicon_md5: Optional[Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]] = None  # checked when the lexicon loads
+    join_lines: Optional[StrictBool] = None  # single line breaks joined (a named normalisation; off = authors' text)
     fake_rating: Optional[Literal["one", "both"]] = None
     top_triggers: Optional[Count] = None
     example_report: Optional[str] = None

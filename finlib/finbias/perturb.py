@@ -55,6 +55,7 @@ from finlib.core.vocab import (
 )
 from finlib.finbias.sentences import (
     iter_sentence_spans,
+    join_lines,
     sentence_spans,
     split_sentences,
 )
@@ -101,7 +102,7 @@ SKIP_EMPTY_NO_RATING = "report has no sentence besides the rating sentence"
 SKIP_ALL_SUBJECTIVE = "every sentence after the rating sentence contains an MPQA strongsubj word"
 FAKE_MODES = ("one", "both")
 # The keys of params `perturb:`; anything else (a typo) is an error, not a silent default.
-PERTURB_KEYS: tuple[str, ...] = ("lexicon_path", "lexicon_url", "lexicon_md5", "fake_rating", "top_triggers", "example_report",
+PERTURB_KEYS: tuple[str, ...] = ("lexicon_path", "lexicon_url", "lexicon_md5", "join_lines", "fake_rating", "top_triggers", "example_report",
                                   "mpqa_pos", "tagger_model", "tagger_processes", "tag_cache", "sweep_reports")
 TAG_CHUNK = 256  # reports per tagging stream (spaCy batches sentences across the reports of a chunk)
 
@@ -198,7 +199,7 @@ class StageResult:
 def build_conditions(reports: pd.DataFrame, seed: int, mode: str = "one", lexicon: Lexicon | None = None,
                      source: str = "reports.parquet", policy: str = "respect",
                      tagger: PosTagger | None = None, chunk: int = TAG_CHUNK,
-                     sweep_ids: set[str] | None = None) -> StageResult:
+                     sweep_ids: set[str] | None = None, join: bool = False) -> StageResult:
     """The conditions artifact for a reports frame (columns report_id, text[, analyst_rating]).
 
     ``lexicon``: None = the MPQA copy shipped with the package (`shipped_lexicon`); no_opinion is always built.
@@ -208,6 +209,8 @@ def build_conditions(reports: pd.DataFrame, seed: int, mode: str = "one", lexico
     ``policy``: MPQA POS policy (`respect` tags with ``tagger``, an uncached one when None);
     reports are filtered in chunks of ``chunk`` so the tagger sees long streams.
     ``sweep_ids``: reports that also get the rating sweep rows (``sweep_report_ids``; none by default).
+    ``join``: params `perturb.join_lines`: single line breaks joined into spaces in every condition (a named
+    normalisation; off by default, the report keeps its line structure as the authors send it).
     """
     require_columns(reports, ("report_id", "text"), source)
     if policy not in POS_POLICIES:
@@ -225,6 +228,7 @@ def build_conditions(reports: pd.DataFrame, seed: int, mode: str = "one", lexico
             rid, text = str(rec.report_id), rec.text
             if not isinstance(text, str) or not text.strip():
                 raise ValueError(f"{source}: row {i} (report_id {rid!r}), field 'text': empty or missing")
+            text = join_lines(text) if join else text
             r_rows, rating, rest = report_conditions(rid, text, seed, mode, kinds)
             if has_stage00:
                 given = rec.analyst_rating if isinstance(rec.analyst_rating, str) else None
@@ -246,6 +250,7 @@ def build_conditions(reports: pd.DataFrame, seed: int, mode: str = "one", lexico
             tally.add(rid, None if res is None else res[1], reason)
     conditions = pd.DataFrame(rows, columns=list(CONDITION_COLUMNS)).astype("str")  # None stays missing
     report = stage_report(conditions, lexicon, mode, len(reports))
+    report["join_lines"] = bool(join)
     report["fake_rating_rewrites_by_kind"] = {k: int(kinds[k]) for k in REWRITE_KINDS}
     report["mpqa"] = tally.summary(policy, filt.tagger)
     report["mpqa"]["sentences"] = filt.summary()
@@ -334,7 +339,8 @@ def run_stage(cfg: RunConfig) -> StageResult:
     try:
         result = build_conditions(reports, cfg.seed, params["fake_rating"], lexicon,
                                   source=str(cfg.processed_dir / "reports.parquet"), policy=params["mpqa_pos"],
-                                  tagger=tagger, sweep_ids=sweep_report_ids(reports, params.get("sweep_reports", 0)))
+                                  tagger=tagger, sweep_ids=sweep_report_ids(reports, params.get("sweep_reports", 0)),
+                                  join=bool(params.get("join_lines") or False))
     finally:
         if tagger is not None:
             tagger.close()

@@ -65,6 +65,14 @@ _UNIT_BREAK = re.compile(
 )
 
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n")
+_SINGLE_BREAK = re.compile(r"(?<!\n)[ \t]*\r?\n[ \t]*(?![\r\n])")
+
+
+def join_lines(text: str) -> str:
+    """Single line breaks as spaces, blank lines kept as paragraph breaks: the named normalisation
+    `perturb.join_lines` (off by default: the authors send the report's lines as they are, lists and
+    tables included)."""
+    return _SINGLE_BREAK.sub(" ", text)
 
 
 @lru_cache(maxsize=4)

@@ -8,8 +8,9 @@ record of the file. Kept apart from the loaders (`finlib.finbias.data` for repor
 
 Cleaning (conservative, documented in `clean_text`): common UTF-8-read-as-cp1252 mojibake
 ("â€™" -> "’"), non-breaking/zero-width spaces, soft hyphens, words hyphenated across a line
-break ("manage-\\nment" -> "management", lowercase on both sides only), line breaks inside a
-paragraph -> spaces, blank lines kept as paragraph breaks, runs of spaces collapsed.
+break ("manage-\\nment" -> "management", lowercase on both sides only), blank lines kept as paragraph
+breaks, runs of spaces collapsed. Single line breaks are kept (lists and tables keep their lines: the
+authors send the report text as is); joining them is the named option `perturb.join_lines`.
 """
 from __future__ import annotations
 
@@ -318,7 +319,8 @@ def clean_text_logged(text: str) -> tuple[str, tuple[str, ...]]:
         if new != out:
             applied.append(name)
             out = new
-    paragraphs = (_RUNS.sub(" ", _LINE.sub(" ", p)).strip() for p in _PARA.split(out))
+    paragraphs = ("\n".join(_RUNS.sub(" ", line).strip() for line in _LINE.split(p)).strip()
+                  for p in _PARA.split(out))
     new = "\n\n".join(p for p in paragraphs if p)
     if new != out:
         applied.append("whitespace")

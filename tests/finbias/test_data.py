@@ -168,8 +168,8 @@ def test_unsupported_suffix(tmp_path):
     ("a\u00a0b\u202fc", "a b c"),
     ("manage-\nment said", "management said"),
     ("well-known  brand", "well-known brand"),
-    ("U.S.-\nBased", "U.S.- Based"),          # not lowercase on both sides: not joined
-    ("line one\nline two\n\n\nnext para  ", "line one line two\n\nnext para"),
+    ("U.S.-\nBased", "U.S.-\nBased"),         # not lowercase on both sides: not joined
+    ("line one \n line two\n\n\nnext para  ", "line one\nline two\n\nnext para"),  # line breaks kept
     ("zero\u200bwidth soft\u00adhyphen", "zerowidth softhyphen"),
 ])
 def test_clean_text(dirty, clean):

@@ -402,3 +402,15 @@ def test_an_overlong_first_sentence_is_not_searched_for_a_rating():
     filler = "word " * (MAX_RATING_SENTENCE_CHARS // 5)
     assert extract_analyst_rating("We rate Acme a Buy. " + filler) is not None
     assert extract_analyst_rating("We rate Acme a Buy " + filler + ".") is None
+
+
+def test_conditions_keep_the_line_structure_unless_join_lines(tiny_lex: Lexicon) -> None:
+    text = "We reiterate our BUY rating on Acme Corp. (ACME).\nKey points:\n- Revenue rose 4%\n- Margins fell\n\nOk."
+    reports = pd.DataFrame({"report_id": ["L1"], "text": [text]})
+    kept = build_conditions(reports, seed=1, lexicon=tiny_lex, policy="ignore").conditions.set_index("condition")
+    assert kept.loc["original", "text"] == text and "\n- Revenue rose 4%\n- Margins fell" in kept.loc["no_rating", "text"]
+    joined = build_conditions(reports, seed=1, lexicon=tiny_lex, policy="ignore", join=True)
+    cond = joined.conditions.set_index("condition")
+    assert cond.loc["original", "text"] == ("We reiterate our BUY rating on Acme Corp. (ACME). Key points: "
+                                            "- Revenue rose 4% - Margins fell\n\nOk.")
+    assert joined.report["join_lines"] is True

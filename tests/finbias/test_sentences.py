@@ -119,3 +119,13 @@ def test_a_paragraph_longer_than_the_block_limit_is_cut_at_whitespace():
     spans = sentence_spans(text)
     assert len(spans) == text.count(".")  # every sentence found once, none lost at the cut
     assert all(text[a:b] == "The firm grew." for a, b in spans)
+
+
+def test_join_lines_is_the_only_place_single_line_breaks_are_joined():
+    from finlib.finbias.data import clean_text
+    from finlib.finbias.sentences import join_lines
+
+    report = "Maintain Buy.\nKey points:\n- Revenue rose 4%\n- Margins fell\n\nOutlook is stable."
+    assert clean_text(report) == report                      # stage 00 keeps the report's lines
+    assert join_lines(report) == "Maintain Buy. Key points: - Revenue rose 4% - Margins fell\n\nOutlook is stable."
+    assert join_lines("a \n b\r\nc") == "a b c"
