@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import os
 import random
 import re
-import socket
 import time
-import uuid
 from typing import Iterable
 
 from finlib.llm.registry import ModelSpec
-from finlib.llm.store import Request, Result, ResponseStore
+from finlib.llm.store import Request, Result, ResponseStore, process_owner
 
 RETRY_STATUS = {408, 409, 429}
 LASTING_STATUS = {401, 403, 404}  # wrong key, no access, wrong URL/model: no wait heals them (circuit breaker)
@@ -336,7 +333,6 @@ def circuit_open(spec: ModelSpec, cause: str, store: ResponseStore, unsent: list
         "are not sent again.")
 
 
-OWNER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"  # this process, in store claims
 LEASE_MARGIN_S = 10.0  # a claim's lease: one request timeout plus this (renewed before every retry)
 CLAIM_POLL_S = 0.5     # how often a key another process is asking is looked at again
 
@@ -375,11 +371,12 @@ async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: Respon
     waiting: collections.deque = collections.deque()  # keys another process is asking
     held: dict[str, float] = {}  # keys claimed here -> when the lease was last set (monotonic)
     lease_s = spec.timeout_s + LEASE_MARGIN_S
+    owner = process_owner()
 
     async def renew(req: Request) -> None:
         if time.monotonic() - held.get(req.key, 0.0) > 1.0:
             held[req.key] = time.monotonic()
-            await asyncio.to_thread(store.renew, req.key, OWNER, lease_s)
+            await asyncio.to_thread(store.renew, req.key, owner, lease_s)
 
     async def worker() -> None:
         while True:
@@ -397,7 +394,7 @@ async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: Respon
             if not budget.reserve(reserve):
                 state["stopped"] = True
                 return
-            got = await asyncio.to_thread(store.claim, req.key, OWNER, lease_s, reserve, budget.store_check)
+            got = await asyncio.to_thread(store.claim, req.key, owner, lease_s, reserve, budget.store_check)
             if got != "mine":
                 budget.settle(reserve, 0.0)
                 if got == "over_budget":  # with what other processes on this store spent or hold
@@ -431,7 +428,7 @@ async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: Respon
                 done = True
             if batch:
                 await asyncio.to_thread(store.put_many, batch)  # durable before counted
-                await asyncio.to_thread(store.release, [r.key for r in batch], OWNER)  # after: never a gap
+                await asyncio.to_thread(store.release, [r.key for r in batch], owner)  # after: never a gap
                 for r in batch:
                     held.pop(r.key, None)
                 n_err = sum(r.status == "error" for r in batch)
@@ -459,7 +456,7 @@ async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: Respon
         if own_client:
             await client.close()
         if held:  # stopped early (store failure, budget, breaker): other processes need not wait out the lease
-            store.release(list(held), OWNER)
+            store.release(list(held), owner)
     if breaker.cause:
         raise circuit_open(spec, breaker.cause, store, unsent + list(waiting) + list(it), state)
     if state["stopped"]:

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import socket
 import sqlite3
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -57,6 +60,35 @@ CREATE TABLE IF NOT EXISTS claims (
     reserved_usd REAL NOT NULL DEFAULT 0
 )
 """
+_OWNERS: dict[int, str] = {}
+
+
+def process_owner() -> str:
+    """This process's name in claims: host, pid and a random token (computed per pid, so a forked
+    child is a different owner from its parent)."""
+    pid = os.getpid()
+    if pid not in _OWNERS:
+        _OWNERS[pid] = f"{socket.gethostname()}:{pid}:{uuid.uuid4().hex[:8]}"
+    return _OWNERS[pid]
+
+
+def owner_gone(owner: str) -> bool:
+    """True when `owner` is a process of this host that no longer exists (killed): its claims are
+    stale at once, so a rerun right after kill -9 need not wait out the lease. Other hosts' owners
+    are trusted until their lease runs out."""
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists, owned by another user
+        return False
+    return False
+
+
 COLUMNS = ("key", "model", "backend", "mode", "status", "raw_text", "p_bullish", "p_neutral", "p_bearish",
            "input_tokens", "output_tokens", "cost_usd", "latency_s", "truncated", "label_mass", "truncated_output",
            "error", "attempts")
@@ -181,7 +213,7 @@ class ResponseStore:
                 if conn.execute("SELECT 1 FROM responses WHERE key = ? AND status = 'ok'", (key,)).fetchone():
                     return "answered"
                 row = conn.execute("SELECT owner, expires FROM claims WHERE key = ?", (key,)).fetchone()
-                if row is not None and row[0] != owner and row[1] > now:
+                if row is not None and row[0] != owner and row[1] > now and not owner_gone(row[0]):
                     return "busy"
                 if budget is not None and reserved_usd > 0 and \
                         self._spent(conn, budget[1], now) + reserved_usd > budget[0]:

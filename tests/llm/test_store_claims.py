@@ -131,3 +131,20 @@ def test_claim_checks_the_budget_from_the_store(tmp_path):
         assert s.claim("k8", "me", lease_s=60, reserved_usd=0.5, budget=(2.0, since)) == "mine"  # 1.5 + 0.5
         assert s.claim("k6", "me", lease_s=60, reserved_usd=0.01, budget=(2.0, since)) == "over_budget"
         assert s.claim("k6", "me", lease_s=60, reserved_usd=0.01, budget=(2.0, time.time() + 1)) == "mine"
+
+
+def test_claims_of_a_killed_process_on_this_host_are_stale_at_once(tmp_path):
+    """Drill: rerun right after kill -9 (the dead process's claims do not make the rerun wait)."""
+    import socket
+
+    from finlib.llm.store import process_owner
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # exited and reaped: its pid names no process
+    with ResponseStore(tmp_path / "r.sqlite") as s:
+        assert s.claim("k1", f"{socket.gethostname()}:{dead.pid}:abcd1234", lease_s=600) == "mine"
+        assert s.claim("k1", process_owner(), lease_s=600) == "mine"  # taken over at once, not in 600 s
+        assert s.claim("k2", f"{socket.gethostname()}:{os.getpid()}:other", lease_s=600) == "mine"
+        assert s.claim("k2", process_owner(), lease_s=600) == "busy"  # a live local owner is waited for
+        assert s.claim("k3", "elsewhere:1:abcd", lease_s=600) == "mine"
+        assert s.claim("k3", process_owner(), lease_s=600) == "busy"  # another host's lease is trusted
