@@ -12,6 +12,7 @@ import ast
 import json
 import re
 from functools import lru_cache
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -443,12 +444,34 @@ def answer_from_probs(p_bullish: float, p_neutral: float, p_bearish: float) -> R
     return RATINGS[int(order[0])]
 
 
-def condition_texts(conditions: pd.DataFrame) -> dict[str, str]:
+def condition_texts(conditions: pd.DataFrame) -> Mapping[str, str]:
     """item_id -> the condition's full text (what the model was shown before truncation): the
-    parser's context, so a rating copied from the report is not read as the model's answer."""
+    parser's context, so a rating copied from the report is not read as the model's answer.
+
+    Each text is read from the column when asked: a dict of all of them would copy every
+    ~20 KB report (35k condition texts: ~0.8 GB) next to the frame that already holds them."""
     if "text" not in conditions.columns:
         return {}
-    return {k: v for k, v in zip(conditions["item_id"], conditions["text"]) if isinstance(v, str)}
+    return ColumnTexts(conditions["item_id"], conditions["text"])
+
+
+class ColumnTexts(Mapping):
+    """A read-only item_id -> text view of two columns (the last row wins for a repeated id, rows
+    whose text is not a string are absent), as the dict `{id: text}` would be."""
+
+    def __init__(self, ids: pd.Series, texts: pd.Series):
+        self._texts = texts.array
+        is_str = texts.map(lambda v: isinstance(v, str), na_action="ignore").fillna(False).to_numpy(bool)
+        self._pos = {k: i for i, (k, ok) in enumerate(zip(ids, is_str)) if ok}
+
+    def __getitem__(self, key: str) -> str:
+        return self._texts[self._pos[key]]
+
+    def __iter__(self):
+        return iter(self._pos)
+
+    def __len__(self) -> int:
+        return len(self._pos)
 
 
 NOT_ANSWERED = "not_answered"   # transport/server error after retries: the model never answered (outside N)

@@ -80,3 +80,12 @@ def test_parse_predictions_matches_the_full_parser_row_by_row(seed):
     # the same reply reads differently by item: a context-dependent reading is never shared
     notes = out[out["raw_text"] == ECHO].groupby("item_id")["parse_note"].agg(set)
     assert notes["i0"] == {"echo_of_input"} and "echo_of_input" not in notes["i1"]
+
+
+def test_condition_texts_reads_like_the_dict_of_string_texts():
+    cond = pd.DataFrame({"item_id": ["a", "b", "c", "a", "d"], "text": ["x", None, "z", "w", np.nan]})
+    oracle = {k: v for k, v in zip(cond["item_id"], cond["text"]) if isinstance(v, str)}
+    texts = answers.condition_texts(cond)
+    assert dict(texts) == oracle == {"a": "w", "c": "z"}
+    assert texts.get("b") is None and texts.get("missing") is None and len(texts) == 2
+    assert answers.condition_texts(cond.drop(columns="text")) == {}
