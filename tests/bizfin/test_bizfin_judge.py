@@ -150,6 +150,7 @@ def test_unreadable_judge_output_is_invalid_never_zero(store, monkeypatch, reply
     ('```json\n{"score": "100", "reason": "完全正确"}\n```', 100),
     ('<think>{"score": 10}</think>\n{"score": 0, "reason": "趋势错误"}', 0),
     ('{"score": 75.0}', 75),
+    ('{"score": 60, "reason": "趋势正确，\n但数值有误"}', 60),      # a raw line break inside the reason
 ])
 def test_readable_judge_output(reply, score):
     assert J.parse_judge_score(reply) == (score, "json")
