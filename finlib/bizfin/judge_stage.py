@@ -22,7 +22,7 @@ from finlib.bizfin.tasks import JUDGE_TASKS, check_tasks
 from finlib.core.compare import write_comparison
 from finlib.core.config import ConfigError, RunConfig, check_known_keys
 from finlib.llm.prompts import JUDGE_CONTRASTIVE_VERSION, JUDGE_REFINE_VERSION, JUDGE_VANILLA_VERSION
-from finlib.llm.registry import load_registry, select_models
+from finlib.llm.registry import run_registry, select_models
 from finlib.core.tables import paper_table, write_table
 
 ITERAJUDGE_KEYS = ("refiner", "judges", "score_range", "temperature", "dimension_order", "refine_max_new_tokens",
@@ -137,7 +137,7 @@ def run_stage(cfg: RunConfig) -> IteraRun:
 
     p = iterajudge_params(cfg)
     inf = cfg["inference"]
-    registry = load_registry(cfg.path(inf["registry"]))
+    registry = run_registry(cfg)
     refiner = select_models(registry, [p["refiner"]], source="bizfin.iterajudge.refiner")[0]
     judges = select_models(registry, list(p["judges"]), source="bizfin.iterajudge.judges")
     budget = Budget(float(inf["budget_usd"]))

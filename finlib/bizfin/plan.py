@@ -13,7 +13,7 @@ import pandas as pd
 
 from finlib.bizfin.tasks import TASKS
 from finlib.core.config import RunConfig, load_run
-from finlib.llm.registry import load_registry, select_models
+from finlib.llm.registry import run_registry, select_models
 from finlib.core.tables import paper_table
 
 JUDGE_PROMPT_TOKENS = 400   # rubric + dimensions around the question and answer (our judge prompt, ~Chinese chars)
@@ -33,7 +33,7 @@ def build_plan(cfg: RunConfig) -> pd.DataFrame:
     p = bizfin_params(cfg)
     avg_len = paper_table("bizfin_table2").set_index("abbrev")["avg_len"]
     n = items_per_task(p)
-    registry = load_registry(cfg.path(cfg["inference"]["registry"]))
+    registry = run_registry(cfg)
     out_cap, judge_cap = int(p["max_new_tokens"]), int(p["judge_max_new_tokens"])
     rows = []
     specs = select_models(registry, list(p["models"]), source="bizfin.models")

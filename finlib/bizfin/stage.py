@@ -21,9 +21,9 @@ from finlib.bizfin.tasks import TASKS, check_tasks, task_info
 from finlib.core.config import ConfigError, RunConfig
 from finlib.llm.engine import ChatItem, chat
 from finlib.llm.prompts import BIZFIN_ANSWER_VERSION
-from finlib.llm.registry import ModelSpec, load_registry, select_models
+from finlib.llm.registry import ModelSpec, run_registry, select_models
 
-BIZFIN_KEYS = ("models", "judge", "judge_method", "source", "data_dir", "hf_dataset", "tasks",
+BIZFIN_KEYS = ("models", "judge", "judge_method", "source", "data_dir", "hf_dataset", "hf_revision", "tasks",
                "real_items_per_task", "sample_items_per_task", "item_selection", "max_new_tokens",
                "judge_max_new_tokens", "temperature", "table6_model", "official_rules_commit", "rubrics_dir",
                "iterajudge")
@@ -94,7 +94,7 @@ def load_items(cfg: RunConfig, p: dict) -> tuple[dict[str, list[BizFinItem]], di
             raise FileNotFoundError(f"bizfin.source: local, but no task file (e.g. {task_info(tasks[0]).file_stem}"
                                     f".jsonl) in {folder}. Link or copy the published JSONL files there.")
     elif p["source"] == "huggingface":
-        real = load_huggingface(tasks, p["hf_dataset"])
+        real = load_huggingface(tasks, p["hf_dataset"], p["hf_revision"])
     rest = [t for t in tasks if t not in real] if p["source"] in ("auto", "format_sample") else []
     samples = load_format_samples(rest)
     loaded = {t: real.get(t) or samples.get(t) for t in tasks if t in real or t in samples}
@@ -192,7 +192,7 @@ def run_stage(cfg: RunConfig) -> BizFinRun:
     inf = cfg["inference"]
     loaded, report = load_items(cfg, p)
     asked = select_items(loaded, p)
-    registry = load_registry(cfg.path(inf["registry"]))
+    registry = run_registry(cfg)
     specs = select_models(registry, list(p["models"]), source="bizfin.models")
     judge_spec = select_models(registry, [p["judge"]], source="bizfin.judge")[0] if any(
         TASKS[t].kind == "judge" for t in asked) else None
@@ -298,7 +298,7 @@ def make_tables(cfg: RunConfig, run: BizFinRun, count_tokens=None, tokenizer_nam
                 synthetic_caveat=False)
     if count_tokens is None:
         p = bizfin_params(cfg)
-        registry = load_registry(cfg.path(cfg["inference"]["registry"]))
+        registry = run_registry(cfg)
         spec = select_models(registry, [p["table6_model"]], source="bizfin.table6_model")[0]
         count_tokens = results.hf_counter(results.load_tokenizer(spec, cfg.path(cfg["inference"]["model_cache"])))
         tokenizer_name = f"{spec.name} ({spec.model_id})"

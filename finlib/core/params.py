@@ -31,7 +31,7 @@ from typing_extensions import Annotated
 from finlib.core.errors import ConfigError
 
 TOP_LEVEL: tuple[str, ...] = ("seed", "extends", "data", "labels", "perturb", "inference", "scoring", "dpo",
-                              "figures", "plan", "bizfin")
+                              "figures", "plan", "bizfin", "rehearsal")
 Number = float  # strict float still accepts an integer
 DateLike = Union[StrictStr, dt.date]
 Count = Annotated[StrictInt, Field(ge=1)]          # a size that must be at least one
@@ -78,6 +78,7 @@ class SyntheticSection(_Section):
 class ReportsSection(_Section):
     path: Optional[str] = None
     hf_dataset: Optional[str] = None
+    hf_revision: Optional[str] = None  # a commit of the dataset repository (pinned: the corpus cannot change under a run)
     hf_split: Optional[str] = None
     columns: Optional[dict[str, Optional[str]]] = None
     on_unknown_sector: Optional[Literal["error", "keep"]] = None
@@ -173,6 +174,7 @@ class InferenceSection(_Section):
     samples_per_item: Optional[Count] = None  # k draws per report x condition (1 = the paper)
     samples_reports: Optional[NonNegInt] = None   # reports (sorted id) that get the k draws; null = all
     extension_models: Optional[list[StrictStr]] = None  # models answering the sweep and the draws; null = all
+    endpoints: Optional[dict[str, dict[str, Any]]] = None  # per-model server (finlib.llm.registry.apply_endpoints)
 
 
 # ---- scoring (stage 04) --------------------------------------------------------------------------
@@ -267,6 +269,7 @@ class BizfinSection(_Section):
     source: Optional[Literal["auto", "local", "huggingface", "format_sample"]] = None
     data_dir: Optional[str] = None
     hf_dataset: Optional[str] = None
+    hf_revision: Optional[str] = None  # a commit of the dataset repository (pinned)
     tasks: Optional[list[StrictStr]] = None
     real_items_per_task: Optional[Count] = None    # null: every item
     sample_items_per_task: Optional[Count] = None  # null: every format sample
@@ -280,10 +283,19 @@ class BizfinSection(_Section):
     iterajudge: Optional[IteraJudgeSection] = None
 
 
+class RehearsalSection(_Section):
+    """`make rehearse` (finlib.core.rehearse): the simulated servers and the checks of the offline rehearsal."""
+    stages: Optional[list[StrictStr]] = None       # stage ids run through the runner (DPO, stage 05, is a GPU run)
+    time_scale: Optional[NonNeg] = None            # multiplies every simulated latency and Retry-After (0 = none)
+    profile_seed: Optional[StrictInt] = None       # spreads the planted propensities over the models
+    profiles: Optional[dict[str, dict[str, Any]]] = None  # per model: finlib.llm.simulated_servers.Profile fields
+    ci_widen: Optional[Positive] = None            # planted herding must lie inside the CI widened by this factor
+
+
 SECTION_MODELS: dict[str, type[BaseModel]] = {
     "data": DataSection, "labels": LabelsSection, "perturb": PerturbSection, "inference": InferenceSection,
     "scoring": ScoringSection, "dpo": DpoSection, "figures": FiguresSection, "plan": PlanSection,
-    "bizfin": BizfinSection,
+    "bizfin": BizfinSection, "rehearsal": RehearsalSection,
 }
 
 

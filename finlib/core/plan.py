@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from finlib.core.config import RunConfig
-from finlib.llm.registry import ModelSpec, load_registry, select_models
+from finlib.llm.registry import ModelSpec, run_registry, select_models
 from finlib.core.vocab import CONDITIONS, Condition
 
 PLAN_KEYS = ("corpus_reports", "report_tokens", "estimate_chars", "answer_tokens", "output_cap",
@@ -195,7 +195,7 @@ def build_plan(cfg: RunConfig) -> pd.DataFrame:
     """The whole plan: one row per model x condition. Makes no model call and downloads nothing."""
     p = plan_params(cfg)
     inf = cfg.params.get("inference", {})
-    specs = select_models(load_registry(cfg.path(inf["registry"])), list(inf["models"]))
+    specs = select_models(run_registry(cfg), list(inf["models"]))
     texts, counts, _ = condition_texts(cfg, int(p["sample_texts"]), cfg.seed)
     answers = measured_answer_tokens(cfg.path(inf["store"]))
     cache = cfg.path(inf.get("model_cache", "data/interim/models"))
@@ -259,8 +259,36 @@ def reachable(host: str, port: int, timeout: float = 2.0) -> bool:
         return False
 
 
-def preflight(cfg: RunConfig, can_reach: Callable[[str, int], bool] | None = None) -> list[str]:
-    """Everything this run needs that is not here: one line each, with what to do about it."""
+def served_models(base_url: str, timeout: float = 3.0) -> list[str] | None:
+    """The model ids an OpenAI-compatible server lists at GET <base_url>/models (vLLM: the one it
+    serves), or None when it does not answer that route (then only reachability is known)."""
+    import json
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(base_url.rstrip("/") + "/models", timeout=timeout) as resp:
+            return [str(m.get("id")) for m in json.loads(resp.read()).get("data", [])]
+    except Exception:  # noqa: BLE001 -- any failure means "not listed", reported by the caller's reachability check
+        return None
+
+
+def _model_names(obj) -> set[str]:
+    """Every string in params (judges, refiners, teachers, BizFinBench models name registry records)."""
+    if isinstance(obj, dict):
+        return set().union(*(_model_names(v) for v in obj.values())) if obj else set()
+    if isinstance(obj, list):
+        return set().union(*(_model_names(v) for v in obj)) if obj else set()
+    return {obj} if isinstance(obj, str) else set()
+
+
+def preflight(cfg: RunConfig, can_reach: Callable[[str, int], bool] | None = None,
+              list_models: Callable[[str], list[str] | None] | None = None) -> list[str]:
+    """Everything this run needs that is not here: one line each, with what to do about it.
+
+    Every model the params name (stage 03's, BizFinBench's answerers and judges, the DPO teacher)
+    is checked before any call: its server must accept a connection and, for a local server
+    (vLLM), list the model's id at /v1/models -- a model whose server does not answer is named
+    here instead of being scored on error rows."""
     can_reach = can_reach or reachable
     data, problems = cfg.params.get("data", {}), []
     source = data.get("source", "synthetic")
@@ -268,6 +296,13 @@ def preflight(cfg: RunConfig, can_reach: Callable[[str, int], bool] | None = Non
     if source == "huggingface" and not can_reach(*HF_HOST):
         problems.append(f"corpus: Hugging Face dataset {reports.get('hf_dataset')} unreachable (no network); "
                         "download it where you have network and set data.source: local with data.reports.path")
+    if source == "huggingface" and not reports.get("hf_revision"):
+        problems.append(f"corpus: data.reports.hf_revision is not pinned for {reports.get('hf_dataset')}; set it to the "
+                        "dataset commit you read (huggingface_hub.HfApi().dataset_info(repo).sha)")
+    biz = cfg.params.get("bizfin", {}) or {}
+    if biz.get("source") == "huggingface" and not biz.get("hf_revision"):
+        problems.append(f"bizfin: bizfin.hf_revision is not pinned for {biz.get('hf_dataset')}; set it to the dataset "
+                        "commit you read")
     if source == "local" and not (reports.get("path") and cfg.path(reports["path"]).is_file()):
         problems.append(f"corpus: data.reports.path {reports.get('path')!r} is not a file")
     prices = data.get("prices", {}) or {}
@@ -282,21 +317,35 @@ def preflight(cfg: RunConfig, can_reach: Callable[[str, int], bool] | None = Non
     if lex and not cfg.path(lex).is_file():
         problems.append(f"lexicon: {lex} missing (no_opinion condition); run `make data` with network")
     inf = cfg.params.get("inference", {})
-    specs = select_models(load_registry(cfg.path(inf["registry"])), list(inf["models"]))
+    specs = select_models(run_registry(cfg), list(inf["models"]))
     for env in sorted({s.api_key_env for s in specs if s.api_key_env and not os.environ.get(s.api_key_env)}):
         users = [s.name for s in specs if s.api_key_env == env]
         problems.append(f"keys: environment variable {env} unset (models {', '.join(users)})")
-    servers: dict[tuple[str, int], list[str]] = {}
+    registry = run_registry(cfg)
+    used = [registry[n] for n in sorted(_model_names(cfg.params) & set(registry), key=str)]
+    specs += [s for s in used if s not in specs]
+    list_models = list_models or served_models
+    servers: dict[tuple[str, int], list[ModelSpec]] = {}
     for s in specs:
         if s.backend == "openai" and s.base_url:
             u = urlparse(s.base_url)
-            servers.setdefault((u.hostname or "", u.port or (443 if u.scheme == "https" else 80)), []).append(s.name)
-    for (host, port), names in servers.items():
+            servers.setdefault((u.hostname or "", u.port or (443 if u.scheme == "https" else 80)), []).append(s)
+    for (host, port), group in servers.items():
+        names = [s.name for s in group]
+        local = host in ("localhost", "127.0.0.1", "::1") or host.startswith("127.")
         if not can_reach(host, port):
-            local = host in ("localhost", "127.0.0.1", "::1") or host.startswith("127.")
-            todo = "start the server (e.g. vLLM) or fix base_url" if local else "no network to this API"
+            todo = "start the server (e.g. vLLM, docs/real-runs.md) or fix base_url" if local else "no network to this API"
             problems.append(f"server: {host}:{port} unreachable (models {', '.join(names[:4])}"
                             f"{' …' if len(names) > 4 else ''}); {todo}")
+            continue
+        if not local:  # an API lists its models only with a key; reachability is what can be checked here
+            continue
+        for s in group:
+            served = list_models(s.base_url)
+            if served is not None and s.model_id not in served:
+                problems.append(f"server: {s.base_url} does not serve model '{s.name}' ({s.model_id}; it serves "
+                                f"{', '.join(served[:3]) or 'nothing'}): start its own server and set its endpoint "
+                                f"(inference.endpoints or FINLIB_BASE_URL__<NAME>)")
     return problems
 
 

@@ -19,10 +19,11 @@ import pandas as pd
 
 from finlib.core.artifacts import read_frame, require_columns, write_frame, write_json
 from finlib.core.config import ConfigError, RunConfig
+from finlib.llm.context import fits, not_fit_reason, output_room
 from finlib.llm.engine import engine_key, send_pending
 from finlib.llm.progress import Progress
 from finlib.llm.prompts import FINBIAS_PROMPTS, build_messages, finbias_prompt, finbias_response_format, truncate_text
-from finlib.llm.registry import ModelSpec, load_registry, select_models
+from finlib.llm.registry import ModelSpec, run_registry, select_models
 from finlib.llm.store import Request, ResponseStore, make_key
 from finlib.llm.answers import condition_texts, parse_predictions
 from finlib.finbias.draws import (SWEEP_VALUES, check_extension_params, draws_frame, draws_summary,
@@ -30,8 +31,9 @@ from finlib.finbias.draws import (SWEEP_VALUES, check_extension_params, draws_fr
 
 CALL_COLUMNS = ["item_id", "report_id", "condition", "model", "mode", "raw_text", "p_bullish", "p_neutral",
                 "p_bearish", "status", "error", "input_tokens", "output_tokens", "cost_usd", "latency_s",
-                "truncated", "cache_key", "truncated_output"]
+                "truncated", "cache_key", "truncated_output", "output_room"]
 # truncated_output: the answer stopped at the output-token limit (finish_reason "length"); NA when unknown
+# output_room: output tokens asked for (the cap, or what the context leaves after the whole report); NA when scored
 PARSE_COLUMNS = ["answer", "parsed", "parse_note", "answered"]  # stage 04's reading (04 reads again); answered:
 # False for "not answered" rows (server/transport errors after retries), which are outside every N
 PREDICTION_COLUMNS = CALL_COLUMNS + PARSE_COLUMNS
@@ -43,7 +45,7 @@ INFERENCE_KEYS = ("models", "mode", "prompt_version", "generate_subset", "max_ne
                   "budget_usd", "store",
                   "registry", "model_cache", "dtype", "batch_size", "score_batch_size", "max_batch_tokens", "threads",
                   "device", "progress", "batch", "batch_dir", "batch_poll_s", "max_error_share",
-                  "generator_reports", "constrained_json", "samples_per_item", "samples_reports", "extension_models")
+                  "generator_reports", "constrained_json", "endpoints", "samples_per_item", "samples_reports", "extension_models")
 
 
 def inference_params(cfg: RunConfig) -> dict:
@@ -116,13 +118,18 @@ def plan_requests(ok: pd.DataFrame, spec: ModelSpec, modes_for: Callable[[pd.Ser
                   inf: dict, n_tokens: Callable[[str], int], overhead: int,
                   samples_for: Callable[[pd.Series, str], int] | None = None) -> list[Request]:
     """One Request per ok row x mode x draw (`samples_for`: draws of a row in a mode, default 1;
-    draw s > 0 names its index in the store key), with the text truncated to the input budget."""
+    draw s > 0 names its index in the store key). The report goes in whole (`inference.max_input_tokens`
+    null, the paper's protocol) and a generated answer gets the output room the context leaves
+    (`finlib.llm.context`, recorded per item as `output_room`); a report whose prompt alone leaves no
+    room is planned but not sent (meta `not_sent`: counted as not answered, with the reason). A
+    number in `max_input_tokens` is a named CPU-time cap of the embedded run: longer texts are cut
+    from the end (first sentence kept) and flagged `truncated`."""
     engine = engine_of(spec, inf)
     version = inf["prompt_version"]
     max_new = max_new_tokens_for(spec, inf)
-    budget = min(inf["max_input_tokens"], spec.context_length - max_new) - overhead - 2
-    if budget <= 0:
-        raise ConfigError(f"inference.max_input_tokens={inf['max_input_tokens']} leaves no room for the report "
+    cap = inf["max_input_tokens"]
+    if cap is not None and cap - overhead - 2 <= 0:
+        raise ConfigError(f"inference.max_input_tokens={cap} leaves no room for the report "
                           f"after the prompt ({overhead} tokens) for model {spec.name}")
     out = []
     constrained = spec.name in inf.get("constrained_json", [])
@@ -130,12 +137,15 @@ def plan_requests(ok: pd.DataFrame, spec: ModelSpec, modes_for: Callable[[pd.Ser
         modes = modes_for(row)
         if not modes:
             continue
-        text, truncated = truncate_text(str(row["text"]), budget, n_tokens)
+        text, truncated = (str(row["text"]), False) if cap is None else truncate_text(
+            str(row["text"]), cap - overhead - 2, n_tokens)
         messages = build_messages(text, spec.supports_system, version)
+        prompt_tokens = overhead + n_tokens(text)
+        room = output_room(spec.context_length, prompt_tokens, max_new)
         for mode in modes:
             params = dict(spec.sampling)
             if mode == "generate":
-                params["max_new_tokens"] = max_new
+                params["max_new_tokens"] = max(room, 1)
                 if constrained:  # named option, embedded llama.cpp model only (checked in run_stage)
                     params["response_format"] = finbias_response_format()
             for sample in range(samples_for(row, mode) if samples_for else 1):
@@ -144,9 +154,13 @@ def plan_requests(ok: pd.DataFrame, spec: ModelSpec, modes_for: Callable[[pd.Ser
                     p["seed"] = int(sample)
                 key = make_key(spec.backend, spec.model_id, messages, p, version, mode, engine, sample=sample)
                 out.append(Request(key=key, model=spec.name, backend=spec.backend, mode=mode, messages=messages,
-                                   params=p, truncated=truncated, input_tokens_est=overhead + n_tokens(text),
+                                   params=p, truncated=truncated, input_tokens_est=prompt_tokens,
                                    meta={"item_id": row["item_id"], "report_id": row["report_id"],
-                                         "condition": row["condition"], "sample": sample}))
+                                         "condition": row["condition"], "sample": sample,
+                                         "output_room": room if mode == "generate" else None,
+                                         "not_sent": None if mode != "generate" or fits(
+                                             spec.context_length, prompt_tokens, max_new)
+                                         else not_fit_reason(spec.context_length, prompt_tokens)}))
     return out
 
 
@@ -168,8 +182,8 @@ def _rows(requests: list[Request], stored: dict[str, dict]) -> list[dict]:
                      "p_neutral": np.nan if s is None or s["p_neutral"] is None else s["p_neutral"],
                      "p_bearish": np.nan if s is None or s["p_bearish"] is None else s["p_bearish"],
                      "status": status,
-                     "error": ("not sent (stopped before this call: budget or interruption)" if s is None
-                               else s["error"] if status == "error" else None),
+                     "error": ((r.meta.get("not_sent") or "not sent (stopped before this call: budget or "
+                                "interruption)") if s is None else s["error"] if status == "error" else None),
                      "input_tokens": 0 if s is None else s["input_tokens"],
                      "output_tokens": 0 if s is None else s["output_tokens"],
                      "cost_usd": 0.0 if s is None else s["cost_usd"],
@@ -222,7 +236,7 @@ def _run_model(cfg: RunConfig, spec: ModelSpec, ok: pd.DataFrame, inf: dict, sto
     requests = plan_requests(ok, spec, modes_for, inf, n_tokens, overhead, samples_for)
     unique = _unique(requests)
     answered = store.answered([r.key for r in unique])
-    pending = [r for r in unique if r.key not in answered]
+    pending = [r for r in unique if r.key not in answered and not r.meta.get("not_sent")]
     progress = Progress(len(pending), desc=f"{spec.name}", disable=not inf["progress"] or not pending)
     try:
         send_pending(spec, pending, store, budget=budget, progress=progress, local_model=model, batch=inf["batch"],
@@ -242,8 +256,12 @@ def _run_model(cfg: RunConfig, spec: ModelSpec, ok: pd.DataFrame, inf: dict, sto
         "requests": len(requests), "unique_keys": len(unique), "cached": len(answered), "sent": len(pending),
         "extension_requests": sum(r.meta["sample"] > 0 or r.meta["condition"] in SWEEP_VALUES for r in requests),
         "truncated_inputs": int(sum(r.truncated for r in requests if r.mode == primary)),
+        "not_sent_context": int(sum(bool(r.meta.get("not_sent")) for r in requests)),  # report alone too long
+        "output_room_min": min((r.meta["output_room"] for r in requests if r.meta.get("output_room")), default=None),
+        "output_room_below_cap": int(sum(r.meta.get("output_room") is not None and not r.meta.get("not_sent")
+                                         and r.meta["output_room"] < max_new_tokens_for(spec, inf) for r in requests)),
         "load_s": round(getattr(model, "load_s", 0.0), 3), "wall_s": round(time.perf_counter() - t0, 3),
-        "input_token_budget": min(inf["max_input_tokens"], spec.context_length - max_new_tokens_for(spec, inf)),
+        "input_token_cap": inf["max_input_tokens"],  # null: whole reports (the paper's protocol)
         "max_new_tokens": max_new_tokens_for(spec, inf), "thinks": spec.thinks,
         # label scoring: total next-token probability of the three label stems before renormalising
         # (near 1 = the model answers in the format; small = the three-way probabilities are fragile)
@@ -285,6 +303,7 @@ def to_frame(rows: list[dict], contexts: dict[str, str] | None = None) -> pd.Dat
         df[c] = df[c].astype("int64")
     df["truncated"] = df["truncated"].astype(bool)
     df["truncated_output"] = df["truncated_output"].astype("boolean")
+    df["output_room"] = pd.to_numeric(df["output_room"], errors="coerce").astype("Int64")
     df = df.sort_values(["model", "mode", "item_id"], kind="stable").reset_index(drop=True)
     return parse_predictions(df, contexts)
 
@@ -352,7 +371,7 @@ def run_stage(cfg: RunConfig, models: list[str] | None = None) -> tuple[pd.DataF
 
     t0 = time.perf_counter()
     inf = inference_params(cfg)
-    specs = select_models(load_registry(cfg.path(inf["registry"])), models or list(inf["models"]))
+    specs = select_models(run_registry(cfg), models or list(inf["models"]))
     conditions = check_conditions(read_frame(cfg, "conditions"))
     ok = conditions[conditions["status"] == "ok"]
     skipped = conditions[conditions["status"] == "skipped"]

@@ -7,7 +7,7 @@ finlib.core.vocab.RATING_SCALES lists, as maintained ratings, initiations, upgra
 estimate tables. Those shapes are what stress the rating extractor, the sentence splitter, the
 tagger and the models' context windows, so the rehearsal (params/rehearsal.yaml) generates them:
 
-* `rating_wording: scales` draws the first sentence's scale, term and action (maintain, initiate,
+* `rating_wording: scales` draws the first sentence's English scale, term and action (maintain, initiate,
   upgrade, downgrade) per report; an upgrade or downgrade names the previous rating of the same
   scale ("to X from Y", "from Y to X"), which the extractor must read as previous.
 * `layout: structured` puts line-broken lists ("Key points:" + "- ..." lines) and estimate tables
@@ -55,6 +55,12 @@ _TEMPLATES = {"maintain": _MAINTAIN, "initiate": _INITIATE, "upgrade": _UPGRADE,
 _ORDER = {Rating.BEARISH: 0, Rating.NEUTRAL: 1, Rating.BULLISH: 2}
 
 
+def english_scales() -> tuple:
+    """The scales of finlib.core.vocab.RATING_SCALES written in English (the corpus's language): a
+    Chinese broker term in an English sentence is not a shape the real corpus has."""
+    return tuple(s for s in RATING_SCALES if all(t.isascii() for t in (*s.bullish, *s.neutral, *s.bearish)))
+
+
 def display_term(term: str) -> str:
     """Report casing of a scale term: "equal-weight" -> "Equal-Weight", "in line" -> "In Line"."""
     return "-".join(" ".join(w[:1].upper() + w[1:] for w in part.split(" ")) for part in term.split("-"))
@@ -71,7 +77,7 @@ def scale_first_sentence(rating: Rating, d, ctx: dict) -> str:
     rating on the same scale and a downgrade a higher one; when the scale has none the draw
     falls back to maintain, so every (scale, term) is reachable.
     """
-    scales = [s for s in RATING_SCALES if _terms(s, rating)]
+    scales = [s for s in english_scales() if _terms(s, rating)]
     scale = d.pick(scales)
     term = display_term(d.pick(_terms(scale, rating)))
     action = d.pick(ACTIONS)
@@ -121,11 +127,14 @@ def table_block(s: float, ctx: dict, d) -> str:
 # ---------------------------------------------------------------- cached generation
 
 def market_fingerprint(section: dict[str, Any] | None, seed: int) -> str:
-    """SHA-256 of the resolved generator params and the seed (what the written files depend on)."""
+    """SHA-256 of the resolved generator params, the seed and the generator's source code (what the
+    written files depend on: an edited generator never reuses files an older one wrote)."""
+    from finlib.finbias import synth
     from finlib.finbias.synth import SynthParams
 
     p = SynthParams.from_section(section)
-    blob = json.dumps({"params": asdict(p), "seed": int(seed), "format": 1}, sort_keys=True)
+    code = hashlib.sha256(Path(synth.__file__).read_bytes() + Path(__file__).read_bytes()).hexdigest()
+    blob = json.dumps({"params": asdict(p), "seed": int(seed), "code": code}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 

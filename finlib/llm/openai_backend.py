@@ -21,6 +21,7 @@ import re
 import time
 from typing import Iterable
 
+from finlib.llm.context import room_from_error
 from finlib.llm.registry import ModelSpec
 from finlib.llm.store import Request, Result, ResponseStore, process_owner
 
@@ -302,6 +303,10 @@ async def call_with_retries(client, spec: ModelSpec, req: Request, limiter: Rate
                 raise MalformedResponse(why)
         except Exception as exc:  # noqa: BLE001 -- classified below; unknown errors are terminal
             retryable, reason = classify(exc)
+            room = room_from_error(reason) if reason.startswith("HTTP 400") else None
+            if room is not None and room < kwargs.get(spec.max_tokens_param, room + 1):
+                kwargs[spec.max_tokens_param] = room  # the server counted more prompt tokens: its room, once
+                continue
             if breaker is not None:
                 breaker.record(lasting_kind(exc), redact(reason, secret)[:200])
             if not retryable or attempt == spec.max_attempts or (breaker is not None and breaker.cause):

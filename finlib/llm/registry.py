@@ -215,6 +215,62 @@ def load_registry(path: Path) -> dict[str, ModelSpec]:
     return specs
 
 
+# Per-model endpoints. A run can point each model at its own server without editing the registry:
+# params `inference.endpoints: {<name>: {base_url, api_key_env, rpm, tpm, concurrency}}`, and the
+# environment, which wins over params: FINLIB_BASE_URL__<NAME> and FINLIB_API_KEY_ENV__<NAME>, where
+# <NAME> is the registry name upper-cased with every other character as "_" (llama-3-8b-it ->
+# LLAMA_3_8B_IT). rpm/tpm/concurrency follow your account tier or server size.
+ENDPOINT_FIELDS = ("base_url", "api_key_env", "rpm", "tpm", "concurrency")
+
+
+def endpoint_env_name(model: str, field_: str = "base_url") -> str:
+    """The environment variable that overrides one endpoint field of a model."""
+    return f"FINLIB_{field_.upper()}__" + re.sub(r"[^A-Za-z0-9]", "_", model).upper()
+
+
+def apply_endpoints(registry: dict[str, ModelSpec], endpoints: dict | None = None,
+                    environ: dict | None = None, source: str = "inference.endpoints") -> dict[str, ModelSpec]:
+    """The registry with per-model endpoint overrides from params, then from the environment.
+
+    Only API-served records (backend openai) take an endpoint; each override is validated like a
+    registry record, so a wrong URL or a key pasted where a variable NAME belongs is an error
+    naming the model and the field.
+    """
+    import dataclasses
+
+    environ = os.environ if environ is None else environ
+    endpoints = dict(endpoints or {})
+    unknown = sorted(set(endpoints) - set(registry))
+    if unknown:
+        raise RegistryError(f"{source}: unknown model(s) {unknown}; registry has {sorted(registry)}")
+    out = dict(registry)
+    for name, spec in registry.items():
+        over = dict(endpoints.get(name) or {})
+        bad = sorted(set(over) - set(ENDPOINT_FIELDS))
+        if bad:
+            raise RegistryError(f"{source}.{name}: unknown field(s) {bad} (known: {list(ENDPOINT_FIELDS)})")
+        for f in ("base_url", "api_key_env"):
+            env = environ.get(endpoint_env_name(name, f))
+            if env:
+                over[f] = None if (f == "api_key_env" and env.lower() in ("null", "none")) else env
+        if not over:
+            continue
+        if spec.backend != "openai":
+            raise RegistryError(f"{source}.{name}: backend {spec.backend} has no endpoint to set (only openai records)")
+        rec = {**dataclasses.asdict(spec), **over}
+        rec["gguf_parts"] = list(rec["gguf_parts"]) if rec.get("gguf_parts") else rec.get("gguf_parts")
+        out[name] = validate_record(rec, Path(source), 0)
+    return out
+
+
+def run_registry(cfg) -> dict[str, ModelSpec]:
+    """The registry a run uses: `inference.registry` with the run's `inference.endpoints` and the
+    environment's overrides applied (see `apply_endpoints`)."""
+    inf = cfg.params.get("inference", {})
+    return apply_endpoints(load_registry(cfg.path(inf.get("registry", "params/models.yaml"))),
+                           inf.get("endpoints"), source=f"{cfg.params_file}: inference.endpoints")
+
+
 def select_models(registry: dict[str, ModelSpec], names: list[str], source: str = "inference.models") -> list[ModelSpec]:
     """The records named in params, in order; an unknown name is an error listing the known ones."""
     missing = [n for n in names if n not in registry]

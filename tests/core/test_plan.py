@@ -106,8 +106,24 @@ def test_preflight_names_every_missing_piece(tmp_path, monkeypatch):
     for needle in ("Rain1998/Analyst-Report-Bias", "yfinance", "none.tff", "G_PLAN_TEST_KEY",
                    "localhost:1", "api.example.invalid:443"):
         assert needle in text, needle
+    assert "hf_revision is not pinned" in text
     monkeypatch.setenv("G_PLAN_TEST_KEY", "dummy")
-    assert not [p for p in plan.preflight(cfg, can_reach=lambda h, p: True) if "lexicon" not in p]
+    cfg.params["data"]["reports"]["hf_revision"] = "0" * 40
+    assert not [p for p in plan.preflight(cfg, can_reach=lambda h, p: True, list_models=lambda url: None)
+                if "lexicon" not in p]
+
+
+def test_preflight_names_a_model_its_server_does_not_serve(tmp_path, monkeypatch):
+    """A vLLM server answering for another model is reported before any call, naming the model."""
+    monkeypatch.setenv("G_PLAN_TEST_KEY", "dummy")
+    cfg = make_cfg(tmp_path, models=("srv",))
+    served = {"srv": ["some/other-model"]}
+    problems = plan.preflight(cfg, can_reach=lambda h, p: True, list_models=lambda url: served["srv"])
+    assert any("does not serve model 'srv'" in p and "some/other-model" in p for p in problems), problems
+    spec_id = plan.run_registry(cfg)["srv"].model_id
+    served["srv"] = [spec_id]
+    assert not [p for p in plan.preflight(cfg, can_reach=lambda h, p: True, list_models=lambda url: served["srv"])
+                if "server" in p]
 
 
 def test_preflight_off_by_default_and_on_for_the_paper_run():

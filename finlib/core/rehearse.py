@@ -1,0 +1,298 @@
+"""`make rehearse`: both papers' full runs, offline, against simulated servers -- then checked.
+
+Why: the runs this repository exists for (Fin-Bias: 8,868 reports x 19 models x 4 conditions;
+BizFinBench: the 24-model grid and Table 4's judges) cannot be executed without GPUs, keys and the
+hub, yet their failure modes (one URL for every open model, reports cut for the 8k-context models,
+answers that stop at the token limit, rate limits) only show at that shape. The rehearsal:
+
+1. starts one simulated OpenAI-compatible server per model the params name
+   (finlib.llm.simulated_servers), each on its own port with the model's registry context window,
+   latency, rate limits and planted answer propensities;
+2. points every model at its server the way a user points it at vLLM: the environment variables
+   FINLIB_BASE_URL__<NAME> (finlib.llm.registry.apply_endpoints), read by every stage;
+3. runs the stages through the runner (finlib.core.runner: the same code path as a real run,
+   preflight included), then the HTTP report and `make plan` for the same params;
+4. checks the result (`rehearsal_checks`): every table of both papers has every row filled, every
+   figure exists, no report was cut or left unsent, and each model's measured herding matches the
+   herding its planted propensities imply (`planted_herding`) within its CI.
+
+The outcome goes to runs/<run>/rehearsal.{json,md}; the exit code is non-zero when a check fails.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from finlib.core.config import RunConfig, load_run, repo_root
+
+REHEARSAL_DEFAULTS: dict[str, Any] = {"stages": None, "time_scale": 0.0, "profile_seed": 0, "profiles": {},
+                                      "ci_widen": 1.6}
+# Fin-Bias Tables 2-7 and BizFinBench Tables 3, 4, 6: (our table file, the published table it mirrors)
+FINBIAS_TABLES = (("table4_herding_with_without", "finbias_table4"), ("table5_herding_fake", "finbias_table5"),
+                  ("table6_accuracy_with_without", "finbias_table6"), ("table7_accuracy_no_opinion", "finbias_table7"))
+CORPUS_TABLES = ("table2_sectors", "table3_analyst_ratings", "table3_return_ratings")
+BIZFIN_TABLES = ("bizfin_table3", "bizfin_table4_judge", "bizfin_table6")
+
+
+def rehearsal_params(cfg: RunConfig) -> dict[str, Any]:
+    """The `rehearsal:` section over its defaults."""
+    return {**REHEARSAL_DEFAULTS, **(cfg.params.get("rehearsal") or {})}
+
+
+def served_model_names(cfg: RunConfig) -> list[str]:
+    """Every API-served registry model the params name (stage 03, BizFinBench answerers, judges, refiner)."""
+    from finlib.core.plan import _model_names
+    from finlib.llm.registry import load_registry
+
+    registry = load_registry(cfg.path(cfg.params["inference"]["registry"]))
+    names = _model_names({k: cfg.params.get(k) for k in ("inference", "bizfin")}) & set(registry)
+    return sorted(n for n in names if registry[n].backend == "openai")
+
+
+def profiles_for(cfg: RunConfig, names: list[str]):
+    """The simulated profile of each model: registry context window and thinking, planted propensities."""
+    from finlib.llm.registry import load_registry
+    from finlib.llm.simulated_servers import default_profile
+
+    rp = rehearsal_params(cfg)
+    registry = load_registry(cfg.path(cfg.params["inference"]["registry"]))
+    unknown = sorted(set(rp["profiles"]) - set(names))
+    if unknown:
+        raise ValueError(f"{cfg.params_file}: rehearsal.profiles names models no stage uses: {unknown}")
+    return {n: default_profile(n, registry[n].model_id, registry[n].context_length, registry[n].thinks,
+                               seed=int(rp["profile_seed"]), **(rp["profiles"].get(n) or {})) for n in names}
+
+
+class ServerPool:
+    """The simulated servers on an event loop in a daemon thread (`with ServerPool(...) as pool:`)."""
+
+    def __init__(self, profiles: dict, bizfin_items: dict | None, time_scale: float):
+        self.profiles, self.items, self.time_scale = profiles, bizfin_items, time_scale
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.servers: dict = {}
+
+    def __enter__(self) -> "ServerPool":
+        from finlib.llm.simulated_servers import start_servers
+
+        self.thread.start()
+        fut = asyncio.run_coroutine_threadsafe(
+            start_servers(self.profiles.values(), self.items, self.time_scale), self.loop)
+        self.servers = fut.result(60)
+        return self
+
+    def urls(self) -> dict[str, str]:
+        return {n: f"http://127.0.0.1:{s.port}/v1" for n, s in self.servers.items()}
+
+    def books(self) -> dict[str, dict]:
+        return {n: dict(vars(s.books)) for n, s in self.servers.items()}
+
+    def __exit__(self, *exc) -> None:
+        async def stop_all():
+            for s in self.servers.values():
+                await s.stop()
+        asyncio.run_coroutine_threadsafe(stop_all(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+def endpoint_environment(urls: dict[str, str]) -> dict[str, str]:
+    """The environment that points every model at its server (keyless, like a vLLM server)."""
+    from finlib.llm.registry import endpoint_env_name
+
+    env = {}
+    for name, url in urls.items():
+        env[endpoint_env_name(name, "base_url")] = url
+        env[endpoint_env_name(name, "api_key_env")] = "null"
+    return env
+
+
+def bizfin_items_index(cfg: RunConfig) -> dict:
+    """Every BizFinBench item stage 07 may ask (published files when present, else the format samples)."""
+    from finlib.bizfin.stage import bizfin_params, load_items
+    from finlib.llm.simulated_servers import bizfin_index
+
+    p = bizfin_params(cfg)
+    loaded, _ = load_items(cfg, p)
+    return bizfin_index(loaded)
+
+
+# ---------------------------------------------------------------- checks
+
+def planted_herding(cfg: RunConfig, profiles: dict) -> pd.DataFrame:
+    """Per model x condition, the herding the planted propensities imply: the mean over the parsed
+    answers of P(answer = reference rating) under `answer_distribution` (an oracle independent of
+    stage 04: it reads the prompts' texts, not the answers)."""
+    from finlib.core.artifacts import read_frame
+    from finlib.core.vocab import Rating
+    from finlib.llm.registry import load_registry
+    from finlib.llm.simulated_servers import answer_distribution
+
+    registry = load_registry(cfg.path(cfg.params["inference"]["registry"]))
+    pred = read_frame(cfg, "predictions")
+    cond = read_frame(cfg, "conditions")[["item_id", "text", "reference_rating"]]
+    rows = pred[pred["parsed"].astype(bool)].merge(cond, on="item_id", how="left")
+    out = []
+    for (model, condition), g in rows.groupby(["model", "condition"]):
+        prof = profiles[model]
+        p = [answer_distribution(prof, t)[Rating(r)] for t, r in zip(g["text"], g["reference_rating"])]
+        out.append({"model": model, "paper_name": registry[model].paper_name, "condition": condition,
+                    "planted": float(np.mean(p)), "n": int(len(g)), "follow": prof.follow})
+    return pd.DataFrame(out)
+
+
+def herding_recovery(cfg: RunConfig, profiles: dict, widen: float) -> pd.DataFrame:
+    """Planted vs measured pooled herding (stage 04's metric and cluster-bootstrap CI) per model x condition."""
+    from finlib.core.artifacts import read_frame
+    from finlib.core.vocab import POOLED
+
+    m = read_frame(cfg, "metrics")
+    m = m[(m["metric"] == "herding") & (m["sector"] == POOLED)]
+    planted = planted_herding(cfg, profiles)
+    df = planted.merge(m[["model", "condition", "estimate", "ci_low", "ci_high"]], on=["model", "condition"],
+                       how="left")
+    half_lo, half_hi = (df["estimate"] - df["ci_low"]) * widen, (df["ci_high"] - df["estimate"]) * widen
+    df["inside_ci"] = df["planted"].between(df["ci_low"], df["ci_high"])
+    df["recovered"] = (df["planted"] >= df["estimate"] - half_lo) & (df["planted"] <= df["estimate"] + half_hi)
+    return df
+
+
+def table_rows(path: Path, expected: list[str]) -> dict[str, Any]:
+    """Which expected rows (first column) a written table lacks, and its empty cells."""
+    if not path.is_file():
+        return {"table": path.name, "exists": False, "missing_rows": expected, "empty_cells": None}
+    t = pd.read_csv(path)
+    first = t.columns[0]
+    have = {str(v).strip().lower() for v in t[first]}
+    missing = [r for r in expected if str(r).strip().lower() not in have]
+    body = t[t[first].astype(str).str.lower().isin({str(r).lower() for r in expected})]
+    return {"table": path.name, "exists": True, "rows": int(len(t)), "missing_rows": missing,
+            "empty_cells": int(body.drop(columns=[first]).isna().sum().sum())}
+
+
+def rehearsal_checks(cfg: RunConfig, profiles: dict) -> dict[str, Any]:
+    """Every check of a finished rehearsal (see the module docstring); `ok` is their conjunction."""
+    from finlib.core.artifacts import read_frame, read_json
+    from finlib.llm.registry import load_registry
+
+    rp = rehearsal_params(cfg)
+    registry = load_registry(cfg.path(cfg.params["inference"]["registry"]))
+    stages = set(rp["stages"] or [])
+    out: dict[str, Any] = {"tables": [], "problems": []}
+    paper_rows = [registry[m].paper_name for m in cfg.params["inference"]["models"]]
+    tables = cfg.tables_dir
+    if "04" in stages or not stages:
+        for ours, _ in FINBIAS_TABLES:
+            out["tables"].append(table_rows(tables / f"{ours}.csv", paper_rows))
+    if "01" in stages or not stages:
+        for ours in CORPUS_TABLES:
+            out["tables"].append(table_rows(tables / f"{ours}.csv", []))
+    if "07" in stages or not stages:
+        biz = [registry[m].paper_name or m for m in cfg.params["bizfin"]["models"]]
+        out["tables"].append(table_rows(tables / "bizfin_table3.csv", biz))
+        out["tables"].append(table_rows(tables / "bizfin_table6.csv", []))
+    if "08" in stages or not stages:
+        out["tables"].append(table_rows(tables / "bizfin_table4_judge.csv", []))
+    for t in out["tables"]:
+        if not t["exists"] or t["missing_rows"] or t["empty_cells"]:
+            out["problems"].append(f"table {t['table']}: exists={t['exists']}, missing rows {t['missing_rows'][:5]}, "
+                                   f"empty cells {t['empty_cells']}")
+    if "03" in stages or not stages:
+        pred = read_frame(cfg, "predictions")
+        inf_report = read_json(cfg, "inference_report")
+        cut = int(pred["truncated"].sum())
+        not_sent = {m: r.get("not_sent_context", 0) for m, r in inf_report["models"].items()}
+        out["inputs"] = {"reports_cut": cut, "not_sent_context": not_sent,
+                         "output_room_below_cap": {m: r.get("output_room_below_cap") for m, r in
+                                                   inf_report["models"].items()},
+                         "answers": int(pred["answered"].sum()), "rows": int(len(pred)),
+                         "truncated_outputs": int(inf_report.get("truncated_outputs", 0))}
+        if cut or any(not_sent.values()):
+            out["problems"].append(f"reports cut: {cut}; reports not sent for their length: {not_sent}")
+    if "04" in stages or not stages:
+        rec = herding_recovery(cfg, profiles, float(rp["ci_widen"]))
+        out["herding"] = rec.round(4).to_dict(orient="records")
+        out["herding_inside_95ci_share"] = float(rec["inside_ci"].mean())
+        bad = rec[~rec["recovered"]]
+        if len(bad):
+            out["problems"].append("planted herding outside the widened CI: " + "; ".join(
+                f"{r.model}/{r.condition} planted {r.planted:.3f} measured {r.estimate:.3f} "
+                f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" for r in bad.itertuples()))
+    figs = sorted(p.name for p in cfg.figures_dir.glob("*.png"))
+    out["figures"] = figs
+    report = cfg.run_dir / "report" / "index.html"
+    out["report"] = report.is_file()
+    if not report.is_file():
+        out["problems"].append("HTML report missing")
+    out["plan"] = (cfg.run_dir / "plan.md").is_file()
+    out["ok"] = not out["problems"]
+    return out
+
+
+def write_outcome(cfg: RunConfig, outcome: dict) -> Path:
+    """runs/<run>/rehearsal.json and a short Markdown summary next to it."""
+    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    (cfg.run_dir / "rehearsal.json").write_text(json.dumps(outcome, indent=2, default=str))
+    lines = [f"# Rehearsal `{cfg.name}`: {'all checks passed' if outcome['checks']['ok'] else 'FAILED'}", "",
+             f"Wall time {outcome['wall_s']:.0f} s; stages {outcome['stage_seconds']}.", ""]
+    lines += [f"- {p}" for p in outcome["checks"]["problems"]]
+    herd = pd.DataFrame(outcome["checks"].get("herding", []))
+    if len(herd):
+        lines += ["", "Planted vs measured herding (pooled, 95 % cluster-bootstrap CI):", "",
+                  herd[["model", "condition", "follow", "planted", "estimate", "ci_low", "ci_high", "recovered"]]
+                  .to_markdown(index=False)]
+    md = cfg.run_dir / "rehearsal.md"
+    md.write_text("\n".join(lines) + "\n")
+    return md
+
+
+def rehearse(run: str, params: str | None = None) -> dict:
+    """Start the servers, run the stages, the report and the plan, check; returns the outcome."""
+    from finlib.core import runner
+    from finlib.core.plan import write_plan
+
+    os.chdir(repo_root())
+    cfg = load_run(run, params)
+    rp = rehearsal_params(cfg)
+    names = served_model_names(cfg)
+    profiles = profiles_for(cfg, names)
+    t0 = time.perf_counter()
+    with ServerPool(profiles, bizfin_items_index(cfg), float(rp["time_scale"])) as pool:
+        os.environ.update(endpoint_environment(pool.urls()))  # the notebooks' kernels inherit it
+        manifest = runner.run_pipeline(run, rp["stages"], None, params, report=True)
+        write_plan(load_run(run, params))
+        books = pool.books()
+    outcome = {"run": run, "wall_s": time.perf_counter() - t0, "servers": books,
+               "stage_seconds": {k: round(v["seconds"]) for k, v in sorted(manifest.get("stages", {}).items())},
+               "profiles": {n: vars(p) for n, p in profiles.items()}}
+    outcome["checks"] = rehearsal_checks(cfg, profiles)
+    write_outcome(cfg, outcome)
+    return outcome
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--run", default=os.environ.get("RUN", "rehearsal"))
+    ap.add_argument("--params", default=None)
+    args = ap.parse_args(argv)
+    outcome = rehearse(args.run, args.params)
+    checks = outcome["checks"]
+    print(f"[{args.run}] rehearsal {'passed' if checks['ok'] else 'FAILED'} in {outcome['wall_s']:.0f} s "
+          f"(stages {outcome['stage_seconds']}); details: runs/{args.run}/rehearsal.md")
+    for p in checks["problems"]:
+        print(f"  - {p}", file=sys.stderr)
+    return 0 if checks["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

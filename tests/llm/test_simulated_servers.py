@@ -1,0 +1,146 @@
+"""The simulated servers speak vLLM's HTTP; the client fits whole prompts into each context window.
+
+Oracles: hand-written vLLM error messages, hand-computed context arithmetic, and the planted
+propensities read back over many prompts.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import urllib.request
+
+import pytest
+from llm_helpers import make_request
+
+from finlib.core.vocab import Rating
+from finlib.llm.context import MIN_OUTPUT_TOKENS, fits, output_room, room_from_error
+from finlib.llm.openai_backend import run_openai
+from finlib.llm.prompts import build_messages
+from finlib.llm.registry import RegistryError, apply_endpoints, endpoint_env_name, load_registry
+from finlib.llm.simulated_servers import (Profile, SimulatedServer, answer_distribution, finbias_reply,
+                                          fundamentals, own_view)
+from finlib.llm.store import Request, ResponseStore, make_key
+from finlib.llm.stub_server import stub_spec
+
+REPORT = ("We upgrade Corvanta Systems (CRVS) to Outperform from Sector Perform.\n\n"
+          "Revenue grew 16.0% y/y to $1.2 bn in Q3, vs. the average analyst estimate of $1.1 bn. "
+          "Diluted EPS of $1.30 compared with the average analyst estimate of $1.20, a difference of +6.0%.")
+
+
+class Running:
+    """One SimulatedServer on its own loop in a thread."""
+
+    def __init__(self, profile: Profile):
+        self.server = SimulatedServer(profile)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(10)
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.port}/v1"
+
+    def __exit__(self, *exc):
+        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+def test_room_is_what_the_context_leaves_and_never_below_the_minimum():
+    assert output_room(8192, 5000, 4096) == 8192 - 5000 - 8          # the context binds, not the cap
+    assert output_room(131072, 5000, 4096) == 4096                   # the cap binds
+    assert fits(8192, 8192 - 8 - MIN_OUTPUT_TOKENS, 4096)
+    assert not fits(8192, 8192 - 8 - MIN_OUTPUT_TOKENS + 1, 4096)
+
+
+def test_room_from_vllm_context_errors_old_and_new_wording():
+    new = ("'max_tokens' or 'max_completion_tokens' is too large: 4096. This model's maximum context length is "
+           "8192 tokens and your request has 5000 input tokens (4096 > 8192 - 5000).")
+    old = ("This model's maximum context length is 8192 tokens. However, you requested 9000 tokens (4904 in the "
+           "messages, 4096 in the completion). Please reduce the length of the messages or completion.")
+    assert room_from_error(new) == 8192 - 5000 - 1
+    assert room_from_error(old) == 8192 - 4904 - 1
+    assert room_from_error("HTTP 400: invalid temperature") is None
+    assert room_from_error(new.replace("5000 input", "8190 input")) is None  # no room left: not retried
+
+
+def test_server_lists_its_model_and_answers_400_then_the_client_uses_the_stated_room(tmp_path):
+    prof = Profile(name="m", model_id="org/m-8k", context_length=2048, chars_per_token=2.0, runaway=0.0,
+                   unparsed=0.0)
+    with Running(prof) as r:
+        listed = json.loads(urllib.request.urlopen(r.url + "/models", timeout=5).read())
+        assert [m["id"] for m in listed["data"]] == ["org/m-8k"]
+        spec = stub_spec(r.url, name="m", model_id="org/m-8k", context_length=2048, max_attempts=3, timeout_s=5.0,
+                         api_key_env=None)
+        text = "x" * 2000  # the server counts 1,000+ tokens; the client asks for 1,500 output tokens
+        req = make_request(text, spec, {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 1500})
+        with ResponseStore(tmp_path / "s.sqlite") as store:
+            asyncio.run(run_openai(spec, [req], store, backoff_base_s=0.01, backoff_cap_s=0.02, seed=0))
+            got = store.get([req.key])[req.key]
+        assert r.server.books.context_400 == 1
+        assert got["status"] == "ok" and got["input_tokens"] + got["output_tokens"] <= 2048
+
+
+def test_wrong_model_name_is_a_404_like_vllm():
+    prof = Profile(name="m", model_id="org/served", context_length=4096)
+    with Running(prof) as r:
+        body = json.dumps({"model": "org/other", "messages": [{"role": "user", "content": "hi"}]}).encode()
+        with pytest.raises(urllib.error.HTTPError) as exc:
+            urllib.request.urlopen(urllib.request.Request(r.url + "/chat/completions", data=body,
+                                                          headers={"Content-Type": "application/json"}), timeout=5)
+        assert exc.value.code == 404
+
+
+def test_follow_strength_is_the_share_of_answers_that_copy_the_shown_rating():
+    p = Profile(name="f", model_id="f", context_length=8192, follow=0.7, skill=1.0, tilt=0.0, unparsed=0.0)
+    dist = answer_distribution(p, REPORT)
+    own = own_view(p, REPORT)
+    assert dist[Rating.BULLISH] >= 0.7 and abs(sum(dist.values()) - 1) < 1e-12
+    assert dist[own] >= 0.3  # the rest goes to the model's own view
+    no_rating = REPORT.split("\n\n", 1)[1]
+    assert answer_distribution(p, no_rating)[own_view(p, no_rating)] == 1.0
+    assert own_view(p, no_rating) == own  # the view depends on the body only: same with or without the rating
+    picks = [json.loads(finbias_reply(p, REPORT, f"k{i}")[0])["answer"] for i in range(600)]
+    share = picks.count("bullish") / len(picks)
+    assert abs(share - dist[Rating.BULLISH]) < 0.06
+
+
+def test_fundamentals_read_the_planted_numbers():
+    up = "Revenue grew 16.0% y/y to $1 bn in Q1, vs. x. a difference of +6.0%."
+    down = "Revenue declined 8.0% y/y to $1 bn in Q1, vs. x. a difference of -6.0%."
+    assert fundamentals(up) == pytest.approx(((16 - 4) / 6 + 2) / 2)
+    assert fundamentals(down) == pytest.approx(((-8 - 4) / 6 - 2) / 2)
+    assert fundamentals("no numbers here") == 0.0
+
+
+def test_thinking_models_think_and_runaways_stop_at_the_limit():
+    p = Profile(name="t", model_id="t", context_length=32768, thinks=True, runaway=1.0, unparsed=0.0)
+    text, n_out = finbias_reply(p, REPORT, "k")
+    assert text.startswith("<think>") and "</think>" in text and n_out > 10 ** 6
+    msgs = build_messages(REPORT, True)
+    srv = SimulatedServer(p)
+    req = {"model": "t", "messages": msgs, "max_tokens": 64}
+    resp, _ = asyncio.run(srv.handle_request("POST", "/v1/chat/completions", {}, json.dumps(req).encode()))
+    body = json.loads(resp.split(b"\r\n\r\n", 1)[1])
+    assert body["choices"][0]["finish_reason"] == "length" and body["usage"]["completion_tokens"] == 64
+
+
+def test_endpoints_from_params_and_environment_environment_wins(tmp_path):
+    reg = load_registry("params/models.yaml")
+    env = {endpoint_env_name("gemma-7b-it"): "http://10.1.2.3:8003/v1"}
+    out = apply_endpoints(reg, {"gemma-7b-it": {"base_url": "http://h:1/v1", "rpm": 7},
+                                "qwen3-8b": {"base_url": "http://h:2/v1"}}, env)
+    assert out["gemma-7b-it"].base_url == "http://10.1.2.3:8003/v1" and out["gemma-7b-it"].rpm == 7
+    assert out["qwen3-8b"].base_url == "http://h:2/v1" and out["qwen2-7b-it"].base_url == reg["qwen2-7b-it"].base_url
+    assert endpoint_env_name("llama-3.1-8b-it", "api_key_env") == "FINLIB_API_KEY_ENV__LLAMA_3_1_8B_IT"
+    with pytest.raises(RegistryError, match="unknown model"):
+        apply_endpoints(reg, {"no-such-model": {"base_url": "http://h/v1"}}, {})
+    with pytest.raises(RegistryError, match="base_url"):
+        apply_endpoints(reg, {"gemma-7b-it": {"base_url": "localhost:8000"}}, {})
+    with pytest.raises(RegistryError, match="only openai"):
+        apply_endpoints(reg, {"smollm2-135m": {"base_url": "http://h/v1"}}, {})
