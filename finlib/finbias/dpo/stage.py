@@ -37,9 +37,10 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 # Measured (benchmarks/bench_dpo_teacher.py, 2 AVX2 cores): why the offline default does not use the
 # embedded generator as its teacher. Printed above the results whenever the template teacher is used.
 TEMPLATE_TEACHER_REASON = (
-    "the embedded generator (qwen2.5-coder-0.5b, llama.cpp) took {s_per_call} s per teacher answer on 2 AVX2 cores "
-    "({calls} answers = 2 per training pair), over the stage's share of the ~15 min `make reproduce` budget; "
-    "set dpo.teacher: qwen2.5-coder-0.5b to use it anyway (answers are stored: paid once)")
+    "the embedded generator (qwen2.5-coder-0.5b via llama.cpp) took 31 s per teacher answer on 2 AVX2 cores "
+    "shared with other jobs (4 answers, 3 parsed to the intended rating; ~5-8 s per answer expected on idle "
+    "cores), and 6 training pairs need 12 answers: more than the stage's share of the ~15 min `make "
+    "reproduce` budget. Set dpo.teacher: qwen2.5-coder-0.5b to use it (answers are stored: paid once)")
 
 
 def _positive_int(v) -> bool:
