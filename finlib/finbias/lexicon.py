@@ -165,6 +165,7 @@ class Lexicon:
         self.prefix_entries = tuple(e for e in strong if e.word.endswith("-"))
         self._pos_memo: dict[tuple[str, str, str], str | None] = {}
         self._cand_memo: dict[str, str] = {}
+        self._strong_stemmed = frozenset(e.word for e in strong if e.stemmed)
 
     @property
     def strong_words(self) -> frozenset[str]:
@@ -229,10 +230,10 @@ class Lexicon:
         words = [low] + [p for p in _PARTS.split(low) if p] if _PARTS.search(low) else [low]
         if not _PARTS.search(low) and any(e.type == STRONG and e.pos == ANYPOS for e in self.by_word.get(low, ())):
             out = "always"
-        elif any(w in self.by_word for w in words) or any(self._stemmer.stem(w) in self.by_stem for w in words) \
-                or any(b in self.by_word for w in words for pos in _INFLECTING for b in base_forms(w, pos)) \
+        elif any(w in self.exact for w in words) or any(self._stemmer.stem(w) in self.stems for w in words) \
+                or any(b in self._strong_stemmed for w in words for pos in _INFLECTING for b in base_forms(w, pos)) \
                 or any(low.startswith(e.word) for e in self.prefix_entries):
-            out = "pos"
+            out = "pos"   # only a strongsubj entry (itself, an inflection's base, a Porter stem, a prefix) can hit
         else:
             out = "none"
         self._cand_memo[low] = out

@@ -18,9 +18,14 @@ Kept sentences keep their bytes; between two kept sentences goes the strongest w
 """
 from __future__ import annotations
 
+import hashlib
+import pickle
 import re
+import sqlite3
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -187,7 +192,16 @@ class SubjectivityFilter:
             raise ValueError(f"policy {policy!r} needs a PosTagger")
         self.lexicon, self.policy, self.tagger = lexicon, policy, tagger
         self.policies = policies_reported(policy) if compare else (policy,)
-        self.sentences = self.sentences_tagged = self.sentences_always = 0
+        self.sentences = self.sentences_tagged = self.sentences_always = self.results_from_cache = 0
+        cache_dir = None if tagger is None or tagger.cache_path is None else tagger.cache_path.parent
+        self.results = ResultCache(cache_dir, self._fingerprint()) if cache_dir is not None else None
+
+    def _fingerprint(self) -> str:
+        """What a cached result depends on besides the text: code version, lexicon entries, policies, tagger."""
+        h = hashlib.sha256(f"{RESULT_VERSION}|{self.policies}|{getattr(self.tagger, 'id', '')}".encode())
+        for e in self.lexicon.entries:
+            h.update(f"{e.word} {e.type} {e.pos} {e.stemmed}\n".encode())
+        return h.hexdigest()
 
     def prepare(self, texts: Sequence[str]) -> tuple[list[list[tuple[int, int]]], list[list[int]], list[Tagged | None]]:
         """Sentence spans of each text, what each sentence needs, and the tags of the TAG sentences
@@ -207,11 +221,23 @@ class SubjectivityFilter:
         return spans, needs, tags
 
     def run(self, texts: Sequence[str]) -> list[tuple[str, list[SubjectivityStats]]]:
-        """Per text: (filtered text under the configured policy, stats of each policy in ``self.policies``)."""
+        """Per text: (filtered text under the configured policy, stats of each policy in ``self.policies``).
+        With a tag cache, whole results are cached too (keyed by text, lexicon, policies, tagger): a rerun
+        over unchanged texts neither splits, tags nor matches again."""
+        cached = self.results.get(texts) if self.results is not None else {}
+        self.results_from_cache += len(cached)
+        todo = [t for t in dict.fromkeys(texts) if t not in cached]
+        fresh: dict[str, tuple[list[tuple[int, int]], list[SubjectivityStats]]] = {}
+        if todo:
+            for text, sp, nd, tg in zip(todo, *self.prepare(todo)):
+                fresh[text] = (sp, [_filter(text, self.lexicon, p, sp, nd, tg)[1] for p in self.policies])
+            if self.results is not None:
+                self.results.put(fresh)
         out = []
-        for text, sp, nd, tg in zip(texts, *self.prepare(texts)):
-            results = [_filter(text, self.lexicon, p, sp, nd, tg) for p in self.policies]
-            out.append((results[0][0], [r[1] for r in results]))
+        for text in texts:
+            spans, stats = fresh[text] if text in fresh else cached[text]
+            keep = [i for i in range(len(spans)) if i not in stats[0].removed]
+            out.append((_join_kept(text, spans, keep), stats))
         return out
 
     def filter_one(self, text: str) -> tuple[str, SubjectivityStats]:
@@ -227,9 +253,51 @@ class SubjectivityFilter:
 
     def summary(self) -> dict:
         """How many sentences needed the tagger (the rest were decided by the lexicon alone)."""
-        return {"sentences": self.sentences, "sentences_tagged": self.sentences_tagged,
+        return {"texts_from_result_cache": self.results_from_cache,
+                "sentences": self.sentences, "sentences_tagged": self.sentences_tagged,
                 "sentences_removed_by_anypos_clue_untagged": self.sentences_always,
                 "sentences_without_candidate_untagged": self.sentences - self.sentences_tagged - self.sentences_always}
+
+
+RESULT_VERSION = "mpqa-filter-1"   # bump when the matching rules change: cached results are then misses
+
+
+class ResultCache:
+    """Filter results (sentence spans and each policy's stats) in SQLite beside the tag cache, keyed by
+    SHA-256 of (filter fingerprint, text)."""
+
+    def __init__(self, cache_dir: Path, fingerprint: str) -> None:
+        self.path = Path(cache_dir) / "mpqa-results.sqlite"
+        self.fingerprint = fingerprint
+        self._db: sqlite3.Connection | None = None
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=60)
+            self._db.execute("CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, blob BLOB NOT NULL)")
+        return self._db
+
+    def _key(self, text: str) -> str:
+        return hashlib.sha256(self.fingerprint.encode() + b"\0" + text.encode("utf-8")).hexdigest()
+
+    def get(self, texts: Sequence[str]) -> dict[str, tuple]:
+        keys = {self._key(t): t for t in texts}
+        found: dict[str, tuple] = {}
+        ks = list(keys)
+        for i in range(0, len(ks), 500):
+            chunk = ks[i:i + 500]
+            rows = self._conn().execute(f"SELECT key, blob FROM results WHERE key IN ({','.join('?' * len(chunk))})",
+                                        chunk).fetchall()
+            found.update({keys[k]: pickle.loads(zlib.decompress(b)) for k, b in rows})  # noqa: S301 - our own cache
+        return found
+
+    def put(self, results: dict[str, tuple]) -> None:
+        db = self._conn()
+        db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?)",
+                       [(self._key(t), zlib.compress(pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)))
+                        for t, v in results.items()])
+        db.commit()
 
 
 # ---- stage 02's counts for both policies: lexicon_stats, triggers, report, figure --------------

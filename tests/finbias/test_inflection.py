@@ -110,3 +110,22 @@ def test_the_filter_tags_only_pos_dependent_sentences(mpqa: Lexicon) -> None:
     summary = filt.summary()
     assert summary["sentences"] == 3 and summary["sentences_tagged"] <= 2
     assert out == "Revenue rose 5% in the quarter." and stats.n_sentences_removed == 2
+
+
+@needs_spacy
+def test_a_rerun_reads_whole_results_from_the_cache(mpqa: Lexicon, tmp_path) -> None:
+    from finlib.finbias.postag import PosTagger
+
+    texts = ["Revenue rose 5%. The main concern is leverage.", "Investors were concerned. Sales fell 2%."]
+    first = SubjectivityFilter(mpqa, "respect", PosTagger(tmp_path))
+    a = first.run(texts)
+    assert first.results_from_cache == 0 and first.tagger.misses > 0
+    again = SubjectivityFilter(mpqa, "respect", PosTagger(tmp_path))
+    b = again.run(texts)
+    assert again.results_from_cache == 2 and again.tagger.misses == 0 and again.sentences == 0
+    assert [(t, [(s.n_sentences_removed, dict(s.triggers)) for s in st]) for t, st in a] == \
+        [(t, [(s.n_sentences_removed, dict(s.triggers)) for s in st]) for t, st in b]
+    assert a[0][0] == "Revenue rose 5%." and a[1][0] == "Sales fell 2%."
+    other = SubjectivityFilter(mpqa, "respect_porter", PosTagger(tmp_path))   # another policy: another key
+    other.run(texts)
+    assert other.results_from_cache == 0
