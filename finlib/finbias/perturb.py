@@ -442,6 +442,29 @@ def conditions_summary(conditions: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def fake_examples(conditions: pd.DataFrame, n: int = 3) -> pd.DataFrame:
+    """`n` fake-rating rewrites side by side (first sentence before / after, the kind of rewrite),
+    transitions first and one per kind where the run has them: what notebook 02 shows."""
+    ok = conditions[(conditions["status"] == "ok")]
+    orig = dict(zip(ok.loc[ok["condition"] == Condition.ORIGINAL.value, "report_id"],
+                    ok.loc[ok["condition"] == Condition.ORIGINAL.value, "text"]))
+    rows = []
+    for rec in ok[ok["condition"] == Condition.FAKE_RATING.value].itertuples():
+        text = orig[rec.report_id]
+        a, b = next(iter_sentence_spans(text))
+        sentence, kind = rewrite_rating(text[a:b], Rating(rec.fake_rating))
+        rows.append({"report_id": rec.report_id, "analyst_rating": rec.analyst_rating, "fake_rating": rec.fake_rating,
+                     "kind": kind, "original_first_sentence": text[a:b], "fake_first_sentence": sentence})
+    df = pd.DataFrame(rows, columns=["report_id", "analyst_rating", "fake_rating", "kind", "original_first_sentence",
+                                     "fake_first_sentence"])
+    if df.empty:
+        return df
+    order = {k: i for i, k in enumerate(reversed(REWRITE_KINDS))}   # transitions with changes first
+    df = df.assign(_o=df["kind"].map(order)).sort_values(["_o", "report_id"], kind="stable")
+    firsts = df.drop_duplicates("kind")
+    return pd.concat([firsts, df.drop(firsts.index)]).head(n).drop(columns="_o").reset_index(drop=True)
+
+
 def _mark(text: str, spans: list[tuple[int, int, str]]) -> str:
     """HTML-escape `text`, wrapping each (start, end, tag) span in <tag>."""
     out, pos = [], 0

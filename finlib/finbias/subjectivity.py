@@ -415,6 +415,19 @@ class TriggerTally:
                 "policy_differences": diff, "tagging": tag}
 
 
+def policy_differences(report: dict) -> pd.DataFrame:
+    """The stage report's `mpqa.policy_differences` as a table: per pair of policies, the sentences only one
+    of them removes and the trigger words behind them."""
+    rows = []
+    for pair, d in (report.get("mpqa", {}).get("policy_differences") or {}).items():
+        first, other = pair.split(" vs ")
+        rows.append({"policies": pair, f"removed only by the run's policy": d[f"sentences_removed_only_by_{first}"],
+                     "removed only by the other": d[f"sentences_removed_only_by_{other}"],
+                     "triggers only under the run's policy": ", ".join(d[f"top_triggers_only_{first}"]),
+                     "triggers only under the other": ", ".join(d[f"top_triggers_only_{other}"])})
+    return pd.DataFrame(rows)
+
+
 def top_triggers(triggers: pd.DataFrame, policy: str, n: int) -> pd.DataFrame:
     """The `n` most frequent triggers under `policy` (rows with zero occurrences left out)."""
     col = f"occurrences_{policy}"
@@ -452,7 +465,7 @@ def removal_figure(cfg, lexicon_stats: pd.DataFrame):
             ax.hist(g["share_words_removed"].astype(float) * 100, bins=20, alpha=0.6, label=f"mpqa_pos: {policy}")
         ax.legend(frameon=False, fontsize=8)
     else:
-        ax.text(0.5, 0.5, "no_opinion skipped (no lexicon)", ha="center", va="center", transform=ax.transAxes)
+        ax.text(0.5, 0.5, "no report filtered", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("words removed by the strongsubj filter (% of no_rating text)")
     ax.set_ylabel("reports")
     ax.set_title(synthetic_title(cfg, "MPQA strongsubj filter, per report"), fontsize=10)

@@ -414,3 +414,25 @@ def test_conditions_keep_the_line_structure_unless_join_lines(tiny_lex: Lexicon)
     assert cond.loc["original", "text"] == ("We reiterate our BUY rating on Acme Corp. (ACME). Key points: "
                                             "- Revenue rose 4% - Margins fell\n\nOk.")
     assert joined.report["join_lines"] is True
+
+
+def test_fake_examples_and_policy_differences_for_the_notebook(tiny_lex: Lexicon) -> None:
+    from finlib.finbias.subjectivity import policy_differences
+
+    reports = pd.DataFrame({"report_id": ["T1", "T2"],
+                            "text": ["We upgrade Acme (ACM) to Buy from Hold. Sales rose.", "Maintain Hold. Sales fell."]})
+    res = build_conditions(reports, seed=1, mode="both", lexicon=tiny_lex)
+    ex = perturb_fake_examples(res.conditions, n=3)
+    assert len(ex) == 3 and ex.loc[0, "kind"].startswith("transition")
+    t1 = ex[ex.report_id == "T1"].set_index("fake_rating")
+    assert t1.loc["bearish", "fake_first_sentence"] == "We downgrade Acme (ACM) to Sell from Hold."
+    assert t1.loc["neutral", "fake_first_sentence"] == "We downgrade Acme (ACM) to Hold from Buy."
+    assert sum(res.report["fake_rating_rewrites_by_kind"].values()) == 4
+    diff = policy_differences(res.report)
+    assert list(diff["policies"]) == ["respect vs respect_porter", "respect vs ignore"]
+
+
+def perturb_fake_examples(conditions, n):
+    from finlib.finbias.perturb import fake_examples
+
+    return fake_examples(conditions, n)
