@@ -121,7 +121,7 @@ def truncate_text(text: str, max_tokens: int, n_tokens: Callable[[str], int]) ->
     return best, True
 
 
-# --- BizFinBench judges: vanilla LLM-as-a-judge and IteraJudge (helper E's section) -------------
+# --- BizFinBench judges: vanilla LLM-as-a-judge and IteraJudge (stages 07-08) -------------
 # The rubrics follow the structure of the authors' published judge and revision prompts
 # (HiThink-Research/BizFinBench, benchmark_code/BizFinBench/eval_financial_description*.py,
 # eval_multi_tools_use*.py, eval_financial_encyclopedia.py): per task the same dimensions, what each
