@@ -186,7 +186,7 @@ def data_params(cfg: RunConfig) -> dict:
 def _synthetic_inputs(cfg: RunConfig, d: dict) -> tuple[pd.DataFrame, dict, pd.DataFrame, dict, pd.DataFrame,
                                                        pd.DataFrame]:
     """Generate the synthetic market into data/raw/synthetic/<run>/ (once per params and seed), read it back."""
-    from finlib.finbias.synth_corpus import cached_market
+    from finlib.finbias.synth_cache import cached_market
 
     raw = cached_market(d.get("synthetic", {}), cfg.seed, cfg.raw_dir / "synthetic" / cfg.name)
     ident = {c: c for c in (*REPORT_COLUMNS, "analyst_rating")}

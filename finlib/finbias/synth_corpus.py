@@ -13,15 +13,11 @@ tagger and the models' context windows, so the rehearsal (params/rehearsal.yaml)
 * `layout: structured` puts line-broken lists ("Key points:" + "- ..." lines) and estimate tables
   (a header line and one line per metric, columns separated by runs of spaces) between paragraphs;
   their numbers move with the report's quality signal like the factual sentences do.
-* `cached_market` writes the generated market once per (params, seed) and reuses it: the
+* `finlib.finbias.synth_cache.cached_market` writes the generated market once per (params, seed) and reuses it: the
   full-size market (8,868 reports of ~3,000 words) is made once, then read back in seconds.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -122,39 +118,6 @@ def table_block(s: float, ctx: dict, d) -> str:
     head = "Estimates".ljust(width) + "   ".join(c.rjust(8) for c in cols)
     body = [name.ljust(width) + "   ".join(v.rjust(8) for v in vals) for name, vals in rows]
     return "\n".join([head, *body])
-
-
-# ---------------------------------------------------------------- cached generation
-
-def market_fingerprint(section: dict[str, Any] | None, seed: int) -> str:
-    """SHA-256 of the resolved generator params, the seed and the generator's source code (what the
-    written files depend on: an edited generator never reuses files an older one wrote)."""
-    from finlib.finbias import synth
-    from finlib.finbias.synth import SynthParams
-
-    p = SynthParams.from_section(section)
-    code = hashlib.sha256(Path(synth.__file__).read_bytes() + Path(__file__).read_bytes()).hexdigest()
-    blob = json.dumps({"params": asdict(p), "seed": int(seed), "code": code}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def cached_market(section: dict[str, Any] | None, seed: int, out_dir: Path) -> dict[str, Path]:
-    """Write the market for (params, seed) under `out_dir` once; later calls reuse the files.
-
-    The fingerprint file is written last, so an interrupted write is regenerated, never reused.
-    """
-    from finlib.finbias.synth import RAW_FILES, generate_market, write_market
-
-    out_dir = Path(out_dir)
-    stamp = out_dir / "fingerprint.txt"
-    fp = market_fingerprint(section, seed)
-    paths = {name: out_dir / f"{name}.parquet" for name in RAW_FILES}
-    if stamp.is_file() and stamp.read_text().strip() == fp and all(p.is_file() for p in paths.values()):
-        return paths
-    stamp.unlink(missing_ok=True)
-    paths = write_market(generate_market(section, seed), out_dir)
-    stamp.write_text(fp + "\n")
-    return paths
 
 
 def corpus_shape(reports: pd.DataFrame) -> dict[str, Any]:

@@ -7,7 +7,8 @@ import pytest
 
 from finlib.core.vocab import Rating
 from finlib.finbias.synth import SynthConfigError, generate_market
-from finlib.finbias.synth_corpus import _TEMPLATES, cached_market, display_term, english_scales
+from finlib.finbias.synth_cache import cached_market
+from finlib.finbias.synth_corpus import _TEMPLATES, display_term, english_scales
 
 SHAPED = {"n_reports": 300, "n_firms": 20, "start": "2013-06-01", "end": "2024-12-31",
           "first_report": "2015-01-01", "words_min": 600, "words_max": 800,
