@@ -87,6 +87,29 @@ def sentence_need(text: str, start: int, end: int, lexicon: Lexicon) -> int:
     return need
 
 
+WINDOW_WORDS = 6   # context kept on each side of a candidate word; spaCy's small tagger sees 4 tokens each side
+_WS_WORD = re.compile(r"\S+")
+
+
+def tag_windows(text: str, span: tuple[int, int], lexicon: Lexicon, margin: int = WINDOW_WORDS
+                ) -> list[tuple[int, int]]:
+    """The parts of a sentence the tagger needs: each whitespace word holding a POS-dependent candidate with
+    `margin` words on each side, overlapping windows merged. en_core_web_sm's tag for a token depends on 4
+    tokens on each side (tok2vec: window 1, depth 4), and every word is at least one token, so a candidate's tag
+    in its window equals its tag in the whole sentence (tested against whole-sentence tagging)."""
+    words = [(m.start(), m.end(), m.group(0)) for m in _WS_WORD.finditer(text, *span)]
+    marks = [k for k, (_, _, w) in enumerate(words) if any(lexicon.candidates(t) == "pos" for t in TOKEN.findall(w))]
+    out: list[tuple[int, int]] = []
+    for k in marks:
+        lo, hi = max(0, k - margin), min(len(words) - 1, k + margin)
+        a, b = words[lo][0], words[hi][1]
+        if out and a <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
 def _always_hits(text: str, start: int, end: int, lexicon: Lexicon) -> Iterator[tuple[str, str, str]]:
     for w in TOKEN.findall(text, start, end):
         if lexicon.candidates(w) == "always":
@@ -193,6 +216,7 @@ class SubjectivityFilter:
         self.lexicon, self.policy, self.tagger = lexicon, policy, tagger
         self.policies = policies_reported(policy) if compare else (policy,)
         self.sentences = self.sentences_tagged = self.sentences_always = self.results_from_cache = 0
+        self.windows_tagged = 0
         cache_dir = None if tagger is None or tagger.cache_path is None else tagger.cache_path.parent
         self.results = ResultCache(cache_dir, self._fingerprint()) if cache_dir is not None else None
 
@@ -212,9 +236,11 @@ class SubjectivityFilter:
         self.sentences_always += sum(n.count(ALWAYS) for n in needs)
         tags: list[Tagged | None] = [None] * len(texts)
         if self.tagger is not None:
-            todo = [(k, [s for s, n in zip(sp, nd) if n == TAG]) for k, (sp, nd) in enumerate(zip(spans, needs))]
+            todo = [(k, [w for s, n in zip(sp, nd) if n == TAG for w in tag_windows(texts[k], s, self.lexicon)])
+                    for k, (sp, nd) in enumerate(zip(spans, needs))]
             todo = [(k, sub) for k, sub in todo if sub]
-            self.sentences_tagged += sum(len(sub) for _, sub in todo)
+            self.sentences_tagged += sum(n.count(TAG) for n in needs)
+            self.windows_tagged += sum(len(sub) for _, sub in todo)
             if todo:
                 for (k, _), tg in zip(todo, self.tagger.tag_many([(texts[k], sub) for k, sub in todo])):
                     tags[k] = tg
@@ -255,11 +281,12 @@ class SubjectivityFilter:
         """How many sentences needed the tagger (the rest were decided by the lexicon alone)."""
         return {"texts_from_result_cache": self.results_from_cache,
                 "sentences": self.sentences, "sentences_tagged": self.sentences_tagged,
+                "windows_tagged": self.windows_tagged,
                 "sentences_removed_by_anypos_clue_untagged": self.sentences_always,
                 "sentences_without_candidate_untagged": self.sentences - self.sentences_tagged - self.sentences_always}
 
 
-RESULT_VERSION = "mpqa-filter-1"   # bump when the matching rules change: cached results are then misses
+RESULT_VERSION = "mpqa-filter-2"   # bump when the matching rules change: cached results are then misses
 
 
 class ResultCache:

@@ -129,3 +129,27 @@ def test_a_rerun_reads_whole_results_from_the_cache(mpqa: Lexicon, tmp_path) -> 
     other = SubjectivityFilter(mpqa, "respect_porter", PosTagger(tmp_path))   # another policy: another key
     other.run(texts)
     assert other.results_from_cache == 0
+
+
+@needs_spacy
+def test_window_tags_equal_whole_sentence_tags(mpqa: Lexicon) -> None:
+    """The tagger sees only windows around candidate words; their tags must be the whole sentence's."""
+    from finlib.finbias.lexicon import TOKEN
+    from finlib.finbias.postag import PosTagger
+    from finlib.finbias.sentences import sentence_spans
+    from finlib.finbias.subjectivity import tag_windows
+
+    text = ("Despite a volatile quarter in which management repeatedly said the outlook for the industrial segment "
+            "remained challenging, the main concern among long-term investors is the leverage of the holding company, "
+            "which could concern rating agencies if refinancing costs rise further next year. "
+            "We think the will of the board to cut costs, though questioned by some shareholders, is clear, "
+            "and the abused terms of the old credit agreement, which lenders worried about, were finally replaced.")
+    tagger = PosTagger()
+    spans = sentence_spans(text)
+    whole = tagger.tag(text, spans)
+    windows = [w for s in spans for w in tag_windows(text, s, mpqa)]
+    assert windows and sum(b - a for a, b in windows) < len(text)        # less text goes through the tagger
+    part = tagger.tag(text, windows)
+    cands = [m.start() for m in TOKEN.finditer(text) if mpqa.candidates(m.group(0)) == "pos"]
+    assert len(cands) >= 5
+    assert [part.tag_at(c) for c in cands] == [whole.tag_at(c) for c in cands]
