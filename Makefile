@@ -12,7 +12,7 @@ SMOLLM2_VERSION := 0.1.2
 export JUPYTER_PREFER_ENV_PATH := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: help venv reproduce stage figures report plan dpo test test-integration unit lab data bench clean
+.PHONY: help venv reproduce rehearse stage figures report plan dpo test test-integration unit lab data bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -41,6 +41,9 @@ figures: $(STAMP) ## regenerate tables and figures from cached artifacts (stage 
 
 report: $(STAMP) ## static HTML report of a run: runs/$(RUN)/report/index.html (notebooks, figures, tables)
 	$(PY) -m finlib.core.report --run $(RUN)
+
+rehearse: $(STAMP) ## both papers' full runs offline against simulated servers, checked: runs/rehearsal/rehearsal.md
+	$(PY) -m finlib.core.rehearse --run $(if $(filter default,$(RUN)),rehearsal,$(RUN))
 
 plan: $(STAMP) ## requests, tokens, cost and wall time of params/$(RUN).yaml (no calls): runs/$(RUN)/plan.md
 	$(PY) -m finlib.core.plan --run $(RUN)

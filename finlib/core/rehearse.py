@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from finlib.core.config import RunConfig, load_run, repo_root
+from finlib.core.vocab import SECTORS
 
 REHEARSAL_DEFAULTS: dict[str, Any] = {"stages": None, "time_scale": 0.0, "profile_seed": 0, "profiles": {},
                                       "ci_widen": 1.6}
@@ -157,7 +158,7 @@ def herding_recovery(cfg: RunConfig, profiles: dict, widen: float) -> pd.DataFra
     from finlib.core.vocab import POOLED
 
     m = read_frame(cfg, "metrics")
-    m = m[(m["metric"] == "herding") & (m["sector"] == POOLED)]
+    m = m[(m["metric"] == "herding") & (m["sector"] == POOLED)].rename(columns={"value": "estimate"})
     planted = planted_herding(cfg, profiles)
     df = planted.merge(m[["model", "condition", "estimate", "ci_low", "ci_high"]], on=["model", "condition"],
                        how="left")
@@ -167,17 +168,28 @@ def herding_recovery(cfg: RunConfig, profiles: dict, widen: float) -> pd.DataFra
     return df
 
 
+def read_table_csv(path: Path) -> pd.DataFrame:
+    """A written table (finlib.core.tables.write_table): caption lines start with '#', then the CSV."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    skip = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
+    return pd.read_csv(path, skiprows=skip)
+
+
 def table_rows(path: Path, expected: list[str]) -> dict[str, Any]:
-    """Which expected rows (first column) a written table lacks, and its empty cells."""
+    """Which expected rows (the `Model` column, else the first) our rows of a written table lack, and
+    how many of their result cells (sectors, averages, scores) are empty ('–' or blank)."""
     if not path.is_file():
         return {"table": path.name, "exists": False, "missing_rows": expected, "empty_cells": None}
-    t = pd.read_csv(path)
-    first = t.columns[0]
-    have = {str(v).strip().lower() for v in t[first]}
+    t = read_table_csv(path)
+    if "Source" in t.columns:
+        t = t[t["Source"].astype(str) == "ours"]
+    key = next((c for c in t.columns if c.lower() == "model"), t.columns[0])
+    have = {str(v).strip().lower() for v in t[key]}
     missing = [r for r in expected if str(r).strip().lower() not in have]
-    body = t[t[first].astype(str).str.lower().isin({str(r).lower() for r in expected})]
-    return {"table": path.name, "exists": True, "rows": int(len(t)), "missing_rows": missing,
-            "empty_cells": int(body.drop(columns=[first]).isna().sum().sum())}
+    cells = [c for c in t.columns if c in SECTORS or c.startswith("Average") or c.lower() in ("score", "accuracy")]
+    body = t[cells].astype(str).apply(lambda s: s.str.strip())
+    empty = int((body.isin(["", "nan", "–", "-"]) | body.apply(lambda s: s.str.contains("–/|/–", regex=True))).sum().sum())
+    return {"table": path.name, "exists": True, "rows": int(len(t)), "missing_rows": missing, "empty_cells": empty}
 
 
 def rehearsal_checks(cfg: RunConfig, profiles: dict) -> dict[str, Any]:

@@ -271,6 +271,30 @@ def run_registry(cfg) -> dict[str, ModelSpec]:
                            inf.get("endpoints"), source=f"{cfg.params_file}: inference.endpoints")
 
 
+# vLLM flags some checkpoints need (their repositories ship custom model code).
+VLLM_EXTRA_FLAGS: dict[str, str] = {"internlm/internlm2-chat-7b": "--trust-remote-code",
+                                    "THUDM/glm-4-9b-chat": "--trust-remote-code",
+                                    "deepseek-ai/DeepSeek-V2-Lite-Chat": "--trust-remote-code"}
+
+
+def vllm_command(spec: ModelSpec) -> str:
+    """The documented vLLM command serving one registry model at its `base_url`'s port.
+
+    `--generation-config vllm`: vLLM's server otherwise applies the checkpoint's generation_config.json
+    (top_k, repetition penalty, its own temperature) under the request's sampling, while the authors'
+    offline sampling applies none; `--max-model-len` is the registry context window (a smaller one
+    changes which reports fit, and preflight/stage 03 count those not sent).
+    """
+    from urllib.parse import urlparse
+
+    if spec.backend != "openai" or not spec.base_url:
+        raise RegistryError(f"model '{spec.name}' is not served over HTTP (backend {spec.backend})")
+    port = urlparse(spec.base_url).port or 8000
+    extra = VLLM_EXTRA_FLAGS.get(spec.model_id, "")
+    return (f"vllm serve {spec.model_id} --port {port} --max-model-len {spec.context_length} "
+            f"--generation-config vllm {extra}").rstrip()
+
+
 def select_models(registry: dict[str, ModelSpec], names: list[str], source: str = "inference.models") -> list[ModelSpec]:
     """The records named in params, in order; an unknown name is an error listing the known ones."""
     missing = [n for n in names if n not in registry]

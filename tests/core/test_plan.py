@@ -151,4 +151,4 @@ def test_paper_run_fails_at_once_offline_naming_what_is_missing(tmp_path, monkey
         plan.check_preflight(cfg)
     msg = str(exc.value)
     assert "OPENAI_API_KEY" in msg and "ANTHROPIC_API_KEY" in msg and "Hugging Face" in msg
-    assert "localhost:8000" in msg
+    assert "localhost:8001" in msg  # each open model has its own server (port) by default

@@ -144,3 +144,18 @@ def test_endpoints_from_params_and_environment_environment_wins(tmp_path):
         apply_endpoints(reg, {"gemma-7b-it": {"base_url": "localhost:8000"}}, {})
     with pytest.raises(RegistryError, match="only openai"):
         apply_endpoints(reg, {"smollm2-135m": {"base_url": "http://h/v1"}}, {})
+
+
+def test_each_open_model_has_its_own_port_and_a_vllm_command_without_generation_config():
+    from finlib.llm.registry import vllm_command
+    from urllib.parse import urlparse
+
+    reg = load_registry("params/models.yaml")
+    local = [s for s in reg.values() if s.backend == "openai" and "localhost" in (s.base_url or "")]
+    ports = [urlparse(s.base_url).port for s in local]
+    assert len(local) >= 15 and len(set(ports)) == len(ports)  # one server per model
+    cmd = vllm_command(reg["gemma-2-9b-it"])
+    assert cmd.startswith("vllm serve google/gemma-2-9b-it ") and "--generation-config vllm" in cmd
+    assert f"--port {urlparse(reg['gemma-2-9b-it'].base_url).port}" in cmd and "--max-model-len 8192" in cmd
+    with pytest.raises(RegistryError):
+        vllm_command(reg["smollm2-135m"])
