@@ -35,8 +35,9 @@ HF_HOST, YAHOO_HOST = ("huggingface.co", 443), ("query1.finance.yahoo.com", 443)
 
 
 def plan_params(cfg: RunConfig) -> dict:
-    """The `plan:` section; every key documented in params/default.yaml, misspellings refused."""
-    return cfg.section("plan", known=PLAN_KEYS, required=PLAN_KEYS)
+    """The `plan:` section, checked by the params schema (`finlib.core.params.PlanSection`: types,
+    ranges, misspellings); every key documented in params/default.yaml is required."""
+    return cfg.section("plan", required=PLAN_KEYS)
 
 
 # ---- token counting -----------------------------------------------------------------------
