@@ -147,6 +147,15 @@ class PerturbSection(_Section):
 
 # ---- inference (stage 03) ------------------------------------------------------------------------
 
+class EndpointSection(_Section):
+    """inference.endpoints.<model>: where an API-served record is sent (finlib.llm.registry.ENDPOINT_FIELDS)."""
+    base_url: Optional[str] = None
+    api_key_env: Optional[str] = None  # the NAME of the variable holding the key, never the key
+    rpm: Optional[NonNegInt] = None    # 0: unlimited
+    tpm: Optional[NonNegInt] = None
+    concurrency: Optional[Count] = None
+
+
 class InferenceSection(_Section):
     models: Optional[Annotated[list[StrictStr], Field(min_length=1)]] = None
     mode: Optional[Literal["score", "generate"]] = None
@@ -174,7 +183,7 @@ class InferenceSection(_Section):
     samples_per_item: Optional[Count] = None  # k draws per report x condition (1 = the paper)
     samples_reports: Optional[NonNegInt] = None   # reports (sorted id) that get the k draws; null = all
     extension_models: Optional[list[StrictStr]] = None  # models answering the sweep and the draws; null = all
-    endpoints: Optional[dict[str, dict[str, Any]]] = None  # per-model server (finlib.llm.registry.apply_endpoints)
+    endpoints: Optional[dict[str, EndpointSection]] = None  # per-model server (finlib.llm.registry.apply_endpoints)
 
 
 # ---- scoring (stage 04) --------------------------------------------------------------------------

@@ -121,6 +121,16 @@ def test_values_out_of_range_are_refused_at_load_time(default, dotted, value, ex
         validate_params(_with(default, dotted, value), "x.yaml")
 
 
+def test_endpoint_overrides_are_closed_and_typed(default):
+    params = _with(default, "inference.endpoints", {"gpt-4.1": {"rmp": 10}})
+    with pytest.raises(ConfigError, match=r"unknown key 'inference\.endpoints\.gpt-4\.1\.rmp'"):
+        validate_params(params, "x.yaml")
+    params = _with(default, "inference.endpoints", {"gpt-4.1": {"concurrency": 0}})
+    with pytest.raises(ConfigError, match=r"inference\.endpoints\.gpt-4\.1\.concurrency: input should be greater"):
+        validate_params(params, "x.yaml")
+    validate_params(_with(default, "inference.endpoints", {"gpt-4.1": {"rpm": 0, "base_url": "http://h/v1"}}), "x")
+
+
 def test_synthetic_section_declares_exactly_the_generator_knobs():
     import dataclasses
 
@@ -154,6 +164,10 @@ def test_schema_declares_every_key_the_stages_read():
     from finlib.finbias.dpo import triplets
     split_keys = set(getattr(triplets, "SPLIT_PARAM_KEYS", ()))
     assert set(DPO_KEYS) <= declared_keys("dpo") <= set(DPO_KEYS) | split_keys
+    from finlib.core.params import EndpointSection
+    from finlib.llm.registry import ENDPOINT_FIELDS
+
+    assert set(EndpointSection.model_fields) == set(ENDPOINT_FIELDS)
     for model, keys in ((MackinlaySection, MACKINLAY_KEYS), (ReportsSection, REPORTS_KEYS),
                         (PricesSection, PRICES_KEYS), (LoraSection, LORA_KEYS), (IteraJudgeSection, ITERAJUDGE_KEYS)):
         assert set(model.model_fields) == set(keys), model.__name__
