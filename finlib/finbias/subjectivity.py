@@ -217,6 +217,7 @@ class SubjectivityFilter:
         self.policies = policies_reported(policy) if compare else (policy,)
         self.sentences = self.sentences_tagged = self.sentences_always = self.results_from_cache = 0
         self.windows_tagged = 0
+        self._spans: dict[str, list[tuple[int, int]]] = {}   # text -> sentence spans, kept for the validation
         cache_dir = None if tagger is None or tagger.cache_path is None else tagger.cache_path.parent
         self.results = ResultCache(cache_dir, self._fingerprint()) if cache_dir is not None else None
 
@@ -230,7 +231,7 @@ class SubjectivityFilter:
     def prepare(self, texts: Sequence[str]) -> tuple[list[list[tuple[int, int]]], list[list[int]], list[Tagged | None]]:
         """Sentence spans of each text, what each sentence needs, and the tags of the TAG sentences
         (one tagger stream for all texts; None where nothing needs tags)."""
-        spans = [sentence_spans(t) for t in texts]
+        spans = [self._spans.get(t) or sentence_spans(t) for t in texts]
         needs = [[sentence_need(t, a, b, self.lexicon) for a, b in sp] for t, sp in zip(texts, spans)]
         self.sentences += sum(map(len, needs))
         self.sentences_always += sum(n.count(ALWAYS) for n in needs)
@@ -262,6 +263,7 @@ class SubjectivityFilter:
         out = []
         for text in texts:
             spans, stats = fresh[text] if text in fresh else cached[text]
+            self._spans[text] = spans
             keep = [i for i in range(len(spans)) if i not in stats[0].removed]
             out.append((_join_kept(text, spans, keep), stats))
         return out
