@@ -463,9 +463,14 @@ class ColumnTexts(Mapping):
         self._texts = texts.array
         is_str = texts.map(lambda v: isinstance(v, str), na_action="ignore").fillna(False).to_numpy(bool)
         self._pos = {k: i for i, (k, ok) in enumerate(zip(ids, is_str)) if ok}
+        self._last: tuple[str, str] | None = None  # replies come item by item: the same text is asked for in a row
 
     def __getitem__(self, key: str) -> str:
-        return self._texts[self._pos[key]]
+        if self._last is not None and self._last[0] == key:
+            return self._last[1]
+        text = self._texts[self._pos[key]]
+        self._last = (key, text)
+        return text
 
     def __iter__(self):
         return iter(self._pos)
