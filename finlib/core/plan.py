@@ -135,7 +135,9 @@ def model_plan(cfg: RunConfig, spec: ModelSpec, texts: dict[str, list[str]], cou
 
     p, inf = plan_params(cfg), cfg.params.get("inference", {})
     cap = output_cap(cfg, spec)
-    budget = min(int(inf.get("max_input_tokens", spec.context_length)), spec.context_length - cap)
+    # whole reports (max_input_tokens null), else the run's named input cap; the output cap of a call is
+    # what the context leaves after its prompt (finlib.llm.context), never a cut of the report
+    budget = spec.context_length if inf.get("max_input_tokens") is None else int(inf["max_input_tokens"])
     overhead = sum(counter.count(m["content"]) for m in build_messages("", spec.supports_system)) + 8
     measured = answers.get(spec.name)
     answer = min(measured[0], cap) if measured else min(float(p["answer_tokens"]), cap)
@@ -149,7 +151,8 @@ def model_plan(cfg: RunConfig, spec: ModelSpec, texts: dict[str, list[str]], cou
         per = ([min(counter.count(t), budget) for t in sample] if sample
                else [min(int(p["report_tokens"]), budget)])
         in_tok = n * (float(np.mean(per)) + overhead) if per else 0.0
-        out_exp, out_cap = n * answer, n * cap
+        room = float(np.mean([max(0, min(cap, spec.context_length - t - overhead)) for t in per])) if per else cap
+        out_exp, out_cap = n * min(answer, room), n * room
         hours, binding = wall_hours(n, in_tok + out_exp, spec, float(p["latency_s"]))
         rows.append({
             "model": spec.name, "condition": cond, "requests": n,

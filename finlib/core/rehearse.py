@@ -181,12 +181,15 @@ def table_rows(path: Path, expected: list[str]) -> dict[str, Any]:
     if not path.is_file():
         return {"table": path.name, "exists": False, "missing_rows": expected, "empty_cells": None}
     t = read_table_csv(path)
-    if "Source" in t.columns:
-        t = t[t["Source"].astype(str) == "ours"]
-    key = next((c for c in t.columns if c.lower() == "model"), t.columns[0])
+    origin = next((c for c in t.columns if c.lower() in ("source", "row")), None)
+    if origin is not None and t[origin].astype(str).isin(["ours", "this run"]).any():
+        t = t[t[origin].astype(str).isin(["ours", "this run"])]  # our rows, not the published ones beside them
+    key = next((c for c in t.columns if c.lower() in ("model", "methods")), t.columns[0])
     have = {str(v).strip().lower() for v in t[key]}
     missing = [r for r in expected if str(r).strip().lower() not in have]
-    cells = [c for c in t.columns if c in SECTORS or c.startswith("Average") or c.lower() in ("score", "accuracy")]
+    tasks = {"AEA", "FNC", "FTR", "FTU", "FQA", "FDD", "ER", "SP", "FNER", "avg"}
+    cells = [c for c in t.columns if c in SECTORS or c in tasks or c.startswith("Average")
+             or c.lower() in ("score", "accuracy")]
     body = t[cells].astype(str).apply(lambda s: s.str.strip())
     empty = int((body.isin(["", "nan", "–", "-"]) | body.apply(lambda s: s.str.contains("–/|/–", regex=True))).sum().sum())
     return {"table": path.name, "exists": True, "rows": int(len(t)), "missing_rows": missing, "empty_cells": empty}
@@ -210,11 +213,12 @@ def rehearsal_checks(cfg: RunConfig, profiles: dict) -> dict[str, Any]:
         for ours in CORPUS_TABLES:
             out["tables"].append(table_rows(tables / f"{ours}.csv", []))
     if "07" in stages or not stages:
-        biz = [registry[m].paper_name or m for m in cfg.params["bizfin"]["models"]]
-        out["tables"].append(table_rows(tables / "bizfin_table3.csv", biz))
+        out["tables"].append(table_rows(tables / "bizfin_table3.csv", list(cfg.params["bizfin"]["models"])))
         out["tables"].append(table_rows(tables / "bizfin_table6.csv", []))
     if "08" in stages or not stages:
-        out["tables"].append(table_rows(tables / "bizfin_table4_judge.csv", []))
+        judges = cfg.params["bizfin"]["iterajudge"]["judges"]
+        out["tables"].append(table_rows(tables / "bizfin_table4_judge.csv", [
+            f"{kind} ({j})" for j in judges for kind in ("LLM as a judge", "Ours")]))
     for t in out["tables"]:
         if not t["exists"] or t["missing_rows"] or t["empty_cells"]:
             out["problems"].append(f"table {t['table']}: exists={t['exists']}, missing rows {t['missing_rows'][:5]}, "
