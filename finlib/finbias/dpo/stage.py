@@ -472,9 +472,14 @@ def run_stage(cfg: RunConfig, parts: tuple[str, ...] = PARTS, models: list[str] 
         sp, trip = build(cfg, dp)
         report.update(cutoff=str(sp.cutoff.date()), split_drops=sp.dropped, teacher_calls=trip.teacher_calls,
                       test_firms=len(sp.reports.attrs.get("test_firms", [])))
-    elif (cfg.run_dir / "dpo_report.json").is_file():
-        prev = json.loads((cfg.run_dir / "dpo_report.json").read_text())
-        report.update({k: prev[k] for k in ("cutoff", "split_drops", "teacher_calls") if k in prev})
+    else:  # the split and triplets of an earlier launch (e.g. `--parts triplets` on another machine)
+        from finlib.core.artifacts import read_json
+
+        try:
+            prev = read_json(cfg, "dpo_report")
+        except FileNotFoundError:
+            prev = {}
+        report.update({k: prev[k] for k in ("cutoff", "split_drops", "teacher_calls", "test_firms") if k in prev})
     if not (read_frame(cfg, "dpo_triplets")["split"] == tp.TRAIN).any():
         return _skipped(cfg, dp, report)
     logs, trained = [], {}
