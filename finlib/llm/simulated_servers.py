@@ -9,7 +9,8 @@ OpenAI API do (the same `/v1/chat/completions` JSON, `usage`, `finish_reason`, s
 * its registry context window, with vLLM's 400 when prompt + max_tokens exceed it (the prompt is
   counted with the model's own simulated tokenizer: `chars_per_token`, not the client's estimate);
 * its own latency (queueing behind `concurrency` slots, prefill + decode time, scaled by
-  `time_scale`) and rate limits (requests and tokens per minute -> 429 with Retry-After);
+  `time_scale`) and rate limits (requests and tokens per minute over a real-time window -> 429
+  with Retry-After);
 * `<think>...</think>` before the answer for thinking models, and occasional run-away replies cut
   at the token limit (finish_reason "length");
 * planted answer propensities per model (`Profile`): how strongly it follows a rating shown in the
@@ -312,7 +313,7 @@ class SimulatedServer(StubServer):
         if wait is not None:
             self.books.rate_429 += 1
             return self._error(429, "Rate limit reached for requests", "RateLimitError",
-                               {"Retry-After": f"{wait * self.time_scale:.2f}"}), False
+                               {"Retry-After": f"{wait:.2f}"}), False  # the window is in real seconds
         key = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
         text, n_out, kind = self.reply(messages, key)
         finish = "stop"

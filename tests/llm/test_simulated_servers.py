@@ -159,3 +159,18 @@ def test_each_open_model_has_its_own_port_and_a_vllm_command_without_generation_
     assert f"--port {urlparse(reg['gemma-2-9b-it'].base_url).port}" in cmd and "--max-model-len 8192" in cmd
     with pytest.raises(RegistryError):
         vllm_command(reg["smollm2-135m"])
+
+
+def test_rate_limit_answers_429_with_retry_after_beyond_rpm():
+    clock = {"t": 0.0}
+    srv = SimulatedServer(Profile(name="r", model_id="r", context_length=4096, rpm=2, unparsed=0.0, runaway=0.0),
+                          clock=lambda: clock["t"])
+    body = json.dumps({"model": "r", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}).encode()
+    status = []
+    for t in (0.0, 1.0, 2.0, 61.5):
+        clock["t"] = t
+        resp, _ = asyncio.run(srv.handle_request("POST", "/v1/chat/completions", {}, body))
+        status.append(int(resp.split(b" ", 2)[1]))
+        if status[-1] == 429:
+            assert b"Retry-After: 58.00" in resp  # the first request leaves the window at t = 60
+    assert status == [200, 200, 429, 200] and srv.books.rate_429 == 1
