@@ -12,6 +12,7 @@ line it affects: lengths are then the stand-in's, not the real model's.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 from dataclasses import dataclass, field
 
@@ -76,8 +77,6 @@ def check_launch(dp: dict, env: dict, pf: Preflight) -> None:
 def zero3_active() -> bool | None:
     """After DPOConfig exists: does transformers see ZeRO-3 (so from_pretrained partitions)? None when
     DeepSpeed is not installed (CPU machine): the GPU machine needs `pip install deepspeed`."""
-    import importlib.util
-
     if importlib.util.find_spec("deepspeed") is None:
         return None
     from transformers.integrations import is_deepspeed_zero3_enabled
@@ -137,7 +136,7 @@ def dry_run(cfg: RunConfig, models: list[str] | None = None, stand_in_tokenizer:
         except tr.SequenceTooLongError as exc:
             pf.fail(f"{name}: {exc}{tag}")
             continue
-        if env["kind"] == "deepspeed" and __import__("importlib").util.find_spec("deepspeed") is None:
+        if env["kind"] == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
             pf.ok(f"{name}: DPOConfig not built here: DeepSpeed is not installed on this machine "
                   "(install it on the GPU machine: pip install deepspeed)")
             continue
