@@ -216,7 +216,8 @@ def build_conditions(reports: pd.DataFrame, seed: int, mode: str = "one", lexico
     if policy not in POS_POLICIES:
         raise ValueError(f"perturb.mpqa_pos must be one of {POS_POLICIES}, got {policy!r}")
     lexicon = lexicon if lexicon is not None else shipped_lexicon()
-    filt = SubjectivityFilter(lexicon, policy, (tagger or PosTagger()) if policy != "ignore" else None)
+    filt = SubjectivityFilter(lexicon, policy, (tagger or PosTagger()) if policy != "ignore" else None,
+                              processes=getattr(tagger, "n_process", 1))
     tally = subjectivity.TriggerTally(filt.policies)
     kinds: Counter = Counter()
     rows: list[dict] = []
@@ -336,6 +337,7 @@ def run_stage(cfg: RunConfig) -> StageResult:
     tagger = None
     if params["mpqa_pos"] != "ignore":
         tagger = PosTagger(cfg.path(params["tag_cache"]), params["tagger_model"], int(params["tagger_processes"]))
+    result = None
     try:
         result = build_conditions(reports, cfg.seed, params["fake_rating"], lexicon,
                                   source=str(cfg.processed_dir / "reports.parquet"), policy=params["mpqa_pos"],
@@ -344,6 +346,8 @@ def run_stage(cfg: RunConfig) -> StageResult:
     finally:
         if tagger is not None:
             tagger.close()
+        if result is not None and result.subjectivity is not None:
+            result.subjectivity.close()
     write_frame(cfg, "conditions", result.conditions)
     write_frame(cfg, "lexicon_stats", result.lexicon_stats)
     write_json(cfg, "perturb_report", result.report)

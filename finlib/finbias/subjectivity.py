@@ -208,7 +208,7 @@ class SubjectivityFilter:
     """The lexicon, the policy and (for the POS-aware policies) the cached tagger, applied to batches of texts."""
 
     def __init__(self, lexicon: Lexicon, policy: str = "respect", tagger: PosTagger | None = None,
-                 compare: bool = True) -> None:
+                 compare: bool = True, processes: int = 1) -> None:
         if policy not in POS_POLICIES:
             raise ValueError(f"perturb.mpqa_pos must be one of {POS_POLICIES}, got {policy!r}")
         if policy != "ignore" and tagger is None:
@@ -218,8 +218,28 @@ class SubjectivityFilter:
         self.sentences = self.sentences_tagged = self.sentences_always = self.results_from_cache = 0
         self.windows_tagged = 0
         self._spans: dict[str, list[tuple[int, int]]] = {}   # text -> sentence spans, kept for the validation
+        self.processes = int(processes)   # Punkt on this many cores for batches of >= PARALLEL_MIN_TEXTS texts
+        self._pool = None
         cache_dir = None if tagger is None or tagger.cache_path is None else tagger.cache_path.parent
         self.results = ResultCache(cache_dir, self._fingerprint()) if cache_dir is not None else None
+
+    def _split(self, texts: Sequence[str]) -> list[list[tuple[int, int]]]:
+        """Sentence spans of each text; a long batch is split on `processes` cores (Punkt is pure Python)."""
+        todo = [t for t in texts if t not in self._spans]
+        if self.processes > 1 and len(todo) >= PARALLEL_MIN_TEXTS:
+            if self._pool is None:
+                import multiprocessing as mp
+                from concurrent.futures import ProcessPoolExecutor
+
+                self._pool = ProcessPoolExecutor(self.processes, mp_context=mp.get_context("fork"))
+            self._spans.update(zip(todo, self._pool.map(sentence_spans, todo, chunksize=8)))
+        return [self._spans.get(t) or sentence_spans(t) for t in texts]
+
+    def close(self) -> None:
+        """Stop the worker processes of the sentence split (if any were started)."""
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
 
     def _fingerprint(self) -> str:
         """What a cached result depends on besides the text: code version, lexicon entries, policies, tagger."""
@@ -231,7 +251,7 @@ class SubjectivityFilter:
     def prepare(self, texts: Sequence[str]) -> tuple[list[list[tuple[int, int]]], list[list[int]], list[Tagged | None]]:
         """Sentence spans of each text, what each sentence needs, and the tags of the TAG sentences
         (one tagger stream for all texts; None where nothing needs tags)."""
-        spans = [self._spans.get(t) or sentence_spans(t) for t in texts]
+        spans = self._split(texts)
         needs = [[sentence_need(t, a, b, self.lexicon) for a, b in sp] for t, sp in zip(texts, spans)]
         self.sentences += sum(map(len, needs))
         self.sentences_always += sum(n.count(ALWAYS) for n in needs)
@@ -288,7 +308,8 @@ class SubjectivityFilter:
                 "sentences_without_candidate_untagged": self.sentences - self.sentences_tagged - self.sentences_always}
 
 
-RESULT_VERSION = "mpqa-filter-2"   # bump when the matching rules change: cached results are then misses
+RESULT_VERSION = "mpqa-filter-2"
+PARALLEL_MIN_TEXTS = 32    # fewer texts in a batch: split in this process (worker start-up would dominate)   # bump when the matching rules change: cached results are then misses
 
 
 class ResultCache:

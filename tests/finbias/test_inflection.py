@@ -153,3 +153,18 @@ def test_window_tags_equal_whole_sentence_tags(mpqa: Lexicon) -> None:
     cands = [m.start() for m in TOKEN.finditer(text) if mpqa.candidates(m.group(0)) == "pos"]
     assert len(cands) >= 5
     assert [part.tag_at(c) for c in cands] == [whole.tag_at(c) for c in cands]
+
+
+def test_sentence_split_on_two_cores_equals_one(mpqa: Lexicon) -> None:
+    from finlib.finbias.sentences import sentence_spans
+
+    texts = [f"Report {i}. Revenue rose {i}% vs. a year ago.\nKey points: margins fell. The U.S. unit grew." for i in range(40)]
+    filt = SubjectivityFilter(mpqa, "ignore", processes=2)
+    try:
+        spans = filt._split(texts)
+        assert filt._pool is not None                       # 40 texts >= PARALLEL_MIN_TEXTS: the pool ran
+        assert spans == [sentence_spans(t) for t in texts]
+        assert [o for o, _ in filt.run(texts)] == [o for o, _ in SubjectivityFilter(mpqa, "ignore").run(texts)]
+    finally:
+        filt.close()
+    assert filt._pool is None
