@@ -227,13 +227,19 @@ class SubjectivityFilter:
         """Sentence spans of each text; a long batch is split on `processes` cores (Punkt is pure Python)."""
         todo = [t for t in texts if t not in self._spans]
         if self.processes > 1 and len(todo) >= PARALLEL_MIN_TEXTS:
-            if self._pool is None:
-                import multiprocessing as mp
-                from concurrent.futures import ProcessPoolExecutor
-
-                self._pool = ProcessPoolExecutor(self.processes, mp_context=mp.get_context("fork"))
+            self._start_pool()
             self._spans.update(zip(todo, self._pool.map(sentence_spans, todo, chunksize=8)))
         return [self._spans.get(t) or sentence_spans(t) for t in texts]
+
+    def _start_pool(self) -> None:
+        """Worker processes forked with this filter's lexicon and policies (read by `_match_job`)."""
+        global _WORKER
+        if self._pool is None:
+            import multiprocessing as mp
+            from concurrent.futures import ProcessPoolExecutor
+
+            _WORKER = (self.lexicon, self.policies)
+            self._pool = ProcessPoolExecutor(self.processes, mp_context=mp.get_context("fork"))
 
     def close(self) -> None:
         """Stop the worker processes of the sentence split (if any were started)."""
@@ -276,8 +282,13 @@ class SubjectivityFilter:
         todo = [t for t in dict.fromkeys(texts) if t not in cached]
         fresh: dict[str, tuple[list[tuple[int, int]], list[SubjectivityStats]]] = {}
         if todo:
-            for text, sp, nd, tg in zip(todo, *self.prepare(todo)):
-                fresh[text] = (sp, [_filter(text, self.lexicon, p, sp, nd, tg)[1] for p in self.policies])
+            jobs = list(zip(todo, *self.prepare(todo)))
+            if self._pool is not None and len(jobs) >= PARALLEL_MIN_TEXTS:   # matching on every core too
+                matched = self._pool.map(_match_job, jobs, chunksize=4)
+            else:
+                matched = (_match_local(self.lexicon, self.policies, job) for job in jobs)
+            for (text, sp, _, _), stats in zip(jobs, matched):
+                fresh[text] = (sp, stats)
             if self.results is not None:
                 self.results.put(fresh)
         out = []
@@ -306,6 +317,20 @@ class SubjectivityFilter:
                 "windows_tagged": self.windows_tagged,
                 "sentences_removed_by_anypos_clue_untagged": self.sentences_always,
                 "sentences_without_candidate_untagged": self.sentences - self.sentences_tagged - self.sentences_always}
+
+
+_WORKER: tuple | None = None   # (lexicon, policies) of the filter whose pool forked this process
+
+
+def _match_local(lexicon: Lexicon, policies: Sequence[str], job: tuple) -> list[SubjectivityStats]:
+    text, spans, needs, tagged = job
+    return [_filter(text, lexicon, p, spans, needs, tagged)[1] for p in policies]
+
+
+def _match_job(job: tuple) -> list[SubjectivityStats]:
+    """One text's stats under every policy, in a worker process (lexicon and policies inherited by fork)."""
+    lexicon, policies = _WORKER
+    return _match_local(lexicon, policies, job)
 
 
 RESULT_VERSION = "mpqa-filter-2"
