@@ -86,6 +86,28 @@ def _expanded_size(node, memo: dict) -> int:
     return memo[key]
 
 
+def _refuse_duplicate_keys(node, seen_nodes: set[int] | None = None) -> None:
+    """A key written twice in one mapping is an error: YAML keeps the last copy silently, so an
+    edited first copy would be ignored without a word."""
+    seen_nodes = set() if seen_nodes is None else seen_nodes
+    if id(node) in seen_nodes:
+        return
+    seen_nodes.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        first: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode):
+                line = key_node.start_mark.line + 1
+                if key_node.value in first:
+                    raise yaml.YAMLError(f"key '{key_node.value}' appears twice in one mapping "
+                                         f"(lines {first[key_node.value]} and {line})")
+                first[key_node.value] = line
+            _refuse_duplicate_keys(value_node, seen_nodes)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _refuse_duplicate_keys(item, seen_nodes)
+
+
 def _safe_load_bounded(text: str) -> object:
     """yaml.safe_load, refusing files whose aliases (`*name`) expand past MAX_YAML_VALUES: nested
     aliases grow exponentially when the params are walked or merged (a 1 kB file hung the loader).
@@ -93,6 +115,7 @@ def _safe_load_bounded(text: str) -> object:
     node = yaml.compose(text, Loader=yaml.SafeLoader)
     if node is None:
         return None
+    _refuse_duplicate_keys(node)
     size = _expanded_size(node, {})
     if size > MAX_YAML_VALUES:
         raise yaml.YAMLError(f"aliases (*name) expand it to {size:,} values (limit {MAX_YAML_VALUES:,})")

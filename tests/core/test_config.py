@@ -77,3 +77,25 @@ def test_section_requires_the_documented_keys(tmp_run):
     del tmp_run.params["scoring"]["ci"]
     with pytest.raises(ConfigError, match=r"scoring: missing key\(s\) \['ci'\]"):
         tmp_run.section("scoring", required=("bootstrap_reps", "ci"))
+
+
+def test_a_key_written_twice_is_refused_naming_both_lines(tmp_path):
+    """YAML keeps the last copy of a repeated key without a word: an edit to the first copy would be
+    ignored, so the loader refuses the file and names the key and both lines."""
+    from finlib.core.config import ConfigError, read_yaml_mapping
+
+    path = tmp_path / "twice.yaml"
+    path.write_text("figures:\n  text_chars: 1400\nplan:\n  latency_s: 20.0\nfigures:\n  text_chars: 900\n")
+    with pytest.raises(ConfigError, match=r"twice\.yaml.*'figures' appears twice.*lines 1 and 5"):
+        read_yaml_mapping(path)
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("labels:\n  window: 60\n  window: 30\n")
+    with pytest.raises(ConfigError, match=r"'window' appears twice.*lines 2 and 3"):
+        read_yaml_mapping(nested)
+
+
+def test_every_shipped_params_file_has_each_key_once():
+    from finlib.core.config import read_yaml_mapping, repo_root
+
+    for path in sorted((repo_root() / "params").rglob("*.yaml")):
+        assert isinstance(read_yaml_mapping(path), dict), path
