@@ -299,6 +299,7 @@ class RehearsalSection(_Section):
     profile_seed: Optional[StrictInt] = None       # spreads the planted propensities over the models
     profiles: Optional[dict[str, dict[str, Any]]] = None  # per model: finlib.llm.simulated_servers.Profile fields
     ci_widen: Optional[Positive] = None            # planted herding must lie inside the CI widened by this factor
+    z_max: Optional[Positive] = None               # ... or within this many exact standard errors of the planted rate
 
 
 SECTION_MODELS: dict[str, type[BaseModel]] = {

@@ -37,7 +37,7 @@ from finlib.core.config import RunConfig, load_run, repo_root
 from finlib.core.vocab import SECTORS
 
 REHEARSAL_DEFAULTS: dict[str, Any] = {"stages": None, "time_scale": 0.0, "profile_seed": 0, "profiles": {},
-                                      "ci_widen": 1.6}
+                                      "ci_widen": 1.6, "z_max": 4.0}
 # Fin-Bias Tables 2-7 and BizFinBench Tables 3, 4, 6: (our table file, the published table it mirrors)
 FINBIAS_TABLES = (("table4_herding_with_without", "finbias_table4"), ("table5_herding_fake", "finbias_table5"),
                   ("table6_accuracy_with_without", "finbias_table6"), ("table7_accuracy_no_opinion", "finbias_table7"))
@@ -146,14 +146,20 @@ def planted_herding(cfg: RunConfig, profiles: dict) -> pd.DataFrame:
     out = []
     for (model, condition), g in rows.groupby(["model", "condition"]):
         prof = profiles[model]
-        p = [answer_distribution(prof, t)[Rating(r)] for t, r in zip(g["text"], g["reference_rating"])]
+        p = np.array([answer_distribution(prof, t)[Rating(r)] for t, r in zip(g["text"], g["reference_rating"])])
         out.append({"model": model, "paper_name": registry[model].paper_name, "condition": condition,
-                    "planted": float(np.mean(p)), "n": int(len(g)), "follow": prof.follow})
+                    "planted": float(p.mean()), "n": int(len(g)), "follow": prof.follow,
+                    # the servers draw each answer independently: the realised rate's exact standard error
+                    "planted_se": float(np.sqrt((p * (1 - p)).sum()) / len(p))})
     return pd.DataFrame(out)
 
 
-def herding_recovery(cfg: RunConfig, profiles: dict, widen: float) -> pd.DataFrame:
-    """Planted vs measured pooled herding (stage 04's metric and cluster-bootstrap CI) per model x condition."""
+def herding_recovery(cfg: RunConfig, profiles: dict, widen: float, z_max: float = 4.0) -> pd.DataFrame:
+    """Planted vs measured pooled herding (stage 04's metric and cluster-bootstrap CI) per model x condition.
+
+    Recovered: the planted value lies in the CI widened `widen` times, or within `z_max` exact standard
+    errors of the planted rate (a cluster bootstrap over a few firms understates the spread; 76 checks
+    at 95 % would fail by chance)."""
     from finlib.core.artifacts import read_frame
     from finlib.core.vocab import POOLED
 
@@ -164,7 +170,9 @@ def herding_recovery(cfg: RunConfig, profiles: dict, widen: float) -> pd.DataFra
                        how="left")
     half_lo, half_hi = (df["estimate"] - df["ci_low"]) * widen, (df["ci_high"] - df["estimate"]) * widen
     df["inside_ci"] = df["planted"].between(df["ci_low"], df["ci_high"])
-    df["recovered"] = (df["planted"] >= df["estimate"] - half_lo) & (df["planted"] <= df["estimate"] + half_hi)
+    df["z"] = (df["estimate"] - df["planted"]) / df["planted_se"].where(df["planted_se"] > 0)
+    df["recovered"] = ((df["planted"] >= df["estimate"] - half_lo) & (df["planted"] <= df["estimate"] + half_hi)
+                       | (df["z"].abs() <= z_max) | (df["estimate"] == df["planted"]))
     return df
 
 
@@ -236,7 +244,7 @@ def rehearsal_checks(cfg: RunConfig, profiles: dict) -> dict[str, Any]:
         if cut or any(not_sent.values()):
             out["problems"].append(f"reports cut: {cut}; reports not sent for their length: {not_sent}")
     if "04" in stages or not stages:
-        rec = herding_recovery(cfg, profiles, float(rp["ci_widen"]))
+        rec = herding_recovery(cfg, profiles, float(rp["ci_widen"]), float(rp["z_max"]))
         out["herding"] = rec.round(4).to_dict(orient="records")
         out["herding_inside_95ci_share"] = float(rec["inside_ci"].mean())
         bad = rec[~rec["recovered"]]
