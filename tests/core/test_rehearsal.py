@@ -35,8 +35,10 @@ def test_no_report_was_cut_and_long_reports_got_the_context_left(outcome):
     assert inputs["output_room_below_cap"]["gemma-7b-it"] > 0
     assert inputs["output_room_below_cap"]["gpt-4.1"] == 0
     servers = outcome["servers"]
-    assert sum(s["context_400"] for s in servers.values()) >= 0  # booked; the client retries with the stated room
-    assert inputs["answers"] > 0.9 * inputs["rows"] * 0.75
+    # the simulated tokenizers count more than the client's estimate for some 8k prompts: vLLM's 400, then the
+    # retry with the room the server states -- and every row was answered
+    assert sum(s["context_400"] for s in servers.values()) > 0
+    assert inputs["answers"] == inputs["rows"]
 
 
 def test_planted_herding_is_recovered_and_models_differ(outcome):
