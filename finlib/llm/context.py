@@ -32,8 +32,10 @@ def output_room(context_length: int, prompt_tokens: int, cap: int) -> int:
 
 
 def fits(context_length: int, prompt_tokens: int, cap: int) -> bool:
-    """Whether the whole prompt leaves room for an answer."""
-    return output_room(context_length, prompt_tokens, cap) >= MIN_OUTPUT_TOKENS
+    """Whether the whole prompt leaves room for an answer: MIN_OUTPUT_TOKENS, or the whole cap when the
+    run asks for fewer (a 4-token cap is the run's choice, not a context that is full)."""
+    left = int(context_length) - int(prompt_tokens) - SAFETY_TOKENS
+    return left >= min(int(cap), MIN_OUTPUT_TOKENS)
 
 
 def not_fit_reason(context_length: int, prompt_tokens: int) -> str:

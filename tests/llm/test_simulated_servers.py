@@ -56,6 +56,8 @@ def test_room_is_what_the_context_leaves_and_never_below_the_minimum():
     assert output_room(131072, 5000, 4096) == 4096                   # the cap binds
     assert fits(8192, 8192 - 8 - MIN_OUTPUT_TOKENS, 4096)
     assert not fits(8192, 8192 - 8 - MIN_OUTPUT_TOKENS + 1, 4096)
+    # a run that asks for fewer tokens than MIN_OUTPUT_TOKENS fits whenever its whole cap fits
+    assert fits(8192, 1000, 4) and fits(8192, 8192 - 8 - 4, 4) and not fits(8192, 8192 - 8 - 3, 4)
 
 
 def test_room_from_vllm_context_errors_old_and_new_wording():
