@@ -43,11 +43,13 @@ def trial(name: str, base_url: str, store_path: str) -> None:
 
 
 if __name__ == "__main__":
+    import secrets
     import tempfile
 
-    os.environ["BENCH_BREAKER_KEY"] = "sk-wrong-key-for-the-benchmark"
+    # Two different random values made at run time: the local stub accepts one, the client sends the other.
+    os.environ["BENCH_BREAKER_KEY"] = secrets.token_hex(8)
     tmp = tempfile.mkdtemp()
-    with ThreadedStub(require_key="sk-the-right-key") as stub:
+    with ThreadedStub(require_key=secrets.token_hex(8)) as stub:
         trial("wrong key (HTTP 401)", stub.base_url, f"{tmp}/a.sqlite")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
