@@ -169,6 +169,16 @@ def spearman_matrix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.where(den > 0, rho, np.nan)
 
 
+
+def _percentile_interval(out: dict, boot: np.ndarray, ci: float) -> None:
+    """Percentile interval of the finite resamples into `out` (`boot_used` counts them: a resample whose
+    ranks are all tied has no Spearman correlation and is left out, never read as 0)."""
+    boot = boot[np.isfinite(boot)]
+    out["boot_used"] = int(boot.size)
+    if boot.size:
+        alpha = (1 - ci) / 2
+        out["ci_low"], out["ci_high"] = (float(v) for v in np.quantile(boot, [alpha, 1 - alpha]))
+
 def spearman_ci(x, y, reps: int = 1000, ci: float = 0.95, seed: int = 0) -> dict[str, float]:
     """Spearman's rho with a percentile bootstrap CI over items; NaN when n < 3 or a side is constant."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
@@ -179,12 +189,7 @@ def spearman_ci(x, y, reps: int = 1000, ci: float = 0.95, seed: int = 0) -> dict
     out["spearman"] = float(spearman_matrix(x, y)[0])
     if reps > 0 and np.isfinite(out["spearman"]):
         idx = np.random.default_rng(seed).integers(0, n, size=(int(reps), n))
-        boot = spearman_matrix(x[idx], y[idx])
-        boot = boot[np.isfinite(boot)]
-        out["boot_used"] = int(boot.size)
-        if boot.size:
-            alpha = (1 - ci) / 2
-            out["ci_low"], out["ci_high"] = (float(v) for v in np.quantile(boot, [alpha, 1 - alpha]))
+        _percentile_interval(out, spearman_matrix(x[idx], y[idx]), ci)
     return out
 
 
@@ -235,12 +240,7 @@ def paired_difference(ref: np.ndarray, vanilla: np.ndarray, itera: np.ndarray, r
     out["difference"] = float(spearman_matrix(itera, ref)[0] - spearman_matrix(vanilla, ref)[0])
     if reps > 0 and np.isfinite(out["difference"]):
         idx = np.random.default_rng(seed).integers(0, n, size=(int(reps), n))
-        boot = spearman_matrix(itera[idx], ref[idx]) - spearman_matrix(vanilla[idx], ref[idx])
-        boot = boot[np.isfinite(boot)]
-        out["boot_used"] = int(boot.size)
-        if boot.size:
-            alpha = (1 - ci) / 2
-            out["ci_low"], out["ci_high"] = (float(v) for v in np.quantile(boot, [alpha, 1 - alpha]))
+        _percentile_interval(out, spearman_matrix(itera[idx], ref[idx]) - spearman_matrix(vanilla[idx], ref[idx]), ci)
     return out
 
 
