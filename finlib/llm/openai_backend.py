@@ -74,15 +74,37 @@ def lasting_kind(exc: Exception) -> str | None:
 
     if isinstance(exc, openai.APIStatusError):
         return "http" if exc.status_code in LASTING_STATUS else None
-    if isinstance(exc, openai.APITimeoutError):
+    if refused(exc):
+        return "refused"
+    if isinstance(exc, openai.APITimeoutError) and dropped_connection(exc) is None:
         return "timeout"
-    if isinstance(exc, openai.APIConnectionError):
-        seen, cur = 0, exc
-        while cur is not None and seen < 12:  # SDK -> httpx -> httpcore -> OSError -> ConnectionRefusedError
-            if isinstance(cur, ConnectionRefusedError):
-                return "refused"
-            cur, seen = cur.__cause__ or cur.__context__, seen + 1
     return None
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """The exception and its causes (SDK -> httpx -> transport -> OSError), outermost first."""
+    chain, cur = [], exc
+    while cur is not None and len(chain) < 12:
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return chain
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether a connection was refused somewhere down the exception's causes. Read from the
+    causes, not the SDK class: the aiohttp transport reports a refused connection as a connect
+    *timeout*, yet no wait heals a server that is not there."""
+    return any(isinstance(c, ConnectionRefusedError) for c in _causes(exc))
+
+
+def dropped_connection(exc: BaseException) -> BaseException | None:
+    """The transport error under an SDK timeout that is not one (a reset, a server that closed the
+    connection): the aiohttp transport maps every connection error to a timeout, and a streak of
+    resets must neither read as "timeout" in the error nor open the breaker as timeouts do."""
+    import aiohttp
+
+    return next((c for c in _causes(exc) if isinstance(c, (aiohttp.ClientConnectionError, ConnectionError))
+                 and not isinstance(c, TimeoutError)), None)
 
 
 async def sleep_unless_open(delay: float, breaker: Breaker | None) -> None:
@@ -271,8 +293,11 @@ def classify(exc: Exception) -> tuple[bool, str]:
         return True, f"malformed response: {exc}"
     if isinstance(exc, json.JSONDecodeError):  # a 200 whose body is not JSON (proxy error page, cut stream)
         return True, f"malformed response: body is not JSON ({exc.msg})"
+    if isinstance(exc, openai.APIConnectionError) and refused(exc):
+        return True, f"connection error: connection refused ({exc})"
     if isinstance(exc, openai.APITimeoutError):
-        return True, "timeout"
+        dropped = dropped_connection(exc)
+        return True, "timeout" if dropped is None else f"connection error: {type(dropped).__name__}: {dropped}"
     if isinstance(exc, openai.APIConnectionError):
         return True, f"connection error: {exc}"
     if isinstance(exc, openai.APIStatusError):
@@ -345,11 +370,23 @@ LEASE_MARGIN_S = 10.0  # a claim's lease: one request timeout plus this (renewed
 CLAIM_POLL_S = 0.5     # how often a key another process is asking is looked at again
 
 
-def make_client(spec: ModelSpec):
-    """AsyncOpenAI for a record: key from its env var (MissingKeyError names the variable)."""
-    from openai import AsyncOpenAI
+HTTP_TRANSPORTS = ("aiohttp", "httpx")
 
-    return AsyncOpenAI(api_key=spec.api_key(), base_url=spec.base_url, max_retries=0, timeout=spec.timeout_s)
+
+def make_client(spec: ModelSpec, transport: str = "aiohttp"):
+    """AsyncOpenAI for a record: key from its env var (MissingKeyError names the variable).
+
+    The SDK's aiohttp transport by default: httpx's connection pool scans every pooled connection
+    (a socket poll each) to place each request, which at 64 connections was half of the client's
+    CPU per call; aiohttp hands a worker a free connection directly (2x the answers per CPU-second
+    against the simulated servers, benchmarks/bench_client.py). "httpx" is the SDK's default."""
+    from openai import AsyncOpenAI, DefaultAioHttpClient
+
+    if transport not in HTTP_TRANSPORTS:
+        raise ValueError(f"unknown HTTP transport {transport!r}; known: {HTTP_TRANSPORTS}")
+    http_client = DefaultAioHttpClient(timeout=spec.timeout_s) if transport == "aiohttp" else None
+    return AsyncOpenAI(api_key=spec.api_key(), base_url=spec.base_url, max_retries=0, timeout=spec.timeout_s,
+                       http_client=http_client)
 
 
 async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: ResponseStore, *, budget: Budget | None = None,
