@@ -129,11 +129,37 @@ def _decode(blob: bytes, labels: tuple[str, ...]) -> Tagged:
     return Tagged(starts, starts + lengths, codes, labels)
 
 
+_FORKED = None  # (nlp, labels, batch size) for the forked tagging workers, set only while they run
+
+
+def _tag_rows(nlp, labels: tuple[str, ...], items: Sequence[tuple[str, Sequence[tuple[int, int]]]],
+              batch_size: int) -> tuple[list[np.ndarray], int]:
+    """(start, end, tag code) rows of each item's non-space tokens, and the number of tokens tagged."""
+    index = {label: i for i, label in enumerate(labels)}
+    unknown = index.get("XX", 0)  # a tag outside the tagger's label set (none seen): "unknown word"
+    sentences = ((text[a:b], (k, a)) for k, (text, spans) in enumerate(items) for a, b in spans)
+    per_item: list[list[tuple[int, int, int]]] = [[] for _ in items]
+    n_words = 0
+    for doc, (k, offset) in nlp.pipe(sentences, as_tuples=True, batch_size=batch_size):
+        rows = per_item[k]
+        for tok in doc:
+            if not tok.is_space:
+                rows.append((offset + tok.idx, offset + tok.idx + len(tok.text), index.get(tok.tag_, unknown)))
+        n_words += len(doc)
+    return [np.asarray(rows, dtype=np.int64).reshape(-1, 3) for rows in per_item], n_words
+
+
+def _tag_chunk(items: list[tuple[str, Sequence[tuple[int, int]]]]) -> tuple[list[np.ndarray], int]:
+    """One forked worker's chunk, tagged with the pipeline the parent loaded before forking."""
+    nlp, labels, batch_size = _FORKED
+    return _tag_rows(nlp, labels, items, batch_size)
+
+
 class PosTagger:
     """Tags texts sentence by sentence, through a SQLite cache; spaCy is loaded only on a cache miss.
 
-    ``cache_dir`` None: no cache (tests). ``n_process`` > 1 uses spaCy's multiprocessing for a
-    stream of at least `PARALLEL_MIN_SENTENCES` sentences to tag (about halves wall time on 2 cores).
+    ``cache_dir`` None: no cache (tests). ``n_process`` > 1 tags a stream of at least
+    `PARALLEL_MIN_SENTENCES` sentences in that many forked processes (`_tag_forked`).
     """
 
     def __init__(self, cache_dir: str | Path | None = None, model: str | None = None, n_process: int = 1,
@@ -196,25 +222,36 @@ class PosTagger:
 
     def _tag_with_spacy(self, items: list[tuple[str, Sequence[tuple[int, int]]]]) -> list[Tagged]:
         nlp = self._pipeline()
-        index = {label: i for i, label in enumerate(self._labels)}
-        unknown = index.get("XX", 0)  # a tag outside the tagger's label set (none seen): "unknown word"
-        sentences = ((text[a:b], (k, a)) for k, (text, spans) in enumerate(items) for a, b in spans)
-        per_item: list[list[tuple[int, int, int]]] = [[] for _ in items]
         n_sentences = sum(len(spans) for _, spans in items)
-        # worker processes each load the model (seconds): worth it only for a long stream
-        kwargs = {"n_process": self.n_process} if self.n_process > 1 and n_sentences >= PARALLEL_MIN_SENTENCES else {}
-        for doc, (k, offset) in nlp.pipe(sentences, as_tuples=True, batch_size=self.batch_size, **kwargs):
-            rows = per_item[k]
-            for tok in doc:
-                if not tok.is_space:
-                    rows.append((offset + tok.idx, offset + tok.idx + len(tok.text), index.get(tok.tag_, unknown)))
-            self.words_tagged += len(doc)
-        out = []
-        for rows in per_item:
-            arr = np.asarray(rows, dtype=np.int64).reshape(-1, 3)
-            out.append(Tagged(arr[:, 0].astype(np.int32), arr[:, 1].astype(np.int32), arr[:, 2].astype(np.uint8),
-                              self._labels))
-        return out
+        # worker processes pay a fork each: worth it only for a long stream
+        n_workers = self.n_process if self.n_process > 1 and n_sentences >= PARALLEL_MIN_SENTENCES else 1
+        if n_workers == 1:
+            rows, n_words = _tag_rows(nlp, self._labels, items, self.batch_size)
+        else:
+            rows, n_words = self._tag_forked(items, n_workers)
+        self.words_tagged += n_words
+        return [Tagged(r[:, 0].astype(np.int32), r[:, 1].astype(np.int32), r[:, 2].astype(np.uint8), self._labels)
+                for r in rows]
+
+    def _tag_forked(self, items: list[tuple[str, Sequence[tuple[int, int]]]],
+                    n_workers: int) -> tuple[list[np.ndarray], int]:
+        """The items in contiguous chunks over `n_workers` forked processes, each running the whole
+        pipeline (tokenizer included) on its chunk. spaCy's own `n_process` tokenizes every text in
+        the parent and ships Docs to the workers: on 2 cores the parent became the bottleneck and the
+        two taggers idled (about one core busy in all, measured at the paper's size)."""
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        global _FORKED
+        n_chunks = 4 * n_workers  # a few chunks per worker evens out chunks of unequal length
+        bounds = np.linspace(0, len(items), n_chunks + 1).astype(int)
+        _FORKED = (self._nlp, self._labels, self.batch_size)
+        try:
+            with ProcessPoolExecutor(n_workers, mp_context=mp.get_context("fork")) as pool:
+                parts = list(pool.map(_tag_chunk, [items[a:b] for a, b in zip(bounds[:-1], bounds[1:])]))
+        finally:
+            _FORKED = None
+        return [r for rows, _ in parts for r in rows], sum(n for _, n in parts)
 
     def tag_many(self, items: Sequence[tuple[str, Sequence[tuple[int, int]]]]) -> list[Tagged]:
         """Tags of each (text, sentence spans): cached ones read back, the misses tagged in one spaCy stream."""

@@ -169,3 +169,23 @@ def test_real_lexicon_with_spacy(real_filter: SubjectivityFilter, sentence: str,
     if trigger:
         assert trigger in stats.triggers
     assert blind.n_sentences_removed == 1  # the POS-blind policy removes every one of them
+
+
+@needs_spacy
+def test_forked_workers_tag_exactly_as_one_process(monkeypatch):
+    """Tagging split over forked workers returns the same tags, item by item, as one process."""
+    import finlib.finbias.postag as postag
+
+    texts = [f"Report {i}. The company will concern investors. Margins might improve as costs fall.\n"
+             f"We assess the risk as worrying, and {i} analysts disagree." for i in range(23)]
+    items = [(t, [(0, len(t) // 2), (len(t) // 2, len(t))]) for t in texts] + [("", [])]
+    one_tagger = PosTagger(None, n_process=1)
+    one = one_tagger.tag_many(items)
+    monkeypatch.setattr(postag, "PARALLEL_MIN_SENTENCES", 10)
+    forked_tagger = PosTagger(None, n_process=2)
+    forked = forked_tagger.tag_many(items)
+    assert len(forked) == len(one) == len(items)
+    for a, b in zip(one, forked):
+        assert np.array_equal(a.starts, b.starts) and np.array_equal(a.ends, b.ends)
+        assert np.array_equal(a.codes, b.codes) and a.labels == b.labels
+    assert forked_tagger.words_tagged == one_tagger.words_tagged >= sum(len(t.starts) for t in one) > 0
