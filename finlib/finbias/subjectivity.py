@@ -303,6 +303,10 @@ class SubjectivityFilter:
         spans, needs, tags = self.prepare([text])
         return _filter(text, self.lexicon, self.policy, spans[0], needs[0], tags[0])
 
+    def sentences_of(self, text: str) -> list[str]:
+        """The sentences of `text` as this filter split it (from memory when it filtered the text)."""
+        return [text[a:b] for a, b in self._split([text])[0]]
+
     def clean_sentences(self, text: str) -> list[str]:
         """The sentences of `text` with no strongsubj word under this policy (validation of no_opinion;
         the tags come from the cache the stage filled)."""

@@ -436,3 +436,16 @@ def perturb_fake_examples(conditions, n):
     from finlib.finbias.perturb import fake_examples
 
     return fake_examples(conditions, n)
+
+
+def test_joined_subsequence_reads_the_kept_sentences_or_refuses():
+    from finlib.finbias.perturb import joined_subsequence
+
+    pool = ["Sales fell 2%.", "Margins rose.", "We love it.", "Costs fell."]
+    assert joined_subsequence("Sales fell 2%.\n\nMargins rose. Costs fell.", pool) == ["Sales fell 2%.", "Margins rose.",
+                                                                                       "Costs fell."]
+    assert joined_subsequence("", pool) == []
+    assert joined_subsequence("Costs fell. Margins rose.", pool) is None            # order changed
+    assert joined_subsequence("Sales fell 2%. New words. Costs fell.", pool) is None  # a sentence not in the pool
+    assert joined_subsequence("Sales fell 2%.;Costs fell.", pool) is None           # more than whitespace between
+    assert joined_subsequence("Sales fell 2%. Costs fell", pool) is None            # a sentence cut short
