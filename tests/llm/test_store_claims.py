@@ -148,3 +148,24 @@ def test_claims_of_a_killed_process_on_this_host_are_stale_at_once(tmp_path):
         assert s.claim("k2", process_owner(), lease_s=600) == "busy"  # a live local owner is waited for
         assert s.claim("k3", "elsewhere:1:abcd", lease_s=600) == "mine"
         assert s.claim("k3", process_owner(), lease_s=600) == "busy"  # another host's lease is trusted
+
+
+def test_the_budget_counts_spending_of_every_process_as_it_is_stored(tmp_path):
+    """The stored spending is summed incrementally: rows another process stores between two claims
+    are counted at the next claim, rows from before `since` never, and a paid call whose answer was
+    already stored still counts (it was paid)."""
+    def paid(key: str, usd: float) -> Result:
+        return Result(key=key, model="m", backend="openai", mode="generate", status="ok", raw_text="x", cost_usd=usd)
+
+    with ResponseStore(tmp_path / "r.sqlite") as a, ResponseStore(tmp_path / "r.sqlite") as b:
+        a.put_many([paid("old", 5.0)])
+        since = time.time()
+        a.put_many([paid(f"a{i}", 0.1) for i in range(10)])
+        assert b.spent_since(since) == pytest.approx(1.0)
+        assert b.claim("b1", "B", lease_s=60, reserved_usd=0.5, budget=(1.6, since)) == "mine"  # 1.0 + 0.5
+        a.put_many([paid("a10", 0.2)])  # stored by the other process after the last claim
+        assert b.claim("b2", "B", lease_s=60, reserved_usd=0.05, budget=(1.6, since)) == "over_budget"  # 1.2 + 0.5
+        assert b.spent_since(since) == pytest.approx(1.7)
+        a.put_many([paid("a0", 0.3)])  # answered twice (a lease ran out): the second call was paid too
+        assert b.spent_since(since) == pytest.approx(2.0)
+        assert a.spent_since(since) == pytest.approx(2.0) and b.spent_since(0.0) == pytest.approx(7.0)
