@@ -372,18 +372,21 @@ def validate_conditions(conditions: pd.DataFrame, subjectivity: SubjectivityFilt
         "extractor reads the fake rating back", "no_opinion: sentences of no_rating only",
         "no_opinion: no strongsubj word left", "sweep: extractor reads the shown rating back")}
     checked: Counter = Counter()
-    for rid, group in ok.groupby("report_id", sort=False):
-        by = {c: g for c, g in group.groupby("condition")}
+    # plain records per report and condition: pandas groupbys per report were most of a rerun's time
+    by_report: dict[str, dict[str, list]] = {}
+    for rec in ok[["report_id", "condition", "text", "fake_rating", "analyst_rating"]].itertuples(index=False):
+        by_report.setdefault(rec.report_id, {}).setdefault(rec.condition, []).append(rec)
+    for rid, by in by_report.items():
         if Condition.ORIGINAL.value not in by:
             continue
-        orig = by[Condition.ORIGINAL.value]["text"].iloc[0]
+        orig = by[Condition.ORIGINAL.value][0].text
         o_spans = list(islice(iter_sentence_spans(orig), 2))
         after_first = orig[o_spans[0][1]:]
         if Condition.NO_RATING.value in by:
             checked["no_rating = original minus first sentence"] += 1
-            if len(o_spans) < 2 or by[Condition.NO_RATING.value]["text"].iloc[0] != orig[o_spans[1][0]:]:
+            if len(o_spans) < 2 or by[Condition.NO_RATING.value][0].text != orig[o_spans[1][0]:]:
                 failures["no_rating = original minus first sentence"].append(rid)
-        for rec in by.get(Condition.FAKE_RATING.value, pd.DataFrame()).itertuples():
+        for rec in by.get(Condition.FAKE_RATING.value, []):
             fake = rec.text
             for k in ("fake differs from original", "fake: only the first sentence differs",
                       "fake rating != analyst rating", "extractor reads the fake rating back"):
@@ -399,23 +402,23 @@ def validate_conditions(conditions: pd.DataFrame, subjectivity: SubjectivityFilt
             if read is None or read.value != rec.fake_rating:
                 failures["extractor reads the fake rating back"].append(rid)
         for cond in SWEEP_CONDITIONS.values():  # the rating sweep: the shown rating is read back
-            for rec in by.get(cond.value, pd.DataFrame()).itertuples():
+            for rec in by.get(cond.value, []):
                 checked["sweep: extractor reads the shown rating back"] += 1
                 read = extract_analyst_rating(rec.text)
                 if read is None or read.value != rec.fake_rating or rec.text[next(iter_sentence_spans(rec.text))[1]:] \
                         != after_first:
                     failures["sweep: extractor reads the shown rating back"].append(rid)
         if Condition.NO_OPINION.value in by and Condition.NO_RATING.value in by:
-            rest = by[Condition.NO_RATING.value]["text"].iloc[0]
+            rest = by[Condition.NO_RATING.value][0].text
             pool = subjectivity.sentences_of(rest) if subjectivity is not None else split_sentences(rest)
             checked["no_opinion: sentences of no_rating only"] += 1
-            kept = joined_subsequence(by[Condition.NO_OPINION.value]["text"].iloc[0], pool)
+            kept = joined_subsequence(by[Condition.NO_OPINION.value][0].text, pool)
             if kept is None:
                 failures["no_opinion: sentences of no_rating only"].append(rid)
-                kept = split_sentences(by[Condition.NO_OPINION.value]["text"].iloc[0])  # for the next check
+                kept = split_sentences(by[Condition.NO_OPINION.value][0].text)  # for the next check
             if subjectivity is not None:
                 checked["no_opinion: no strongsubj word left"] += 1
-                clean = set(subjectivity.clean_sentences(by[Condition.NO_RATING.value]["text"].iloc[0]))
+                clean = set(subjectivity.clean_sentences(rest))
                 if not set(kept) <= clean:
                     failures["no_opinion: no strongsubj word left"].append(rid)
     return pd.DataFrame([{"check": k, "n_checked": checked[k], "n_failed": len(v),
