@@ -376,6 +376,7 @@ def validate_conditions(conditions: pd.DataFrame, subjectivity: SubjectivityFilt
     by_report: dict[str, dict[str, list]] = {}
     for rec in ok[["report_id", "condition", "text", "fake_rating", "analyst_rating"]].itertuples(index=False):
         by_report.setdefault(rec.report_id, {}).setdefault(rec.condition, []).append(rec)
+    to_rematch: list[tuple[str, str, list[str]]] = []  # (report, no_rating text, kept sentences)
     for rid, by in by_report.items():
         if Condition.ORIGINAL.value not in by:
             continue
@@ -417,10 +418,14 @@ def validate_conditions(conditions: pd.DataFrame, subjectivity: SubjectivityFilt
                 failures["no_opinion: sentences of no_rating only"].append(rid)
                 kept = split_sentences(by[Condition.NO_OPINION.value][0].text)  # for the next check
             if subjectivity is not None:
-                checked["no_opinion: no strongsubj word left"] += 1
-                clean = set(subjectivity.clean_sentences(rest))
-                if not set(kept) <= clean:
-                    failures["no_opinion: no strongsubj word left"].append(rid)
+                to_rematch.append((rid, rest, kept))
+    # the strongsubj re-match of every kept text, on the filter's cores (the costliest check)
+    if to_rematch:
+        cleans = subjectivity.clean_sentences_many([rest for _, rest, _ in to_rematch])
+        for (rid, _, kept), clean in zip(to_rematch, cleans):
+            checked["no_opinion: no strongsubj word left"] += 1
+            if not set(kept) <= set(clean):
+                failures["no_opinion: no strongsubj word left"].append(rid)
     return pd.DataFrame([{"check": k, "n_checked": checked[k], "n_failed": len(v),
                           "first_failures": ", ".join(v[:5])} for k, v in failures.items()])
 

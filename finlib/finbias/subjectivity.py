@@ -314,6 +314,22 @@ class SubjectivityFilter:
         return [text[a:b] for (a, b), n in zip(spans[0], needs[0])
                 if not sentence_hits(text, (a, b), self.lexicon, self.policy, n, tags[0])]
 
+    def clean_sentences_many(self, texts: Sequence[str]) -> list[list[str]]:
+        """`clean_sentences` of each text, on `processes` forked workers for a long batch."""
+        if self.processes <= 1 or len(texts) < PARALLEL_MIN_TEXTS:
+            return [self.clean_sentences(t) for t in texts]
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        global _VALIDATING
+        _VALIDATING = self
+        try:
+            with ProcessPoolExecutor(self.processes, mp_context=mp.get_context("fork"),
+                                     initializer=_own_connections) as pool:
+                return list(pool.map(_clean_job, texts, chunksize=16))
+        finally:
+            _VALIDATING = None
+
     def summary(self) -> dict:
         """How many sentences needed the tagger (the rest were decided by the lexicon alone)."""
         return {"texts_from_result_cache": self.results_from_cache,
@@ -329,6 +345,21 @@ _WORKER: tuple | None = None   # (lexicon, policies) of the filter whose pool fo
 def _match_local(lexicon: Lexicon, policies: Sequence[str], job: tuple) -> list[SubjectivityStats]:
     text, spans, needs, tagged = job
     return [_filter(text, lexicon, p, spans, needs, tagged)[1] for p in policies]
+
+
+_VALIDATING = None  # the filter whose `clean_sentences_many` forked this process
+
+
+def _own_connections() -> None:
+    """A forked worker opens its own cache connections: SQLite connections must not cross a fork
+    (the parent's stay referenced, unused, so the child never closes them)."""
+    tagger = _VALIDATING.tagger
+    if tagger is not None and tagger._db is not None:
+        tagger._forked_db, tagger._db = tagger._db, None
+
+
+def _clean_job(text: str) -> list[str]:
+    return _VALIDATING.clean_sentences(text)
 
 
 def _match_job(job: tuple) -> list[SubjectivityStats]:

@@ -168,3 +168,24 @@ def test_sentence_split_on_two_cores_equals_one(mpqa: Lexicon) -> None:
     finally:
         filt.close()
     assert filt._pool is None
+
+
+@needs_spacy
+def test_the_strongsubj_recheck_on_two_cores_equals_one(mpqa: Lexicon, tmp_path) -> None:
+    """The validation's re-match in forked workers (tags read from the cache the filter filled,
+    through the workers' own connections) gives each text's clean sentences exactly as one process."""
+    from finlib.finbias.postag import PosTagger
+
+    texts = [f"Report {i}. We will concern ourselves with costs.\nMargins might improve; we are worried about "
+             f"debt. Sales rose {i}%." for i in range(40)]
+    tagger = PosTagger(tmp_path / "tags")
+    filt = SubjectivityFilter(mpqa, "respect", tagger=tagger, processes=2)
+    try:
+        filt.run(texts)                                            # fills the tag cache, like the stage
+        forked = filt.clean_sentences_many(texts)                  # 40 texts >= PARALLEL_MIN_TEXTS: workers
+        assert forked == [filt.clean_sentences(t) for t in texts]
+        assert any(len(c) < len(filt.sentences_of(t)) for c, t in zip(forked, texts))  # something was removed
+        assert tagger._db is not None and tagger._db.execute("SELECT COUNT(*) FROM tags").fetchone()[0] > 0
+    finally:
+        filt.close()
+        tagger.close()
