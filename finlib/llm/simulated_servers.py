@@ -27,6 +27,7 @@ to the same model gets the same reply in every run.
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
 import json
 import math
@@ -125,18 +126,38 @@ def body_of(text: str) -> str:
     return text[first_sentence_end(text):].strip()
 
 
+_FACTS: dict[bytes, tuple] = {}  # report digest -> what every model reads from it (see `report_facts`)
+_FACTS_MAX = 100_000
+
+
+def report_facts(text: str) -> tuple:
+    """(shown rating, fundamentals of the body, body length, its first and last 200 characters): what
+    no model changes, read once per report rather than once per model and condition (the sentence
+    split and the extractor were most of a simulated server's time). Keyed by a digest, so the cache
+    does not hold the reports."""
+    from finlib.finbias.perturb import extract_analyst_rating
+
+    digest = hashlib.blake2b(text.encode(), digest_size=16).digest()
+    facts = _FACTS.get(digest)
+    if facts is None:
+        body = body_of(text)
+        facts = (extract_analyst_rating(text), fundamentals(body), len(body), body[:200], body[-200:])
+        if len(_FACTS) >= _FACTS_MAX:
+            _FACTS.clear()
+        _FACTS[digest] = facts
+    return facts
+
+
 def own_view(p: Profile, text: str) -> Rating:
     """The model's own rating: skill x fundamentals + tilt + noise seeded by (model, report body)."""
-    body = body_of(text)
-    v = p.skill * fundamentals(body) + p.tilt + _normal(p.name, "view", len(body), body[:200], body[-200:])
+    _, fund, n, head, tail = report_facts(text)
+    v = p.skill * fund + p.tilt + _normal(p.name, "view", n, head, tail)
     return Rating.BEARISH if v < -0.6 else Rating.BULLISH if v > 0.6 else Rating.NEUTRAL
 
 
 def shown_rating(text: str) -> Rating | None:
     """The rating the report's first sentence states (stage 02's extractor), None when it states none."""
-    from finlib.finbias.perturb import extract_analyst_rating
-
-    return extract_analyst_rating(text)
+    return report_facts(text)[0]
 
 
 def answer_distribution(p: Profile, text: str) -> dict[Rating, float]:
@@ -249,7 +270,8 @@ class SimulatedServer(StubServer):
         self.books = Books()
         self.slots = asyncio.Semaphore(profile.concurrency) if profile.concurrency else None
         self._clock = clock
-        self._window: list[tuple[float, int]] = []  # (time, tokens) of the last minute's requests
+        self._window: collections.deque = collections.deque()  # (time, tokens) of the last minute's requests
+        self._window_tokens = 0                                 # their token sum
 
     def n_tokens(self, text: str) -> int:
         """The simulated tokenizer: characters / chars_per_token, rounded up."""
@@ -257,11 +279,16 @@ class SimulatedServer(StubServer):
 
     def _rate_limited(self, tokens: int) -> float | None:
         """Seconds to wait when this request would exceed rpm / tpm over the last minute."""
-        p, now = self.profile, self._clock()
-        self._window = [(t, n) for t, n in self._window if now - t < 60.0]
-        if (p.rpm and len(self._window) >= p.rpm) or (p.tpm and sum(n for _, n in self._window) + tokens > p.tpm):
+        p = self.profile
+        if not p.rpm and not p.tpm:  # no limits: nothing to book
+            return None
+        now = self._clock()
+        while self._window and now - self._window[0][0] >= 60.0:  # expire from the left: O(1) per request
+            self._window_tokens -= self._window.popleft()[1]
+        if (p.rpm and len(self._window) >= p.rpm) or (p.tpm and self._window_tokens + tokens > p.tpm):
             return max(0.05, 60.0 - (now - self._window[0][0])) if self._window else 1.0
         self._window.append((now, tokens))
+        self._window_tokens += tokens
         return None
 
     def _error(self, status: int, message: str, kind: str, extra: dict | None = None) -> bytes:

@@ -176,3 +176,19 @@ def test_rate_limit_answers_429_with_retry_after_beyond_rpm():
         if status[-1] == 429:
             assert b"Retry-After: 58.00" in resp  # the first request leaves the window at t = 60
     assert status == [200, 200, 429, 200] and srv.books.rate_429 == 1
+
+
+def test_token_limit_counts_the_last_minute_only():
+    """tpm: a request is refused while the last minute's tokens plus its own exceed the limit, and
+    admitted again once the earlier requests have left the window."""
+    clock = {"t": 0.0}
+    srv = SimulatedServer(Profile(name="r", model_id="r", context_length=4096, tpm=25, unparsed=0.0, runaway=0.0),
+                          clock=lambda: clock["t"])
+    got = []
+    for t, tokens in ((0.0, 10), (10.0, 10), (20.0, 10), (59.9, 5), (60.5, 10), (70.5, 10)):
+        clock["t"] = t
+        got.append(srv._rate_limited(tokens) is None)
+    # 10+10 admitted; +10 = 30 > 25 refused; +5 = 25 admitted; at 60.5 the first has left: 15+10 = 25
+    # admitted; at 70.5 the second has left: 5+10+10 = 25 admitted
+    assert got == [True, True, False, True, True, True]
+    assert srv._window_tokens == 25 and len(srv._window) == 3
