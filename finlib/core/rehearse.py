@@ -142,11 +142,14 @@ def planted_herding(cfg: RunConfig, profiles: dict) -> pd.DataFrame:
     registry = load_registry(cfg.path(cfg.params["inference"]["registry"]))
     pred = read_frame(cfg, "predictions")
     cond = read_frame(cfg, "conditions")[["item_id", "text", "reference_rating"]]
-    rows = pred[pred["parsed"].astype(bool)].merge(cond, on="item_id", how="left")
+    # texts looked up per item, never merged onto the answers: a merge copies a ~3,000-word report into
+    # each of the 674k answer rows (the full rehearsal's checks were killed at 22 GB)
+    text_of, reference_of = dict(zip(cond["item_id"], cond["text"])), dict(zip(cond["item_id"], cond["reference_rating"]))
+    rows = pred.loc[pred["parsed"].astype(bool), ["model", "condition", "item_id"]]
     out = []
     for (model, condition), g in rows.groupby(["model", "condition"]):
         prof = profiles[model]
-        p = np.array([answer_distribution(prof, t)[Rating(r)] for t, r in zip(g["text"], g["reference_rating"])])
+        p = np.array([answer_distribution(prof, text_of[i])[Rating(reference_of[i])] for i in g["item_id"]])
         out.append({"model": model, "paper_name": registry[model].paper_name, "condition": condition,
                     "planted": float(p.mean()), "n": int(len(g)), "follow": prof.follow,
                     # the servers draw each answer independently: the realised rate's exact standard error
