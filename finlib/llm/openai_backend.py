@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import random
 import re
 import time
@@ -371,17 +372,26 @@ CLAIM_POLL_S = 0.5     # how often a key another process is asking is looked at 
 
 
 HTTP_TRANSPORTS = ("aiohttp", "httpx")
+PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")
 
 
-def make_client(spec: ModelSpec, transport: str = "aiohttp"):
+def default_transport(environ=None) -> str:
+    """"httpx" when the environment names a proxy (the SDK's aiohttp session does not read proxy
+    variables; httpx does), else "aiohttp"."""
+    env = os.environ if environ is None else environ
+    return "httpx" if any(env.get(v) or env.get(v.lower()) for v in PROXY_VARIABLES) else "aiohttp"
+
+
+def make_client(spec: ModelSpec, transport: str | None = None):
     """AsyncOpenAI for a record: key from its env var (MissingKeyError names the variable).
 
-    The SDK's aiohttp transport by default: httpx's connection pool scans every pooled connection
-    (a socket poll each) to place each request, which at 64 connections was half of the client's
-    CPU per call; aiohttp hands a worker a free connection directly (2x the answers per CPU-second
-    against the simulated servers, benchmarks/bench_client.py). "httpx" is the SDK's default."""
+    The SDK's aiohttp transport by default (`default_transport`): httpx's connection pool scans every
+    pooled connection (a socket poll each) to place each request, which at 64 connections was half
+    of the client's CPU per call; aiohttp hands a worker a free connection directly (2.4x the answers
+    per CPU-second, benchmarks/bench_client.py). "httpx" is the SDK's own default."""
     from openai import AsyncOpenAI, DefaultAioHttpClient
 
+    transport = transport or default_transport()
     if transport not in HTTP_TRANSPORTS:
         raise ValueError(f"unknown HTTP transport {transport!r}; known: {HTTP_TRANSPORTS}")
     http_client = DefaultAioHttpClient(timeout=spec.timeout_s) if transport == "aiohttp" else None

@@ -79,3 +79,16 @@ def test_an_answer_reads_alike_through_both_transports(transport, monkeypatch):
 def test_an_unknown_transport_is_refused_by_name():
     with pytest.raises(ValueError, match="unknown HTTP transport 'curl'"):
         make_client(STUB_SPEC, "curl")
+
+
+@pytest.mark.parametrize("environ, expected", [
+    ({}, "aiohttp"),
+    ({"HTTPS_PROXY": "http://proxy.example:3128"}, "httpx"),
+    ({"http_proxy": "http://proxy.example:3128"}, "httpx"),
+    ({"ALL_PROXY": ""}, "aiohttp"),
+])
+def test_a_proxy_in_the_environment_selects_httpx(environ, expected):
+    """The SDK's aiohttp session ignores proxy variables; behind a proxy the client uses httpx, which reads them."""
+    from finlib.llm.openai_backend import default_transport
+
+    assert default_transport(environ) == expected
