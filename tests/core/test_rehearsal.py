@@ -13,8 +13,16 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def outcome():
+    """The reduced rehearsal from an empty response store of its own (params/rehearsal_small.yaml):
+    a store kept from an earlier run would answer every call and the servers would see none."""
+    from finlib.core.config import load_run
     from finlib.core.rehearse import rehearse
 
+    cfg = load_run("rehearsal_small")
+    store = cfg.path(cfg.params["inference"]["store"])
+    assert store.name == "rehearsal-small-responses.sqlite", store  # never the full rehearsal's store
+    for path in (store, store.with_name(store.name + "-wal"), store.with_name(store.name + "-shm")):
+        path.unlink(missing_ok=True)
     return rehearse("rehearsal_small")
 
 
