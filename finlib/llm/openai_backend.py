@@ -376,7 +376,7 @@ PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")
 
 
 def default_transport(environ=None) -> str:
-    """"httpx" when the environment names a proxy (the SDK's aiohttp session does not read proxy
+    """"httpx" when the environment names a proxy (the SDK's aiohttp client does not read proxy
     variables; httpx does), else "aiohttp"."""
     env = os.environ if environ is None else environ
     return "httpx" if any(env.get(v) or env.get(v.lower()) for v in PROXY_VARIABLES) else "aiohttp"
