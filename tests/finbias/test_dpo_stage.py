@@ -138,10 +138,12 @@ def test_accelerate_configs_agree_with_the_papers_dpo_params(tmp_run):
     from finlib.core.config import load_run
 
     paper = st.dpo_params(load_run("paper", root=tmp_run.root))
-    assert paper["dtype"] == "bfloat16" and paper["gradient_checkpointing"] and paper["teacher"] != "template"
+    trained_in = {pfl.launch_dtype(paper["dtype"], accelerate_config(c)["mixed_precision"]) for c in ("ddp", "fsdp", "zero3")}
+    assert trained_in == {"bfloat16"} and paper["gradient_checkpointing"] and paper["teacher"] != "template"
+    assert pfl.launch_dtype(paper["dtype"], None) == "auto"  # without a launcher: measured, never bf16 by assumption
     assert paper["models"] == ["llama-3-8b-it", "qwen2-7b-it", "qwen3-8b"] and paper["max_steps"] is None
     for name in ("ddp", "fsdp", "zero3"):
-        assert pfl.MIXED[accelerate_config(name)["mixed_precision"]] == paper["dtype"], name
+        assert pfl.MIXED[accelerate_config(name)["mixed_precision"]] == pfl.launch_dtype(paper["dtype"], accelerate_config(name)["mixed_precision"]), name
     assert accelerate_config("fsdp")["fsdp_config"]["fsdp_state_dict_type"] == "FULL_STATE_DICT"
     ds = accelerate_config("zero3")["deepspeed_config"]
     assert ds["zero3_init_flag"] is True and ds["gradient_accumulation_steps"] == paper["grad_accum"]

@@ -48,9 +48,17 @@ def launch_env(env: dict | None = None) -> dict:
             "fsdp_activation_checkpointing": env.get("FSDP_ACTIVATION_CHECKPOINTING", "false").lower() == "true"}
 
 
+def launch_dtype(dtype: str, mixed_precision: str | None) -> str:
+    """`dpo.dtype` under a launcher: `auto` takes the accelerate config's mixed precision (the same
+    on every rank, and bf16 only where the config asks for it); without a launcher precision `auto`
+    stays `auto` and is measured on the one process (finlib.llm.precision)."""
+    return MIXED.get(mixed_precision, dtype) if dtype == "auto" and mixed_precision else dtype
+
+
 def check_launch(dp: dict, env: dict, pf: Preflight) -> None:
     """Precision, adapter saving and ZeRO-3 init consistent with the params (pure: testable)."""
     mp = env["mixed_precision"]
+    dp = {**dp, "dtype": launch_dtype(dp["dtype"], mp)}
     if mp is not None:
         want = MIXED.get(mp)
         if want != dp["dtype"]:
@@ -58,7 +66,8 @@ def check_launch(dp: dict, env: dict, pf: Preflight) -> None:
         else:
             pf.ok(f"precision: accelerate mixed_precision={mp} = dpo.dtype={dp['dtype']}")
     if env["world_size"] > 1 and dp["dtype"] == "auto":
-        pf.fail("dpo.dtype: auto on several ranks (ranks could measure differently); fix it to bfloat16")
+        pf.fail("dpo.dtype: auto on several ranks without a launcher precision (ranks could measure "
+                "differently): set mixed_precision in the accelerate config, or fix dpo.dtype")
     if env["kind"] == "fsdp":
         if env["fsdp_state_dict_type"] != "FULL_STATE_DICT":
             pf.fail(f"FSDP state dict {env['fsdp_state_dict_type']}: save_model writes no adapter; use FULL_STATE_DICT")

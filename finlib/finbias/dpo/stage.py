@@ -230,18 +230,20 @@ def fingerprint(records: list[dict], dp: dict, seed: int, dtype: str, model: str
 
 
 def training_dtype(dp: dict):
-    """(torch dtype, precision report): `auto` is measured on one process only; on several ranks it
-    must be fixed (ranks could measure differently) and equal the accelerate config's mixed precision."""
+    """(torch dtype, precision report): `auto` takes an accelerate launch's mixed precision
+    (`preflight.launch_dtype`), else it is measured -- on one process only (ranks could disagree)."""
     import torch
 
+    from finlib.finbias.dpo.preflight import launch_dtype
     from finlib.llm.precision import choose_dtype
 
     device = "cuda" if dp["device"] == "auto" and torch.cuda.is_available() else \
         ("cpu" if dp["device"] == "auto" else dp["device"])
-    if dp["dtype"] == "auto" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise ConfigError("dpo.dtype: auto measures in every process and ranks could disagree; fix it "
-                          "(bfloat16 on GPUs, matching the accelerate config's mixed_precision)")
-    return choose_dtype(device, dp["dtype"])
+    dtype = launch_dtype(dp["dtype"], os.environ.get("ACCELERATE_MIXED_PRECISION"))
+    if dtype == "auto" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ConfigError("dpo.dtype: auto measures in every process and ranks could disagree; set "
+                          "mixed_precision in the accelerate config (it is then taken) or fix dpo.dtype")
+    return choose_dtype(device, dtype)
 
 
 def train(cfg: RunConfig, dp: dict, model_name: str) -> tr.TrainResult:
