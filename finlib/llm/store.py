@@ -176,6 +176,7 @@ class Result:
                 self.error, int(self.attempts), int(self.status == "error"), time.time())
 
 
+_COST = COLUMNS.index("cost_usd")  # position of the cost in `Result.row()`
 ANSWERED_CHUNK = 900  # keys per resume-check query (under SQLite's oldest bound-parameter limit, 999)
 
 
@@ -290,7 +291,7 @@ class ResponseStore:
             self.conn.execute("BEGIN IMMEDIATE")
             self.conn.executemany(UPSERT, rows)
             self.conn.executemany("INSERT INTO spend (at, usd) VALUES (?, ?)",
-                                  [(row[-1], row[11]) for row in rows if row[11] > 0])  # updated_at, cost_usd
+                                  [(row[-1], row[_COST]) for row in rows if row[_COST] > 0])  # updated_at last
         return len(rows)
 
     def _select(self, keys: list[str], where: str = "") -> dict[str, dict]:
