@@ -31,6 +31,7 @@ MIN_REPS = 4                       # timed calls at least, best kept
 MIN_TIME_S = 0.05                  # per candidate and round (at least 2 reps, best kept); ~1-3 s in all
 ROUNDS = 2                         # interleaved rounds, best kept: load noise on shared cores
 MAX_REPS = 200
+MIXED = {"bf16": "bfloat16", "fp16": "float16", "no": "float32"}  # accelerate mixed_precision -> dtype
 CPU_FEATURES = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "avx512_fp16")
 
 _CACHE: dict[tuple[str, int], tuple[str, dict]] = {}
@@ -228,6 +229,13 @@ def choose_dtype(device: str = "cpu", requested: str = "auto"):
 
     name, report = resolve_dtype(requested, device)
     return getattr(torch, name), report
+
+
+def launch_dtype(dtype: str, mixed_precision: str | None) -> str:
+    """A training dtype (`dpo.dtype`) under a launcher: `auto` takes the accelerate config's mixed precision (the same
+    on every rank, and bf16 only where the config asks for it); without a launcher precision `auto`
+    stays `auto` and is measured on the one process (`choose_dtype`)."""
+    return MIXED.get(mixed_precision, dtype) if dtype == "auto" and mixed_precision else dtype
 
 
 def trainer_flags(dtype_name: str) -> dict[str, bool]:

@@ -23,6 +23,7 @@ from finlib.finbias.dpo import stage as st
 from finlib.finbias.dpo import train as tr
 from finlib.finbias.dpo import triplets as tp
 from finlib.finbias.inference import to_frame
+from finlib.llm import precision
 
 ORIGINAL = "We rate Acme a Buy. Revenue rose 5 percent to $10 mn. We think the outlook is excellent."
 NO_OPINION = "Revenue rose 5 percent to $10 mn."
@@ -138,12 +139,12 @@ def test_accelerate_configs_agree_with_the_papers_dpo_params(tmp_run):
     from finlib.core.config import load_run
 
     paper = st.dpo_params(load_run("paper", root=tmp_run.root))
-    trained_in = {pfl.launch_dtype(paper["dtype"], accelerate_config(c)["mixed_precision"]) for c in ("ddp", "fsdp", "zero3")}
+    trained_in = {precision.launch_dtype(paper["dtype"], accelerate_config(c)["mixed_precision"]) for c in ("ddp", "fsdp", "zero3")}
     assert trained_in == {"bfloat16"} and paper["gradient_checkpointing"] and paper["teacher"] != "template"
-    assert pfl.launch_dtype(paper["dtype"], None) == "auto"  # without a launcher: measured, never bf16 by assumption
+    assert precision.launch_dtype(paper["dtype"], None) == "auto"  # without a launcher: measured, never bf16 by assumption
     assert paper["models"] == ["llama-3-8b-it", "qwen2-7b-it", "qwen3-8b"] and paper["max_steps"] is None
     for name in ("ddp", "fsdp", "zero3"):
-        assert pfl.MIXED[accelerate_config(name)["mixed_precision"]] == pfl.launch_dtype(paper["dtype"], accelerate_config(name)["mixed_precision"]), name
+        assert precision.MIXED[accelerate_config(name)["mixed_precision"]] == precision.launch_dtype(paper["dtype"], accelerate_config(name)["mixed_precision"]), name
     assert accelerate_config("fsdp")["fsdp_config"]["fsdp_state_dict_type"] == "FULL_STATE_DICT"
     ds = accelerate_config("zero3")["deepspeed_config"]
     assert ds["zero3_init_flag"] is True and ds["gradient_accumulation_steps"] == paper["grad_accum"]

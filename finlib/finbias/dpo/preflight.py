@@ -17,8 +17,8 @@ import os
 from dataclasses import dataclass, field
 
 from finlib.core.config import ConfigError, RunConfig
+from finlib.llm.precision import MIXED, launch_dtype
 
-MIXED = {"bf16": "bfloat16", "fp16": "float16", "no": "float32"}  # accelerate mixed_precision -> dpo.dtype
 
 
 @dataclass
@@ -46,13 +46,6 @@ def launch_env(env: dict | None = None) -> dict:
             "zero3_init": env.get("ACCELERATE_DEEPSPEED_ZERO3_INIT"),
             "fsdp_state_dict_type": env.get("FSDP_STATE_DICT_TYPE"),
             "fsdp_activation_checkpointing": env.get("FSDP_ACTIVATION_CHECKPOINTING", "false").lower() == "true"}
-
-
-def launch_dtype(dtype: str, mixed_precision: str | None) -> str:
-    """`dpo.dtype` under a launcher: `auto` takes the accelerate config's mixed precision (the same
-    on every rank, and bf16 only where the config asks for it); without a launcher precision `auto`
-    stays `auto` and is measured on the one process (finlib.llm.precision)."""
-    return MIXED.get(mixed_precision, dtype) if dtype == "auto" and mixed_precision else dtype
 
 
 def check_launch(dp: dict, env: dict, pf: Preflight) -> None:

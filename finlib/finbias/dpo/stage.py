@@ -231,11 +231,10 @@ def fingerprint(records: list[dict], dp: dict, seed: int, dtype: str, model: str
 
 def training_dtype(dp: dict):
     """(torch dtype, precision report): `auto` takes an accelerate launch's mixed precision
-    (`preflight.launch_dtype`), else it is measured -- on one process only (ranks could disagree)."""
+    (`precision.launch_dtype`), else it is measured -- on one process only (ranks could disagree)."""
     import torch
 
-    from finlib.finbias.dpo.preflight import launch_dtype
-    from finlib.llm.precision import choose_dtype
+    from finlib.llm.precision import choose_dtype, launch_dtype
 
     device = "cuda" if dp["device"] == "auto" and torch.cuda.is_available() else \
         ("cpu" if dp["device"] == "auto" else dp["device"])
