@@ -8,9 +8,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from collections.abc import Iterator, Mapping
 from typing import Any, Callable, Iterable
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from finlib.core.config import RunConfig
 
@@ -68,13 +71,19 @@ def write_atomic(path: Path, write: Callable[[Path], Any]) -> Path:
     return path
 
 
-def write_frame(cfg: RunConfig, name: str, df: pd.DataFrame) -> Path:
-    """Write a DataFrame artifact as parquet, atomically."""
-    return write_atomic(artifact_path(cfg, name), lambda tmp: df.to_parquet(tmp, index=False))
+TEXT_ROW_GROUP = 1000  # rows per parquet row group of a text-heavy artifact (~15 MB of report text): the
+                       # unit `ArtifactTexts` reads, so a reader holds one group, never the whole corpus
 
 
-def read_frame(cfg: RunConfig, name: str) -> pd.DataFrame:
-    """Read a parquet artifact, or explain which stage to run to make it."""
+def write_frame(cfg: RunConfig, name: str, df: pd.DataFrame, row_group_size: int | None = None) -> Path:
+    """Write a DataFrame artifact as parquet, atomically (`row_group_size`: rows per row group,
+    for artifacts read a group at a time)."""
+    return write_atomic(artifact_path(cfg, name),
+                        lambda tmp: df.to_parquet(tmp, index=False, row_group_size=row_group_size))
+
+
+def existing_artifact(cfg: RunConfig, name: str) -> Path:
+    """The path of a parquet artifact, or an error that says which stage to run to make it."""
     path = artifact_path(cfg, name)
     if not path.is_file():
         stage = PRODUCERS.get(name, "??")
@@ -82,7 +91,58 @@ def read_frame(cfg: RunConfig, name: str) -> pd.DataFrame:
             f"{path} does not exist: run stage {stage} first "
             f"(`make stage STAGE={stage} RUN={cfg.name}`)."
         )
-    return pd.read_parquet(path)
+    return path
+
+
+def read_frame(cfg: RunConfig, name: str, columns: list[str] | None = None) -> pd.DataFrame:
+    """Read a parquet artifact (`columns`: only these), or explain which stage to run to make it."""
+    return pd.read_parquet(existing_artifact(cfg, name), columns=columns)
+
+
+class ArtifactTexts(Mapping):
+    """id -> text of a parquet artifact, read one row group at a time (the last group read is kept).
+
+    Why: at the paper's size the conditions artifact holds ~0.6 GB of report text, and a pandas
+    frame of it took ~1.4 GB of memory; stage 03 needs each text only while it plans, sends or
+    parses that row, in file order, once per model. Reading in file order loads each row group
+    once; a row whose text is null is absent (as in `{id: text}` built from non-null rows)."""
+
+    def __init__(self, path: Path, id_column: str = "item_id", text_column: str = "text"):
+        self.path, self.text_column = Path(path), text_column
+        self._file = pq.ParquetFile(self.path)
+        self._pos: dict[str, tuple[int, int]] = {}
+        for g in range(self._file.num_row_groups):
+            for i, key in enumerate(self._file.read_row_group(g, columns=[id_column]).column(0).to_pylist()):
+                self._pos[key] = (g, i)
+        self._group: tuple[int, pa.ChunkedArray | None] = (-1, None)
+
+    def _texts(self, group: int) -> pa.ChunkedArray:
+        if self._group[0] != group:
+            self._group = (-1, None)  # the old group is released before the next is read
+            self._group = (group, self._file.read_row_group(group, columns=[self.text_column]).column(0))
+        return self._group[1]
+
+    def __getitem__(self, key: str) -> str:
+        group, i = self._pos[key]
+        text = self._texts(group)[i].as_py()
+        if text is None:
+            raise KeyError(key)
+        return text
+
+    def __iter__(self):
+        return iter(self._pos)
+
+    def __len__(self) -> int:
+        return len(self._pos)
+
+    def frames(self, columns: list[str] | None = None) -> Iterator[pd.DataFrame]:
+        """The artifact a row group at a time, each frame indexed by its rows' positions in the file."""
+        start = 0
+        for g in range(self._file.num_row_groups):
+            part = self._file.read_row_group(g, columns=columns).to_pandas()
+            part.index = pd.RangeIndex(start, start + len(part))
+            start += len(part)
+            yield part
 
 
 def write_json(cfg: RunConfig, name: str, obj: Any) -> Path:

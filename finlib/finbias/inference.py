@@ -10,14 +10,22 @@ store: a rerun only sends what is not answered yet. Answers are read once, with 
 """
 from __future__ import annotations
 
+import dataclasses
+import resource
+import shutil
 import time
 from collections import Counter
+from pathlib import Path
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Callable
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-from finlib.core.artifacts import read_frame, require_columns, write_frame, write_json
+from finlib.core.artifacts import (ArtifactTexts, artifact_path, existing_artifact, read_frame, require_columns,
+                                   write_atomic, write_frame, write_json)
 from finlib.core.config import ConfigError, RunConfig
 from finlib.llm.context import fits, not_fit_reason, output_room
 from finlib.llm.engine import engine_key, send_pending
@@ -25,7 +33,7 @@ from finlib.llm.progress import Progress
 from finlib.llm.prompts import FINBIAS_PROMPTS, build_messages, finbias_prompt, finbias_response_format, truncate_text
 from finlib.llm.registry import ModelSpec, run_registry, select_models
 from finlib.llm.store import Request, ResponseStore, make_key
-from finlib.llm.answers import condition_texts, parse_predictions
+from finlib.llm.answers import parse_predictions
 from finlib.finbias.draws import (SWEEP_VALUES, check_extension_params, draws_frame, draws_summary,
                                   extension_models, extension_report_ids)
 
@@ -81,9 +89,10 @@ def check_error_share(pred: pd.DataFrame, max_share: float) -> None:
                               "cause and rerun (only the failed calls are sent again).")
 
 
-def check_conditions(df: pd.DataFrame, source: str = "conditions.parquet") -> pd.DataFrame:
-    """Fail loudly on a malformed stage-02 artifact (missing column, ok row without text)."""
-    require_columns(df, CONDITION_COLUMNS, source)
+def check_conditions(df: pd.DataFrame, source: str = "conditions.parquet", text: bool = True) -> pd.DataFrame:
+    """Fail loudly on a malformed stage-02 artifact (missing column, ok row without text;
+    `text=False`: a frame without the text column, whose texts `_check_texts` reads apart)."""
+    require_columns(df, [c for c in CONDITION_COLUMNS if text or c != "text"], source)
     if df["item_id"].duplicated().any():
         dup = df.loc[df["item_id"].duplicated(), "item_id"].iloc[0]
         raise ValueError(f"{source}: duplicate item_id {dup!r}")
@@ -91,11 +100,18 @@ def check_conditions(df: pd.DataFrame, source: str = "conditions.parquet") -> pd
     if len(bad_status):
         raise ValueError(f"{source}: row {bad_status.index[0]} (item_id {bad_status['item_id'].iloc[0]!r}), "
                          f"field 'status': {bad_status['status'].iloc[0]!r} is not ok/skipped")
-    no_text = df.loc[(df["status"] == "ok") & (df["text"].isna() | (df["text"].astype("string").str.strip() == ""))]
+    if text:
+        _check_texts(df, source)
+    return df
+
+
+def _check_texts(df: pd.DataFrame, source: str) -> None:
+    """An ok row must have a text with something besides whitespace (rows named by index)."""
+    blank = df["text"].isna() | ~df["text"].astype("string").str.contains(r"\S", regex=True).fillna(False)
+    no_text = df.loc[(df["status"] == "ok") & blank]
     if len(no_text):
         raise ValueError(f"{source}: row {no_text.index[0]} (item_id {no_text['item_id'].iloc[0]!r}), "
                          "field 'text': empty text on a status 'ok' row")
-    return df
 
 
 def generate_subset_ids(ok: pd.DataFrame, n: int) -> set[str]:
@@ -114,16 +130,28 @@ def engine_of(spec: ModelSpec, inf: dict) -> dict | None:
     return engine_key(spec, inf["dtype"])
 
 
-def plan_requests(ok: pd.DataFrame, spec: ModelSpec, modes_for: Callable[[pd.Series], list[str]],
+def prompt_for(text: str, spec: ModelSpec, inf: dict, n_tokens: Callable[[str], int],
+               overhead: int) -> tuple[list[dict], bool, int]:
+    """(messages, whether the text was cut, prompt tokens) of one condition text: the whole report
+    (`inference.max_input_tokens` null, the paper's protocol), or cut from the end at a numeric cap
+    (a named CPU-time cap of the embedded run; first sentence kept)."""
+    cap = inf["max_input_tokens"]
+    text, truncated = (text, False) if cap is None else truncate_text(text, cap - overhead - 2, n_tokens)
+    return build_messages(text, spec.supports_system, inf["prompt_version"]), truncated, overhead + n_tokens(text)
+
+
+def plan_requests(ok: pd.DataFrame, spec: ModelSpec, modes_for: Callable[[Mapping], list[str]],
                   inf: dict, n_tokens: Callable[[str], int], overhead: int,
-                  samples_for: Callable[[pd.Series, str], int] | None = None) -> list[Request]:
+                  samples_for: Callable[[Mapping, str], int] | None = None,
+                  keep_messages: bool = True) -> list[Request]:
     """One Request per ok row x mode x draw (`samples_for`: draws of a row in a mode, default 1;
     draw s > 0 names its index in the store key). The report goes in whole (`inference.max_input_tokens`
     null, the paper's protocol) and a generated answer gets the output room the context leaves
     (`finlib.llm.context`, recorded per item as `output_room`); a report whose prompt alone leaves no
     room is planned but not sent (meta `not_sent`: counted as not answered, with the reason). A
     number in `max_input_tokens` is a named CPU-time cap of the embedded run: longer texts are cut
-    from the end (first sentence kept) and flagged `truncated`."""
+    from the end (first sentence kept) and flagged `truncated`. `keep_messages=False` plans keys
+    only (messages None: `with_messages` builds them again for the calls that are sent)."""
     engine = engine_of(spec, inf)
     version = inf["prompt_version"]
     max_new = max_new_tokens_for(spec, inf)
@@ -133,14 +161,11 @@ def plan_requests(ok: pd.DataFrame, spec: ModelSpec, modes_for: Callable[[pd.Ser
                           f"after the prompt ({overhead} tokens) for model {spec.name}")
     out = []
     constrained = spec.name in inf.get("constrained_json", [])
-    for _, row in ok.iterrows():
+    for row in ok.to_dict("records"):  # plain dicts: a Series per row cost more than the hashing
         modes = modes_for(row)
         if not modes:
             continue
-        text, truncated = (str(row["text"]), False) if cap is None else truncate_text(
-            str(row["text"]), cap - overhead - 2, n_tokens)
-        messages = build_messages(text, spec.supports_system, version)
-        prompt_tokens = overhead + n_tokens(text)
+        messages, truncated, prompt_tokens = prompt_for(str(row["text"]), spec, inf, n_tokens, overhead)
         room = output_room(spec.context_length, prompt_tokens, max_new)
         for mode in modes:
             params = dict(spec.sampling)
@@ -153,7 +178,8 @@ def plan_requests(ok: pd.DataFrame, spec: ModelSpec, modes_for: Callable[[pd.Ser
                 if sample and spec.backend == "local":  # torch generation is seeded: a draw needs its own seed
                     p["seed"] = int(sample)
                 key = make_key(spec.backend, spec.model_id, messages, p, version, mode, engine, sample=sample)
-                out.append(Request(key=key, model=spec.name, backend=spec.backend, mode=mode, messages=messages,
+                out.append(Request(key=key, model=spec.name, backend=spec.backend, mode=mode,
+                                   messages=messages if keep_messages else None,
                                    params=p, truncated=truncated, input_tokens_est=prompt_tokens,
                                    meta={"item_id": row["item_id"], "report_id": row["report_id"],
                                          "condition": row["condition"], "sample": sample,
@@ -162,6 +188,14 @@ def plan_requests(ok: pd.DataFrame, spec: ModelSpec, modes_for: Callable[[pd.Ser
                                              spec.context_length, prompt_tokens, max_new)
                                          else not_fit_reason(spec.context_length, prompt_tokens)}))
     return out
+
+
+def with_messages(requests: Iterable[Request], texts: Mapping[str, str], spec: ModelSpec, inf: dict,
+                  n_tokens: Callable[[str], int], overhead: int) -> Iterator[Request]:
+    """The requests of a keys-only plan with their messages, built one at a time as the sender
+    takes them (texts read in plan order: `ArtifactTexts` loads each row group once)."""
+    for r in requests:
+        yield dataclasses.replace(r, messages=prompt_for(texts[r.meta["item_id"]], spec, inf, n_tokens, overhead)[0])
 
 
 def _unique(requests: list[Request]) -> list[Request]:
@@ -194,17 +228,18 @@ def _rows(requests: list[Request], stored: dict[str, dict]) -> list[dict]:
     return rows
 
 
-def _run_model(cfg: RunConfig, spec: ModelSpec, ok: pd.DataFrame, inf: dict, store: ResponseStore,
+def _run_model(cfg: RunConfig, spec: ModelSpec, texts: ArtifactTexts, inf: dict, store: ResponseStore,
                budget, gen_ids: set[str], report: dict, only_ids: set[str] | None = None,
                draw_ids: set[str] = frozenset()) -> list[dict]:
     """Plan, send what is missing, and read back the rows for one model (`only_ids`: the reports
     of a model that answers a subset, the embedded generator; None = every report; `draw_ids`:
     the reports this model answers `inference.samples_per_item` times, sweep rows included --
-    empty for a model outside `inference.extension_models`)."""
+    empty for a model outside `inference.extension_models`). The conditions are read a row group
+    at a time (`texts`): the plan keeps keys, and messages are built as the sender takes them."""
     t0 = time.perf_counter()
     primary = inf["mode"] if spec.backend == "local" else "generate"
 
-    def modes_for(row: pd.Series) -> list[str]:
+    def modes_for(row: Mapping) -> list[str]:
         if only_ids is not None and str(row["report_id"]) not in only_ids:
             return []
         if row["condition"] in SWEEP_VALUES:  # the rating sweep: extension models only, primary mode
@@ -212,7 +247,7 @@ def _run_model(cfg: RunConfig, spec: ModelSpec, ok: pd.DataFrame, inf: dict, sto
         extra = ["generate"] if str(row["report_id"]) in gen_ids and primary != "generate" else []
         return [primary, *extra]
 
-    def samples_for(row: pd.Series, mode: str) -> int:
+    def samples_for(row: Mapping, mode: str) -> int:
         """Generated draws are calls; label-scored draws come from one pass (finlib.finbias.draws)."""
         if mode == "generate" and mode == primary and str(row["report_id"]) in draw_ids:
             return int(inf["samples_per_item"])
@@ -233,17 +268,22 @@ def _run_model(cfg: RunConfig, spec: ModelSpec, ok: pd.DataFrame, inf: dict, sto
             return int(np.ceil(len(text) / API_CHARS_PER_TOKEN))
         overhead = n_tokens(build_messages("", spec.supports_system, inf["prompt_version"])[0]["content"]) + 16
 
-    requests = plan_requests(ok, spec, modes_for, inf, n_tokens, overhead, samples_for)
+    requests = [r for part in texts.frames(list(CONDITION_COLUMNS)) for r in plan_requests(
+        part[part["status"] == "ok"], spec, modes_for, inf, n_tokens, overhead, samples_for, keep_messages=False)]
     unique = _unique(requests)
     answered = store.answered([r.key for r in unique])
     pending = [r for r in unique if r.key not in answered and not r.meta.get("not_sent")]
-    progress = Progress(len(pending), desc=f"{spec.name}", disable=not inf["progress"] or not pending)
-    try:
-        send_pending(spec, pending, store, budget=budget, progress=progress, local_model=model, batch=inf["batch"],
-                     batch_dir=cfg.path(inf["batch_dir"]), batch_poll_s=float(inf["batch_poll_s"]),
-                     model_cache=cfg.path(inf["model_cache"]), log_dir=cfg.run_dir)
-    finally:
-        progress.close()
+    if pending:
+        todo: Iterable[Request] = with_messages(pending, texts, spec, inf, n_tokens, overhead)
+        if spec.backend == "local" or inf["batch"]:  # these senders order or file the whole list
+            todo = list(todo)
+        progress = Progress(len(pending), desc=f"{spec.name}", disable=not inf["progress"])
+        try:
+            send_pending(spec, todo, store, budget=budget, progress=progress, local_model=model, batch=inf["batch"],
+                         batch_dir=cfg.path(inf["batch_dir"]), batch_poll_s=float(inf["batch_poll_s"]),
+                         model_cache=cfg.path(inf["model_cache"]), log_dir=cfg.run_dir)
+        finally:
+            progress.close()
     stored = store.get([r.key for r in unique])
     rows = _rows(requests, stored)
     masses = [s["label_mass"] for s in stored.values() if s["mode"] == "score" and s["label_mass"] is not None]
@@ -304,8 +344,8 @@ def to_frame(rows: list[dict], contexts: dict[str, str] | None = None) -> pd.Dat
     df["truncated"] = df["truncated"].astype(bool)
     df["truncated_output"] = df["truncated_output"].astype("boolean")
     df["output_room"] = pd.to_numeric(df["output_room"], errors="coerce").astype("Int64")
-    df = df.sort_values(["model", "mode", "item_id"], kind="stable").reset_index(drop=True)
-    return parse_predictions(df, contexts)
+    df = parse_predictions(df, contexts)  # in the rows' own order: the plan's, so texts are read in file order
+    return df.sort_values(["model", "mode", "item_id"], kind="stable").reset_index(drop=True)
 
 
 def summarise(pred: pd.DataFrame, report: dict) -> dict:
@@ -365,14 +405,37 @@ def subset_reports(ok: pd.DataFrame, specs: list[ModelSpec], inf: dict) -> dict[
             for s in specs}
 
 
+def open_conditions(cfg: RunConfig) -> tuple[pd.DataFrame, ArtifactTexts]:
+    """Stage 02's conditions, checked: (every column but the text, the texts by item_id read a row
+    group at a time). At the paper's size the texts are ~0.6 GB; stage 03 never holds them all."""
+    path = existing_artifact(cfg, "conditions")
+    conditions = read_frame(cfg, "conditions", [c for c in pq.read_schema(path).names if c != "text"])
+    check_conditions(conditions, str(path), text=False)
+    texts = ArtifactTexts(path)
+    for part in texts.frames(["item_id", "status", "text"]):
+        _check_texts(part, str(path))
+    return conditions, texts
+
+
 def run_stage(cfg: RunConfig, models: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
-    """Run stage 03 for a run and write its artifacts; returns (predictions, report)."""
+    """Run stage 03 (`write_stage`) and read the predictions back whole: (predictions, report).
+    At the paper's size the notebook reads only what it shows (`read_predictions`)."""
+    report = write_stage(cfg, models)
+    return read_frame(cfg, "predictions"), report
+
+
+def write_stage(cfg: RunConfig, models: list[str] | None = None) -> dict:
+    """Run stage 03 for a run and write its artifacts; returns the report.
+
+    Each model's rows are parsed and written to a part file as the model finishes, and the parts
+    are joined into predictions.parquet without a frame of every row: at the paper's size
+    (674k answers) memory stays that of one model's rows (`report["peak_rss_mb"]`)."""
     from finlib.llm.openai_backend import Budget
 
     t0 = time.perf_counter()
     inf = inference_params(cfg)
     specs = select_models(run_registry(cfg), models or list(inf["models"]))
-    conditions = check_conditions(read_frame(cfg, "conditions"))
+    conditions, texts = open_conditions(cfg)
     ok = conditions[conditions["status"] == "ok"]
     skipped = conditions[conditions["status"] == "skipped"]
     gen_ids = generate_subset_ids(ok, inf["generate_subset"])
@@ -380,7 +443,8 @@ def run_stage(cfg: RunConfig, models: list[str] | None = None) -> tuple[pd.DataF
     subsets = subset_reports(ok, specs, inf)
     ext_models, draw_ids = extension_models(inf), extension_report_ids(ok, inf)
     report: dict = {"precision": precision,
-                    "generator_reports": {n: sorted(ids) for n, ids in subsets.items() if ids is not None},"prompt_version": inf["prompt_version"],
+                    "generator_reports": {n: sorted(ids) for n, ids in subsets.items() if ids is not None},
+                    "prompt_version": inf["prompt_version"],
                     "prompt_source": finbias_prompt(inf["prompt_version"]).source,
                     "models": {}, "n_conditions": int(len(conditions)),
                     "n_ok_conditions": int(len(ok)), "n_skipped_conditions": int(len(skipped)),
@@ -390,24 +454,39 @@ def run_stage(cfg: RunConfig, models: list[str] | None = None) -> tuple[pd.DataF
                                                     "score_batch_size", "device", "generator_reports",
                                                     "constrained_json")}}
     budget = Budget(float(inf["budget_usd"]))
-    rows: list[dict] = []
+    parts_dir = cfg.processed_dir / ".predictions-parts"
+    shutil.rmtree(parts_dir, ignore_errors=True)  # parts of an interrupted run: remade from the store
+    parts_dir.mkdir(parents=True)
+    ext: list[dict] = []
+    parts: dict[str, Path] = {}  # model -> its rows, parsed (joined in model order: the artifact's sort)
     try:
         with ResponseStore(cfg.path(inf["store"])) as store:
             for spec in specs:
-                rows += _run_model(cfg, spec, ok, inf, store, budget, gen_ids, report, subsets[spec.name],
-                                   draw_ids if spec.name in ext_models else set())
+                rows = _run_model(cfg, spec, texts, inf, store, budget, gen_ids, report, subsets[spec.name],
+                                  draw_ids if spec.name in ext_models else set())
+                # the paper's rows (draw 0 of the four conditions) -> predictions; the extension -> draws
+                paper = [r for r in rows if r["sample"] == 0 and r["condition"] not in SWEEP_VALUES]
+                part = to_frame(paper + skipped_rows(skipped, [spec], inf, subsets), texts)
+                parts[spec.name] = parts_dir / f"{len(parts):03d}.parquet"
+                part.to_parquet(parts[spec.name], index=False)
+                if spec.name in ext_models:
+                    primary_generates = report["models"][spec.name]["primary_mode"] == "generate"
+                    ext += [r for r in rows if str(r["report_id"]) in draw_ids
+                            and (r["mode"] == "generate") == primary_generates]
+                del rows, paper, part
     finally:
         from finlib.llm.llamacpp import close_servers
 
         close_servers()  # the llama.cpp server of this stage stops here, not at kernel exit
-    # the paper's rows (draw 0 of the four conditions) -> predictions; the extension -> draws
-    paper = [r for r in rows if r["sample"] == 0 and r["condition"] not in SWEEP_VALUES]
-    ext = [r for r in rows if r["model"] in ext_models and str(r["report_id"]) in draw_ids
-           and (r["mode"] == "generate") == (report["models"][r["model"]]["primary_mode"] == "generate")]
-    contexts = condition_texts(conditions)
-    pred = to_frame(paper + skipped_rows(skipped, specs, inf, subsets), contexts)
+    report["peak_rss_mb_sending"] = peak_rss_mb()
+    if parts:
+        join_parts([parts[name] for name in sorted(parts)], artifact_path(cfg, "predictions"))
+    else:
+        write_frame(cfg, "predictions", to_frame([]))
+    shutil.rmtree(parts_dir, ignore_errors=True)
+    pred = read_predictions(cfg, text=False)
     samples = [r["sample"] for r in ext]
-    ext_frame = to_frame(ext, contexts) if ext else pd.DataFrame()
+    ext_frame = to_frame(ext, texts) if ext else pd.DataFrame()
     if ext:  # to_frame keeps the contract's columns: the draw index comes back by position after its sort
         order = pd.DataFrame({"i": range(len(ext)), "model": [r["model"] for r in ext],
                               "mode": [r["mode"] for r in ext], "item_id": [r["item_id"] for r in ext]})
@@ -418,12 +497,58 @@ def run_stage(cfg: RunConfig, models: list[str] | None = None) -> tuple[pd.DataF
     report["draws"] = draws_summary(draws, int(inf["samples_per_item"]), draw_ids, inf)
     report["budget_spent_this_run_usd"] = budget.spent
     report["wall_s"] = round(time.perf_counter() - t0, 3)
-    write_frame(cfg, "predictions", pred)
+    report["peak_rss_mb"] = peak_rss_mb()
     write_frame(cfg, "draws", draws)
     write_json(cfg, "inference_report", report)
     check_error_share(pred, float(inf["max_error_share"]))
     check_error_share(draws[draws["draw"] == "stored answer"], float(inf["max_error_share"]))
-    return pred, report
+    return report
+
+
+def peak_rss_mb() -> float:
+    """The largest resident memory of this process so far (MB): the stage reports what it took."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def join_parts(parts: list[Path], path: Path) -> None:
+    """Write the per-model part files as one parquet, a part at a time (atomically): a column that
+    is all null in one part and text in another takes the text type."""
+    schemas = [pq.read_schema(p) for p in parts]
+    schema = pa.unify_schemas([s.remove_metadata() for s in schemas], promote_options="permissive")
+    schema = schema.with_metadata(schemas[0].metadata)  # pandas dtypes (nullable booleans, Int64) round-trip
+
+    def write(tmp) -> None:
+        with pq.ParquetWriter(tmp, schema) as writer:
+            for p in parts:
+                writer.write_table(pq.read_table(p).cast(schema))
+
+    write_atomic(path, write)
+
+
+PREVIEW_ROWS_PER_MODEL = 20  # generated answers per model the notebook shows (the counts cover every row)
+
+
+def read_predictions(cfg: RunConfig, text: bool = True) -> pd.DataFrame:
+    """predictions.parquet; `text=False` leaves out the answers' text (at the paper's size ~0.8 GB),
+    which the counts and probability tables do not need."""
+    if text:
+        return read_frame(cfg, "predictions")
+    return read_frame(cfg, "predictions", [c for c in PREDICTION_COLUMNS if c != "raw_text"])
+
+
+def generated_rows(cfg: RunConfig, per_model: int = PREVIEW_ROWS_PER_MODEL) -> pd.DataFrame:
+    """The first `per_model` generated rows of each model, with their text (the notebook's preview)."""
+    f = pq.ParquetFile(existing_artifact(cfg, "predictions"))
+    taken: dict[str, int] = {}
+    keep = []
+    for batch in f.iter_batches(batch_size=4096):
+        part = batch.to_pandas()
+        part = part[part["mode"] == "generate"]
+        part = part[part.groupby("model").cumcount() + part["model"].map(taken).fillna(0) < per_model]
+        for m, n in part["model"].value_counts().items():
+            taken[m] = taken.get(m, 0) + int(n)
+        keep.append(part)
+    return pd.concat(keep, ignore_index=True) if keep else pd.DataFrame(columns=PREDICTION_COLUMNS)
 
 
 def probability_summary(pred: pd.DataFrame) -> pd.DataFrame:

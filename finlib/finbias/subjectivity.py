@@ -26,7 +26,7 @@ import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -407,6 +407,27 @@ class ResultCache:
         db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?)",
                        [(self._key(t), zlib.compress(pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)))
                         for t, v in results.items()])
+        db.commit()
+
+    def check_key(self, text: str, kept: Sequence[str]) -> str:
+        """The key of one passed no_opinion check: the text, the sentences kept from it, this filter."""
+        return self._key("\x1e".join([text, *kept]))
+
+    def checked(self, keys: Sequence[str]) -> set[str]:
+        """The keys among `keys` whose strongsubj re-match passed before, with this same filter."""
+        db = self._conn()
+        db.execute("CREATE TABLE IF NOT EXISTS checked (key TEXT PRIMARY KEY)")
+        found: set[str] = set()
+        for i in range(0, len(keys), 500):
+            chunk = list(keys[i:i + 500])
+            found.update(k for (k,) in db.execute(
+                f"SELECT key FROM checked WHERE key IN ({','.join('?' * len(chunk))})", chunk))
+        return found
+
+    def mark_checked(self, keys: Iterable[str]) -> None:
+        db = self._conn()
+        db.execute("CREATE TABLE IF NOT EXISTS checked (key TEXT PRIMARY KEY)")
+        db.executemany("INSERT OR IGNORE INTO checked VALUES (?)", [(k,) for k in keys])
         db.commit()
 
 

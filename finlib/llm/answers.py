@@ -506,7 +506,7 @@ def parse_predictions(pred: pd.DataFrame, contexts: dict[str, str] | None = None
     "error" are "not_answered" (`answered` False: excluded from N and counted apart by stage 04);
     "skipped" rows are set aside by `score_frame`.
     """
-    out = pred.copy()
+    out = pred.copy(deep=False)  # copy-on-write: the new columns never reach `pred`, and no text is copied
     answers: list[str | None] = [None] * len(out)
     notes: list[str] = [""] * len(out)
     answered: list[bool] = [False] * len(out)
@@ -516,7 +516,9 @@ def parse_predictions(pred: pd.DataFrame, contexts: dict[str, str] | None = None
     # for the echo check (`normalised_context`); the rows' own order is kept in the output.
     items = out["item_id"] if "item_id" in out.columns else pd.Series(range(len(out)))
     order = np.argsort(pd.factorize(items.to_numpy(dtype=object))[0], kind="stable")
-    rows = list(out.itertuples(index=False))
+    read = [c for c in ("status", "mode", "truncated_output", "p_bullish", "p_neutral", "p_bearish", "raw_text",
+                        "item_id") if c in out.columns]
+    rows = list(out[read].itertuples(index=False))
     for i in order:
         row = rows[i]
         status = getattr(row, "status", "ok")

@@ -64,7 +64,7 @@ def run_coroutine(coro):
         return pool.submit(asyncio.run, coro).result()
 
 
-def send_pending(spec: ModelSpec, pending: list[Request], store: ResponseStore, *, budget=None,
+def send_pending(spec: ModelSpec, pending: Iterable[Request], store: ResponseStore, *, budget=None,
                  progress: Progress | None = None, local_model=None, batch: bool = False,
                  batch_dir: Path | None = None, batch_poll_s: float = 60.0, model_cache: Path | None = None,
                  log_dir: Path | None = None) -> None:
@@ -76,6 +76,8 @@ def send_pending(spec: ModelSpec, pending: list[Request], store: ResponseStore, 
     self-hosted servers started here: a `llamacpp` record gets a llama.cpp server on a free local
     port (one per process, reused, see `llamacpp.ensure_server`) and is then sent exactly like a
     vLLM record, through the openai backend with the server's slots as its concurrency.
+    The live senders take `pending` one request at a time (an iterator builds each request's
+    messages only when it is sent); the local and Batch API senders need a list.
     """
     if not pending:
         return

@@ -341,13 +341,15 @@ class ResponseStore:
 @dataclass
 class Request:
     """One call to make: its store key, the exact messages and parameters, and where it came
-    from (`meta`: item_id, report_id, condition -- not part of the key)."""
+    from (`meta`: item_id, report_id, condition -- not part of the key). `messages` is None for
+    a request planned without them (stage 03 at scale keys every call first and builds the
+    messages again only for the calls it sends, so a plan never holds a copy of every report)."""
 
     key: str
     model: str
     backend: str
     mode: str
-    messages: list[dict]
+    messages: list[dict] | None
     params: dict
     truncated: bool = False
     input_tokens_est: int = 0

@@ -245,6 +245,28 @@ def test_validation_checks_pass_and_can_fail(tiny_lex: Lexicon) -> None:
     assert bad.loc["no_opinion: no strongsubj word left", "n_failed"] == 1
 
 
+def test_rematch_passed_with_the_same_filter_is_not_redone_but_a_changed_text_is(tiny_lex: Lexicon, tmp_path) -> None:
+    from finlib.finbias.postag import PosTagger
+
+    def run():
+        tagger = PosTagger(tmp_path / "tags")
+        res = build_conditions(REPORTS, seed=1, mode="one", lexicon=tiny_lex, tagger=tagger)
+        return res, res.subjectivity
+    res, filt = run()
+    first = validate_conditions(res.conditions, filt).set_index("check")
+    row = "no_opinion: no strongsubj word left"
+    assert first.loc[row, "n_checked"] > 0 and first.loc[row, "n_passed_in_an_earlier_run"] == 0
+    res, filt = run()  # a rerun: the same texts and filter
+    again = validate_conditions(res.conditions, filt).set_index("check")
+    assert again.loc[row, "n_passed_in_an_earlier_run"] == again.loc[row, "n_checked"] == first.loc[row, "n_checked"]
+    broken = res.conditions.copy()
+    j = broken.index[broken.item_id == "R2:no_opinion"][0]
+    broken.loc[j, "text"] = "Sales in the U.S. fell 2%. The quarter was terrific."  # a subjective sentence kept
+    bad = validate_conditions(broken, filt).set_index("check")
+    assert bad.loc[row, "n_failed"] == 1 and bad.loc[row, "n_passed_in_an_earlier_run"] == first.loc[row, "n_checked"] - 1
+    assert validate_conditions(broken, filt).set_index("check").loc[row, "n_failed"] == 1  # a failure is never remembered
+
+
 def test_both_mode_gives_two_fakes_and_item_ids(tiny_lex: Lexicon) -> None:
     res = build_conditions(REPORTS, seed=1, mode="both", lexicon=tiny_lex)
     fakes = res.conditions[(res.conditions.condition == "fake_rating") & (res.conditions.report_id == "R1")]
