@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import socket
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -285,16 +285,26 @@ def _model_names(obj) -> set[str]:
     return {obj} if isinstance(obj, str) else set()
 
 
+PREFLIGHT_SECTIONS = {"00": "data", "02": "perturb", "03": "inference", "05": "dpo", "07": "bizfin", "08": "bizfin"}
+# what each stage needs from outside the repository, by params section (stages not named need nothing)
+
+
 def preflight(cfg: RunConfig, can_reach: Callable[[str, int], bool] | None = None,
-              list_models: Callable[[str], list[str] | None] | None = None) -> list[str]:
+              list_models: Callable[[str], list[str] | None] | None = None,
+              stages: Iterable[str] | None = None) -> list[str]:
     """Everything this run needs that is not here: one line each, with what to do about it.
 
     Every model the params name (stage 03's, BizFinBench's answerers and judges, the DPO teacher)
     is checked before any call: its server must accept a connection and, for a local server
     (vLLM), list the model's id at /v1/models -- a model whose server does not answer is named
-    here instead of being scored on error rows."""
+    here instead of being scored on error rows. `stages`: only what those stages use (stage 02
+    alone needs no model server); None = the whole run."""
     can_reach = can_reach or reachable
+    needs = set(PREFLIGHT_SECTIONS.values()) if stages is None else {
+        PREFLIGHT_SECTIONS[s] for s in stages if s in PREFLIGHT_SECTIONS}
     data, problems = cfg.params.get("data", {}), []
+    if "data" not in needs:
+        data = {"source": "synthetic"}  # nothing of the corpus or prices is read
     source = data.get("source", "synthetic")
     reports = data.get("reports", {}) or {}
     if source == "huggingface" and not can_reach(*HF_HOST):
@@ -303,7 +313,7 @@ def preflight(cfg: RunConfig, can_reach: Callable[[str, int], bool] | None = Non
     if source == "huggingface" and not reports.get("hf_revision"):
         problems.append(f"corpus: data.reports.hf_revision is not pinned for {reports.get('hf_dataset')}; set it to the "
                         "dataset commit you read (huggingface_hub.HfApi().dataset_info(repo).sha)")
-    biz = cfg.params.get("bizfin", {}) or {}
+    biz = (cfg.params.get("bizfin", {}) or {}) if "bizfin" in needs else {}
     if biz.get("source") == "huggingface" and not biz.get("hf_revision"):
         problems.append(f"bizfin: bizfin.hf_revision is not pinned for {biz.get('hf_dataset')}; set it to the dataset "
                         "commit you read")
@@ -317,16 +327,17 @@ def preflight(cfg: RunConfig, can_reach: Callable[[str, int], bool] | None = Non
         if (not prices.get("path") or not prices.get("market_path")) and not can_reach(*YAHOO_HOST):
             problems.append("prices: yfinance needs network (Yahoo Finance unreachable); give data.prices.path and "
                             "data.prices.market_path (long date,ticker,adj_close files) instead")
-    lex = cfg.params.get("perturb", {}).get("lexicon_path")
+    lex = cfg.params.get("perturb", {}).get("lexicon_path") if "perturb" in needs else None
     if lex and not cfg.path(lex).is_file():
         problems.append(f"lexicon: {lex} missing (no_opinion condition); run `make data` with network")
     inf = cfg.params.get("inference", {})
-    specs = select_models(run_registry(cfg), list(inf["models"]))
+    specs = select_models(run_registry(cfg), list(inf["models"])) if "inference" in needs else []
     for env in sorted({s.api_key_env for s in specs if s.api_key_env and not os.environ.get(s.api_key_env)}):
         users = [s.name for s in specs if s.api_key_env == env]
         problems.append(f"keys: environment variable {env} unset (models {', '.join(users)})")
     registry = run_registry(cfg)
-    used = [registry[n] for n in sorted(_model_names(cfg.params) & set(registry), key=str)]
+    named = _model_names(cfg.params if stages is None else {k: cfg.params.get(k) for k in needs})
+    used = [registry[n] for n in sorted(named & set(registry), key=str)]
     specs += [s for s in used if s not in specs]
     list_models = list_models or served_models
     servers: dict[tuple[str, int], list[ModelSpec]] = {}
@@ -353,11 +364,12 @@ def preflight(cfg: RunConfig, can_reach: Callable[[str, int], bool] | None = Non
     return problems
 
 
-def check_preflight(cfg: RunConfig) -> None:
-    """Raise at once, listing every missing piece, when `plan.preflight` is on and anything is missing."""
+def check_preflight(cfg: RunConfig, stages: Iterable[str] | None = None) -> None:
+    """Raise at once, listing every missing piece `stages` need (None: the whole run), when
+    `plan.preflight` is on and anything is missing."""
     if not plan_params(cfg)["preflight"]:
         return
-    problems = preflight(cfg)
+    problems = preflight(cfg, stages=stages)
     if problems:
         raise SystemExit(f"run '{cfg.name}' ({cfg.params_file.name}) cannot start here — missing:\n  - "
                          + "\n  - ".join(problems) + "\n(`make plan RUN=" + cfg.name + "` works offline.)")

@@ -271,12 +271,12 @@ def run_pipeline(run_name: str = "default", stages: Iterable[str] | None = None,
     HTML report (`finlib.core.report`, runs/<run>/report/), its time recorded in the manifest too."""
     os.environ.setdefault("JUPYTER_PREFER_ENV_PATH", "1")  # the venv's kernel, not a user-level one
     cfg = load_run(run_name, params_file)
+    available = discover_stages(cfg.root / "notebooks")
+    selected = select_stages(available, stages, start)
     if (cfg.params.get("plan") or {}).get("preflight"):  # e.g. params/paper.yaml: stop at once, naming what is missing
         from finlib.core.plan import check_preflight
 
-        check_preflight(cfg)
-    available = discover_stages(cfg.root / "notebooks")
-    selected = select_stages(available, stages, start)
+        check_preflight(cfg, selected)
     manifest = load_manifest(cfg)
     previous = {k: v.get("status") for k, v in manifest.get("stages", {}).items()}
     manifest["invocation"] = {  # this call: which stages it (re)ran and what they were before

@@ -36,7 +36,7 @@ from finlib.core.artifacts import TEXT_ROW_GROUP, read_frame, require_columns, w
 from finlib.core.config import RunConfig
 from finlib.finbias.lexicon import (
     POS_POLICIES,
-    TOKEN,
+    word_counts,
     Lexicon,
     MPQA_MD5,
     SHIPPED_LEXICON,
@@ -482,8 +482,7 @@ def conditions_summary(conditions: pd.DataFrame) -> pd.DataFrame:
         if cond not in CONDITIONS and g.empty:  # the sweep is listed only when the run has it
             continue
         ok = g[g["status"] == "ok"]
-        # counted in Arrow's regex engine (the pattern has only ASCII classes: the same matches as `re`)
-        words = ok["text"].astype("str").str.count(TOKEN.pattern) if len(ok) else pd.Series(dtype=float)
+        words = word_counts(ok["text"])  # len(lexicon.TOKEN.findall(text)) per text, without building the tokens
         reasons = g.loc[g["status"] == "skipped", "skip_reason"].value_counts()
         rows.append({"condition": cond.value, "items_ok": len(ok), "items_skipped": int(len(g) - len(ok)),
                      "mean_words": float(words.mean()) if len(ok) else np.nan,

@@ -153,3 +153,20 @@ def test_paper_run_fails_at_once_offline_naming_what_is_missing(tmp_path, monkey
     msg = str(exc.value)
     assert "OPENAI_API_KEY" in msg and "ANTHROPIC_API_KEY" in msg and "Hugging Face" in msg
     assert "localhost:8001" in msg  # each open model has its own server (port) by default
+
+
+def test_preflight_of_some_stages_asks_only_for_what_they_use(tmp_path, monkeypatch):
+    """Stage 02 alone needs the lexicon, no model server; stage 03 its models, not the corpus."""
+    monkeypatch.delenv("G_PLAN_TEST_KEY", raising=False)
+    cfg = make_cfg(tmp_path, models=("api", "srv"))
+    cfg.params["data"] = {"source": "huggingface", "reports": {"hf_dataset": "Rain1998/Analyst-Report-Bias"},
+                          "prices": {"path": None, "market_path": None}}
+    cfg.params["perturb"]["lexicon_path"] = "data/external/none.tff"
+    offline = dict(can_reach=lambda host, port: False)
+    assert [p.split(":")[0] for p in plan.preflight(cfg, stages=["02"], **offline)] == ["lexicon"]
+    only_03 = "\n".join(plan.preflight(cfg, stages=["03"], **offline))
+    assert "G_PLAN_TEST_KEY" in only_03 and "localhost:1" in only_03 and "Rain1998" not in only_03
+    assert "none.tff" not in only_03
+    assert plan.preflight(cfg, stages=["04", "06"], **offline) == []
+    whole = plan.preflight(cfg, **offline)
+    assert set(whole) >= set(plan.preflight(cfg, stages=["00", "02", "03"], **offline))

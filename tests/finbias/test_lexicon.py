@@ -5,6 +5,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from finlib.finbias.lexicon import (
     Lexicon,
@@ -166,3 +168,19 @@ def test_the_shipped_copy_carries_its_note() -> None:
                  "mpqa.cs.pitt.edu"):
         assert must in note
     assert len(SHIPPED_LEXICON.read_bytes().splitlines()) == 8222
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.text(alphabet="aZq -'\u2019é ñ\n7.ß", max_size=40), max_size=12))
+def test_word_counts_equal_the_token_regex(texts) -> None:
+    from finlib.finbias.lexicon import TOKEN, word_counts
+
+    assert word_counts(texts).tolist() == [len(TOKEN.findall(t)) for t in texts]
+
+
+def test_word_counts_across_chunks(monkeypatch) -> None:
+    from finlib.finbias import lexicon
+
+    texts = ["co-op it’s", "", "a--b", "x"] * 5
+    monkeypatch.setattr(lexicon, "WORD_COUNT_CHUNK", 3)
+    assert lexicon.word_counts(texts).tolist() == [2, 0, 2, 1] * 5
