@@ -95,12 +95,18 @@ def test_markdown_table_has_totals(tmp_path):
     assert totals.loc["TOTAL (models one after another)", "requests"] == 800
 
 
-def test_preflight_names_every_missing_piece(tmp_path, monkeypatch):
+def missing_everything(tmp_path, monkeypatch):
+    """A run whose key, corpus revision, prices, lexicon and servers are all missing here."""
     monkeypatch.delenv("G_PLAN_TEST_KEY", raising=False)
     cfg = make_cfg(tmp_path, models=("api", "srv"))
     cfg.params["data"] = {"source": "huggingface", "reports": {"hf_dataset": "Rain1998/Analyst-Report-Bias"},
                           "prices": {"path": None, "market_path": None}}
     cfg.params["perturb"]["lexicon_path"] = "data/external/none.tff"
+    return cfg
+
+
+def test_preflight_names_every_missing_piece(tmp_path, monkeypatch):
+    cfg = missing_everything(tmp_path, monkeypatch)
     problems = plan.preflight(cfg, can_reach=lambda host, port: False)
     text = "\n".join(problems)
     for needle in ("Rain1998/Analyst-Report-Bias", "yfinance", "none.tff", "G_PLAN_TEST_KEY",
@@ -157,11 +163,7 @@ def test_paper_run_fails_at_once_offline_naming_what_is_missing(tmp_path, monkey
 
 def test_preflight_of_some_stages_asks_only_for_what_they_use(tmp_path, monkeypatch):
     """Stage 02 alone needs the lexicon, no model server; stage 03 its models, not the corpus."""
-    monkeypatch.delenv("G_PLAN_TEST_KEY", raising=False)
-    cfg = make_cfg(tmp_path, models=("api", "srv"))
-    cfg.params["data"] = {"source": "huggingface", "reports": {"hf_dataset": "Rain1998/Analyst-Report-Bias"},
-                          "prices": {"path": None, "market_path": None}}
-    cfg.params["perturb"]["lexicon_path"] = "data/external/none.tff"
+    cfg = missing_everything(tmp_path, monkeypatch)
     offline = dict(can_reach=lambda host, port: False)
     assert [p.split(":")[0] for p in plan.preflight(cfg, stages=["02"], **offline)] == ["lexicon"]
     only_03 = "\n".join(plan.preflight(cfg, stages=["03"], **offline))
