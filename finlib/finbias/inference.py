@@ -331,11 +331,17 @@ def skipped_rows(skipped: pd.DataFrame, specs: list[ModelSpec], inf: dict,
     return rows
 
 
-def to_frame(rows: list[dict], contexts: dict[str, str] | None = None) -> pd.DataFrame:
+def to_frame(rows: list[dict], contexts: dict[str, str] | None = None, release_rows: bool = False) -> pd.DataFrame:
     """The predictions artifact with the contract's columns and dtypes, each row read once by stage
-    04's parser (`contexts`: item_id -> input text, so ratings copied from the report are ignored)."""
+    04's parser (`contexts`: item_id -> input text, so ratings copied from the report are ignored).
+    The replies stay a text column (missing: NaN) rather than Python objects: at the paper's size
+    one model's replies are ~0.1 GB. `release_rows`: empty `rows` once the frame holds them, so
+    the dicts' copy of every reply is freed before parsing (stage 03's per-model parts)."""
     df = pd.DataFrame(rows, columns=CALL_COLUMNS)
-    for c in ("item_id", "report_id", "condition", "model", "mode", "raw_text", "status", "error", "cache_key"):
+    if release_rows:
+        rows.clear()
+    df["raw_text"] = df["raw_text"].astype("str")
+    for c in ("item_id", "report_id", "condition", "model", "mode", "status", "error", "cache_key"):
         df[c] = df[c].astype(object).where(df[c].notna(), None)
     for c in ("p_bullish", "p_neutral", "p_bearish", "cost_usd", "latency_s"):
         df[c] = df[c].astype("float64")
@@ -436,6 +442,7 @@ def write_stage(cfg: RunConfig, models: list[str] | None = None) -> dict:
     inf = inference_params(cfg)
     specs = select_models(run_registry(cfg), models or list(inf["models"]))
     conditions, texts = open_conditions(cfg)
+    pa.default_memory_pool().release_unused()  # the text check read every row group once
     ok = conditions[conditions["status"] == "ok"]
     skipped = conditions[conditions["status"] == "skipped"]
     gen_ids = generate_subset_ids(ok, inf["generate_subset"])
@@ -464,16 +471,19 @@ def write_stage(cfg: RunConfig, models: list[str] | None = None) -> dict:
             for spec in specs:
                 rows = _run_model(cfg, spec, texts, inf, store, budget, gen_ids, report, subsets[spec.name],
                                   draw_ids if spec.name in ext_models else set())
-                # the paper's rows (draw 0 of the four conditions) -> predictions; the extension -> draws
-                paper = [r for r in rows if r["sample"] == 0 and r["condition"] not in SWEEP_VALUES]
-                part = to_frame(paper + skipped_rows(skipped, [spec], inf, subsets), texts)
-                parts[spec.name] = parts_dir / f"{len(parts):03d}.parquet"
-                part.to_parquet(parts[spec.name], index=False)
-                if spec.name in ext_models:
+                if spec.name in ext_models:  # the extension's rows -> draws
                     primary_generates = report["models"][spec.name]["primary_mode"] == "generate"
                     ext += [r for r in rows if str(r["report_id"]) in draw_ids
                             and (r["mode"] == "generate") == primary_generates]
-                del rows, paper, part
+                # the paper's rows (draw 0 of the four conditions) -> predictions
+                paper = [r for r in rows if r["sample"] == 0 and r["condition"] not in SWEEP_VALUES]
+                del rows
+                paper += skipped_rows(skipped, [spec], inf, subsets)
+                part = to_frame(paper, texts, release_rows=True)
+                parts[spec.name] = parts_dir / f"{len(parts):03d}.parquet"
+                part.to_parquet(parts[spec.name], index=False)
+                del paper, part
+                pa.default_memory_pool().release_unused()  # Arrow's allocator keeps what a part freed otherwise
     finally:
         from finlib.llm.llamacpp import close_servers
 

@@ -13,7 +13,7 @@ import json
 import re
 from functools import lru_cache
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -496,6 +496,17 @@ def answer_status(status: Any) -> str:
     return "answered"
 
 
+class _Row(NamedTuple):
+    status: Any
+    mode: Any
+    truncated_output: Any
+    p_bullish: Any
+    p_neutral: Any
+    p_bearish: Any
+    raw_text: Any
+    item_id: Any
+
+
 def parse_predictions(pred: pd.DataFrame, contexts: dict[str, str] | None = None) -> pd.DataFrame:
     """Add `answer` (str|None), `parsed` (bool), `parse_note` (why) and `answered` (bool).
 
@@ -516,14 +527,17 @@ def parse_predictions(pred: pd.DataFrame, contexts: dict[str, str] | None = None
     # for the echo check (`normalised_context`); the rows' own order is kept in the output.
     items = out["item_id"] if "item_id" in out.columns else pd.Series(range(len(out)))
     order = np.argsort(pd.factorize(items.to_numpy(dtype=object))[0], kind="stable")
-    read = [c for c in ("status", "mode", "truncated_output", "p_bullish", "p_neutral", "p_bearish", "raw_text",
-                        "item_id") if c in out.columns]
-    rows = list(out[read].itertuples(index=False))
+    n = len(out)
+    defaults = {"status": "ok", "mode": "generate"}
+    column = {c: ([defaults.get(c)] * n if c not in out.columns
+                  else out[c].array if c == "raw_text"  # each reply read when its row is: a list of rows or an
+                  else out[c].to_numpy(dtype=object))  # object array would copy every reply at once
+              for c in _Row._fields}
     for i in order:
-        row = rows[i]
-        status = getattr(row, "status", "ok")
-        mode = getattr(row, "mode", "generate")
-        cut = getattr(row, "truncated_output", None)
+        row = _Row(*(column[c][i] for c in _Row._fields))
+        status = row.status
+        mode = row.mode
+        cut = row.truncated_output
         kind = answer_status(status)
         answered[i] = kind == "answered"
         if kind != "answered":
