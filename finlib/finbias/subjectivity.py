@@ -386,6 +386,7 @@ class ResultCache:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, timeout=60)
             self._db.execute("CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, blob BLOB NOT NULL)")
+            self._db.execute("CREATE TABLE IF NOT EXISTS checked (key TEXT PRIMARY KEY)")  # passed re-matches
         return self._db
 
     def _key(self, text: str) -> str:
@@ -416,7 +417,6 @@ class ResultCache:
     def checked(self, keys: Sequence[str]) -> set[str]:
         """The keys among `keys` whose strongsubj re-match passed before, with this same filter."""
         db = self._conn()
-        db.execute("CREATE TABLE IF NOT EXISTS checked (key TEXT PRIMARY KEY)")
         found: set[str] = set()
         for i in range(0, len(keys), 500):
             chunk = list(keys[i:i + 500])
@@ -426,7 +426,6 @@ class ResultCache:
 
     def mark_checked(self, keys: Iterable[str]) -> None:
         db = self._conn()
-        db.execute("CREATE TABLE IF NOT EXISTS checked (key TEXT PRIMARY KEY)")
         db.executemany("INSERT OR IGNORE INTO checked VALUES (?)", [(k,) for k in keys])
         db.commit()
 
