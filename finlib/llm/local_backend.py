@@ -76,13 +76,12 @@ def quiet_gguf_conversion() -> Iterator[None]:
             gguf_utils.tqdm = original
 
 
-def ensure_cache(spec: ModelSpec, cache_root: Path) -> Path | str:
-    """The safetensors folder for a local model, converting the GGUF once (atomic rename)."""
-    if spec.hf_path:
-        return spec.hf_path  # a folder or a hub id: from_pretrained takes both as they are
-    target = Path(cache_root) / spec.name
-    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
-        return target
+def _cache_complete(target: Path) -> bool:
+    return (target / "config.json").is_file() and (target / "model.safetensors").is_file()
+
+
+def _convert_gguf(spec: ModelSpec, out: Path) -> None:
+    """De-quantise the package's GGUF and save it as a safetensors folder at `out`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     src = gguf_dir(spec.gguf_package)
@@ -90,12 +89,34 @@ def ensure_cache(spec: ModelSpec, cache_root: Path) -> Path | str:
         tok = AutoTokenizer.from_pretrained(src, gguf_file=spec.gguf_file)
         model = AutoModelForCausalLM.from_pretrained(src, gguf_file=spec.gguf_file)
     _strip_quantizer(model)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(tmp, target)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+
+
+def ensure_cache(spec: ModelSpec, cache_root: Path) -> Path | str:
+    """The safetensors folder for a local model, converting the GGUF once.
+
+    Several processes may ask at once (the ranks of `accelerate launch`, parallel notebooks): a
+    file lock lets one convert while the others wait, and a complete cache is never removed, since
+    another process may be reading it. The folder appears by an atomic rename, so a reader never
+    sees half of it.
+    """
+    if spec.hf_path:
+        return spec.hf_path  # a folder or a hub id: from_pretrained takes both as they are
+    from filelock import FileLock
+
+    target = Path(cache_root) / spec.name
+    if _cache_complete(target):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target.with_name(f".{target.name}.lock"))):
+        if _cache_complete(target):  # another process converted it while this one waited
+            return target
+        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        _convert_gguf(spec, tmp)
+        shutil.rmtree(target, ignore_errors=True)  # an incomplete folder left by an interrupted older layout
+        os.replace(tmp, target)
     return target
 
 
