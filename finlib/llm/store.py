@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from finlib.core.sqlite_wal import connect_wal
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
     key TEXT PRIMARY KEY,
@@ -186,8 +188,7 @@ class ResponseStore:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
-        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn = connect_wal(self.path, timeout=60, isolation_level=None, check_same_thread=False)
         self.conn.execute("PRAGMA synchronous=FULL")
         self.conn.execute(SCHEMA)
         have = {row[1] for row in self.conn.execute("PRAGMA table_info(responses)")}
