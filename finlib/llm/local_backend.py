@@ -115,7 +115,7 @@ def ensure_cache(spec: ModelSpec, cache_root: Path) -> Path | str:
         tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         _convert_gguf(spec, tmp)
-        shutil.rmtree(target, ignore_errors=True)  # an incomplete folder left by an interrupted older layout
+        shutil.rmtree(target, ignore_errors=True)  # incomplete (checked under the lock): nobody reads it
         os.replace(tmp, target)
     return target
 

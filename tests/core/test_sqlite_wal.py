@@ -59,8 +59,8 @@ def _open_at(path: str, start: float, results) -> None:
 
 
 def test_processes_opening_a_new_file_together_all_get_wal(tmp_path):
-    """Four processes released at the same instant on each of 12 new files (without the retry, about one
-    open in ten failed with "database is locked" on the 2-core machine)."""
+    """Four processes released at the same instant on each of 12 new files (without the retry, some of
+    them fail with "database is locked")."""
     ctx = mp.get_context("fork")
     outcomes = []
     for trial in range(12):
