@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import time
@@ -225,6 +226,14 @@ def read_precision(cfg: RunConfig) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's finished children: the notebook's kernel and
+    what it started and waited for (the llama.cpp server, tagger workers). The difference around a
+    stage is its CPU cost, a figure that does not depend on how busy the machine was."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     """Execute one notebook with papermill and record it in the manifest."""
     import papermill as pm
@@ -232,7 +241,7 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
     out_dir = cfg.run_dir / "notebooks"
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / notebook.name
-    started, t0 = _now(), time.time()
+    started, t0, cpu0 = _now(), time.time(), children_cpu_s()
     entry: dict[str, Any] = {"notebook": display_path(notebook, cfg.root),
                              "output": display_path(output, cfg.root), "started": started}
     print(f"[{cfg.name}] stage {stage}: {notebook.name} ...", flush=True)
@@ -256,6 +265,7 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
     finally:
         entry["ended"] = _now()
         entry["seconds"] = round(time.time() - t0, 2)
+        entry["cpu_seconds"] = round(children_cpu_s() - cpu0, 2)
         entry["artifacts"] = _artifact_hashes(cfg, t0 - 1)
         manifest.setdefault("stages", {})[stage] = entry
         manifest["precision"] = read_precision(cfg)
