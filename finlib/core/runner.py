@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import time
@@ -225,6 +226,48 @@ def read_precision(cfg: RunConfig) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's finished children: the notebook's kernel and
+    what it started and waited for (the llama.cpp server, tagger workers). The difference around a
+    stage is its CPU cost, a figure that does not depend on how busy the machine was."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+ERROR_HEAD_LINES, ERROR_TAIL_LINES = 6, 12  # traceback lines a manifest keeps (the cause is in the last ones)
+ERROR_MESSAGE_CHARS = 4000  # the exception's own message, kept whole up to this (then its head and tail)
+
+
+def _head_tail(text: str, limit: int) -> str:
+    """`text` whole when short, else its start and end around one elision mark (a cause is
+    often in the last line: cutting only the end drops it)."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]} [... {len(text) - 2 * half} characters ...] {text[-half:]}"
+
+
+def describe_failure(exc: BaseException) -> str:
+    """What a manifest keeps of a stage's failure: the exception's own name and message (a
+    notebook's exception: papermill's `ename`/`evalue`), then the first and last lines of its
+    traceback -- never the traceback's first characters only, which cut a breaker's or a full
+    disk's message off."""
+    name = getattr(exc, "ename", None) or type(exc).__name__
+    value = getattr(exc, "evalue", None)
+    value = str(exc) if value is None else str(value)
+    text = f"{name}: {_head_tail(value.strip(), ERROR_MESSAGE_CHARS)}"
+    tb = getattr(exc, "traceback", None)
+    if isinstance(tb, list) and tb:
+        from papermill.exceptions import strip_color  # noqa: PLC0415 -- papermill is imported with the stage
+
+        lines = [ln for ln in strip_color("\n".join(tb)).splitlines() if ln.strip()]
+        if len(lines) > ERROR_HEAD_LINES + ERROR_TAIL_LINES:
+            lines = [*lines[:ERROR_HEAD_LINES], f"[... {len(lines) - ERROR_HEAD_LINES - ERROR_TAIL_LINES} "
+                     "traceback lines ...]", *lines[-ERROR_TAIL_LINES:]]
+        text += "\ntraceback:\n" + "\n".join(_head_tail(ln, 400) for ln in lines)
+    return text
+
+
 def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     """Execute one notebook with papermill and record it in the manifest."""
     import papermill as pm
@@ -232,7 +275,7 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
     out_dir = cfg.run_dir / "notebooks"
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / notebook.name
-    started, t0 = _now(), time.time()
+    started, t0, cpu0 = _now(), time.time(), children_cpu_s()
     entry: dict[str, Any] = {"notebook": display_path(notebook, cfg.root),
                              "output": display_path(output, cfg.root), "started": started}
     print(f"[{cfg.name}] stage {stage}: {notebook.name} ...", flush=True)
@@ -248,7 +291,7 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
         entry["status"] = "ok"
     except Exception as exc:  # recorded, then re-raised: the manifest shows where a run broke
         entry["status"] = "failed"
-        entry["error"] = f"{type(exc).__name__}: {str(exc)[:2000]}"
+        entry["error"] = describe_failure(exc)
         raise
     except BaseException:  # Ctrl-C, SystemExit (a SIGKILL runs no code: it leaves "running")
         entry["status"] = "interrupted"
@@ -256,6 +299,7 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
     finally:
         entry["ended"] = _now()
         entry["seconds"] = round(time.time() - t0, 2)
+        entry["cpu_seconds"] = round(children_cpu_s() - cpu0, 2)
         entry["artifacts"] = _artifact_hashes(cfg, t0 - 1)
         manifest.setdefault("stages", {})[stage] = entry
         manifest["precision"] = read_precision(cfg)
@@ -302,7 +346,7 @@ def run_pipeline(run_name: str = "default", stages: Iterable[str] | None = None,
         except BaseException as exc:
             entry = manifest.get("stages", {}).get(stage, {})
             manifest["status"] = "failed" if isinstance(exc, Exception) else "interrupted"
-            manifest["failed"] = {"stage": stage, "error": entry.get("error") or f"{type(exc).__name__}: {exc}"[:2000],
+            manifest["failed"] = {"stage": stage, "error": entry.get("error") or describe_failure(exc),
                                   "not_run": [s for s in selected if s > stage]}
             try:
                 write_manifest(cfg, manifest)
