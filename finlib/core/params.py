@@ -232,6 +232,7 @@ class FiguresSection(_Section):
     case_model: Optional[str] = None
     case_report: Optional[str] = None
     text_chars: Optional[Count] = None
+    caption_in_image: Optional[StrictBool] = None  # true: caption burned under each image (slides)
 
 
 class PlanSection(_Section):
