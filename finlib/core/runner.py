@@ -25,7 +25,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable
 
-from finlib.core.config import RunConfig, load_run, repo_root
+from finlib.core.config import RunConfig, load_run, repo_root, split_run_arg
 
 KERNEL = "python3"
 TRACKED_PACKAGES = (
@@ -226,6 +226,21 @@ def read_precision(cfg: RunConfig) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def relative_papermill_paths(output: Path, root: Path) -> None:
+    """Papermill records the notebook's absolute input and output paths in its metadata; an executed
+    notebook is mailed and published, so they become repository-relative."""
+    import nbformat
+
+    if not output.is_file():
+        return
+    nb = nbformat.read(output, as_version=4)
+    meta = nb.metadata.get("papermill", {})
+    for key in ("input_path", "output_path"):
+        if meta.get(key) and Path(meta[key]).is_absolute():
+            meta[key] = display_path(Path(meta[key]), root)
+    nbformat.write(nb, output)
+
+
 def children_cpu_s() -> float:
     """CPU seconds (user + system) of this process's finished children: the notebook's kernel and
     what it started and waited for (the llama.cpp server, tagger workers). The difference around a
@@ -284,7 +299,7 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
     try:
         pm.execute_notebook(
             str(notebook), str(output),
-            parameters={"run_name": cfg.name, "params_file": str(cfg.params_file)},
+            parameters={"run_name": cfg.name, "params_file": display_path(cfg.params_file, cfg.root)},
             kernel_name=KERNEL, cwd=str(notebook.parent), progress_bar=False,
             kernel_manager_class=_kernel_manager_class(),
         )
@@ -297,6 +312,7 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
         entry["status"] = "interrupted"
         raise
     finally:
+        relative_papermill_paths(output, cfg.root)
         entry["ended"] = _now()
         entry["seconds"] = round(time.time() - t0, 2)
         entry["cpu_seconds"] = round(children_cpu_s() - cpu0, 2)
@@ -391,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", action="store_true", help="then build runs/<run>/report/ (static HTML)")
     args = parser.parse_args(argv)
     os.chdir(repo_root())
+    args.run, from_path = split_run_arg(args.run)  # RUN=params/mine.yaml: run "mine" with that file
+    args.params = args.params or from_path
     t0 = time.time() - 1
     try:
         manifest = run_pipeline(args.run, args.stages, args.start, args.params, report=args.report)

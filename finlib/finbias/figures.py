@@ -17,6 +17,7 @@ import pandas as pd
 from finlib.core.artifacts import MissingArtifactError, artifact_path, read_frame, write_json
 from finlib.core.config import RunConfig
 from finlib.core.vocab import POOLED, SECTORS, Condition, Rating
+from finlib.finbias.metrics import ACCURACY, HERDING
 from finlib.finbias.figure_base import (  # noqa: F401  (data_source, caption: used by notebook 06)
     CONDITION_COLORS,
     CONDITION_ORDER,
@@ -44,10 +45,10 @@ def _metric(metrics: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def plot_herding_heatmap(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object, FigureRecord]:
-    """Herding (%) model x sector, one panel per condition; N of parsed answers in each cell."""
+    """Herding (%) model x sector, one panel per condition; N (all answered items, Eq. 1) in each cell."""
     import matplotlib.pyplot as plt
 
-    h = _metric(metrics, "herding")
+    h = _metric(metrics, HERDING)
     models = sorted(h["model"].unique())
     cols = [s for s in (*SECTORS, POOLED) if s in set(h["sector"])]
     with figure_style():
@@ -70,8 +71,9 @@ def plot_herding_heatmap(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object,
             ax.grid(False)
         fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="herding %")
     rec = finish(cfg, fig, "fig_herding_heatmap",
-                 "Herding score (% of parsed answers equal to the reference rating) by model and sector, per "
-                 "condition; N = parsed answers, '–' = no answers (stage 04 metrics).")
+                 "Herding score (Eq. 1: % of all N answers equal to the reference rating, an unparsed answer "
+                 "counting as no match) by model and sector, per condition; N = answered items, '–' = no "
+                 "answers (stage 04 metrics).")
     return fig, rec
 
 
@@ -83,7 +85,7 @@ def plot_with_without(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object, Fi
     """Dumbbell: herding with vs without the rating per model x sector, 95 % intervals."""
     import matplotlib.pyplot as plt
 
-    h = _metric(metrics, "herding")
+    h = _metric(metrics, HERDING)
     h = h[h["condition"].isin([Condition.ORIGINAL.value, Condition.NO_RATING.value])]
     has = set(map(tuple, h.loc[h["value"].notna(), ["model", "sector"]].to_numpy()))
     rows = [(m, s) for m in sorted(h["model"].unique()) for s in (POOLED, *SECTORS) if (m, s) in has]
@@ -145,7 +147,7 @@ def plot_accuracy_vs_analyst(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[obj
     """Pooled accuracy per model x condition with 95 % intervals, the analyst's accuracy as a band."""
     import matplotlib.pyplot as plt
 
-    acc = metrics[(metrics["metric"] == "accuracy") & (metrics["sector"] == POOLED)]
+    acc = metrics[(metrics["metric"] == ACCURACY) & (metrics["sector"] == POOLED)]
     analyst = acc[acc["model"] == "Analyst"]
     acc = acc[acc["model"] != "Analyst"]
     models = sorted(acc["model"].unique())
@@ -337,7 +339,7 @@ def dpo_accuracy(dpo_metrics: pd.DataFrame) -> pd.DataFrame:
     """Stage 05's accuracy on the original condition as (model, sector, variant base|dpo, accuracy %, CI %)."""
     from finlib.finbias.scoring import base_model
 
-    a = dpo_metrics[(dpo_metrics["metric"] == "accuracy") & (dpo_metrics["condition"] == Condition.ORIGINAL.value)]
+    a = dpo_metrics[(dpo_metrics["metric"] == ACCURACY) & (dpo_metrics["condition"] == Condition.ORIGINAL.value)]
     name = a["model"].map(base_model)
     tuned = name.str.endswith(DPO_SUFFIX)
     return pd.DataFrame({"model": name.str.removesuffix(DPO_SUFFIX), "sector": a["sector"],
@@ -434,6 +436,7 @@ class FigureStage:
             parts.append(compare.finbias_dpo_comparison(acc[acc["variant"] == "dpo"], self.paper_names()))
         for table, long in compare.split_by_table(pd.concat(parts, ignore_index=True)):
             compare.write_comparison(self.cfg, table, long, "")
+        self.check_comparisons()
         summary = compare.comparison_summary(self.comparisons())
         from finlib.core.tables import write_table
 
@@ -441,6 +444,23 @@ class FigureStage:
                     "Paper vs ours per published table: rows matched, rows on one side only, mean and mean absolute "
                     "difference (ours - paper)" + (f" [{compare.NOT_COMPARABLE}]" if self.cfg.is_synthetic else ""))
         return summary
+
+    def check_comparisons(self) -> pd.DataFrame:
+        """Every "ours" cell of the Fin-Bias comparisons beside the same cell of our written Tables
+        4-8 (`finlib.finbias.consistency`), saved as `comparison_consistency`; a cell that differs
+        stops the stage: a comparison must report the statistic our tables print."""
+        from finlib.core.tables import write_table
+        from finlib.finbias.consistency import comparison_consistency
+
+        check = comparison_consistency(self.cfg.tables_dir, self.paper_names())
+        write_table(self.cfg, "comparison_consistency", check,
+                    "Each 'ours' cell of paper_vs_ours_finbias_table4-8 beside the same cell of our Tables 4-8 "
+                    "as written (agrees: within half a unit of the table's last printed digit)", float_format="{:.4g}")
+        bad = check[~check["agrees"]]
+        if len(bad):
+            raise ValueError(f"paper-vs-ours disagrees with our own tables in {len(bad)} of {len(check)} cells, "
+                             f"e.g. {bad.iloc[0].to_dict()} (see tables/comparison_consistency.csv)")
+        return check
 
     def comparisons(self) -> pd.DataFrame:
         from finlib.core.compare import read_comparisons

@@ -39,8 +39,9 @@ from scipy import stats as sps
 from finlib.core.artifacts import require_columns
 from finlib.core.vocab import Condition
 from finlib.finbias.draws import SWEEP_VALUES
+from finlib.finbias.metrics import OUTCOME_TARGETS, eq1_values
 
-OUTCOMES = {"herding": "reference_rating", "accuracy": "label"}  # outcome -> the column an answer must equal
+OUTCOMES = OUTCOME_TARGETS  # outcome -> the column an answer must equal (Eq. 1, finlib.finbias.metrics)
 # The paper's with/without comparisons (Tables 4-5): (name, table, condition a, condition b, outcome)
 COMPARISONS = (("herding_with_vs_without", "Table 4", Condition.ORIGINAL, Condition.NO_RATING, "herding"),
                ("fake_herding_fake_vs_original", "Table 5", Condition.FAKE_RATING, Condition.ORIGINAL, "herding"),
@@ -68,9 +69,10 @@ def join_draws(draws: pd.DataFrame, conditions: pd.DataFrame, labels: pd.DataFra
 
 
 def hit(joined: pd.DataFrame, target: str | pd.Series) -> pd.Series:
-    """1.0 where the answer equals `target` (a column name or a series), else 0.0 (unparsed = 0)."""
+    """1.0 where the answer equals `target` (a column name or a series), else 0.0 (unparsed = 0):
+    Eq. 1's per-answer hit, from `finlib.finbias.metrics.eq1_values` (the tables' definition)."""
     t = joined[target] if isinstance(target, str) else target
-    return (joined["answer"].notna() & t.notna() & (joined["answer"].astype(object) == t.astype(object))).astype(float)
+    return pd.Series(eq1_values(joined["answer"], t)[:, 0], index=joined.index)
 
 
 def report_shares(joined: pd.DataFrame, outcome: str) -> pd.DataFrame:

@@ -161,6 +161,8 @@ from finlib.finbias.metrics import (KL_PAIRS, METRIC_SPECS, PAIRED_TESTS, PROB_C
                                     kl_divergence, kl_metrics, macro_f1, metrics_long, model_condition_groups,
                                     paired_rows, paired_tests)
 from finlib.finbias.metrics import _denominator, _outcomes  # noqa: E402,F401
+from finlib.finbias.metrics import (ACCURACY, ACCURACY_PARSED, HERDING, HERDING_PARSED,  # noqa: E402,F401
+                                    OUTCOME_TARGETS, eq1_by_sector, eq1_rate, eq1_values)
 
 
 # --------------------------------------------------------------------------------------
@@ -378,13 +380,13 @@ def plot_herding(cfg: RunConfig, res: ScoringResult):
 
     from finlib.core.tables import save_figure, synthetic_title
 
-    m = res.metrics[(res.metrics["sector"] == POOLED) & res.metrics["metric"].isin(["herding_all", "accuracy_all"])
+    m = res.metrics[(res.metrics["sector"] == POOLED) & res.metrics["metric"].isin([HERDING, ACCURACY])
                     & (res.metrics["model"] != "Analyst")]
     models = sorted(m["model"].unique())
     conds = [c.value for c in CONDITIONS_ORDER]
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
     width = 0.8 / max(len(models), 1)
-    for ax, metric in zip(axes, ["herding_all", "accuracy_all"]):
+    for ax, metric in zip(axes, [HERDING, ACCURACY]):
         for i, model in enumerate(models):
             d = m[(m["model"] == model) & (m["metric"] == metric)].set_index("condition").reindex(conds)
             x = np.arange(len(conds)) + i * width

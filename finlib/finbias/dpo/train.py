@@ -64,15 +64,26 @@ def required_max_length(lengths: pd.DataFrame, cap: int) -> int:
     return need
 
 
+PATH_KEYS = ("base_model_name_or_path",)   # where the base was loaded from: differs between checkouts
+
+
 def adapter_hash(adapter_dir: Path) -> str:
-    """sha256 over the adapter's config and weights: the store key of a tuned model's answers."""
+    """sha256 over the adapter's config and weights: the store key of a tuned model's answers.
+
+    The config is hashed without `base_model_name_or_path` (an absolute path of the model cache), so
+    the same adapter gets the same key in every checkout; the base model itself is already in the key
+    (the engine key names the model)."""
     h = hashlib.sha256()
     for name in ADAPTER_FILES:
         path = Path(adapter_dir) / name
         if not path.is_file():
             raise FileNotFoundError(f"{adapter_dir}: no {name} (not a saved PEFT adapter)")
         h.update(name.encode())
-        h.update(path.read_bytes())
+        if name == "adapter_config.json":
+            conf = {k: v for k, v in json.loads(path.read_text(encoding="utf-8")).items() if k not in PATH_KEYS}
+            h.update(json.dumps(conf, sort_keys=True).encode())
+        else:
+            h.update(path.read_bytes())
     return h.hexdigest()
 
 
