@@ -279,7 +279,8 @@ def _run_model(cfg: RunConfig, spec: ModelSpec, texts: ArtifactTexts, inf: dict,
         todo: Iterable[Request] = with_messages(pending, texts, spec, inf, n_tokens, overhead)
         if spec.backend == "local" or inf["batch"]:  # these senders order or file the whole list
             todo = list(todo)
-        progress = Progress(len(pending), desc=f"{spec.name}", disable=not inf["progress"])
+        progress = Progress(len(pending), desc=f"{spec.name} {'/'.join(sorted({r.mode for r in pending}))}",
+                            disable=not inf["progress"])
         try:
             send_pending(spec, todo, store, budget=budget, progress=progress, local_model=model, batch=inf["batch"],
                          batch_dir=cfg.path(inf["batch_dir"]), batch_poll_s=float(inf["batch_poll_s"]),
