@@ -264,9 +264,12 @@ async def sleep_unless_open(delay: float, breaker: Breakers | None) -> None:
     await asyncio.gather(*waits, return_exceptions=True)
 
 
-async def admit(breaker: Breakers | None) -> None:
-    """Wait while the breaker is suspect and another probe went out within the probe interval."""
+async def admit(breaker: Breakers | None, before_wait=None) -> None:
+    """Wait while the breaker is suspect and another probe went out within the probe interval
+    (`before_wait(seconds)` first: e.g. extend the claim's lease over the wait)."""
     while breaker is not None and breaker.cause is None and (wait := breaker.probe_wait()) > 0:
+        if before_wait is not None:
+            await before_wait(wait)
         await sleep_unless_open(wait, breaker)
 
 
@@ -467,16 +470,23 @@ def classify(exc: Exception) -> tuple[bool, str]:
 async def call_with_retries(client, spec: ModelSpec, req: Request, limiter: RateLimiter, *,
                             backoff_base_s: float = 1.0, backoff_cap_s: float = 60.0,
                             rng: random.Random | None = None, secret: str | None = None,
-                            breaker: Breakers | None = None, before_attempt=None) -> Result:
+                            breaker: Breakers | None = None, before_attempt=None, before_wait=None) -> Result:
     """One request to completion: an ok Result, or an error Result after a terminal failure (or
-    after the model's circuit breaker opened: no further attempt)."""
+    after the model's circuit breaker opened: no further attempt). `before_attempt(req)` runs
+    before each attempt and `before_wait(req, seconds)` before each wait (backoff, Retry-After, a
+    breaker's probe interval): the claim's lease must outlive the wait, or another process on the
+    store takes the key and pays for it too."""
+    async def waiting(seconds: float) -> None:
+        if before_wait is not None:
+            await before_wait(req, seconds)
+
     rng = rng or random.Random()
     kwargs = request_kwargs(spec, req)
     est_tokens = req.input_tokens_est + int(req.params.get("max_new_tokens", 0))
     t_start = time.perf_counter()
     reason = "not attempted"
     for attempt in range(1, spec.max_attempts + 1):
-        await admit(breaker)
+        await admit(breaker, waiting)
         if breaker is not None and breaker.cause:
             attempt -= 1
             if attempt == 0:  # stopped before its first attempt: not sent, as the calls never taken
@@ -508,8 +518,9 @@ async def call_with_retries(client, spec: ModelSpec, req: Request, limiter: Rate
                 breaker.record(lasting_kind(exc), redact(reason, secret)[:200])
             if not retryable or attempt == spec.max_attempts or (breaker is not None and breaker.cause):
                 break
-            await sleep_unless_open(backoff_s(attempt, backoff_base_s, backoff_cap_s, retry_after_s(exc), rng),
-                                    breaker)
+            delay = backoff_s(attempt, backoff_base_s, backoff_cap_s, retry_after_s(exc), rng)
+            await waiting(delay)
+            await sleep_unless_open(delay, breaker)
             if breaker is not None and breaker.cause:
                 break
             continue
@@ -540,7 +551,8 @@ def circuit_open(spec: ModelSpec, cause: str, store: ResponseStore, unsent: list
         "are not sent again.")
 
 
-LEASE_MARGIN_S = 10.0  # a claim's lease: one request timeout plus this (renewed before every retry)
+LEASE_MARGIN_S = 10.0  # a claim's lease: one request timeout plus this (renewed before every attempt and
+                       # extended over every wait: backoff, Retry-After, a breaker's probe interval)
 CLAIM_POLL_S = 0.5     # how often a key another process is asking is looked at again
 
 
@@ -606,6 +618,10 @@ async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: Respon
             held[req.key] = time.monotonic()
             await asyncio.to_thread(store.renew, req.key, owner, lease_s)
 
+    async def hold(req: Request, wait_s: float) -> None:  # the lease covers the wait, then one attempt
+        held[req.key] = time.monotonic()
+        await asyncio.to_thread(store.renew, req.key, owner, lease_s + wait_s)
+
     async def worker() -> None:
         while True:
             req, polled = next(it, None), False
@@ -641,7 +657,7 @@ async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: Respon
             state["sent"] += 1
             res = await call_with_retries(client, spec, req, limiter, backoff_base_s=backoff_base_s,
                                           backoff_cap_s=backoff_cap_s, rng=rng, secret=secret, breaker=breaker,
-                                          before_attempt=renew)
+                                          before_attempt=renew, before_wait=hold)
             budget.settle(reserve, res.cost_usd)
             if res.attempts == 0 and breaker.cause:  # the breaker opened while it waited: never sent
                 state["sent"] -= 1
