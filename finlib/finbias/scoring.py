@@ -128,7 +128,8 @@ def score_frame(predictions: pd.DataFrame, conditions: pd.DataFrame, labels: pd.
         "not_answered": int(na_mask.sum()),   # server/transport errors after retries: outside N
         "scored_rows": int(len(kept)),         # answered rows: the N of every rate
         "unparsed": int((~kept["parsed"]).sum()),   # answered but unparsed (incl. truncated): inside N
-        "truncated": int((kept["parse_note"] == "truncated").sum()),
+        "truncated": int((kept["parse_note"] == "truncated").sum()),   # cut before a rating: unparsed
+        "truncated_read": int((kept["parse_note"] == "truncated_read").sum()),  # cut after its rating: read
         "rows_without_label": int(kept["label"].isna().sum()),
         "rows_without_reference_rating": int(kept["reference_rating"].isna().sum()),
         "rows_outside_paper_sectors": int((~kept["sector"].isin(SECTORS)).sum()),
