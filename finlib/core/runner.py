@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from finlib.core.config import RunConfig, load_run, repo_root, split_run_arg
+from finlib.core.progress_feed import FeedTail
 
 KERNEL = "python3"
 TRACKED_PACKAGES = (
@@ -296,12 +297,15 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
     print(f"[{cfg.name}] stage {stage}: {notebook.name} ...", flush=True)
     manifest.setdefault("stages", {})[stage] = {**entry, "status": "running"}  # a killed run leaves "running"
     write_manifest(cfg, manifest)
+    # the kernel's progress lines (finlib.core.progress_feed) reach this terminal while the stage runs
+    feed = FeedTail(cfg.run_dir / "progress" / f"{stage}.log", prefix=f"[{cfg.name}] stage {stage}: ").start()
     try:
         pm.execute_notebook(
             str(notebook), str(output),
             parameters={"run_name": cfg.name, "params_file": display_path(cfg.params_file, cfg.root)},
             kernel_name=KERNEL, cwd=str(notebook.parent), progress_bar=False,
             kernel_manager_class=_kernel_manager_class(),
+            coalesce_streams=True,  # one stdout and one stderr block per cell, not one per progress line
         )
         entry["status"] = "ok"
     except Exception as exc:  # recorded, then re-raised: the manifest shows where a run broke
@@ -312,6 +316,7 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
         entry["status"] = "interrupted"
         raise
     finally:
+        feed.stop()
         relative_papermill_paths(output, cfg.root)
         entry["ended"] = _now()
         entry["seconds"] = round(time.time() - t0, 2)
