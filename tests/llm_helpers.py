@@ -75,6 +75,21 @@ class ClockedClient:
         await self.inner.close()
 
 
+def hold_clock_during_threads(monkeypatch, clock: SimulatedClock) -> None:
+    """Work handed to threads (the store's claims, renewals, commits) holds the simulated clock too:
+    it takes no simulated time, and no wait may end while it runs."""
+    real = asyncio.to_thread
+
+    async def to_thread(func, /, *args, **kwargs):
+        clock.busy += 1
+        try:
+            return await real(func, *args, **kwargs)
+        finally:
+            clock.busy -= 1
+
+    monkeypatch.setattr(asyncio, "to_thread", to_thread)
+
+
 def api_record(name: str, base_url: str, api_key_env: str, **fields) -> dict:
     """A registry record (as written in models.yaml) of an OpenAI-compatible model for tests."""
     return {"name": name, "backend": "openai", "model_id": f"{name}-model", "base_url": base_url,

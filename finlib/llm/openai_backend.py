@@ -25,7 +25,7 @@ import time
 import weakref
 from typing import Iterable
 
-from finlib.llm.context import room_from_error
+from finlib.llm.context import CONTEXT_REFUSED, is_context_refusal, room_from_error
 from finlib.llm.registry import ModelSpec
 from finlib.llm.store import Request, Result, ResponseStore, process_owner
 
@@ -264,9 +264,12 @@ async def sleep_unless_open(delay: float, breaker: Breakers | None) -> None:
     await asyncio.gather(*waits, return_exceptions=True)
 
 
-async def admit(breaker: Breakers | None) -> None:
-    """Wait while the breaker is suspect and another probe went out within the probe interval."""
+async def admit(breaker: Breakers | None, before_wait=None) -> None:
+    """Wait while the breaker is suspect and another probe went out within the probe interval
+    (`before_wait(seconds)` first: e.g. extend the claim's lease over the wait)."""
     while breaker is not None and breaker.cause is None and (wait := breaker.probe_wait()) > 0:
+        if before_wait is not None:
+            await before_wait(wait)
         await sleep_unless_open(wait, breaker)
 
 
@@ -417,6 +420,14 @@ def result_from_completion(req: Request, spec: ModelSpec, body: dict, discount: 
                               truncated_output=choice.get("finish_reason") == "length", **fields)
 
 
+def context_refused(req: Request, reason: str, latency_s: float = 0.0, attempts: int = 1) -> Result:
+    """The answer to a prompt the server refused for its context length: an empty reply (status ok,
+    inside N, unparsed "empty"), as the authors' offline vLLM returned for such a prompt; `error`
+    keeps the reason so stage 03 counts these apart from the model's own empty replies."""
+    return Result.for_request(req, status="ok", raw_text="", truncated_output=False, latency_s=latency_s,
+                              attempts=attempts, error=f"{CONTEXT_REFUSED}: {reason}"[:1000])
+
+
 class MalformedResponse(Exception):
     """A 200 whose body is not a chat completion (no choices, no message): a server or proxy fault,
     retried like a 5xx and recorded as an error -- never stored as an (empty) answer."""
@@ -459,16 +470,23 @@ def classify(exc: Exception) -> tuple[bool, str]:
 async def call_with_retries(client, spec: ModelSpec, req: Request, limiter: RateLimiter, *,
                             backoff_base_s: float = 1.0, backoff_cap_s: float = 60.0,
                             rng: random.Random | None = None, secret: str | None = None,
-                            breaker: Breakers | None = None, before_attempt=None) -> Result:
+                            breaker: Breakers | None = None, before_attempt=None, before_wait=None) -> Result:
     """One request to completion: an ok Result, or an error Result after a terminal failure (or
-    after the model's circuit breaker opened: no further attempt)."""
+    after the model's circuit breaker opened: no further attempt). `before_attempt(req)` runs
+    before each attempt and `before_wait(req, seconds)` before each wait (backoff, Retry-After, a
+    breaker's probe interval): the claim's lease must outlive the wait, or another process on the
+    store takes the key and pays for it too."""
+    async def waiting(seconds: float) -> None:
+        if before_wait is not None:
+            await before_wait(req, seconds)
+
     rng = rng or random.Random()
     kwargs = request_kwargs(spec, req)
     est_tokens = req.input_tokens_est + int(req.params.get("max_new_tokens", 0))
     t_start = time.perf_counter()
     reason = "not attempted"
     for attempt in range(1, spec.max_attempts + 1):
-        await admit(breaker)
+        await admit(breaker, waiting)
         if breaker is not None and breaker.cause:
             attempt -= 1
             if attempt == 0:  # stopped before its first attempt: not sent, as the calls never taken
@@ -492,12 +510,17 @@ async def call_with_retries(client, spec: ModelSpec, req: Request, limiter: Rate
             if room is not None and room < kwargs.get(spec.max_tokens_param, room + 1):
                 kwargs[spec.max_tokens_param] = room  # the server counted more prompt tokens: its room, once
                 continue
+            if is_context_refusal(reason):  # the prompt alone fills the context: an empty answer, inside N
+                if breaker is not None:
+                    breaker.record(None)  # the server answered: not a failing server
+                return context_refused(req, redact(reason, secret), time.perf_counter() - t_start, attempt)
             if breaker is not None:
                 breaker.record(lasting_kind(exc), redact(reason, secret)[:200])
             if not retryable or attempt == spec.max_attempts or (breaker is not None and breaker.cause):
                 break
-            await sleep_unless_open(backoff_s(attempt, backoff_base_s, backoff_cap_s, retry_after_s(exc), rng),
-                                    breaker)
+            delay = backoff_s(attempt, backoff_base_s, backoff_cap_s, retry_after_s(exc), rng)
+            await waiting(delay)
+            await sleep_unless_open(delay, breaker)
             if breaker is not None and breaker.cause:
                 break
             continue
@@ -528,7 +551,8 @@ def circuit_open(spec: ModelSpec, cause: str, store: ResponseStore, unsent: list
         "are not sent again.")
 
 
-LEASE_MARGIN_S = 10.0  # a claim's lease: one request timeout plus this (renewed before every retry)
+LEASE_MARGIN_S = 10.0  # a claim's lease: one request timeout plus this (renewed before every attempt and
+                       # extended over every wait: backoff, Retry-After, a breaker's probe interval)
 CLAIM_POLL_S = 0.5     # how often a key another process is asking is looked at again
 
 
@@ -594,6 +618,10 @@ async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: Respon
             held[req.key] = time.monotonic()
             await asyncio.to_thread(store.renew, req.key, owner, lease_s)
 
+    async def hold(req: Request, wait_s: float) -> None:  # the lease covers the wait, then one attempt
+        held[req.key] = time.monotonic()
+        await asyncio.to_thread(store.renew, req.key, owner, lease_s + wait_s)
+
     async def worker() -> None:
         while True:
             req, polled = next(it, None), False
@@ -629,7 +657,7 @@ async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: Respon
             state["sent"] += 1
             res = await call_with_retries(client, spec, req, limiter, backoff_base_s=backoff_base_s,
                                           backoff_cap_s=backoff_cap_s, rng=rng, secret=secret, breaker=breaker,
-                                          before_attempt=renew)
+                                          before_attempt=renew, before_wait=hold)
             budget.settle(reserve, res.cost_usd)
             if res.attempts == 0 and breaker.cause:  # the breaker opened while it waited: never sent
                 state["sent"] -= 1

@@ -238,12 +238,14 @@ def _registry_default_spec(base_url: str):
     return dataclasses.replace(STUB_SPEC, base_url=base_url, concurrency=16, **defaults)
 
 
-def _drill(spec, directive: str, tmp_path, clock) -> dict:
+def _drill(spec, directive: str, tmp_path, clock, monkeypatch) -> dict:
     """Send DRILL_ITEMS calls at registry-default backoff (1 s base, 60 s cap) until the breaker
     stops the model; the calls are counted from the stored attempts (every attempt is booked)."""
-    from llm_helpers import ClockedClient
+    from llm_helpers import ClockedClient, hold_clock_during_threads
 
     from finlib.llm.openai_backend import make_client
+
+    hold_clock_during_threads(monkeypatch, clock)
 
     async def send() -> None:
         client = ClockedClient(make_client(spec), clock)
@@ -274,7 +276,7 @@ def test_breaker_drill_failures_that_cannot_heal(scenario, directive, what, tmp_
     Goal: <= 60 s of simulated time and <= 50 calls to the endpoint, 111 calls pending."""
     monkeypatch.setenv("STUB_TEST_KEY", "k")
     with ThreadedStub() as stub:
-        got = _drill(_registry_default_spec(stub.base_url), directive, tmp_path, simulated_clock)
+        got = _drill(_registry_default_spec(stub.base_url), directive, tmp_path, simulated_clock, monkeypatch)
         assert got["calls"] == stub.stub.stats()["attempts"]  # the server's books agree with the store's
     assert f"consecutive {what}" in got["message"]
     print(f"drill: {got['seconds']:.1f} s simulated, {got['calls']} calls until the stop")
@@ -284,7 +286,8 @@ def test_breaker_drill_failures_that_cannot_heal(scenario, directive, what, tmp_
 def test_breaker_drill_host_not_found(tmp_path, monkeypatch, simulated_clock):
     """Drill: a wrong host name (DNS lookup fails) stops the model within the goal."""
     monkeypatch.setenv("STUB_TEST_KEY", "k")
-    got = _drill(_registry_default_spec("http://api.no-such-host.invalid/v1"), "", tmp_path, simulated_clock)
+    got = _drill(_registry_default_spec("http://api.no-such-host.invalid/v1"), "", tmp_path, simulated_clock,
+                 monkeypatch)
     assert "consecutive host name lookups that failed" in got["message"]
     print(f"drill: {got['seconds']:.1f} s simulated, {got['calls']} calls until the stop")
     assert got["calls"] <= DRILL_GOAL_CALLS and got["seconds"] <= DRILL_GOAL_S, got
