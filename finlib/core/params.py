@@ -73,6 +73,7 @@ class SyntheticSection(_Section):
     rating_wording: Optional[Literal["paper", "scales"]] = None
     layout: Optional[Literal["prose", "structured"]] = None
     block_share: Optional[Share] = None
+    messy_share: Optional[Share] = None
 
 
 class ReportsSection(_Section):
@@ -143,6 +144,7 @@ class PerturbSection(_Section):
     tagger_processes: Optional[Count] = None
     tag_cache: Optional[str] = None
     sweep_reports: Optional[NonNegInt] = None  # rating sweep (finlib.finbias.rating_sweep); null = all, 0 = off
+    max_set_aside_share: Optional[Share] = None  # stage 02 fails when more reports than this share are set aside
 
 
 # ---- inference (stage 03) ------------------------------------------------------------------------
