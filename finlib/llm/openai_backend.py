@@ -25,7 +25,7 @@ import time
 import weakref
 from typing import Iterable
 
-from finlib.llm.context import room_from_error
+from finlib.llm.context import CONTEXT_REFUSED, is_context_refusal, room_from_error
 from finlib.llm.interrupt import STOP, Interrupted, resume_hint
 from finlib.llm.registry import ModelSpec
 from finlib.llm.store import Request, Result, ResponseStore, process_owner
@@ -419,6 +419,14 @@ def result_from_completion(req: Request, spec: ModelSpec, body: dict, discount: 
                               truncated_output=choice.get("finish_reason") == "length", **fields)
 
 
+def context_refused(req: Request, reason: str, latency_s: float = 0.0, attempts: int = 1) -> Result:
+    """The answer to a prompt the server refused for its context length: an empty reply (status ok,
+    inside N, unparsed "empty"), as the authors' offline vLLM returned for such a prompt; `error`
+    keeps the reason so stage 03 counts these apart from the model's own empty replies."""
+    return Result.for_request(req, status="ok", raw_text="", truncated_output=False, latency_s=latency_s,
+                              attempts=attempts, error=f"{CONTEXT_REFUSED}: {reason}"[:1000])
+
+
 class MalformedResponse(Exception):
     """A 200 whose body is not a chat completion (no choices, no message): a server or proxy fault,
     retried like a 5xx and recorded as an error -- never stored as an (empty) answer."""
@@ -504,6 +512,10 @@ async def call_with_retries(client, spec: ModelSpec, req: Request, limiter: Rate
             if room is not None and room < kwargs.get(spec.max_tokens_param, room + 1):
                 kwargs[spec.max_tokens_param] = room  # the server counted more prompt tokens: its room, once
                 continue
+            if is_context_refusal(reason):  # the prompt alone fills the context: an empty answer, inside N
+                if breaker is not None:
+                    breaker.record(None)  # the server answered: not a failing server
+                return context_refused(req, redact(reason, secret), time.perf_counter() - t_start, attempt)
             if breaker is not None:
                 breaker.record(lasting_kind(exc), redact(reason, secret)[:200])
             if not retryable or attempt == spec.max_attempts or (breaker is not None and breaker.cause) \

@@ -9,6 +9,7 @@ text, so "fail twice, then answer" is deterministic whatever the concurrency:
   [[sleepxN:S]] sleep S seconds before answering the first N attempts (client timeouts)
   [[400]]       always 400 (a non-retryable error); [[403]], [[404]] likewise (no access, no such model)
   [[length]]    answer with finish_reason "length" (output cut at the token limit)
+  [[context]]   always vLLM's context-length 400 for a prompt longer than the context (no room left)
   [[502]]       always 502 (a gateway whose upstream is gone)
   [[quota]]     always 429 insufficient_quota, no Retry-After (the account's quota is spent)
   [[ratelimit]] always 429 without Retry-After
@@ -34,7 +35,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-_DIRECTIVE = re.compile(r"\[\[(429|500|502|sleep|400|403|404|length|quota|ratelimit|nomodel)(?:x(\d+))?(?::([\d.]+))?\]\]")
+_DIRECTIVE = re.compile(r"\[\[(429|500|502|sleep|400|403|404|length|context|quota|ratelimit|nomodel)"
+                        r"(?:x(\d+))?(?::([\d.]+))?\]\]")
+CONTEXT_400 = ("This model's maximum context length is 8192 tokens and your request has 9000 input tokens "
+               "(4096 > 8192 - 9000). None")
 ANSWER = '{"answer": "bullish", "reason": "stub"}'
 
 # Seeded fault kinds (what a flaky provider or proxy really does):
@@ -140,6 +144,8 @@ class StubServer:
         self.log.append((time.monotonic(), text[:80], attempt))
         for kind, n, arg in _DIRECTIVE.findall(text):
             n = int(n or 1)
+            if kind == "context":
+                return self._respond(400, {"error": {"message": CONTEXT_400, "type": "BadRequestError"}}), False
             if kind in ("400", "403", "404", "502"):
                 return self._respond(int(kind), {"error": {"message": f"HTTP {kind} (scripted)"}}), False
             if kind == "quota":

@@ -242,14 +242,16 @@ def plot_log(log: pd.DataFrame, title: str):
     """Loss, reward margin and reward accuracy per step (one figure, three panels)."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3))
-    for ax, col in zip(axes, ["loss", "rewards/margins", "rewards/accuracies"]):
-        if log.empty:
-            ax.text(0.5, 0.5, "no training steps", ha="center", va="center", transform=ax.transAxes)
-        else:
-            ax.plot(log["step"], log[col], marker="o")
-        ax.set_title(col)
-        ax.set_xlabel("step")
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    from finlib.finbias.figure_base import DOUBLE_COLUMN_IN, figure_style
+
+    if log.empty:
+        raise LookupError("no training steps logged")
+    with figure_style():
+        fig, axes = plt.subplots(1, 3, figsize=(DOUBLE_COLUMN_IN, 2.6))
+        for ax, col in zip(axes, ["loss", "rewards/margins", "rewards/accuracies"]):
+            ax.plot(log["step"], log[col], marker="o", color="#333333")
+            ax.set_title(col)
+            ax.set_xlabel("step")
+        fig.suptitle(title)
+        fig.tight_layout()
     return fig
