@@ -125,6 +125,11 @@ class Breaker:
                 return 0.0
             return self.next_probe - now
 
+    def until_probe(self) -> float:
+        """Seconds until the next probe may go (0 when not suspect)."""
+        with self._lock:
+            return max(0.0, self.next_probe - self.now()) if self.suspect else 0.0
+
     def record(self, kind: str | None, reason: str = "") -> None:
         """Book one attempt's outcome (`kind` from `lasting_kind`, None for anything else)."""
         with self._lock:
@@ -165,6 +170,13 @@ class Breakers:
 
     def probe_wait(self) -> float:
         return max(self.endpoint.probe_wait(), self.model.probe_wait())
+
+    def backoff(self, delay: float) -> float:
+        """A retry's wait while a streak is suspect: no longer than until the next probe, so the
+        probes keep their pace (one per interval) however long the workers' backoffs have grown,
+        and the breaker opens soon after the grace period."""
+        suspect = [b for b in (self.endpoint, self.model) if b.suspect]
+        return min([delay, *(b.until_probe() for b in suspect)])
 
     def events(self) -> list[asyncio.Event]:
         return [self.endpoint.event(), self.model.event()]
@@ -522,6 +534,8 @@ async def call_with_retries(client, spec: ModelSpec, req: Request, limiter: Rate
                     or STOP.is_set():
                 break
             delay = backoff_s(attempt, backoff_base_s, backoff_cap_s, retry_after_s(exc), rng)
+            if breaker is not None:
+                delay = breaker.backoff(delay)
             await waiting(delay)
             await sleep_unless_open(delay, breaker)
             if breaker is not None and breaker.cause:
