@@ -73,6 +73,7 @@ class SyntheticSection(_Section):
     rating_wording: Optional[Literal["paper", "scales"]] = None
     layout: Optional[Literal["prose", "structured"]] = None
     block_share: Optional[Share] = None
+    messy_share: Optional[Share] = None
 
 
 class ReportsSection(_Section):
