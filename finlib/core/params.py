@@ -95,6 +95,9 @@ class PricesSection(_Section):
 
 class DataSection(_Section):
     source: Optional[Literal["synthetic", "local", "huggingface"]] = None
+    # stage 00's text cleaning rules (finlib.finbias.validation.CLEANING_RULES); []: the text as the authors send it
+    text_cleaning: Optional[list[Literal["mojibake", "nbsp", "invisible", "control", "hyphenation",
+                                         "whitespace"]]] = None
     synthetic: Optional[SyntheticSection] = None
     reports: Optional[ReportsSection] = None
     prices: Optional[PricesSection] = None

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from finlib.core.config import RunConfig, load_run, repo_root, split_run_arg
+from finlib.core.report import publishable_notebook
 from finlib.core.progress_feed import FeedTail
 
 KERNEL = "python3"
@@ -227,19 +228,6 @@ def read_precision(cfg: RunConfig) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def relative_papermill_paths(output: Path, root: Path) -> None:
-    """Papermill records the notebook's absolute input and output paths in its metadata; an executed
-    notebook is mailed and published, so they become repository-relative."""
-    import nbformat
-
-    if not output.is_file():
-        return
-    nb = nbformat.read(output, as_version=4)
-    meta = nb.metadata.get("papermill", {})
-    for key in ("input_path", "output_path"):
-        if meta.get(key) and Path(meta[key]).is_absolute():
-            meta[key] = display_path(Path(meta[key]), root)
-    nbformat.write(nb, output)
 
 
 def children_cpu_s() -> float:
@@ -317,7 +305,7 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
         raise
     finally:
         feed.stop()
-        relative_papermill_paths(output, cfg.root)
+        publishable_notebook(output, cfg.root)  # no machine paths, progress collapsed
         entry["ended"] = _now()
         entry["seconds"] = round(time.time() - t0, 2)
         entry["cpu_seconds"] = round(children_cpu_s() - cpu0, 2)
