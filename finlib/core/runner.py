@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from finlib.core.config import RunConfig, load_run, repo_root, split_run_arg
+from finlib.core.kernel_interrupt import SigintForwarder, StageInterrupted, interrupted_line, is_interrupt, track
 from finlib.core.report import publishable_notebook
 from finlib.core.progress_feed import FeedTail
 
@@ -214,6 +215,10 @@ def _kernel_manager_class() -> type:
     from traitlets import default
 
     class EncryptedKernelManager(KernelManager):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            track(self)  # a Ctrl-C is forwarded to this kernel (finlib.core.kernel_interrupt)
+
         @default("transport_encryption")
         def _default_transport_encryption(self) -> str:
             return "auto" if zmq.has("curve") else "disabled"
@@ -287,6 +292,7 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
     write_manifest(cfg, manifest)
     # the kernel's progress lines (finlib.core.progress_feed) reach this terminal while the stage runs
     feed = FeedTail(cfg.run_dir / "progress" / f"{stage}.log", prefix=f"[{cfg.name}] stage {stage}: ").start()
+    sigint = SigintForwarder().install()  # Ctrl-C: the kernel stops sending, then the stage says so
     try:
         pm.execute_notebook(
             str(notebook), str(output),
@@ -297,13 +303,16 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
         )
         entry["status"] = "ok"
     except Exception as exc:  # recorded, then re-raised: the manifest shows where a run broke
-        entry["status"] = "failed"
+        entry["status"] = "interrupted" if sigint.count and is_interrupt(exc) else "failed"
         entry["error"] = describe_failure(exc)
+        if entry["status"] == "interrupted":
+            raise StageInterrupted(interrupted_line(cfg.name, stage, exc)) from None
         raise
     except BaseException:  # Ctrl-C, SystemExit (a SIGKILL runs no code: it leaves "running")
         entry["status"] = "interrupted"
         raise
     finally:
+        sigint.restore()
         feed.stop()
         publishable_notebook(output, cfg.root)  # no machine paths, progress collapsed
         entry["ended"] = _now()
@@ -314,6 +323,8 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
         manifest["precision"] = read_precision(cfg)
         write_manifest(cfg, manifest)
     print(done_line(cfg, stage, entry, manifest), flush=True)
+    if sigint.count:  # the stage finished before the interrupt reached it: true "ok", but stop here
+        raise StageInterrupted(interrupted_line(cfg.name, stage, None))
     return entry
 
 
@@ -405,6 +416,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time() - 1
     try:
         manifest = run_pipeline(args.run, args.stages, args.start, args.params, report=args.report)
+    except KeyboardInterrupt as exc:  # Ctrl-C: one line (what was in flight, how to resume), no traceback
+        print(str(exc) if isinstance(exc, StageInterrupted) else f"[{args.run}] interrupted", file=sys.stderr)
+        return 130
     except Exception as exc:  # a failed stage: one clear line and a non-zero exit, no "done"
         name = getattr(exc, "ename", type(exc).__name__)
         value = getattr(exc, "evalue", str(exc))
