@@ -34,7 +34,7 @@ TRIPLET_COLUMNS = ["report_id", "ticker", "sector", "date", "split", "analyst_ra
 # Split
 # ----------------------------------------------------------------------------------------------
 
-SPLIT_PARAM_KEYS = ("test_firm_share", "split_cutoff", "train_share", "split_seed")
+SPLIT_PARAM_KEYS = ("test_firm_share", "split_cutoff", "train_share", "split_seed", "seen_firm_test")
 HOLIDAY_MARGIN_DAYS = 5  # business days added to the label window when no trading calendar is given
                          # (US exchanges close <= 3 weekdays in any 60-trading-day stretch)
 
@@ -105,10 +105,12 @@ def split_reports(reports: pd.DataFrame, params: dict, *, label_window: int = 60
     - test: every report of a seeded random `test_firm_share` of the firms (none of their reports trains);
     - train: the other firms' reports dated before `cut-off` (1 January) whose `label_window` return
       window also ends before it (later ones: dropped, `embargo_label_window`);
-    - dropped: the other firms' reports on/after the cut-off (`after_cutoff`) and, when the frame has a
-      `label` column, reports without a return label (`no_return_label`).
-    Test reports on/after the cut-off are also marked `out_of_time` (nothing of their period trained).
-    Returns a copy of `reports` with `split`, `drop_reason`, `label_window_end`, `out_of_time`; the
+    - the other firms' reports on/after the cut-off: test as "seen firm, out of time" when
+      `seen_firm_test` (the firm trained, on earlier reports only; nothing of the period trained), else
+      dropped (`after_cutoff`); reports without a return label are dropped (`no_return_label`).
+    Test reports on/after the cut-off are marked `out_of_time` (nothing of their period trained), those of
+    training firms also `seen_firm`. Returns a copy of `reports` with `split`, `drop_reason`,
+    `label_window_end`, `out_of_time`, `seen_firm`; the
     cut-off (YYYY-MM-DD) is in `.attrs["cutoff"]`, the test firms in `.attrs["test_firms"]`.
     """
     missing = [k for k in SPLIT_PARAM_KEYS if k not in params]
@@ -125,11 +127,14 @@ def split_reports(reports: pd.DataFrame, params: dict, *, label_window: int = 60
     is_test = df["ticker"].astype(str).isin(test_firms)
     reason = pd.Series(None, index=df.index, dtype=object)
     reason[~labelled] = "no_return_label"
-    reason[reason.isna() & ~is_test & (df["date"] >= cutoff)] = "after_cutoff"
-    reason[reason.isna() & ~is_test & (df["label_window_end"] >= cutoff)] = "embargo_label_window"
-    df["split"] = np.where(reason.notna(), DROPPED, np.where(is_test, TEST, TRAIN))
+    late = ~is_test & (df["date"] >= cutoff)
+    seen = late & reason.isna() & bool(params["seen_firm_test"])   # a training firm's report after the cut-off
+    reason[reason.isna() & late & ~seen] = "after_cutoff"
+    reason[reason.isna() & ~is_test & ~seen & (df["label_window_end"] >= cutoff)] = "embargo_label_window"
+    df["split"] = np.where(reason.notna(), DROPPED, np.where(is_test | seen, TEST, TRAIN))
     df["drop_reason"] = pd.Series([r if isinstance(r, str) else None for r in reason], index=df.index, dtype=object)
     df["out_of_time"] = (df["split"] == TEST) & (df["date"] >= cutoff)
+    df["seen_firm"] = (df["split"] == TEST) & ~is_test
     df.attrs.update(cutoff=str(cutoff.date()), test_firms=sorted(test_firms))  # strings: parquet keeps attrs as JSON
     return df
 
@@ -147,9 +152,15 @@ def check_split(df: pd.DataFrame, cutoff: pd.Timestamp) -> None:
     cut-off, in the cut-off's year or later (its label would be ranked among test-period reports), or
     whose return window reaches the cut-off (its label would use test-period returns)."""
     train, test = df[df["split"] == TRAIN], df[df["split"] == TEST]
-    both = set(train["ticker"]) & set(test["ticker"])
+    seen = test["seen_firm"].astype(bool) if "seen_firm" in test else pd.Series(False, index=test.index)
+    both = set(train["ticker"]) & set(test.loc[~seen, "ticker"])
     if both:
         raise AssertionError(f"dpo split leaks firms: {sorted(both)[:5]} in both train and test")
+    if (seen & (pd.to_datetime(test["date"]) < cutoff)).any():
+        raise AssertionError("dpo split leaks time: a training firm's test report is dated before the cut-off "
+                             "(seen firms are tested out of time only)")
+    if set(test.loc[seen, "ticker"]) & set(df.attrs.get("test_firms", [])):
+        raise AssertionError("dpo split: a 'seen firm' test report belongs to a test firm")
     if len(train) and not pd.to_datetime(train["date"]).max() < cutoff:
         raise AssertionError(f"dpo split leaks time: a training report is dated on/after the cut-off {cutoff.date()}")
     if len(train) and (pd.to_datetime(train["date"]).dt.year >= cutoff.year).any():
@@ -174,6 +185,7 @@ def split_summary(df: pd.DataFrame, label_col: str = "label") -> pd.DataFrame:
                      **{f"share_{r.value}": round(float(shares.get(r.value, 0.0)), 3) for r in RATINGS},
                      "without_label": int(g[label_col].isna().sum()) if label_col in g else len(g),
                      "out_of_time": int(g["out_of_time"].sum()) if "out_of_time" in g else 0,
+                     "seen_firm_out_of_time": int(g["seen_firm"].sum()) if "seen_firm" in g else 0,
                      "drop_reasons": ", ".join(f"{k}: {v}" for k, v in g["drop_reason"].value_counts().items())
                      if "drop_reason" in g else ""})
     order = {TRAIN: 0, TEST: 1, DROPPED: 2}
