@@ -227,37 +227,68 @@ def test_split_summary_label_balance(aaa_is_the_test_firm):
 # --- template teacher and triplets ------------------------------------------------------------
 
 def test_template_teacher_answers_parse_to_the_intended_rating_and_say_template():
-    calls = [tp.TeacherCall("a|independent", "independent", NO_OPINION, "bearish"),
-             tp.TeacherCall("a|herded", "herded", ORIGINAL, "bullish", opinions="We think the outlook is excellent.")]
+    calls = [tp.TeacherCall("a|independent", "independent", NO_OPINION, "bearish", NO_OPINION),
+             tp.TeacherCall("a|herded", "herded", ORIGINAL, "bullish", NO_OPINION),
+             tp.TeacherCall("b|herded", "contrary", ORIGINAL, "neutral", NO_OPINION)]
     out = tp.template_teacher(calls)
-    assert list(out["status"]) == ["ok", "ok"]
+    assert list(out["status"]) == ["ok"] * 3
     for (_, row), call in zip(out.iterrows(), calls):
         assert tp.TEMPLATE_TEACHER in row["raw_text"]
         assert json.loads(row["raw_text"])["answer"] == call.rating
         assert row["raw_text"].startswith('{"answer": "')  # the label-scoring prefix
         rating, _ = parse_rating_detail(row["raw_text"], call.text)
         assert rating.value == call.rating
-    assert "Revenue rose" in out["raw_text"][0] and "excellent" in out["raw_text"][1]
+    assert all("Revenue rose" in t and "excellent" not in t for t in out["raw_text"])   # facts only, both sides
     assert out.equals(tp.template_teacher(calls))  # deterministic
 
 
-def test_opinion_sentences_are_those_removed():
-    assert tp.opinion_sentences(ORIGINAL, NO_OPINION) == ["We rate Acme a Buy.", "We think the outlook is excellent."]
+def test_chosen_and_rejected_differ_only_in_the_rating_and_its_reasoning():
+    """The words of a pair that differ are the ratings and the rating-tied phrase: no fixed template
+    wording of one side only (checked by a word diff, not by the template's own constants)."""
+    import difflib
+
+    out = tp.template_teacher([tp.TeacherCall("a|independent", "independent", NO_OPINION, "bearish", NO_OPINION),
+                               tp.TeacherCall("a|herded", "herded", ORIGINAL, "bullish", NO_OPINION)])
+    a, b = (json.loads(t) for t in out["raw_text"])
+    wa, wb = (f"{x['answer']} {x['reason']}".split() for x in (a, b))
+    diff = [w for op in difflib.SequenceMatcher(a=wa, b=wb).get_opcodes() if op[0] != "equal"
+            for w in wa[op[1]:op[2]] + wb[op[3]:op[4]]]
+    assert sorted(w.strip(".,") for w in diff) == ["above", "bearish", "bearish", "below", "bullish", "bullish"]
 
 
-def test_triplets_labels_and_drop_counts_train_only(aaa_is_the_test_firm):
+def test_triplets_keep_pairs_where_the_analyst_was_right(aaa_is_the_test_firm):
     reports = reports_fixture()
     sp = tp.make_split(labelled_reports(), SPLIT_PARAMS, label_window=60)
     cond = conditions_fixture(reports, skip_no_opinion=("R8",))
     trip = tp.build_triplets(sp, labels_fixture(), cond, tp.template_teacher, tp.TEMPLATE_TEACHER)
     t = trip.triplets.set_index("report_id")
-    # train: R2 (analyst == label), R3 (bearish analyst, neutral label: the clean pair), R8 (no no_opinion text)
-    assert list(t.index) == ["R3"] and t.loc["R3", "split"] == "train"
+    # train: R2 (analyst = label = bullish: kept, rejected = bearish), R3 (bearish analyst, neutral label),
+    # R8 (no no_opinion text: dropped)
+    assert list(t.index) == ["R2", "R3"] and (t["split"] == "train").all()
     assert json.loads(t.loc["R3", "chosen"])["answer"] == "neutral"       # the return-based label
     assert json.loads(t.loc["R3", "rejected"])["answer"] == "bearish"     # the analyst's rating
-    assert (trip.triplets["teacher"] == tp.TEMPLATE_TEACHER).all() and trip.teacher_calls == 2
+    assert json.loads(t.loc["R2", "chosen"])["answer"] == "bullish"       # the label, = the analyst's
+    assert json.loads(t.loc["R2", "rejected"])["answer"] == "bearish"     # a rating the returns contradict
+    assert list(t["pair"]) == [tp.ANALYST_RIGHT, tp.ANALYST_WRONG]
+    assert (trip.triplets["teacher"] == tp.TEMPLATE_TEACHER).all() and trip.teacher_calls == 4
     drops = {(r.split, r.reason): r.n for r in trip.drops.itertuples()}
-    assert drops == {("train", "analyst_rating_equals_label"): 1, ("train", "no_opinion_text_unavailable"): 1}
+    assert drops == {("train", "no_opinion_text_unavailable"): 1}
+    summ = tp.triplet_summary(sp, trip).iloc[0]
+    assert (summ["chosen_bullish"], summ["chosen_neutral"], summ["pairs_analyst_right"]) == (1, 1, 1)
+
+
+def test_chosen_ratings_follow_the_labels_at_the_papers_shape():
+    """Analysts mostly bullish, labels 30/40/30: with the analyst = label pairs kept, the chosen mix is
+    the training labels' mix (dropping them made it 12 % bullish against 30 % of labels)."""
+    corpus = paper_shaped_corpus(seed=5, firms=60, per_firm=10)
+    params = {"test_firm_share": 0.2, "split_cutoff": None, "train_share": 0.8, "split_seed": 1, "seen_firm_test": True}
+    sp = tp.make_split(corpus, params, label_window=60)
+    trip = tp.build_triplets(sp, corpus[["report_id", "label"]], conditions_fixture(corpus), tp.template_teacher, "t")
+    train = sp.reports[(sp.reports["split"] == "train") & sp.reports["label"].notna()]
+    chosen = trip.triplets["label"].value_counts(normalize=True)
+    labels = train["label"].value_counts(normalize=True)
+    assert (chosen - labels).abs().max() < 0.01
+    assert (trip.triplets["rejected_rating"] != trip.triplets["label"]).all()
 
 
 def test_teacher_is_called_only_for_the_training_reports_it_needs():
@@ -273,7 +304,7 @@ def test_teacher_is_called_only_for_the_training_reports_it_needs():
 
     trip = tp.build_triplets(sp, corpus[["report_id", "label"]], cond, recording, "rec", max_pairs=5)
     train = sp.reports[sp.reports["split"] == "train"]
-    usable = train[train["label"].notna() & (train["analyst_rating"] != train["label"])].sort_values(["date", "report_id"])
+    usable = train[train["label"].notna()].sort_values(["date", "report_id"])   # analyst = label pairs kept too
     assert len(usable) > 5                                                  # the cap binds
     assert sorted({a.split("|")[0] for a in asked}) == sorted(usable["report_id"].head(5))  # earliest usable only
     assert len(asked) == 10 == trip.teacher_calls                          # herded + independent each

@@ -253,8 +253,10 @@ def saved_adapter(cfg: RunConfig, dp: dict, model_name: str) -> tr.TrainResult |
         return None
     log = pd.read_csv(out / "train_log.csv") if (out / "train_log.csv").is_file() else \
         pd.DataFrame(columns=tr.LOG_COLUMNS)
+    margins = out / tr.MARGIN_FILE
+    share = tr.rating_margin_share(pd.read_csv(margins)) if margins.is_file() else float("nan")
     return tr.TrainResult(out / "adapter", tr.adapter_hash(out / "adapter"), log, int(meta["max_length"]),
-                          len(records), 0.0, str(meta.get("dtype", "")), reused=True)
+                          len(records), 0.0, str(meta.get("dtype", "")), reused=True, margin_share=share)
 
 
 def write_fingerprint(out: Path, fp: str, res: tr.TrainResult) -> None:
@@ -481,7 +483,8 @@ def caveat(cfg: RunConfig, res: DPOResult) -> str:
         lines.append("**Synthetic data.** These numbers test the pipeline; they are not research results.")
     if res.report.get("teacher") == "template":
         lines.append(f"**{tp.TEMPLATE_TEACHER.capitalize()}**: chosen/rejected answers are deterministic templates "
-                     "(factual vs opinion sentences), not a model's reasoning."
+                     "(the same factual sentences on both sides, differing in the rating and the words tied to it), not a "
+                     "model's reasoning."
                      + (f" Why not the embedded generator: {res.report['teacher_reason']}"
                         if res.report.get("teacher_reason") else ""))
     reg = _registry(cfg)
@@ -562,6 +565,7 @@ def run_stage(cfg: RunConfig, parts: tuple[str, ...] = PARTS, models: list[str] 
                    "train_s": {n: round(r.train_s, 2) for n, r in trained.items()},
                    "reused_adapter": {n: r.reused for n, r in trained.items()},
                    "dtype": {n: r.dtype for n, r in trained.items()},
+                   "rating_margin_share": {n: round(r.margin_share, 4) for n, r in trained.items()},
                    "adapter_sha256": {n: r.adapter_sha256 for n, r in trained.items()},
                    "table8_models": have, "table8_missing": missing, "eval_reports": dp["eval_reports"],
                    "wall_s": round(time.perf_counter() - t0, 2), "triplets": tsum.to_dict(orient="records")})

@@ -5,9 +5,14 @@
 - y_w = the *independent* answer (chosen): a teacher sees the `no_opinion` text plus the return-based
         label and derives a fundamentals-only reasoning chain that ends in that label.
 
-Every pair that cannot teach anything is dropped and counted per split, never repaired: analyst
-rating equal to the label (chosen and rejected would agree), no label, no `no_opinion` text, a
-teacher error, or a teacher answer that stage 04's parser does not read as the intended rating.
+Pairs where the analyst's rating equals the label are KEPT (the paper describes no filter; dropping
+them would make the chosen ratings mostly the analysts' minority ratings and build a lower herding
+rate into the training data): their rejected answer reasons from the same text to a rating the
+returns contradict (`CONTRARY`). So the chosen ratings follow the labels.
+
+Every pair that cannot teach anything is dropped and counted per split, never repaired: no label, no
+`no_opinion` text, no analyst rating, a teacher error, or a teacher answer that stage 04's parser does
+not read as the intended rating.
 """
 from __future__ import annotations
 
@@ -26,8 +31,16 @@ from finlib.finbias.sentences import split_sentences
 
 TEMPLATE_TEACHER = "template teacher"
 TRAIN, TEST, DROPPED = "train", "test", "dropped"
-TRIPLET_COLUMNS = ["report_id", "ticker", "sector", "date", "split", "analyst_rating", "label", "prompt_text",
-                   "independent_text", "chosen", "rejected", "teacher"]
+TRIPLET_COLUMNS = ["report_id", "ticker", "sector", "date", "split", "analyst_rating", "label", "rejected_rating",
+                   "pair", "prompt_text", "independent_text", "chosen", "rejected", "teacher"]
+ANALYST_WRONG, ANALYST_RIGHT = "analyst != label", "analyst = label"
+# The rejected rating when the analyst was right: the rating the returns contradict most (bullish <->
+# bearish); for a neutral label, bullish, the rating brokers give most often.
+CONTRARY = {"bullish": "bearish", "bearish": "bullish", "neutral": "bullish"}
+# The template teacher's reasoning tied to each rating: the only words besides the rating itself in which
+# its chosen and rejected answers differ.
+RATING_REASON = {"bullish": "point to returns above the market's", "neutral": "point to returns in line with the "
+                 "market's", "bearish": "point to returns below the market's"}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -201,10 +214,10 @@ class TeacherCall:
     """One answer a teacher must write: which side, for which report, from which text, ending where."""
 
     id: str
-    kind: str          # "herded" (y_l) | "independent" (y_w)
-    text: str          # original report (herded) or no_opinion text (independent)
-    rating: str        # analyst rating (herded) or return-based label (independent)
-    opinions: str = ""  # herded side: sentences of the original that no_opinion removed (template teacher)
+    kind: str          # "herded" (y_l, analyst wrong) | "contrary" (y_l, analyst right) | "independent" (y_w)
+    text: str          # original report (herded, contrary) or no_opinion text (independent)
+    rating: str        # analyst rating (herded), a rating the returns contradict (contrary), the label (independent)
+    facts: str = ""    # the no_opinion text: the template teacher's evidence on every side
 
 
 Teacher = Callable[[list[TeacherCall]], pd.DataFrame]   # -> id, status, raw_text, error
@@ -215,26 +228,15 @@ def answer_json(rating: str, reason: str) -> str:
     return json.dumps({"answer": rating, "reason": reason}, ensure_ascii=False)
 
 
-def opinion_sentences(original: str, no_opinion: str) -> list[str]:
-    """Sentences of the original report that are not in the no_opinion text: the rating sentence
-    and the strong-subjective (opinion) sentences stage 02 removed."""
-    kept = set(split_sentences(no_opinion))
-    return [s for s in split_sentences(original) if s not in kept]
-
-
 def template_answer(call: TeacherCall, n_sentences: int = 3) -> str:
-    """The deterministic template teacher: factual sentences lead to the label (independent),
-    opinion sentences lead to the analyst's rating (herded). Every answer says it is a template."""
-    if call.kind == "independent":
-        facts = " ".join(split_sentences(call.text)[:n_sentences])
-        reason = (f"[{TEMPLATE_TEACHER}] From the firm's fundamentals alone, disregarding analyst opinions: "
-                  f"{facts} On this evidence the rating is {call.rating}.")
-    elif call.kind == "herded":
-        views = " ".join(split_sentences(call.opinions)[:n_sentences]) or "The analyst's view is convincing."
-        reason = (f"[{TEMPLATE_TEACHER}] Following the analyst: {views} "
-                  f"I agree with the analyst, so the rating is {call.rating}.")
-    else:
-        raise ValueError(f"teacher call {call.id}: kind must be herded or independent, got {call.kind!r}")
+    """The deterministic template teacher: the same factual sentences on both sides of a pair, then
+    the reasoning tied to the side's rating and the rating. Chosen and rejected thus differ only in the
+    rating and the words tied to it (`RATING_REASON`), so DPO's reward margin sits on the rating rather
+    than on fixed template wording. Every answer says it is a template."""
+    if call.kind not in ("herded", "contrary", "independent"):
+        raise ValueError(f"teacher call {call.id}: kind must be herded, contrary or independent, got {call.kind!r}")
+    facts = " ".join(split_sentences(call.facts or call.text)[:n_sentences]) or "The report gives few facts."
+    reason = f"[{TEMPLATE_TEACHER}] {facts} These facts {RATING_REASON[call.rating]}, so the rating is {call.rating}."
     return answer_json(call.rating, reason)
 
 
@@ -247,12 +249,12 @@ def template_teacher(calls: list[TeacherCall]) -> pd.DataFrame:
 def model_teacher(spec, store, *, max_new_tokens: int, budget=None, progress: bool = True,
                   model_cache=None, log_dir=None, local_model=None, dtype: str | None = None) -> Teacher:
     """A registry model as the teacher, through the inference engine (store-cached, resumable,
-    cost-counted); prompts from `finlib.llm.prompts` (DPO_TEACHER_VERSION is in every key)."""
+    cost-counted); prompts from `finlib.llm.prompts` (their version is in every key)."""
     from finlib.llm.engine import ChatItem, chat
-    from finlib.llm.prompts import DPO_TEACHER_VERSION, build_dpo_teacher_messages
+    from finlib.llm.prompts import dpo_teacher_version, build_dpo_teacher_messages
 
     def teach(calls: list[TeacherCall]) -> pd.DataFrame:
-        items = [ChatItem(c.id, build_dpo_teacher_messages(c.kind, c.text, c.rating), DPO_TEACHER_VERSION)
+        items = [ChatItem(c.id, build_dpo_teacher_messages(c.kind, c.text, c.rating), dpo_teacher_version(c.kind))
                  for c in calls]
         out = chat(spec, items, store, max_new_tokens=max_new_tokens, budget=budget, progress=progress,
                    local_model=local_model, dtype=dtype, model_cache=model_cache, log_dir=log_dir)
@@ -296,7 +298,6 @@ def candidates(split: Split, labels: pd.DataFrame, conditions: pd.DataFrame,
     checks = [("no_return_label", df["label"].isna()),
               ("no_original_text", df["prompt_text"].isna()),
               ("no_analyst_rating", df["analyst_rating"].isna()),
-              ("analyst_rating_equals_label", df["analyst_rating"] == df["label"]),
               ("no_opinion_text_unavailable", df["independent_text"].isna())]
     for reason, mask in checks:  # first reason wins: each report is counted once
         reasons = reasons.where(reasons.notna() | ~mask.fillna(False), reason)
@@ -305,16 +306,23 @@ def candidates(split: Split, labels: pd.DataFrame, conditions: pd.DataFrame,
         reasons[usable.index[max_pairs:]] = "over_max_train_pairs"
     drops = [{"split": s, "reason": r, "n": int(n)} for (s, r), n in
              Counter(zip(df.loc[reasons.notna(), "split"], reasons.dropna())).items()]
-    return df[reasons.isna()].sort_values(["date", "report_id"]).reset_index(drop=True), drops
+    out = df[reasons.isna()].sort_values(["date", "report_id"]).reset_index(drop=True)
+    right = out["analyst_rating"] == out["label"]
+    out["pair"] = np.where(right, ANALYST_RIGHT, ANALYST_WRONG)
+    out["rejected_rating"] = np.where(right, out["label"].map(CONTRARY), out["analyst_rating"])
+    return out, drops
 
 
 def teacher_calls(cands: pd.DataFrame) -> list[TeacherCall]:
-    """Two calls per candidate: the herded (rejected) and the independent (chosen) answer."""
+    """Two calls per candidate: the rejected answer (herded, or contrary when the analyst was right)
+    and the independent (chosen) answer."""
     calls = []
     for _, r in cands.iterrows():
-        calls.append(TeacherCall(f"{r['report_id']}|herded", "herded", r["prompt_text"], r["analyst_rating"],
-                                 " ".join(opinion_sentences(r["prompt_text"], r["independent_text"]))))
-        calls.append(TeacherCall(f"{r['report_id']}|independent", "independent", r["independent_text"], r["label"]))
+        kind = "contrary" if r["pair"] == ANALYST_RIGHT else "herded"
+        calls.append(TeacherCall(f"{r['report_id']}|herded", kind, r["prompt_text"], r["rejected_rating"],
+                                 r["independent_text"]))
+        calls.append(TeacherCall(f"{r['report_id']}|independent", "independent", r["independent_text"], r["label"],
+                                 r["independent_text"]))
     return calls
 
 
@@ -337,7 +345,7 @@ def build_triplets(split: Split, labels: pd.DataFrame, conditions: pd.DataFrame,
     kept, extra = [], Counter()
     for _, r in cands.iterrows():
         rej, cho = by_id.get(f"{r['report_id']}|herded"), by_id.get(f"{r['report_id']}|independent")
-        bad_rej = _check_answer(rej, r["analyst_rating"], r["prompt_text"])
+        bad_rej = _check_answer(rej, r["rejected_rating"], r["prompt_text"])
         bad = f"{bad_rej}_rejected" if bad_rej else None
         if bad is None:
             bad_cho = _check_answer(cho, r["label"], r["independent_text"])
@@ -354,11 +362,18 @@ def build_triplets(split: Split, labels: pd.DataFrame, conditions: pd.DataFrame,
 
 
 def triplet_summary(split: Split, trip: Triplets) -> pd.DataFrame:
-    """Training side: reports, teacher calls, kept triplets, drops by reason (wide), chosen-label balance."""
+    """Training side: reports, teacher calls, kept triplets, drops by reason (wide), the chosen and
+    rejected rating mix, the pairs where the analyst was right, and the label mix of the training
+    reports (the chosen mix should follow it)."""
     rep = split.reports
+    lab = rep.loc[(rep["split"] == TRAIN) & rep["label"].notna(), "label"] if "label" in rep else pd.Series(dtype=object)
     t = trip.triplets[trip.triplets["split"] == TRAIN]
     d = trip.drops[trip.drops["split"] == TRAIN].set_index("reason")["n"]
     return pd.DataFrame([{"split": TRAIN, "reports": int((rep["split"] == TRAIN).sum()),
                           "teacher_calls": int(trip.teacher_calls), "triplets": len(t),
                           **{f"dropped_{k}": int(v) for k, v in d.items()},
-                          **{f"chosen_{r.value}": int((t["label"] == r.value).sum()) for r in RATINGS}}])
+                          **{f"chosen_{r.value}": int((t["label"] == r.value).sum()) for r in RATINGS},
+                          **{f"rejected_{r.value}": int((t["rejected_rating"] == r.value).sum()) for r in RATINGS},
+                          "pairs_analyst_right": int((t["pair"] == ANALYST_RIGHT).sum()),
+                          **{f"label_share_{r.value}": round(float((lab == r.value).mean()), 3) if len(lab) else np.nan
+                             for r in RATINGS}}])
