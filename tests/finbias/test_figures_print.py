@@ -234,3 +234,16 @@ def test_a_figure_without_data_is_not_drawn_and_says_why(tmp_path):
     assert scoring.plot_herding(cfg, SimpleNamespace(metrics=metrics_frame().assign(value=np.nan), plumbing=())) is None
     note = cfg.figures_dir / "fig_herding_accuracy.skipped.txt"
     assert "no pooled" in note.read_text() and not (cfg.figures_dir / "fig_herding_accuracy.png").exists()
+
+
+def test_a_notebook_shows_the_caption_under_the_figure(tmp_path, monkeypatch):
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))
+    cfg = make_cfg(tmp_path)
+    fig, rec = figures.plot_accuracy_vs_analyst(cfg, metrics_frame())
+    figure_base.show_figure(cfg, fig)
+    assert shown[0] is fig and rec.caption[:40] in shown[1].data
+    figure_base.show_figure(cfg, None)   # not drawn: nothing more shown
+    assert len(shown) == 2
