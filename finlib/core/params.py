@@ -218,6 +218,7 @@ class DpoSection(_Section):
     train_share: Optional[OpenShare] = None
     test_firm_share: Optional[OpenShare] = None
     split_seed: Optional[NonNegInt] = None
+    seen_firm_test: Optional[StrictBool] = None  # training firms' reports after the cut-off: test, out of time
     max_train_pairs: Optional[Count] = None  # null: every pair
     max_length_cap: Optional[Count] = None
     lora: Optional[LoraSection] = None
