@@ -298,8 +298,8 @@ class RehearsalSection(_Section):
     time_scale: Optional[NonNeg] = None            # multiplies every simulated latency and Retry-After (0 = none)
     profile_seed: Optional[StrictInt] = None       # spreads the planted propensities over the models
     profiles: Optional[dict[str, dict[str, Any]]] = None  # per model: finlib.llm.simulated_servers.Profile fields
-    ci_widen: Optional[Positive] = None            # planted herding must lie inside the CI widened by this factor
-    z_max: Optional[Positive] = None               # ... or within this many exact standard errors of the planted rate
+    cell_alpha: Optional[Annotated[float, Field(gt=0, lt=1)]] = None  # family-wise false-alarm rate of the
+    # check of every Table 4-7 cell against the planted truth (Bonferroni over the cells)
 
 
 SECTION_MODELS: dict[str, type[BaseModel]] = {

@@ -36,7 +36,7 @@ from scipy.stats import norm
 
 from finlib.core.config import ConfigError, check_known_keys
 from finlib.core.vocab import SECTORS, Rating
-from finlib.finbias.synth_corpus import bullet_block, scale_first_sentence, table_block
+from finlib.finbias.synth_corpus import bullet_block, format_with_span, scale_first_sentence_span, table_block
 
 # Opinion words, all `type=strongsubj` in the MPQA subjectivity lexicon
 # (subjclueslen1-HLTEMNLP05.tff; checked in development and by tests/finbias/test_synth.py when
@@ -198,6 +198,8 @@ class SyntheticMarket:
     prices: pd.DataFrame    # date, ticker, adj_close (long, sorted by ticker, date)
     market: pd.DataFrame    # date, market_close
     truth: pd.DataFrame     # report_id, q, drift, beta
+    planted: pd.DataFrame = field(default_factory=pd.DataFrame)  # per report: what the rehearsal's simulated
+    # models and its closed-form truth read (finlib.finbias.synth_planted.PLANTED_COLUMNS); never a stage's input
     params: SynthParams = field(default_factory=SynthParams)
 
 
@@ -467,9 +469,15 @@ def opinion_sentence(positive: bool, d: _Draw, ctx: dict) -> str:
 
 def first_sentence(rating: Rating, d: _Draw, ctx: dict, standard_share: float) -> str:
     """The rating sentence: the only place the analyst's rating is stated explicitly."""
+    return first_sentence_span(rating, d, ctx, standard_share)[0]
+
+
+def first_sentence_span(rating: Rating, d: _Draw, ctx: dict, standard_share: float) -> tuple[str, int, int]:
+    """The rating sentence and the character span of its rating word."""
     style = "standard" if d.u() < standard_share else "broker"
     word = d.pick(_RATING_WORDS[style][rating])
-    return d.pick(_FIRST_SENTENCE[style]).format(R=word, C=ctx["company"], T=ctx["ticker"], Q=1 + int(d.u() * 4))
+    return format_with_span(d.pick(_FIRST_SENTENCE[style]), R=word, C=ctx["company"], T=ctx["ticker"],
+                            Q=1 + int(d.u() * 4))
 
 
 _HEADINGS = ("Recent results.", "Outlook and guidance.", "Balance sheet and capital returns.",
@@ -478,6 +486,12 @@ _HEADINGS = ("Recent results.", "Outlook and guidance.", "Balance sheet and capi
 
 def render_report(row: Any, firm: Any, date: pd.Timestamp, p: SynthParams) -> str:
     """Full report text of about `row.n_words` words, paragraphs separated by blank lines."""
+    return render_report_planted(row, firm, date, p)[0]
+
+
+def render_report_planted(row: Any, firm: Any, date: pd.Timestamp, p: SynthParams) -> tuple[str, dict]:
+    """The report text and what the generator knows about it (`synth_planted.planted_record`): its
+    first sentence and rating-term span, its body sentences in order, its factual and opinion sentences."""
     d = _Draw(row.text_seed)
     ctx = {
         "company": firm.company, "ticker": firm.ticker, "year": date.year,
@@ -491,9 +505,12 @@ def render_report(row: Any, firm: Any, date: pd.Timestamp, p: SynthParams) -> st
     mid = 0.5 * (norm.ppf(p.bearish_share) + norm.ppf(1.0 - p.bullish_share))
     p_pos = 1.0 / (1.0 + math.exp(-2.5 * (row.view - mid)))
     if p.rating_wording == "scales":
-        sentences = [scale_first_sentence(Rating(row.rating), d, ctx)]
+        first, t0, t1 = scale_first_sentence_span(Rating(row.rating), d, ctx)
     else:
-        sentences = [first_sentence(Rating(row.rating), d, ctx, p.standard_wording_share)]
+        first, t0, t1 = first_sentence_span(Rating(row.rating), d, ctx, p.standard_wording_share)
+    sentences = [first]
+    factual: list[str] = []   # the factual ones (numbers: nearly unique to the report)
+    opinions: list[str] = []
     blocks: dict[int, str] = {}  # paragraph index -> a list or table printed after it (structured layout)
     words = len(sentences[0].split())
     paragraphs: list[list[str]] = [sentences]
@@ -505,8 +522,10 @@ def render_report(row: Any, firm: Any, date: pd.Timestamp, p: SynthParams) -> st
             kinds.sort(key=lambda _: d.u())
         if d.u() < p.opinion_share:
             s = opinion_sentence(d.u() < p_pos, d, ctx)
+            opinions.append(s)
         else:
             s = factual_sentence(kinds[k % N_FACTUAL_KINDS], row.signal, ctx, d)
+            factual.append(s)
             k += 1
         para.append(s)
         words += len(s.split())
@@ -521,11 +540,15 @@ def render_report(row: Any, firm: Any, date: pd.Timestamp, p: SynthParams) -> st
     if para:
         paragraphs.append(para)
     out = [" ".join(paragraphs[0])]
+    pieces: list[str] = []  # what follows the first sentence, in order: headings and sentences
     for i, para in enumerate(paragraphs[1:]):
         out.append(f"{_HEADINGS[i % len(_HEADINGS)]} " + " ".join(para) if i < len(_HEADINGS) else " ".join(para))
+        pieces += ([_HEADINGS[i % len(_HEADINGS)]] if i < len(_HEADINGS) else []) + para
         if i + 1 in blocks:
             out.append(blocks[i + 1])
-    return "\n\n".join(out)
+    from finlib.finbias.synth_planted import planted_record
+
+    return "\n\n".join(out), planted_record(first, (t0, t1), pieces, factual, opinions)
 
 
 # ---------------------------------------------------------------- entry points
@@ -541,8 +564,9 @@ def generate_market(cfg_section: dict[str, Any] | None, seed: int) -> SyntheticM
     prices, market = simulate_prices(p, firms, skel, cal, s_prices)
     dates = cal[skel["day"].to_numpy()]
     firm_rows = firms.iloc[skel["firm"].to_numpy()].reset_index(drop=True)
-    texts = [render_report(row, firm, date, p)
-             for row, firm, date in zip(skel.itertuples(index=False), firm_rows.itertuples(index=False), dates)]
+    rendered = [render_report_planted(row, firm, date, p)
+                for row, firm, date in zip(skel.itertuples(index=False), firm_rows.itertuples(index=False), dates)]
+    texts = [t for t, _ in rendered]
     reports = pd.DataFrame({
         "report_id": skel["report_id"].astype(str),
         "ticker": firm_rows["ticker"].astype(str),
@@ -556,11 +580,15 @@ def generate_market(cfg_section: dict[str, Any] | None, seed: int) -> SyntheticM
         "report_id": reports["report_id"], "q": skel["q"].to_numpy(), "drift": skel["drift"].to_numpy(),
         "beta": firm_rows["beta"].to_numpy(),
     })
+    mid = 0.5 * (norm.ppf(p.bearish_share) + norm.ppf(1.0 - p.bullish_share))
+    planted = pd.DataFrame([m for _, m in rendered]).assign(
+        report_id=reports["report_id"], sector=reports["sector"], analyst_rating=reports["analyst_rating"],
+        signal=skel["signal"].to_numpy(), tone=skel["view"].to_numpy() - mid)
     return SyntheticMarket(firms=firms.drop(columns=["price0"]), reports=reports, prices=prices,
-                           market=market, truth=truth, params=p)
+                           market=market, truth=truth, planted=planted, params=p)
 
 
-RAW_FILES = ("firms", "reports", "prices", "market", "truth")
+RAW_FILES = ("firms", "reports", "prices", "market", "truth", "planted")
 
 
 def write_market(market: SyntheticMarket, out_dir: Path) -> dict[str, Path]:

@@ -66,8 +66,22 @@ def _terms(scale, rating: Rating) -> tuple[str, ...]:
     return {Rating.BULLISH: scale.bullish, Rating.NEUTRAL: scale.neutral, Rating.BEARISH: scale.bearish}[rating]
 
 
+def format_with_span(template: str, **fields: Any) -> tuple[str, int, int]:
+    """`template.format(**fields)` and the character span of the `{R}` (current rating) field in it:
+    what the generator records so the rehearsal can tell which rating a rewritten sentence shows
+    without the project's rating extractor (finlib.finbias.synth_planted)."""
+    start = len(template[:template.index("{R}")].format(**fields))
+    return template.format(**fields), start, start + len(str(fields["R"]))
+
+
 def scale_first_sentence(rating: Rating, d, ctx: dict) -> str:
-    """A first sentence in one of the published scales: maintain, initiate, upgrade or downgrade.
+    """A first sentence in one of the published scales (`scale_first_sentence_span` without the span)."""
+    return scale_first_sentence_span(rating, d, ctx)[0]
+
+
+def scale_first_sentence_span(rating: Rating, d, ctx: dict) -> tuple[str, int, int]:
+    """A first sentence in one of the published scales: maintain, initiate, upgrade or downgrade,
+    with the span of its current rating term.
 
     `d` is the report's random source (finlib.finbias.synth._Draw). An upgrade needs a lower
     rating on the same scale and a downgrade a higher one; when the scale has none the draw
@@ -86,8 +100,8 @@ def scale_first_sentence(rating: Rating, d, ctx: dict) -> str:
         else:
             action = "maintain"
     article = "an" if term[0] in "AEIOU" else "a"
-    return d.pick(_TEMPLATES[action]).format(R=term, P=prev, A=article, C=ctx["company"], T=ctx["ticker"],
-                                              Q=1 + int(d.u() * 4))
+    return format_with_span(d.pick(_TEMPLATES[action]), R=term, P=prev, A=article, C=ctx["company"],
+                            T=ctx["ticker"], Q=1 + int(d.u() * 4))
 
 
 def bullet_block(lines: list[str], d) -> str:
