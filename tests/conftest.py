@@ -47,4 +47,15 @@ def simulated_clock(monkeypatch):
 
     clock = SimulatedClock()
     monkeypatch.setattr(openai_backend, "sleep", clock.sleep)
+    monkeypatch.setattr(openai_backend, "clock", clock)  # the breakers' grace periods count simulated time
     return clock
+
+
+@pytest.fixture(autouse=True)
+def fresh_breakers():
+    """Each test starts with no circuit breaker open (they are shared by every run in a process)."""
+    from finlib.llm.openai_backend import reset_breakers
+
+    reset_breakers()
+    yield
+    reset_breakers()

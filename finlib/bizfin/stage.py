@@ -206,7 +206,7 @@ def run_stage(cfg: RunConfig) -> BizFinRun:
             answers = chat(spec, items, store, max_new_tokens=int(p["max_new_tokens"]), budget=budget,
                            sampling=sampling_for(spec, p),
                            progress=bool(inf.get("progress", True)), model_cache=cfg.path(inf["model_cache"]),
-                           log_dir=cfg.run_dir / "logs")
+                           log_dir=cfg.run_dir / "logs", desc=f"{spec.name} answers {len(asked)} tasks")
             rows += score_model(spec.name, asked, answers, judge_fn, judge_scale(p))
     df = pd.DataFrame(rows, columns=ITEM_COLUMNS)
     report.update({

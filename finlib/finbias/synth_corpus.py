@@ -66,26 +66,18 @@ def _terms(scale, rating: Rating) -> tuple[str, ...]:
     return {Rating.BULLISH: scale.bullish, Rating.NEUTRAL: scale.neutral, Rating.BEARISH: scale.bearish}[rating]
 
 
-def format_with_span(template: str, **fields: Any) -> tuple[str, int, int]:
-    """`template.format(**fields)` and the character span of the `{R}` (current rating) field in it:
-    what the generator records so the rehearsal can tell which rating a rewritten sentence shows
-    without the project's rating extractor (finlib.finbias.synth_planted)."""
-    start = len(template[:template.index("{R}")].format(**fields))
-    return template.format(**fields), start, start + len(str(fields["R"]))
-
-
 def scale_first_sentence(rating: Rating, d, ctx: dict) -> str:
-    """A first sentence in one of the published scales (`scale_first_sentence_span` without the span)."""
-    return scale_first_sentence_span(rating, d, ctx)[0]
+    """`scale_first_sentence_planted` without the terms it wrote."""
+    return scale_first_sentence_planted(rating, d, ctx)[0]
 
 
-def scale_first_sentence_span(rating: Rating, d, ctx: dict) -> tuple[str, int, int]:
-    """A first sentence in one of the published scales: maintain, initiate, upgrade or downgrade,
-    with the span of its current rating term.
+def scale_first_sentence_planted(rating: Rating, d, ctx: dict) -> tuple[str, str, str | None]:
+    """A first sentence in one of the published scales: maintain, initiate, upgrade or downgrade.
 
     `d` is the report's random source (finlib.finbias.synth._Draw). An upgrade needs a lower
     rating on the same scale and a downgrade a higher one; when the scale has none the draw
-    falls back to maintain, so every (scale, term) is reachable.
+    falls back to maintain, so every (scale, term) is reachable. Returns the sentence, the current
+    term and the previous term (None without a transition) as written.
     """
     scales = [s for s in english_scales() if _terms(s, rating)]
     scale = d.pick(scales)
@@ -100,8 +92,9 @@ def scale_first_sentence_span(rating: Rating, d, ctx: dict) -> tuple[str, int, i
         else:
             action = "maintain"
     article = "an" if term[0] in "AEIOU" else "a"
-    return format_with_span(d.pick(_TEMPLATES[action]), R=term, P=prev, A=article, C=ctx["company"],
-                            T=ctx["ticker"], Q=1 + int(d.u() * 4))
+    sentence = d.pick(_TEMPLATES[action]).format(R=term, P=prev, A=article, C=ctx["company"], T=ctx["ticker"],
+                                                  Q=1 + int(d.u() * 4))
+    return sentence, term, prev
 
 
 def bullet_block(lines: list[str], d) -> str:

@@ -6,11 +6,11 @@ agrees with every bug those parts have. So the generator records, per report, wh
 (`planted_record`: the first sentence and the span of its rating term, the body sentences in order,
 the factual and the opinion sentences), and two readers use only that record:
 
-* `PlantedIndex.read` (the simulated servers): which generated report a prompt is (a factual
-  sentence, unique to the report, found in the text) and which rating its text shows: the
-  analyst's when the first sentence is the generated one, none when the text starts with the body,
-  else the words that now stand where the generator put its rating term (aligned word by word
-  with `difflib`, named by the shared term table `finlib.core.vocab.rating_of`); whether its
+* `PlantedIndex.read` (the simulated servers): which generated report a prompt is (its factual
+  sentences, unique to the report, found in the text) and which rating its text shows: the
+  analyst's when the text starts with the generated rating sentence, none when it starts with what
+  followed it, else the rating term now standing where the generator put its own (between the same
+  neighbouring words, named by the shared term table `finlib.core.vocab.rating_of`); whether its
   opinion sentences are still there. A fake written wrongly shows what it shows, not what stage
   02 meant to write.
 * `expected_cells` (the rehearsal's truth): every Table 4-7 cell in closed form from the planted
@@ -37,8 +37,8 @@ KEY_CHARS = 64        # a sentence is found by its first KEY_CHARS characters (w
 ANCHORS = 8           # factual sentences per report kept to recognise it
 BODY_KEYS = 12        # body sentences (in order) kept to find where the first sentence ended
 VIEW_CUT = 0.6        # own view: bearish below -VIEW_CUT, bullish above +VIEW_CUT
-PLANTED_COLUMNS = ("report_id", "sector", "analyst_rating", "signal", "tone", "first_sentence", "term_start",
-                   "term_end", "body_keys", "anchors", "opinion_keys")
+PLANTED_FIELDS = ("report_id", "sector", "analyst_rating", "signal", "tone", "first_sentence", "term_start",
+                  "term_end", "after_key", "body_keys", "anchors", "opinion_keys")
 _EDGE = re.compile(r"^[^\w]+|[^\w]+$")
 _ARTICLE = re.compile(r"^(?:a|an|the)\s+", re.I)
 
@@ -52,14 +52,30 @@ def sentence_key(sentence: str) -> str:
     return normalize(sentence)[:KEY_CHARS]
 
 
-def planted_record(first: str, span: tuple[int, int], body: list[str], factual: list[str],
-                   opinions: list[str]) -> dict:
-    """The generator's record of one report (the `planted` raw file's row, less the numbers
-    `generate_market` adds: report_id, sector, analyst_rating, signal, tone)."""
-    return {"first_sentence": first, "term_start": int(span[0]), "term_end": int(span[1]),
-            "body_keys": [sentence_key(s) for s in body[:BODY_KEYS]],
-            "anchors": [sentence_key(s) for s in factual if len(normalize(s)) >= KEY_CHARS][:ANCHORS],
-            "opinion_keys": sorted({sentence_key(s) for s in opinions})}
+def term_span(sentence: str, term: str, previous: str | None) -> tuple[int, int]:
+    """Where the current rating term stands in the rating sentence, as written: its whole-word occurrence
+    that is not part of the previous term ("to Buy from Strong Buy"), the first such one."""
+    spans = [m.span() for m in re.finditer(rf"(?<!\w){re.escape(term)}(?!\w)", sentence)]
+    taken = [m.span() for m in re.finditer(re.escape(previous), sentence)] if previous and previous != term else []
+    free = [s for s in spans if not any(a <= s[0] and s[1] <= b for a, b in taken if (a, b) != s)]
+    if not (free or spans):
+        raise ValueError(f"rating term {term!r} is not in its sentence {sentence!r}")
+    return (free or spans)[0]
+
+
+def planted_record(text: str, planted, body: dict[str, list[str]]) -> dict:
+    """The generator's record of one report for the rehearsal (`PLANTED_FIELDS` less the numbers
+    `generate_market` adds: report_id, sector, signal, tone). `planted`: the report's
+    `finlib.finbias.synth.PlantedRating`; `body`: its `pieces`, `factual` and `opinions` sentences."""
+    first = normalize(planted.rating_sentence)  # a wrapped rating line is one line here, as the span is counted
+    start, end = term_span(first, normalize(planted.rating_term), planted.previous_rating_term and
+                           normalize(planted.previous_rating_term))
+    return {"analyst_rating": planted.planted_rating, "first_sentence": first, "term_start": start, "term_end": end,
+            "after_key": (sentence_key(text[len(planted.rating_sentence):])
+                          if text.startswith(planted.rating_sentence) else ""),
+            "body_keys": [sentence_key(s) for s in body["pieces"][:BODY_KEYS]],
+            "anchors": [sentence_key(s) for s in body["factual"] if len(normalize(s)) >= KEY_CHARS][:ANCHORS],
+            "opinion_keys": sorted({sentence_key(s) for s in body["opinions"]})}
 
 
 @dataclass(frozen=True)
@@ -118,7 +134,7 @@ class PlantedIndex:
     """Prompt text -> `Reading`, from the generator's `planted` records only."""
 
     def __init__(self, planted: pd.DataFrame):
-        missing = [c for c in PLANTED_COLUMNS if c not in planted.columns]
+        missing = [c for c in PLANTED_FIELDS if c not in planted.columns]
         if missing:
             raise ValueError(f"planted records lack columns {missing}")
         lists = ("body_keys", "anchors", "opinion_keys")  # parquet gives arrays back: plain lists here
@@ -163,14 +179,17 @@ class PlantedIndex:
         found = [k for k in r["opinion_keys"] if k in t]
         opinions = bool(r["opinion_keys"]) and 2 * len(found) >= len(r["opinion_keys"])
         first = normalize(r["first_sentence"])
+        after = t.find(r["after_key"], 0, len(first) + 400) if r["after_key"] else -1
         starts = [p for p in (t.find(k) for k in r["body_keys"]) if p >= 0]
-        head = t[:min(starts)].strip() if starts else t
+        head = t[:after].strip() if after >= 0 else t[:min(starts)].strip() if starts else t
         analyst = Rating(r["analyst_rating"])
         if head == first:
             return Reading(rid, analyst, "analyst", opinions)
         if not head:
             return Reading(rid, None, "none", opinions)
         shown = shown_in_head(first, (int(r["term_start"]), int(r["term_end"])), head)
+        if shown is None and not _terms_in(head.split(" ")):  # what precedes the body names no rating at all
+            return Reading(rid, None, "none", opinions)
         return Reading(rid, shown, "rewritten" if shown is not None else "unreadable", opinions)
 
 

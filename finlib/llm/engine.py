@@ -119,8 +119,10 @@ def chat_requests(spec: ModelSpec, items: Iterable[ChatItem], max_new_tokens: in
 
 def chat(spec: ModelSpec, items: list[ChatItem], store: ResponseStore, *, max_new_tokens: int,
          sampling: dict | None = None, budget=None, progress: bool = True, local_model=None,
-         dtype: str | None = None, model_cache: Path | None = None, log_dir: Path | None = None) -> pd.DataFrame:
+         dtype: str | None = None, model_cache: Path | None = None, log_dir: Path | None = None,
+         desc: str | None = None) -> pd.DataFrame:
     """Answer every item (from the store when already answered) and return one row per item.
+    `desc` says what the calls are for on the progress line (default: the model's name).
 
     Rows keep their order; an item that failed (after the backend's retries) or was not sent
     (budget) has status "error" and its reason: never an empty answer.
@@ -131,7 +133,7 @@ def chat(spec: ModelSpec, items: list[ChatItem], store: ResponseStore, *, max_ne
         unique.setdefault(r.key, r)
     answered = store.answered(list(unique))
     pending = [r for k, r in unique.items() if k not in answered]
-    bar = Progress(len(pending), desc=spec.name, disable=not progress or not pending)
+    bar = Progress(len(pending), desc=desc or spec.name, disable=not progress or not pending)
     try:
         send_pending(spec, pending, store, budget=budget, progress=bar, local_model=local_model,
                      model_cache=model_cache, log_dir=log_dir)

@@ -58,10 +58,11 @@ class ModelSpec:
     threads: int | None = None      # llamacpp: server threads (None = every core llama.cpp sees)
     thinks: bool = False            # reasons by default (<think> or hidden reasoning tokens) before answering
     max_new_tokens: int = 4096      # output-token limit for this model (the authors' code: 4096 for API/vLLM)
-    # circuit breaker (finlib.llm.openai_backend.Breaker): stop the model after this many consecutive
-    # attempts failing in one kind waiting cannot heal (401/403/404, refused, timeout); 0 = never
+    # circuit breaker (finlib.llm.openai_backend.Breaker, one per endpoint and process): stop after this many
+    # consecutive attempts failing in one kind waiting cannot heal (401/403, DNS, quota, unknown model,
+    # timeout; refused, 5xx, 429 without Retry-After once the streak lasted breaker_grace_s); 0 = never
     breaker_failures: int = 10
-    breaker_grace_s: float = 20.0   # connection refused must also have lasted this long (a restart heals)
+    breaker_grace_s: float = 20.0   # refused / 5xx / 429 must also have lasted this long (a restart heals)
 
     def cost(self, input_tokens: int, output_tokens: int, discount: float = 1.0) -> float:
         """USD for one call (discount 0.5 for the Batch API)."""

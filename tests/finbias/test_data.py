@@ -321,7 +321,8 @@ def test_prepare_data_synthetic_writes_contract_artifacts(tmp_run):
     p = artifacts.read_frame(tmp_run, "prices")
     assert list(p.columns) == ["date", "ticker", "adj_close"] and p["adj_close"].dtype == "float64"
     assert list(artifacts.read_frame(tmp_run, "market").columns) == ["date", "market_close"]
-    assert set(artifacts.read_frame(tmp_run, "truth").columns) == {"report_id", "q", "drift", "beta"}
+    from finlib.finbias.synth import PLANTED_COLUMNS
+    assert set(artifacts.read_frame(tmp_run, "truth").columns) == {"report_id", "q", "drift", "beta", *PLANTED_COLUMNS}
     summary = artifacts.read_json(tmp_run, "data_report")
     n = tmp_run.params["data"]["synthetic"]["n_reports"]
     assert summary["n_reports"] == len(r) == n
