@@ -287,7 +287,7 @@ class BizfinSection(_Section):
     judge_max_new_tokens: Optional[Count] = None
     temperature: Optional[NonNeg] = None  # null: the registry record's sampling
     table6_model: Optional[str] = None
-    official_rules_commit: Optional[Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")]] = None  # BizFinBench code revision
+    official_code_dir: Optional[str] = None  # a checkout of the published evaluation code: its scripts score the official column
     rubrics_dir: Optional[str] = None  # null: our judge rubrics; else a checkout of the published prompts
     iterajudge: Optional[IteraJudgeSection] = None
 
