@@ -155,7 +155,8 @@ def run_stage(cfg: RunConfig) -> IteraRun:
         scores = cal.judge_reference_set(ref, judges, store, refiner=refiner, dimension_order=p["dimension_order"],
                                          **kw)
     corr = cal.correlation_table(scores, int(p["bootstrap_reps"]), float(p["ci"]), cfg.seed)
-    diff = cal.difference_table(scores, int(p["bootstrap_reps"]), float(p["ci"]), cfg.seed)
+    diff = cal.difference_table(scores, int(p["bootstrap_reps"]), float(p["ci"]), cfg.seed,
+                                mixed_rubrics=rubrics.mixed())
     table = cal.table4(corr, diff=diff)
     write_frame(cfg, "iterajudge_trajectories", trajectories_frame(trajs))
     write_frame(cfg, "iterajudge_results", results_frame(inputs, [t.result for t in trajs], "iterajudge",

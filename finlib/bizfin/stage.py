@@ -20,6 +20,7 @@ from finlib.bizfin.official import VERDICT_READERS, official_label
 from finlib.bizfin.scorers import official_unscorable
 from finlib.bizfin.tasks import TASKS, check_tasks, task_info
 from finlib.core.config import ConfigError, RunConfig
+from finlib.llm.answers import cut_in_think
 from finlib.llm.engine import ChatItem, chat
 from finlib.llm.prompts import BIZFIN_ANSWER_VERSION
 from finlib.llm.registry import ModelSpec, run_registry, select_models
@@ -212,6 +213,8 @@ def score_model(spec_name: str, asked: dict[str, list[BizFinItem]], answers: pd.
                 continue
             s = score_item_detail(t, it, a["raw_text"] if ok else None)   # not answered: NaN, outside N
             note = s.note if ok else f"not answered: {a['error']}"
+            if ok and cut_in_think(a["raw_text"]):
+                note = "; ".join(x for x in ("cut inside <think>: the output budget ran out while reasoning", note) if x)
             rows.append({**base, "parsed": s.parsed, "official": s.official, "ours": s.ours, "answer": s.answer,
                          "note": note, "_gold": it.gold})
     if to_judge:
@@ -337,8 +340,6 @@ def answer_status(items: pd.DataFrame) -> dict[str, int]:
 def cut_in_think_counts(items: pd.DataFrame) -> dict[str, int]:
     """Per model: answers that ended inside an unclosed `<think>` (the output budget ran out while the
     model was reasoning): they hold no answer, a status of their own shown under Table 3."""
-    from finlib.llm.answers import cut_in_think
-
     if not len(items):
         return {}
     cut = items["status"].eq("ok") & items["raw_text"].map(cut_in_think)

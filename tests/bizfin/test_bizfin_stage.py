@@ -303,3 +303,18 @@ def test_o_series_requests_carry_no_temperature(repo_root):
     req = chat_requests(gpt4o, [ChatItem("a", [{"role": "user", "content": "q"}], "v")], 64, {**gpt4o.sampling,
                                                                                             "temperature": 0.0})[0]
     assert request_kwargs(gpt4o, req)["temperature"] == 0.0          # the check can fail: others keep theirs
+
+
+def test_a_reply_cut_inside_think_is_counted_per_model_and_noted():
+    from finlib.bizfin.data import load_format_samples
+    from finlib.bizfin.results import cut_in_think_note
+
+    asked = {"FNC": load_format_samples(["FNC"])["FNC"][:2]}
+    ids = [it.id for it in asked["FNC"]]
+    answers = pd.DataFrame({"id": ids, "status": ["ok", "ok"], "raw_text": ["<think>先算营收，再", '{"answer": 1}'],
+                            "error": [None, None], "input_tokens": 1, "output_tokens": 1, "cost_usd": 0.0,
+                            "cached": False})
+    items = pd.DataFrame(stage.score_model("qwq", asked, answers, None, (0, 100)), columns=stage.ITEM_COLUMNS)
+    assert stage.cut_in_think_counts(items) == {"qwq": 1}
+    assert items["note"].str.contains("cut inside <think>").sum() == 1
+    assert "qwq 1" in cut_in_think_note({"cut_in_think": stage.cut_in_think_counts(items)})
