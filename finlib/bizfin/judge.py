@@ -203,7 +203,7 @@ def vanilla_judge(judge_spec: ModelSpec, store: ResponseStore, inputs: list[Judg
     calls = [rubrics.vanilla(i, score_range) for i in inputs]
     items = [ChatItem(f"{i.id}#judge", msgs, version) for i, (msgs, version, _) in zip(inputs, calls)]
     rows = _chat(judge_spec, items, store, max_new_tokens, budget=budget, progress=progress,
-                 model_cache=model_cache, log_dir=log_dir, sampling=sampling)
+                 model_cache=model_cache, log_dir=log_dir, sampling=sampling, desc=f"{judge_spec.name} judges answers")
     return [_verdict(i.id, row, score_range, float(row["cost_usd"]), fmt)
             for i, (_, row), (_, _, fmt) in zip(inputs, rows.iterrows(), calls)]
 
@@ -242,14 +242,14 @@ def iterajudge(judge_spec: ModelSpec, store: ResponseStore, inputs: list[JudgeIn
             break
         items = [ChatItem(f"{t.input.id}#refine{k}", *rubrics.refine(t.input, t.input.dimensions[k - 1], t.texts()[-1]))
                  for t in going]
-        rows = _chat(refiner, items, store, refine_tokens, **kw)
+        rows = _chat(refiner, items, store, refine_tokens, desc=f"{refiner.name} refines, dimension {k}", **kw)
         for t, (_, row) in zip(going, rows.iterrows()):
             t.steps.append(_step(k, t.input.dimensions[k - 1], row))
     ready = [t for t in trajs if len(t.steps) == len(t.input.dimensions) and all(s.status == "ok" for s in t.steps)]
     if ready:
         calls = [rubrics.contrastive(t.input, t.texts()[-1], score_range) for t in ready]
         items = [ChatItem(f"{t.input.id}#contrastive", msgs, version) for t, (msgs, version, _) in zip(ready, calls)]
-        rows = _chat(judge_spec, items, store, int(max_new_tokens), **kw)
+        rows = _chat(judge_spec, items, store, int(max_new_tokens), desc=f"{judge_spec.name} contrastive judge", **kw)
         for t, (_, row), (_, _, fmt) in zip(ready, rows.iterrows(), calls):
             t.judge_raw = row["raw_text"]
             cost = float(row["cost_usd"]) + sum(s.cost_usd for s in t.steps)

@@ -257,7 +257,7 @@ def official_from_scripts(rows: list[dict], authors, published_rubric: bool) -> 
                 r["note"] = "; ".join(x for x in (r["note"], f"official: {g.error}") if x)
 
 
-def _answers_or_failure(spec: ModelSpec, items, store, p: dict, budget, inf: dict, cfg: RunConfig):
+def _answers_or_failure(spec: ModelSpec, items, store, p: dict, budget, inf: dict, cfg: RunConfig, desc: str):
     """(answers, None), or (rows marking every item not answered, the cause) when the model's endpoint is
     dead (wrong key, missing key, wrong URL): that model stops, the others go on."""
     from finlib.llm.openai_backend import BudgetExceeded, CircuitOpen
@@ -266,7 +266,8 @@ def _answers_or_failure(spec: ModelSpec, items, store, p: dict, budget, inf: dic
     try:
         return chat(spec, items, store, max_new_tokens=max_new_tokens_for(spec, p), budget=budget,
                     sampling=sampling_for(spec, p), progress=bool(inf.get("progress", True)),
-                    model_cache=cfg.path(inf["model_cache"]), log_dir=cfg.run_dir / "logs"), None
+                    model_cache=cfg.path(inf["model_cache"]), log_dir=cfg.run_dir / "logs",
+                    desc=desc), None
     except (CircuitOpen, MissingKeyError, BudgetExceeded) as exc:
         cause = f"{type(exc).__name__}: {str(exc)[:500]}"
         failed = pd.DataFrame({"id": [i.id for i in items], "status": "error", "raw_text": None, "error": cause,
@@ -298,7 +299,8 @@ def run_stage(cfg: RunConfig) -> BizFinRun:
         for spec in specs:
             items = [ChatItem(it.id, it.chat_messages(spec.supports_system), BIZFIN_ANSWER_VERSION)
                      for its in asked.values() for it in its]
-            answers, cause = _answers_or_failure(spec, items, store, p, budget, inf, cfg)
+            answers, cause = _answers_or_failure(spec, items, store, p, budget, inf, cfg,
+                                                 f"{spec.name} answers {len(asked)} tasks")
             if cause:
                 dead[spec.name] = cause
             rows += score_model(spec.name, asked, answers, judge_fn, judge_scale(p), published_rubric, authors)

@@ -21,7 +21,7 @@ from finlib.core.config import RunConfig
 PRODUCERS: dict[str, str] = {
     "reports": "00", "prices": "00", "market": "00", "truth": "00", "data_report": "00",
     "labels": "01", "labels_report": "01",
-    "conditions": "02", "lexicon_stats": "02", "perturb_report": "02",
+    "conditions": "02", "lexicon_stats": "02", "perturb_report": "02", "perturb_set_aside": "02",
     "predictions": "03", "inference_report": "03", "draws": "03",
     "metrics": "04", "paired_tests": "04", "scoring_report": "04",
     "dpo_split": "05", "dpo_triplets": "05", "dpo_drops": "05", "dpo_predictions": "05", "dpo_metrics": "05",
@@ -82,14 +82,36 @@ def write_frame(cfg: RunConfig, name: str, df: pd.DataFrame, row_group_size: int
                         lambda tmp: df.to_parquet(tmp, index=False, row_group_size=row_group_size))
 
 
+def stage_command(cfg: RunConfig, stage: str) -> str:
+    """The command that makes stage `stage` of this run: `make stage` when the run's name is its params
+    file's (params/<run>.yaml or RUN=<path>), the runner with both otherwise (a notebook exploration)."""
+    pfile = Path(cfg.params_file)
+    rel = str(pfile.relative_to(cfg.root)) if pfile.is_relative_to(cfg.root) else str(pfile)
+    if pfile.stem == cfg.name:
+        run = cfg.name if rel == f"params/{cfg.name}.yaml" else rel
+        return f"make stage STAGE={stage} RUN={run}"
+    return f".venv/bin/python -m finlib.core.runner --run {cfg.name} --params {rel} --stages {stage}"
+
+
+def runs_with_artifact(cfg: RunConfig, name: str, suffix: str = ".parquet") -> list[str]:
+    """Other runs on disk that hold the artifact (what a reader may have meant to open)."""
+    base = cfg.root / "data" / "processed"
+    return sorted(p.parent.name for p in base.glob(f"*/{name}{suffix}") if p.parent.name != cfg.name)
+
+
 def existing_artifact(cfg: RunConfig, name: str) -> Path:
-    """The path of a parquet artifact, or an error that says which stage to run to make it."""
+    """The path of a parquet artifact, or an error that says which stage (and command) makes it for
+    this run, and which runs on disk already have it."""
     path = artifact_path(cfg, name)
     if not path.is_file():
         stage = PRODUCERS.get(name, "??")
+        others = runs_with_artifact(cfg, name)
+        where = (f" Runs on disk that have it: {', '.join(others)} (open one with run_name = \"{others[0]}\")."
+                 if others else " No run on disk has it yet.")
+        rel = path.relative_to(cfg.root) if path.is_relative_to(cfg.root) else path
         raise MissingArtifactError(
-            f"{path} does not exist: run stage {stage} first "
-            f"(`make stage STAGE={stage} RUN={cfg.name}`)."
+            f"run '{cfg.name}': {rel} does not exist: run stage {stage} first "
+            f"(`{stage_command(cfg, stage)}`).{where}"
         )
     return path
 

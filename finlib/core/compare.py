@@ -131,14 +131,15 @@ class MetricView:
     condition: Condition
 
 
-FINBIAS_VIEWS: tuple[MetricView, ...] = (
-    MetricView("finbias_table4", "with_rating", "herding", Condition.ORIGINAL),
-    MetricView("finbias_table4", "without_rating", "herding", Condition.NO_RATING),
-    MetricView("finbias_table5", "herding_fake", "herding", Condition.FAKE_RATING),
-    MetricView("finbias_table6", "with_rating", "accuracy", Condition.ORIGINAL),
-    MetricView("finbias_table6", "without_rating", "accuracy", Condition.NO_RATING),
-    MetricView("finbias_table7", "accuracy", "accuracy", Condition.NO_OPINION),
-)
+def finbias_views() -> tuple[MetricView, ...]:
+    """One view per published column of Tables 4-7, read from the tables' own specs
+    (`finlib.finbias.paper_layout.TABLE_SPECS`): the comparison takes exactly the statistic our
+    Tables 4-7 print (Eq. 1 over all N, `finlib.finbias.metrics.HERDING` / `ACCURACY`), never a
+    second choice of metric that could drift from them."""
+    from finlib.finbias.paper_layout import TABLE_SPECS
+
+    return tuple(MetricView(spec.paper_key, column, spec.metric, cond)
+                 for spec in TABLE_SPECS for column, cond in zip(spec.paper_columns, spec.conditions))
 
 
 def paper_model_rows(metrics: pd.DataFrame, paper_names: dict[str, str]) -> pd.DataFrame:
@@ -159,7 +160,7 @@ def finbias_metric_comparisons(metrics: pd.DataFrame, paper_names: dict[str, str
     """Fin-Bias Tables 4-7 in the long comparison layout (percent), pooled vs the printed Average."""
     ours_all = paper_model_rows(metrics, paper_names)
     parts = []
-    for view in FINBIAS_VIEWS:
+    for view in finbias_views():
         paper = paper_table(view.paper_key)
         paper = paper[paper[view.column].notna()]
         # the analysts' accuracy is one number per sector, printed in Tables 6 and 7 alike: ours is on `original`
@@ -202,7 +203,8 @@ def finbias_data_comparisons(reports: pd.DataFrame, labels: pd.DataFrame | None)
 
 
 def finbias_dpo_comparison(dpo: pd.DataFrame, paper_names: dict[str, str]) -> pd.DataFrame:
-    """Fin-Bias Table 8 (accuracy after DPO) from stage 05's per-sector accuracy of the tuned models."""
+    """Fin-Bias Table 8 (accuracy after DPO) from stage 05's per-sector accuracy of the tuned models
+    (`accuracy`: Eq. 1 over all N, the `finlib.finbias.metrics.ACCURACY` rows of `dpo_metrics`)."""
     need = {"model", "sector", "accuracy"}
     if not need <= set(dpo.columns):
         raise ValueError(f"stage 05 DPO table: needs columns {sorted(need)}, has {list(dpo.columns)}")

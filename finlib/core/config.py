@@ -6,6 +6,7 @@ writes comes from `RunConfig`, so a run's artifacts never mix with another run's
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -237,12 +238,23 @@ def registry_names(path: Path) -> set[str]:
     return {str(r["name"]) for r in records if isinstance(r, dict) and "name" in r}
 
 
+def split_run_arg(run: str) -> tuple[str, str | None]:
+    """`RUN=` may name a run (`default`) or a params file (`params/mine.yaml`): a path gives the run
+    its file's stem as name and the file itself as params."""
+    if run.endswith((".yaml", ".yml")) or "/" in run or os.sep in run:
+        return Path(run).stem, run
+    return run, None
+
+
 def load_run(run_name: str = "default", params_file: str | Path | None = None,
-             root: Path | None = None) -> RunConfig:
+             root: Path | None = None, make_dirs: bool = True) -> RunConfig:
     """Load `params/<run_name>.yaml` (or `params_file`), check it against `finlib.core.params`
     (unknown keys, wrong types, values out of range and model names missing from the registry are
-    errors naming the file and the key), create the run's folders."""
+    errors naming the file and the key), create the run's folders (unless `make_dirs` is False).
+    `run_name` may be a params path (`params/mine.yaml`: run `mine`)."""
     root = root or repo_root()
+    run_name, from_path = split_run_arg(run_name)
+    params_file = params_file or from_path
     pfile = Path(params_file) if params_file else root / "params" / f"{run_name}.yaml"
     if not pfile.is_absolute():
         pfile = root / pfile
@@ -254,6 +266,6 @@ def load_run(run_name: str = "default", params_file: str | Path | None = None,
         rfile = Path(registry) if Path(registry).is_absolute() else root / registry
         check_model_names(params, registry_names(rfile), pfile, rfile)
     cfg = RunConfig(name=run_name, params=params, root=root, params_file=pfile)
-    for d in (cfg.processed_dir, cfg.tables_dir, cfg.run_dir):
+    for d in (cfg.processed_dir, cfg.tables_dir, cfg.run_dir) if make_dirs else ():
         d.mkdir(parents=True, exist_ok=True)
     return cfg

@@ -73,6 +73,7 @@ class SyntheticSection(_Section):
     rating_wording: Optional[Literal["paper", "scales"]] = None
     layout: Optional[Literal["prose", "structured"]] = None
     block_share: Optional[Share] = None
+    messy_share: Optional[Share] = None
 
 
 class ReportsSection(_Section):
@@ -94,6 +95,9 @@ class PricesSection(_Section):
 
 class DataSection(_Section):
     source: Optional[Literal["synthetic", "local", "huggingface"]] = None
+    # stage 00's text cleaning rules (finlib.finbias.validation.CLEANING_RULES); []: the text as the authors send it
+    text_cleaning: Optional[list[Literal["mojibake", "nbsp", "invisible", "control", "hyphenation",
+                                         "whitespace"]]] = None
     synthetic: Optional[SyntheticSection] = None
     reports: Optional[ReportsSection] = None
     prices: Optional[PricesSection] = None
@@ -143,6 +147,7 @@ class PerturbSection(_Section):
     tagger_processes: Optional[Count] = None
     tag_cache: Optional[str] = None
     sweep_reports: Optional[NonNegInt] = None  # rating sweep (finlib.finbias.rating_sweep); null = all, 0 = off
+    max_set_aside_share: Optional[Share] = None  # stage 02 fails when more reports than this share are set aside
 
 
 # ---- inference (stage 03) ------------------------------------------------------------------------
@@ -184,6 +189,7 @@ class InferenceSection(_Section):
     samples_reports: Optional[NonNegInt] = None   # reports (sorted id) that get the k draws; null = all
     extension_models: Optional[list[StrictStr]] = None  # models answering the sweep and the draws; null = all
     endpoints: Optional[dict[str, EndpointSection]] = None  # per-model server (finlib.llm.registry.apply_endpoints)
+    prompt_length_by: Optional[Literal["model_tokenizer", "estimate"]] = None  # output room of server models
 
 
 # ---- scoring (stage 04) --------------------------------------------------------------------------
@@ -232,6 +238,7 @@ class FiguresSection(_Section):
     case_model: Optional[str] = None
     case_report: Optional[str] = None
     text_chars: Optional[Count] = None
+    caption_in_image: Optional[StrictBool] = None  # true: caption burned under each image (slides)
 
 
 class PlanSection(_Section):

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import time
@@ -24,7 +25,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable
 
-from finlib.core.config import RunConfig, load_run, repo_root
+from finlib.core.config import RunConfig, load_run, repo_root, split_run_arg
+from finlib.core.kernel_interrupt import SigintForwarder, StageInterrupted, interrupted_line, is_interrupt, track
+from finlib.core.report import publishable_notebook
+from finlib.core.progress_feed import FeedTail
 
 KERNEL = "python3"
 TRACKED_PACKAGES = (
@@ -214,6 +218,10 @@ def _kernel_manager_class() -> type:
     from traitlets import default
 
     class EncryptedKernelManager(KernelManager):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            track(self)  # a Ctrl-C is forwarded to this kernel (finlib.core.kernel_interrupt)
+
         @default("transport_encryption")
         def _default_transport_encryption(self) -> str:
             return "auto" if zmq.has("curve") else "disabled"
@@ -228,6 +236,50 @@ def read_precision(cfg: RunConfig) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+
+
+def children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's finished children: the notebook's kernel and
+    what it started and waited for (the llama.cpp server, tagger workers). The difference around a
+    stage is its CPU cost, a figure that does not depend on how busy the machine was."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+ERROR_HEAD_LINES, ERROR_TAIL_LINES = 6, 12  # traceback lines a manifest keeps (the cause is in the last ones)
+ERROR_MESSAGE_CHARS = 4000  # the exception's own message, kept whole up to this (then its head and tail)
+
+
+def _head_tail(text: str, limit: int) -> str:
+    """`text` whole when short, else its start and end around one elision mark (a cause is
+    often in the last line: cutting only the end drops it)."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]} [... {len(text) - 2 * half} characters ...] {text[-half:]}"
+
+
+def describe_failure(exc: BaseException) -> str:
+    """What a manifest keeps of a stage's failure: the exception's own name and message (a
+    notebook's exception: papermill's `ename`/`evalue`), then the first and last lines of its
+    traceback -- never the traceback's first characters only, which cut a breaker's or a full
+    disk's message off."""
+    name = getattr(exc, "ename", None) or type(exc).__name__
+    value = getattr(exc, "evalue", None)
+    value = str(exc) if value is None else str(value)
+    text = f"{name}: {_head_tail(value.strip(), ERROR_MESSAGE_CHARS)}"
+    tb = getattr(exc, "traceback", None)
+    if isinstance(tb, list) and tb:
+        from papermill.exceptions import strip_color  # noqa: PLC0415 -- papermill is imported with the stage
+
+        lines = [ln for ln in strip_color("\n".join(tb)).splitlines() if ln.strip()]
+        if len(lines) > ERROR_HEAD_LINES + ERROR_TAIL_LINES:
+            lines = [*lines[:ERROR_HEAD_LINES], f"[... {len(lines) - ERROR_HEAD_LINES - ERROR_TAIL_LINES} "
+                     "traceback lines ...]", *lines[-ERROR_TAIL_LINES:]]
+        text += "\ntraceback:\n" + "\n".join(_head_tail(ln, 400) for ln in lines)
+    return text
+
+
 def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     """Execute one notebook with papermill and record it in the manifest."""
     import papermill as pm
@@ -235,35 +287,47 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
     out_dir = cfg.run_dir / "notebooks"
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / notebook.name
-    started, t0 = _now(), time.time()
+    started, t0, cpu0 = _now(), time.time(), children_cpu_s()
     entry: dict[str, Any] = {"notebook": display_path(notebook, cfg.root),
                              "output": display_path(output, cfg.root), "started": started}
     print(f"[{cfg.name}] stage {stage}: {notebook.name} ...", flush=True)
     manifest.setdefault("stages", {})[stage] = {**entry, "status": "running"}  # a killed run leaves "running"
     write_manifest(cfg, manifest)
+    # the kernel's progress lines (finlib.core.progress_feed) reach this terminal while the stage runs
+    feed = FeedTail(cfg.run_dir / "progress" / f"{stage}.log", prefix=f"[{cfg.name}] stage {stage}: ").start()
+    sigint = SigintForwarder().install()  # Ctrl-C: the kernel stops sending, then the stage says so
     try:
         pm.execute_notebook(
             str(notebook), str(output),
-            parameters={"run_name": cfg.name, "params_file": str(cfg.params_file)},
+            parameters={"run_name": cfg.name, "params_file": display_path(cfg.params_file, cfg.root)},
             kernel_name=KERNEL, cwd=str(notebook.parent), progress_bar=False,
             kernel_manager_class=_kernel_manager_class(),
+            coalesce_streams=True,  # one stdout and one stderr block per cell, not one per progress line
         )
         entry["status"] = "ok"
     except Exception as exc:  # recorded, then re-raised: the manifest shows where a run broke
-        entry["status"] = "failed"
-        entry["error"] = f"{type(exc).__name__}: {str(exc)[:2000]}"
+        entry["status"] = "interrupted" if sigint.count and is_interrupt(exc) else "failed"
+        entry["error"] = describe_failure(exc)
+        if entry["status"] == "interrupted":
+            raise StageInterrupted(interrupted_line(cfg.name, stage, exc)) from None
         raise
     except BaseException:  # Ctrl-C, SystemExit (a SIGKILL runs no code: it leaves "running")
         entry["status"] = "interrupted"
         raise
     finally:
+        sigint.restore()
+        feed.stop()
+        publishable_notebook(output, cfg.root)  # no machine paths, progress collapsed
         entry["ended"] = _now()
         entry["seconds"] = round(time.time() - t0, 2)
+        entry["cpu_seconds"] = round(children_cpu_s() - cpu0, 2)
         entry["artifacts"] = _artifact_hashes(cfg, t0 - 1)
         manifest.setdefault("stages", {})[stage] = entry
         manifest["precision"] = read_precision(cfg)
         write_manifest(cfg, manifest)
     print(done_line(cfg, stage, entry, manifest), flush=True)
+    if sigint.count:  # the stage finished before the interrupt reached it: true "ok", but stop here
+        raise StageInterrupted(interrupted_line(cfg.name, stage, None))
     return entry
 
 
@@ -305,7 +369,7 @@ def run_pipeline(run_name: str = "default", stages: Iterable[str] | None = None,
         except BaseException as exc:
             entry = manifest.get("stages", {}).get(stage, {})
             manifest["status"] = "failed" if isinstance(exc, Exception) else "interrupted"
-            manifest["failed"] = {"stage": stage, "error": entry.get("error") or f"{type(exc).__name__}: {exc}"[:2000],
+            manifest["failed"] = {"stage": stage, "error": entry.get("error") or describe_failure(exc),
                                   "not_run": [s for s in selected if s > stage]}
             try:
                 write_manifest(cfg, manifest)
@@ -350,9 +414,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", action="store_true", help="then build runs/<run>/report/ (static HTML)")
     args = parser.parse_args(argv)
     os.chdir(repo_root())
+    args.run, from_path = split_run_arg(args.run)  # RUN=params/mine.yaml: run "mine" with that file
+    args.params = args.params or from_path
     t0 = time.time() - 1
     try:
         manifest = run_pipeline(args.run, args.stages, args.start, args.params, report=args.report)
+    except KeyboardInterrupt as exc:  # Ctrl-C: one line (what was in flight, how to resume), no traceback
+        print(str(exc) if isinstance(exc, StageInterrupted) else f"[{args.run}] interrupted", file=sys.stderr)
+        return 130
     except Exception as exc:  # a failed stage: one clear line and a non-zero exit, no "done"
         name = getattr(exc, "ename", type(exc).__name__)
         value = getattr(exc, "evalue", str(exc))

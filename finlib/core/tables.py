@@ -43,17 +43,45 @@ def synthetic_title(cfg: RunConfig, title: str) -> str:
     return f"{title} (synthetic data)" if cfg.is_synthetic else title
 
 
-def save_figure(cfg: RunConfig, fig, name: str) -> list[Path]:
-    """Save a matplotlib figure as `figures/<run>/<name>.{png,pdf}` and return both paths.
+def literal_text(fig) -> None:
+    """Every text of the figure drawn as typed: `$` pairs in a report sentence or a model name are
+    not math (matplotlib's mathtext would italicise "$111 mn and a $0.84" into "111mnanda0.84")."""
+    from matplotlib.text import Text
+
+    for text in fig.findobj(Text):
+        text.set_parse_math(False)
+
+
+def save_figure(cfg: RunConfig, fig, name: str, caption: str | None = None) -> list[Path]:
+    """Save a matplotlib figure as `figures/<run>/<name>.{png,pdf}` and return the paths; the caption,
+    when given, goes to `<name>.caption.txt` beside them (the HTML report shows it under the figure).
 
     The figure stays open, so a notebook can display it inline (no `matplotlib.use("Agg")`:
     switching backends inside a kernel stops inline display).
     """
     cfg.figures_dir.mkdir(parents=True, exist_ok=True)
+    literal_text(fig)
+    (cfg.figures_dir / f"{name}.skipped.txt").unlink(missing_ok=True)
     paths = [cfg.figures_dir / f"{name}.{ext}" for ext in ("png", "pdf")]
     for path in paths:
         fig.savefig(path, dpi=150, bbox_inches="tight")
+    if caption:
+        path = cfg.figures_dir / f"{name}.caption.txt"
+        path.write_text(" ".join(caption.split()) + "\n", encoding="utf-8")
+        paths.append(path)
     return paths
+
+
+def skip_figure(cfg: RunConfig, name: str, reason: str) -> Path:
+    """A figure with no data is not drawn: its old files go, `<name>.skipped.txt` says why (the HTML
+    report lists it as "not drawn" with the reason) -- an empty panel must not pass for a result."""
+    cfg.figures_dir.mkdir(parents=True, exist_ok=True)
+    for ext in ("png", "pdf", "caption.txt"):
+        (cfg.figures_dir / f"{name}.{ext}").unlink(missing_ok=True)
+    path = cfg.figures_dir / f"{name}.skipped.txt"
+    path.write_text(" ".join(reason.split()) + "\n", encoding="utf-8")
+    print(f"{name}: not drawn — {reason}")
+    return path
 
 
 def caption_with_caveat(cfg: RunConfig, caption: str) -> str:

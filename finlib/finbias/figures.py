@@ -7,6 +7,7 @@ drawn; `build_figures` lists it with the reason instead of failing the stage.
 """
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,15 +18,24 @@ import pandas as pd
 from finlib.core.artifacts import MissingArtifactError, artifact_path, read_frame, write_json
 from finlib.core.config import RunConfig
 from finlib.core.vocab import POOLED, SECTORS, Condition, Rating
+from finlib.finbias.metrics import ACCURACY, HERDING
 from finlib.finbias.figure_base import (  # noqa: F401  (data_source, caption: used by notebook 06)
     CONDITION_COLORS,
     CONDITION_ORDER,
+    DOUBLE_COLUMN_IN,
+    HEATMAP_CMAP,
+    MIN_TEXT_PT,
     RATING_COLORS,
+    VARIANT_COLORS,
     FigureRecord,
     caption,
     data_source,
     figure_style,
     finish,
+    legend_outside,
+    model_colors,
+    model_markers,
+    text_color_on,
 )
 
 FIGURES_KEYS = ("example_report", "case_model", "case_report", "text_chars")
@@ -44,34 +54,41 @@ def _metric(metrics: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def plot_herding_heatmap(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object, FigureRecord]:
-    """Herding (%) model x sector, one panel per condition; N of parsed answers in each cell."""
+    """Herding (%) model x sector, one panel per condition; N (all answered items, Eq. 1) in each cell."""
     import matplotlib.pyplot as plt
 
-    h = _metric(metrics, "herding")
+    h = _metric(metrics, HERDING)
+    if h["value"].notna().sum() == 0:
+        raise LookupError("no herding values in metrics.parquet (no answered item in any condition)")
     models = sorted(h["model"].unique())
     cols = [s for s in (*SECTORS, POOLED) if s in set(h["sector"])]
+    cmap = plt.get_cmap(HEATMAP_CMAP)
     with figure_style():
-        fig, axes = plt.subplots(1, 4, figsize=(16, 1.6 + 0.5 * max(len(models), 1)), squeeze=False)
-        for col, (ax, cond) in enumerate(zip(axes[0], CONDITION_ORDER)):
+        fig, axes = plt.subplots(2, 2, figsize=(DOUBLE_COLUMN_IN, 2 * (1.6 + 0.32 * max(len(models), 1))),
+                                 squeeze=False, constrained_layout=True)
+        for col, (ax, cond) in enumerate(zip(axes.ravel(), CONDITION_ORDER)):
             d = h[h["condition"] == cond.value]
             val = d.pivot(index="model", columns="sector", values="value").reindex(index=models, columns=cols)
             n = d.pivot(index="model", columns="sector", values="n").reindex(index=models, columns=cols)
-            im = ax.imshow(100 * val.to_numpy(float), vmin=0, vmax=100, cmap="viridis", aspect="auto")
+            im = ax.imshow(100 * val.to_numpy(float), vmin=0, vmax=100, cmap=cmap, aspect="auto")
             for i in range(len(models)):
                 for j in range(len(cols)):
-                    v, k = val.iat[i, j], n.iat[i, j]
-                    label = "–" if pd.isna(v) else f"{100 * v:.0f}\nN={int(k)}"
-                    ax.text(j, i, label, ha="center", va="center", fontsize=5,
-                            color="#555555" if pd.isna(v) else "white")
-            ax.set_xticks(range(len(cols)), [c.replace(" ", "\n", 1) for c in cols], rotation=90)
+                    v = val.iat[i, j]
+                    label = "–" if pd.isna(v) else f"{100 * v:.0f}"
+                    ax.text(j, i, label, ha="center", va="center", fontsize=MIN_TEXT_PT,
+                            color="#555555" if pd.isna(v) else text_color_on(cmap(float(v))))
+            ax.set_xticks(range(len(cols)), cols if col >= 2 else [""] * len(cols), rotation=90)
             ax.set_yticks(range(len(models)), models)
-            ax.tick_params(labelleft=col == 0)
+            ax.tick_params(labelleft=col % 2 == 0)
             ax.set_title(cond.value)
             ax.grid(False)
-        fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="herding %")
+        fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="herding %")
+    n_range = h["n"].dropna()
+    n_text = f"N per cell {int(n_range.min())}–{int(n_range.max())} answered items" if len(n_range) else "N unknown"
     rec = finish(cfg, fig, "fig_herding_heatmap",
-                 "Herding score (% of parsed answers equal to the reference rating) by model and sector, per "
-                 "condition; N = parsed answers, '–' = no answers (stage 04 metrics).")
+                 "Herding score (Eq. 1: % of all N answers equal to the reference rating, an unparsed answer "
+                 f"counting as no match) by model and sector, per condition; {n_text} (per-cell N in the "
+                 "tables' *_ci companions), '–' = no answers (stage 04 metrics).")
     return fig, rec
 
 
@@ -83,12 +100,14 @@ def plot_with_without(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object, Fi
     """Dumbbell: herding with vs without the rating per model x sector, 95 % intervals."""
     import matplotlib.pyplot as plt
 
-    h = _metric(metrics, "herding")
+    h = _metric(metrics, HERDING)
     h = h[h["condition"].isin([Condition.ORIGINAL.value, Condition.NO_RATING.value])]
     has = set(map(tuple, h.loc[h["value"].notna(), ["model", "sector"]].to_numpy()))
     rows = [(m, s) for m in sorted(h["model"].unique()) for s in (POOLED, *SECTORS) if (m, s) in has]
     with figure_style():
-        fig, ax = plt.subplots(figsize=(7, 1 + 0.22 * max(len(rows), 1)))
+        if not rows:
+            raise LookupError("no herding value for original or no_rating in metrics.parquet")
+        fig, ax = plt.subplots(figsize=(DOUBLE_COLUMN_IN, 1.2 + 0.2 * len(rows)), layout="constrained")
         for y, (m, s) in enumerate(rows):
             d = h[(h["model"] == m) & (h["sector"] == s)].set_index("condition")
             pts = [d.loc[c] if c in d.index else None for c in ("original", "no_rating")]
@@ -105,9 +124,7 @@ def plot_with_without(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object, Fi
         ax.invert_yaxis()
         ax.set_xlabel("herding % (95 % cluster-bootstrap CI)")
         ax.set_xlim(-2, 102)
-        handles, labels = ax.get_legend_handles_labels()
-        if handles:
-            ax.legend(handles, labels, loc="lower right")
+        legend_outside(ax)
     rec = finish(cfg, fig, "fig_herding_with_without",
                  "Herding with the analyst rating (original) vs without it (no_rating), per model and sector, "
                  "with 95 % cluster-bootstrap intervals (Fin-Bias Table 4 as a figure).")
@@ -126,7 +143,7 @@ def plot_fake_transitions(cfg: RunConfig, transitions: pd.DataFrame) -> tuple[ob
     n = t.groupby("group")["n"].sum()
     order = [c for c in RATING_COLORS if c in wide.columns]
     with figure_style():
-        fig, ax = plt.subplots(figsize=(7, 1 + 0.3 * len(wide)))
+        fig, ax = plt.subplots(figsize=(DOUBLE_COLUMN_IN, 1.2 + 0.25 * len(wide)), layout="constrained")
         left = np.zeros(len(wide))
         for ans in order:
             ax.barh(range(len(wide)), 100 * wide[ans], left=left, color=RATING_COLORS[ans], label=ans)
@@ -134,7 +151,7 @@ def plot_fake_transitions(cfg: RunConfig, transitions: pd.DataFrame) -> tuple[ob
         ax.set_yticks(range(len(wide)), [f"{g} (N={int(n[g])})" for g in wide.index])
         ax.invert_yaxis()
         ax.set_xlabel("% of answers")
-        ax.legend(ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.15))
+        legend_outside(ax)
     rec = finish(cfg, fig, "fig_fake_transitions",
                  "Answers under a fake rating: for each model and (analyst rating → fake rating shown), the "
                  "share of answers per label; unparsed answers shown, not dropped (stage 04 transitions).")
@@ -145,13 +162,15 @@ def plot_accuracy_vs_analyst(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[obj
     """Pooled accuracy per model x condition with 95 % intervals, the analyst's accuracy as a band."""
     import matplotlib.pyplot as plt
 
-    acc = metrics[(metrics["metric"] == "accuracy") & (metrics["sector"] == POOLED)]
+    acc = metrics[(metrics["metric"] == ACCURACY) & (metrics["sector"] == POOLED)]
     analyst = acc[acc["model"] == "Analyst"]
     acc = acc[acc["model"] != "Analyst"]
     models = sorted(acc["model"].unique())
+    if acc["value"].notna().sum() == 0:
+        raise LookupError("no pooled accuracy value in metrics.parquet (no labelled, answered item)")
     width = 0.8 / len(CONDITION_ORDER)
     with figure_style():
-        fig, ax = plt.subplots(figsize=(7, 3.4))
+        fig, ax = plt.subplots(figsize=(DOUBLE_COLUMN_IN, 3.2), layout="constrained")
         if not analyst.empty:
             a = analyst.iloc[0]
             ax.axhspan(100 * a["ci_low"], 100 * a["ci_high"], color="#cccccc", alpha=0.5, lw=0)
@@ -165,7 +184,7 @@ def plot_accuracy_vs_analyst(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[obj
         ax.set_xticks(range(len(models)), models, rotation=15)
         ax.set_ylabel("accuracy % (pooled, 95 % CI)")
         ax.set_ylim(0, 100)
-        ax.legend(ncol=3, fontsize=6)
+        legend_outside(ax, ncol=3)
     rec = finish(cfg, fig, "fig_accuracy_vs_analyst",
                  "Accuracy against the return-based labels, pooled over sectors, per model and condition, with "
                  "95 % cluster-bootstrap intervals; dashed line and band: the analysts' own rating and its interval.")
@@ -179,8 +198,10 @@ def plot_labels_by_year(cfg: RunConfig, labels: pd.DataFrame, reports: pd.DataFr
     df = labels.merge(reports[["report_id", "date"]], on="report_id", how="left")
     df = df.dropna(subset=["car"]).assign(year=lambda d: pd.to_datetime(d["date"]).dt.year)
     years = sorted(df["year"].unique())
+    if not years:
+        raise LookupError("no labelled report with a CAR (stage 01 excluded every report)")
     with figure_style():
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.4))
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(DOUBLE_COLUMN_IN, 3.2))
         if years:
             a1.boxplot([100 * df.loc[df.year == y, "car"] for y in years], positions=range(len(years)),
                        widths=0.5, showfliers=True)
@@ -193,7 +214,7 @@ def plot_labels_by_year(cfg: RunConfig, labels: pd.DataFrame, reports: pd.DataFr
                     bottom += 100 * shares[lab].to_numpy()
             counts = df["year"].value_counts().reindex(years)
             a2.set_xticks(range(len(years)), [f"{y}\nN={counts[y]}" for y in years])
-            a2.legend(ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.18))
+            a2.legend(ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.25))
         a1.axhline(0, color="black", lw=0.5)
         a1.set_ylabel("CAR % (days +1..+window)")
         a1.set_title("CAR per report year")
@@ -215,16 +236,17 @@ def plot_prob_herding(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object, Fi
     if p.empty:
         raise LookupError("no label-scored model in this run (prob_herding needs inference.mode: score)")
     conds = [c.value for c in CONDITION_ORDER]
+    colors, markers = model_colors(p["model"].unique()), model_markers(p["model"].unique())
     with figure_style():
-        fig, ax = plt.subplots(figsize=(6, 3.2))
+        fig, ax = plt.subplots(figsize=(DOUBLE_COLUMN_IN * 0.75, 3.0))
         for m, d in p.groupby("model"):
             d = d.set_index("condition").reindex(conds)
-            ax.errorbar(range(len(conds)), 100 * d["value"], yerr=np.nan_to_num(_interval(d)), marker="o",
-                        capsize=3, label=m)
+            ax.errorbar(range(len(conds)), 100 * d["value"], yerr=np.nan_to_num(_interval(d)), marker=markers[m],
+                        capsize=3, label=m, color=colors[m])
         ax.set_xticks(range(len(conds)), conds)
         ax.set_ylabel("mean p(reference rating) % (95 % CI)")
         ax.set_ylim(0, 100)
-        ax.legend()
+        legend_outside(ax, ncol=2)
     rec = finish(cfg, fig, "fig_prob_herding",
                  "Probability-level herding: the label-scored models' mean probability on the reference rating per "
                  "condition (pooled), a finer view of the shift than the argmax herding score.")
@@ -238,10 +260,18 @@ def plot_dpo(cfg: RunConfig, dpo: pd.DataFrame) -> tuple[object, FigureRecord]:
     need = {"model", "sector", "variant", "accuracy"}
     if not need <= set(dpo.columns):
         raise ValueError(f"stage 05 DPO accuracy: needs columns {sorted(need)}, has {list(dpo.columns)}")
+    dpo = dpo[dpo["accuracy"].notna() & (dpo["n"].fillna(0) > 0 if "n" in dpo.columns else True)]
+    if dpo.empty:
+        raise LookupError("stage 05 scored no item (N = 0): no DPO accuracy to draw")
     models = sorted(dpo["model"].unique())
+    ncols = min(len(models), 2)
+    nrows = -(-len(models) // ncols)
     with figure_style():
-        fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.4), squeeze=False, sharey=True)
-        for ax, m in zip(axes[0], models):
+        fig, axes = plt.subplots(nrows, ncols, figsize=(DOUBLE_COLUMN_IN if ncols > 1 else 3.5 * 1.3, 3.2 * nrows),
+                                 squeeze=False, sharey=True)
+        for ax in axes.ravel()[len(models):]:
+            ax.remove()
+        for ax, m in zip(axes.ravel(), models):
             g = dpo[dpo["model"] == m]
             d = g.pivot_table(index="sector", columns="variant", values="accuracy")
             d = d.reindex([s for s in (*SECTORS, POOLED) if s in d.index])
@@ -251,13 +281,13 @@ def plot_dpo(cfg: RunConfig, dpo: pd.DataFrame) -> tuple[object, FigureRecord]:
                        if {"ci_low", "ci_high"} <= set(ci.columns) else None)
                 ax.bar(np.arange(len(d)) + (i - 0.5) * 0.4, d[variant], 0.4, label=variant,
                        yerr=None if err is None else np.nan_to_num(err), capsize=2,
-                       color=("#8c8c8c", "#1f5a99")[i % 2])
+                       color=VARIANT_COLORS.get(variant, "#777777"))
             n = g[g["sector"] == POOLED].set_index("variant")["n"] if "n" in g.columns else pd.Series(dtype=float)
             if len(n):
                 ax.set_xlabel("N (pooled): " + ", ".join(f"{k} {int(v)}" for k, v in n.items()))
             ax.set_xticks(range(len(d)), d.index, rotation=60, ha="right")
             ax.set_title(m)
-            ax.legend()
+            legend_outside(ax)
         axes[0][0].set_ylabel("accuracy %")
         fig.tight_layout()
     rec = finish(cfg, fig, "fig_dpo_accuracy",
@@ -276,21 +306,27 @@ def plot_paper_vs_ours(cfg: RunConfig, long: pd.DataFrame) -> tuple[object, Figu
     if m.empty:
         raise LookupError("no row of our run matches a published row (models/tasks differ from the papers')")
     tables = sorted(m["table"].unique())
+    ncols = min(len(tables), 3)
+    nrows = -(-len(tables) // ncols)
+    markers = ("o", "s", "^", "D", "v", "P", "X")
     with figure_style():
-        fig, axes = plt.subplots(1, len(tables), figsize=(3.2 * len(tables), 3.3), squeeze=False)
-        for ax, t in zip(axes[0], tables):
+        fig, axes = plt.subplots(nrows, ncols, figsize=(DOUBLE_COLUMN_IN, 2.6 * nrows + 0.4), squeeze=False)
+        for ax in axes.ravel()[len(tables):]:
+            ax.remove()
+        for ax, t in zip(axes.ravel(), tables):
             d = m[m["table"] == t]
-            for col, g in d.groupby("column"):
-                ax.scatter(g["paper"], g["ours"], s=12, label=col)
+            for i, (col, g) in enumerate(d.groupby("column")):
+                ax.scatter(g["paper"], g["ours"], s=12, label=col, marker=markers[i % len(markers)],
+                           edgecolors="#333333", facecolors="none" if i % 2 else "#333333")
             lo = float(np.nanmin(d[["paper", "ours"]].to_numpy()))
             hi = float(np.nanmax(d[["paper", "ours"]].to_numpy()))
             ax.plot([lo, hi], [lo, hi], color="black", lw=0.6)
-            ax.set_title(f"{t} (N={len(d)})")
+            ax.set_title(f"{t.replace('finbias_', '').replace('bizfin_', 'BizFin ')} (N={len(d)})")
             ax.set_xlabel("published")
-            ax.legend(fontsize=5)
-        axes[0][0].set_ylabel("ours")
+            ax.set_ylabel("ours")
+            legend_outside(ax, ncol=1)
         if cfg.is_synthetic:
-            fig.suptitle(NOT_COMPARABLE, fontsize=7, color="#c8423b")
+            fig.suptitle("\n".join(textwrap.wrap(NOT_COMPARABLE, 110)), fontsize=MIN_TEXT_PT, color="#c8423b")
         fig.tight_layout()
     rec = finish(cfg, fig, "fig_paper_vs_ours",
                  "Paper vs ours: every cell where our run has the published row (same model via the registry's "
@@ -337,7 +373,7 @@ def dpo_accuracy(dpo_metrics: pd.DataFrame) -> pd.DataFrame:
     """Stage 05's accuracy on the original condition as (model, sector, variant base|dpo, accuracy %, CI %)."""
     from finlib.finbias.scoring import base_model
 
-    a = dpo_metrics[(dpo_metrics["metric"] == "accuracy") & (dpo_metrics["condition"] == Condition.ORIGINAL.value)]
+    a = dpo_metrics[(dpo_metrics["metric"] == ACCURACY) & (dpo_metrics["condition"] == Condition.ORIGINAL.value)]
     name = a["model"].map(base_model)
     tuned = name.str.endswith(DPO_SUFFIX)
     return pd.DataFrame({"model": name.str.removesuffix(DPO_SUFFIX), "sector": a["sector"],
@@ -406,13 +442,14 @@ class FigureStage:
         """Draw one figure, show it (explicitly, then close it: no reliance on the inline backend's
         end-of-cell flush, no figures piling up) or print why it was not drawn."""
         import matplotlib.pyplot as plt
-        from IPython.display import display
+        from IPython.display import Markdown, display
 
         fig = attempt(self.records, name, self.drawers()[name])
         if fig is None:
             print(f"{name}: not drawn — {self.records[-1].skipped}")
             return
         display(fig)
+        display(Markdown(f"*{self.records[-1].caption}*"))  # the caption beside the figure, not burned into it
         plt.close(fig)
 
     def paper_names(self) -> dict[str, str]:
@@ -434,6 +471,7 @@ class FigureStage:
             parts.append(compare.finbias_dpo_comparison(acc[acc["variant"] == "dpo"], self.paper_names()))
         for table, long in compare.split_by_table(pd.concat(parts, ignore_index=True)):
             compare.write_comparison(self.cfg, table, long, "")
+        self.check_comparisons()
         summary = compare.comparison_summary(self.comparisons())
         from finlib.core.tables import write_table
 
@@ -441,6 +479,23 @@ class FigureStage:
                     "Paper vs ours per published table: rows matched, rows on one side only, mean and mean absolute "
                     "difference (ours - paper)" + (f" [{compare.NOT_COMPARABLE}]" if self.cfg.is_synthetic else ""))
         return summary
+
+    def check_comparisons(self) -> pd.DataFrame:
+        """Every "ours" cell of the Fin-Bias comparisons beside the same cell of our written Tables
+        4-8 (`finlib.finbias.consistency`), saved as `comparison_consistency`; a cell that differs
+        stops the stage: a comparison must report the statistic our tables print."""
+        from finlib.core.tables import write_table
+        from finlib.finbias.consistency import comparison_consistency
+
+        check = comparison_consistency(self.cfg.tables_dir, self.paper_names())
+        write_table(self.cfg, "comparison_consistency", check,
+                    "Each 'ours' cell of paper_vs_ours_finbias_table4-8 beside the same cell of our Tables 4-8 "
+                    "as written (agrees: within half a unit of the table's last printed digit)", float_format="{:.4g}")
+        bad = check[~check["agrees"]]
+        if len(bad):
+            raise ValueError(f"paper-vs-ours disagrees with our own tables in {len(bad)} of {len(check)} cells, "
+                             f"e.g. {bad.iloc[0].to_dict()} (see tables/comparison_consistency.csv)")
+        return check
 
     def comparisons(self) -> pd.DataFrame:
         from finlib.core.compare import read_comparisons

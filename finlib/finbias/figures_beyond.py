@@ -15,7 +15,16 @@ import pandas as pd
 from finlib.core.artifacts import write_json
 from finlib.core.config import RunConfig
 from finlib.core.vocab import POOLED
-from finlib.finbias.figures import RATING_COLORS, FigureRecord, figure_style, finish
+from finlib.finbias.figure_base import (
+    DOUBLE_COLUMN_IN,
+    MIN_TEXT_PT,
+    RATING_COLORS,
+    FigureRecord,
+    figure_style,
+    finish,
+    legend_outside,
+    text_color_on,
+)
 from finlib.finbias.rating_sweep import ANSWER_ORDER, SHOWN_ORDER
 
 FIGURES_JSON = "beyond_figures"
@@ -26,18 +35,24 @@ def plot_response_matrix(cfg: RunConfig, matrix: pd.DataFrame) -> tuple[object, 
     import matplotlib.pyplot as plt
 
     models = sorted(matrix["model"].unique())
+    ncols = min(len(models), 2)
+    nrows = -(-len(models) // ncols)
+    cmap = plt.get_cmap("Blues")
     with figure_style():
-        fig, axes = plt.subplots(1, len(models), figsize=(3.4 * len(models), 2.8), squeeze=False)
-        for ax, model in zip(axes[0], models):
+        fig, axes = plt.subplots(nrows, ncols, figsize=(DOUBLE_COLUMN_IN if ncols > 1 else 3.5, 2.8 * nrows),
+                                 squeeze=False)
+        for ax in axes.ravel()[len(models):]:
+            ax.remove()
+        for ax, model in zip(axes.ravel(), models):
             m = matrix[matrix["model"] == model]
             share = m.pivot(index="shown", columns="answer", values="share").reindex(SHOWN_ORDER)[list(ANSWER_ORDER)]
             count = m.pivot(index="shown", columns="answer", values="count").reindex(SHOWN_ORDER)[list(ANSWER_ORDER)]
-            ax.imshow(share.fillna(0).to_numpy(float), cmap="Blues", vmin=0, vmax=1, aspect="auto")
+            ax.imshow(share.fillna(0).to_numpy(float), cmap=cmap, vmin=0, vmax=1, aspect="auto")
             for i in range(share.shape[0]):
                 for j in range(share.shape[1]):
                     v = share.iat[i, j]
                     ax.text(j, i, "" if pd.isna(v) else f"{v:.2f}\n({int(count.iat[i, j])})", ha="center",
-                            va="center", fontsize=6.5, color="white" if (v or 0) > 0.6 else "black")
+                            va="center", fontsize=MIN_TEXT_PT, color=text_color_on(cmap(0.0 if pd.isna(v) else float(v))))
             ax.set_xticks(range(len(ANSWER_ORDER)), ANSWER_ORDER)
             ax.set_yticks(range(len(SHOWN_ORDER)), SHOWN_ORDER)
             ax.set_xlabel("answer")
@@ -56,6 +71,7 @@ def plot_lift(cfg: RunConfig, lift: pd.DataFrame, ci: float) -> tuple[object, Fi
 
     d = lift[(lift["sector"] == POOLED) & lift["shown"].isin(SHOWN_ORDER[1:])]
     models = sorted(d["model"].unique())
+    hatches = ("", "//", "..", "xx", "\\\\", "++")
     with figure_style():
         fig, ax = plt.subplots(figsize=(5.5, 2.8))
         width = 0.8 / max(len(models), 1)
@@ -64,13 +80,13 @@ def plot_lift(cfg: RunConfig, lift: pd.DataFrame, ci: float) -> tuple[object, Fi
             x = np.arange(3) + (i - (len(models) - 1) / 2) * width
             err = np.vstack([m["lift"] - m["ci_low"], m["ci_high"] - m["lift"]]).clip(min=0)
             ax.bar(x, 100 * m["lift"], width, color=[RATING_COLORS[r] for r in SHOWN_ORDER[1:]], alpha=0.85,
-                   edgecolor="black", linewidth=0.4, label=model)
+                   edgecolor="black", linewidth=0.4, label=model, hatch=hatches[i % len(hatches)])
             ax.errorbar(x, 100 * m["lift"], yerr=100 * np.nan_to_num(err), fmt="none", ecolor="black", capsize=3)
         ax.axhline(0, color="black", linewidth=0.6)
         ax.set_xticks(range(3), [f"shown {r}" for r in SHOWN_ORDER[1:]])
         ax.set_ylabel("lift over no_rating (points)")
         if len(models) > 1:
-            ax.legend()
+            legend_outside(ax)
         fig.tight_layout()
     text = (f"Herding lift of each shown rating: share of answers equal to it when shown minus when no rating is "
             f"shown, mean over reports, {ci:.0%} two-level bootstrap intervals (reports, then draws).")
@@ -87,13 +103,13 @@ def plot_noise_gap(cfg: RunConfig, compare: pd.DataFrame, ci: float) -> tuple[ob
         y = np.arange(len(d))
         ax.barh(y, 2 * d["noise_pm_pp"], left=-d["noise_pm_pp"], color="#dddddd", label="single-draw noise band")
         err = np.vstack([d["gap_pp"] - d["ci_low_pp"], d["ci_high_pp"] - d["gap_pp"]]).clip(min=0)
-        ax.errorbar(d["gap_pp"], y, xerr=np.nan_to_num(err), fmt="o", color="#1f5a99", capsize=3,
+        ax.errorbar(d["gap_pp"], y, xerr=np.nan_to_num(err), fmt="o", color="#333333", capsize=3,
                     label="k-draw gap")
-        ax.plot(d["single_draw_gap_pp"], y, "x", color="#c8423b", label="single-draw gap (draw 0)")
+        ax.plot(d["single_draw_gap_pp"], y, "x", color="#888888", label="single-draw gap (draw 0)")
         ax.set_yticks(y, [f"{r.model}: {r.paper_table} {r.outcome}" for r in d.itertuples()])
         ax.axvline(0, color="black", linewidth=0.6)
         ax.set_xlabel("gap between conditions (points)")
-        ax.legend(loc="best")
+        legend_outside(ax, ncol=2)
         fig.tight_layout()
     text = (f"Paper difference vs sampling noise: each with/without gap of Tables 4-6 from k draws per report "
             f"({ci:.0%} two-level interval), the single-draw gap, and the band a single-draw study of the run's N "

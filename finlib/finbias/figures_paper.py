@@ -13,6 +13,8 @@ import pandas as pd
 from finlib.core.config import RunConfig
 from finlib.finbias.figure_base import (
     CONDITION_ORDER,
+    DOUBLE_COLUMN_IN,
+    MIN_TEXT_PT,
     RATING_COLORS,
     FigureRecord,
     figure_style,
@@ -42,18 +44,22 @@ def sentence_marks(original: str, text: str | None) -> list[tuple[str, str]]:
 MARK_STYLE = {"same": ("#222222", ""), "removed": ("#c8423b", "[removed] "), "changed": ("#1a7f3c", "[new] ")}
 
 
-def _draw_text(ax, marks: list[tuple[str, str]], max_chars: int, width: int = 58) -> None:
+def _draw_text(ax, marks: list[tuple[str, str]], max_chars: int, width: int = 56) -> None:
+    """Sentences line by line at print size; the line step follows the panel's height in points."""
     ax.set_axis_off()
-    y, used = 0.97, 0
+    bbox = ax.get_position()
+    height_pt = bbox.height * ax.figure.get_figheight() * 72
+    step = 1.2 * MIN_TEXT_PT / height_pt
+    y, used = 0.98, 0
     for sentence, mark in marks:
         color, prefix = MARK_STYLE[mark]
         lines = textwrap.wrap(prefix + sentence, width)
         for line in lines:
-            if used > max_chars or y < 0.02:
-                ax.text(0.0, y, "…", transform=ax.transAxes, fontsize=6.5, va="top")
+            if used > max_chars or y < step:
+                ax.text(0.0, y, "…", transform=ax.transAxes, fontsize=MIN_TEXT_PT, va="top")
                 return
-            ax.text(0.0, y, line, transform=ax.transAxes, fontsize=6.2, va="top", color=color, family="monospace")
-            y -= 0.037
+            ax.text(0.0, y, line, transform=ax.transAxes, fontsize=MIN_TEXT_PT, va="top", color=color)
+            y -= step
             used += len(line)
 
 
@@ -79,14 +85,15 @@ def plot_conditions_example(cfg: RunConfig, conditions: pd.DataFrame, report_id:
     rows = conditions[conditions["report_id"].astype(str) == report_id].set_index("condition")
     original = str(rows.loc[Condition.ORIGINAL.value, "text"])
     with figure_style():
-        fig, axes = plt.subplots(1, 4, figsize=(16, 6.5))
-        for ax, cond in zip(axes, CONDITION_ORDER):
+        fig, axes = plt.subplots(2, 2, figsize=(DOUBLE_COLUMN_IN, 9.0))
+        fig.subplots_adjust(left=0.01, right=0.99, top=0.93, bottom=0.01, wspace=0.08, hspace=0.08)
+        for ax, cond in zip(axes.ravel(), CONDITION_ORDER):
             r = rows.loc[cond.value] if cond.value in rows.index else None
             if r is None or r["status"] != "ok":
                 reason = "not built" if r is None else f"skipped: {r['skip_reason']}"
                 ax.set_axis_off()
                 ax.set_title(cond.value, loc="left")
-                ax.text(0.0, 0.97, "\n".join(textwrap.wrap(reason, 55)[:12]), va="top", fontsize=6.5,
+                ax.text(0.0, 0.97, "\n".join(textwrap.wrap(reason, 55)[:12]), va="top", fontsize=MIN_TEXT_PT,
                         color="#a33", transform=ax.transAxes)
                 continue
             extra = f" (fake: {r['fake_rating']})" if cond == Condition.FAKE_RATING else ""
@@ -94,7 +101,6 @@ def plot_conditions_example(cfg: RunConfig, conditions: pd.DataFrame, report_id:
             _draw_text(ax, sentence_marks(original, str(r["text"])), max_chars)
         fig.suptitle(f"Report {report_id} in the four conditions (analyst rating: "
                      f"{rows.iloc[0]['analyst_rating']})", x=0.01, ha="left")
-        fig.subplots_adjust(left=0.01, right=0.99, top=0.9, bottom=0.02, wspace=0.06)
     rec = finish(cfg, fig, "fig_conditions_example",
                  "Fin-Bias Figures 2–5 equivalent: one report as each condition shows it; red = removed "
                  "sentence, green = new or rewritten sentence (the rating sentence), black = unchanged.")
@@ -151,7 +157,7 @@ def plot_case_study(cfg: RunConfig, predictions: pd.DataFrame, conditions: pd.Da
     conds = [c for c in (Condition.ORIGINAL, Condition.NO_RATING, Condition.FAKE_RATING)
              if c.value in set(rows["condition"])]
     with figure_style():
-        fig, axes = plt.subplots(len(conds), 2, figsize=(13, 1.7 * len(conds)), squeeze=False,
+        fig, axes = plt.subplots(len(conds), 2, figsize=(DOUBLE_COLUMN_IN, 1.9 * len(conds)), squeeze=False,
                                  gridspec_kw={"width_ratios": [1, 1.3]})
         for (ax_ctx, ax_out), cond in zip(axes, conds):
             r = rows[rows["condition"] == cond.value].iloc[0]
@@ -159,11 +165,11 @@ def plot_case_study(cfg: RunConfig, predictions: pd.DataFrame, conditions: pd.Da
             reason, answer = reason_and_answer(r["raw_text"])
             ax_ctx.set_axis_off()
             ax_ctx.set_title(f"context: {cond.value} (first sentences)", loc="left")
-            ax_ctx.text(0, 0.95, "\n".join(textwrap.wrap(" ".join(first), 70)[:9]), va="top", fontsize=6.5,
-                        family="monospace", transform=ax_ctx.transAxes)
+            ax_ctx.text(0, 0.95, "\n".join(textwrap.wrap(" ".join(first), 48)[:9]), va="top", fontsize=MIN_TEXT_PT,
+                        transform=ax_ctx.transAxes)
             ax_out.set_axis_off()
             ax_out.set_title(f"{m} answer: {answer}", loc="left", color=RATING_COLORS.get(answer, "black"))
-            ax_out.text(0, 0.95, "\n".join(textwrap.wrap(reason, 95)[:10]), va="top", fontsize=6.5,
+            ax_out.text(0, 0.95, "\n".join(textwrap.wrap(reason, 62)[:10]), va="top", fontsize=MIN_TEXT_PT,
                         transform=ax_out.transAxes)
         fig.suptitle(f"Case study: {m} on report {rid} (analyst rating {ctx.iloc[0]['analyst_rating']})",
                      x=0.01, ha="left")

@@ -11,13 +11,14 @@ store: a rerun only sends what is not answered yet. Answers are read once, with 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import resource
 import shutil
 import time
 from collections import Counter
 from pathlib import Path
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -28,13 +29,13 @@ import pyarrow.parquet as pq
 from finlib.core.artifacts import (ArtifactTexts, artifact_path, existing_artifact, read_frame, require_columns,
                                    write_atomic, write_frame, write_json)
 from finlib.core.config import ConfigError, RunConfig
-from finlib.llm.context import fits, not_fit_reason, output_room
+from finlib.llm.context import CONTEXT_REFUSED, fits, not_fit_reason, output_room
 from finlib.llm.engine import engine_key, send_pending
 from finlib.llm.progress import Progress
 from finlib.llm.prompts import FINBIAS_PROMPTS, build_messages, finbias_prompt, finbias_response_format, truncate_text
 from finlib.llm.registry import ModelSpec, run_registry, select_models
 from finlib.llm.store import Request, ResponseStore, make_key
-from finlib.llm.answers import parse_predictions
+from finlib.llm.answers import TRUNCATED, TRUNCATED_READ, parse_predictions
 from finlib.finbias.draws import (SWEEP_VALUES, check_extension_params, draws_frame, draws_summary,
                                   extension_models, extension_report_ids)
 
@@ -48,14 +49,15 @@ PARSE_COLUMNS = ["answer", "parsed", "parse_note", "answered"]  # stage 04's rea
 PREDICTION_COLUMNS = CALL_COLUMNS + PARSE_COLUMNS
 SORT_KEYS = ["model", "mode", "item_id"]  # the predictions artifact's row order
 CONDITION_COLUMNS = ("item_id", "report_id", "condition", "text", "status", "skip_reason")
-API_CHARS_PER_TOKEN = 4.0  # token estimate for API models (no local tokenizer); truncation only
+API_CHARS_PER_TOKEN = 4.0  # `prompt_length_by: estimate` (or no tokenizer on disk): characters per token
 
 
 INFERENCE_KEYS = ("models", "mode", "prompt_version", "generate_subset", "max_new_tokens", "max_input_tokens",
                   "budget_usd", "store",
                   "registry", "model_cache", "dtype", "batch_size", "score_batch_size", "max_batch_tokens", "threads",
                   "device", "progress", "batch", "batch_dir", "batch_poll_s", "max_error_share",
-                  "generator_reports", "constrained_json", "endpoints", "samples_per_item", "samples_reports", "extension_models")
+                  "generator_reports", "constrained_json", "endpoints", "samples_per_item", "samples_reports", "extension_models",
+                  "prompt_length_by")
 
 
 def inference_params(cfg: RunConfig) -> dict:
@@ -142,6 +144,47 @@ def prompt_for(text: str, spec: ModelSpec, inf: dict, n_tokens: Callable[[str], 
     return build_messages(text, spec.supports_system, inf["prompt_version"]), truncated, overhead + n_tokens(text)
 
 
+@functools.lru_cache(maxsize=64)
+def hub_tokenizer(model_id: str) -> Any | None:
+    """The model's own tokenizer from the local Hugging Face cache (a vLLM server on this machine
+    has put it there; `huggingface-cli download <id> --include "tokenizer*"` otherwise), loaded once
+    per process; None when it is not on disk or `model_id` is no Hub repository. Never downloads:
+    a run must not wait on the network to count tokens."""
+    if "/" not in model_id:
+        return None
+    try:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(model_id, local_files_only=True)
+    except Exception:  # noqa: BLE001 -- not cached, gated, no tokenizer files: the estimate is the fallback
+        return None
+
+
+def estimate_tokens(text: str) -> int:
+    """The named fallback count: characters / `API_CHARS_PER_TOKEN` (a server's 400 corrects it)."""
+    return int(np.ceil(len(text) / API_CHARS_PER_TOKEN))
+
+
+def server_token_counter(spec: ModelSpec, inf: dict) -> tuple[Callable[[str], int], int, str]:
+    """(count of a text, prompt overhead, how counted) for a server-backed model: its own tokenizer
+    (`inference.prompt_length_by: model_tokenizer`, when on disk) sizes the output room of an
+    8k-context model exactly; else the characters/4 estimate, named in the stage report."""
+    empty = build_messages("", spec.supports_system, inf["prompt_version"])
+    tok = hub_tokenizer(spec.model_id) if inf.get("prompt_length_by", "model_tokenizer") == "model_tokenizer" \
+        else None
+    if tok is None:
+        why = "estimate" if inf.get("prompt_length_by") == "estimate" else "estimate (no tokenizer on disk)"
+        return estimate_tokens, estimate_tokens(empty[0]["content"]) + 16, why
+
+    def n_tokens(text: str) -> int:
+        return len(tok.encode(text, add_special_tokens=False))
+    try:
+        overhead = len(tok.apply_chat_template(empty, add_generation_prompt=True, tokenize=True))
+    except Exception:  # noqa: BLE001 -- no chat template: the instructions plus a margin for the roles
+        overhead = n_tokens(empty[0]["content"]) + 16
+    return n_tokens, overhead, "model_tokenizer"
+
+
 def plan_requests(ok: pd.DataFrame, spec: ModelSpec, modes_for: Callable[[Mapping], list[str]],
                   inf: dict, n_tokens: Callable[[str], int], overhead: int,
                   samples_for: Callable[[Mapping, str], int] | None = None,
@@ -149,8 +192,11 @@ def plan_requests(ok: pd.DataFrame, spec: ModelSpec, modes_for: Callable[[Mappin
     """One Request per ok row x mode x draw (`samples_for`: draws of a row in a mode, default 1;
     draw s > 0 names its index in the store key). The report goes in whole (`inference.max_input_tokens`
     null, the paper's protocol) and a generated answer gets the output room the context leaves
-    (`finlib.llm.context`, recorded per item as `output_room`); a report whose prompt alone leaves no
-    room is planned but not sent (meta `not_sent`: counted as not answered, with the reason). A
+    (`finlib.llm.context`, recorded per item as `output_room`). A report is never held back on the
+    client's count: a server-backed model gets it with the room counted (the cap when the count
+    leaves none: the server's 400 states its own count and the call is retried with that room, or
+    refused -> an empty answer inside N); a local model whose exact count leaves no room gets the
+    same empty answer without a call (meta `context_refused`, with the reason). A
     number in `max_input_tokens` is a named CPU-time cap of the embedded run: longer texts are cut
     from the end (first sentence kept) and flagged `truncated`. `keep_messages=False` plans keys
     only (messages None: `with_messages` builds them again for the calls that are sent)."""
@@ -169,10 +215,11 @@ def plan_requests(ok: pd.DataFrame, spec: ModelSpec, modes_for: Callable[[Mappin
             continue
         messages, truncated, prompt_tokens = prompt_for(str(row["text"]), spec, inf, n_tokens, overhead)
         room = output_room(spec.context_length, prompt_tokens, max_new)
+        over = not fits(spec.context_length, prompt_tokens, max_new)
         for mode in modes:
             params = dict(spec.sampling)
             if mode == "generate":
-                params["max_new_tokens"] = max(room, 1)
+                params["max_new_tokens"] = max_new if over else max(room, 1)
                 if constrained:  # named option, embedded llama.cpp model only (checked in run_stage)
                     params["response_format"] = finbias_response_format()
             for sample in range(samples_for(row, mode) if samples_for else 1):
@@ -186,9 +233,8 @@ def plan_requests(ok: pd.DataFrame, spec: ModelSpec, modes_for: Callable[[Mappin
                                    meta={"item_id": row["item_id"], "report_id": row["report_id"],
                                          "condition": row["condition"], "sample": sample,
                                          "output_room": room if mode == "generate" else None,
-                                         "not_sent": None if mode != "generate" or fits(
-                                             spec.context_length, prompt_tokens, max_new)
-                                         else not_fit_reason(spec.context_length, prompt_tokens)}))
+                                         "context_refused": not_fit_reason(spec.context_length, prompt_tokens)
+                                         if mode == "generate" and over and spec.backend == "local" else None}))
     return out
 
 
@@ -211,6 +257,10 @@ def _rows(requests: list[Request], stored: dict[str, dict]) -> list[dict]:
     rows = []
     for r in requests:
         s = stored.get(r.key)
+        if s is None and r.meta.get("context_refused"):  # a local model's prompt fills its context: empty, in N
+            s = {"status": "ok", "raw_text": "", "p_bullish": None, "p_neutral": None, "p_bearish": None,
+                 "error": f"{CONTEXT_REFUSED}: {r.meta['context_refused']}", "input_tokens": 0, "output_tokens": 0,
+                 "cost_usd": 0.0, "latency_s": 0.0, "truncated_output": False}
         status = "error" if s is None else s["status"]
         rows.append({**r.meta, "model": r.model, "mode": r.mode,
                      "raw_text": None if s is None else s["raw_text"],
@@ -218,8 +268,9 @@ def _rows(requests: list[Request], stored: dict[str, dict]) -> list[dict]:
                      "p_neutral": np.nan if s is None or s["p_neutral"] is None else s["p_neutral"],
                      "p_bearish": np.nan if s is None or s["p_bearish"] is None else s["p_bearish"],
                      "status": status,
-                     "error": ((r.meta.get("not_sent") or "not sent (stopped before this call: budget or "
-                                "interruption)") if s is None else s["error"] if status == "error" else None),
+                     "error": ("not sent (stopped before this call: budget or interruption)" if s is None
+                               else s["error"] if status == "error" or str(s["error"] or "").startswith(CONTEXT_REFUSED)
+                               else None),
                      "input_tokens": 0 if s is None else s["input_tokens"],
                      "output_tokens": 0 if s is None else s["output_tokens"],
                      "cost_usd": 0.0 if s is None else s["cost_usd"],
@@ -265,21 +316,21 @@ def _run_model(cfg: RunConfig, spec: ModelSpec, texts: ArtifactTexts, inf: dict,
         n_tokens = model.n_tokens
         overhead = model.n_tokens(model.prompt_text(build_messages("", spec.supports_system, inf["prompt_version"]),
                                                     "score"))
+        counted = "model_tokenizer (local)"
     else:
-        def n_tokens(text: str) -> int:
-            return int(np.ceil(len(text) / API_CHARS_PER_TOKEN))
-        overhead = n_tokens(build_messages("", spec.supports_system, inf["prompt_version"])[0]["content"]) + 16
+        n_tokens, overhead, counted = server_token_counter(spec, inf)
 
     requests = [r for part in texts.frames(list(CONDITION_COLUMNS)) for r in plan_requests(
         part[part["status"] == "ok"], spec, modes_for, inf, n_tokens, overhead, samples_for, keep_messages=False)]
     unique = _unique(requests)
     answered = store.answered([r.key for r in unique])
-    pending = [r for r in unique if r.key not in answered and not r.meta.get("not_sent")]
+    pending = [r for r in unique if r.key not in answered and not r.meta.get("context_refused")]
     if pending:
         todo: Iterable[Request] = with_messages(pending, texts, spec, inf, n_tokens, overhead)
         if spec.backend == "local" or inf["batch"]:  # these senders order or file the whole list
             todo = list(todo)
-        progress = Progress(len(pending), desc=f"{spec.name}", disable=not inf["progress"])
+        progress = Progress(len(pending), desc=f"{spec.name} {'/'.join(sorted({r.mode for r in pending}))}",
+                            disable=not inf["progress"])
         try:
             send_pending(spec, todo, store, budget=budget, progress=progress, local_model=model, batch=inf["batch"],
                          batch_dir=cfg.path(inf["batch_dir"]), batch_poll_s=float(inf["batch_poll_s"]),
@@ -298,9 +349,11 @@ def _run_model(cfg: RunConfig, spec: ModelSpec, texts: ArtifactTexts, inf: dict,
         "requests": len(requests), "unique_keys": len(unique), "cached": len(answered), "sent": len(pending),
         "extension_requests": sum(r.meta["sample"] > 0 or r.meta["condition"] in SWEEP_VALUES for r in requests),
         "truncated_inputs": int(sum(r.truncated for r in requests if r.mode == primary)),
-        "not_sent_context": int(sum(bool(r.meta.get("not_sent")) for r in requests)),  # report alone too long
+        "not_sent_context": 0,  # a report is never held back on a count (see plan_requests)
+        "prompt_length_by": counted,
+        "context_refused": int(sum(str(row["error"] or "").startswith(CONTEXT_REFUSED) for row in rows)),
         "output_room_min": min((r.meta["output_room"] for r in requests if r.meta.get("output_room")), default=None),
-        "output_room_below_cap": int(sum(r.meta.get("output_room") is not None and not r.meta.get("not_sent")
+        "output_room_below_cap": int(sum(r.meta.get("output_room") is not None and r.meta["output_room"] >= 1
                                          and r.meta["output_room"] < max_new_tokens_for(spec, inf) for r in requests)),
         "load_s": round(getattr(model, "load_s", 0.0), 3), "wall_s": round(time.perf_counter() - t0, 3),
         "input_token_cap": inf["max_input_tokens"],  # null: whole reports (the paper's protocol)
@@ -362,7 +415,7 @@ def summarise(pred: pd.DataFrame, report: dict) -> dict:
     """Counts, usage per model x condition, parse rate of generated answers (stage 04's parser)."""
     report["counts"] = {f"{m}|{mode}|{s}": int(n) for (m, mode, s), n in
                         pred.groupby(["model", "mode", "status"]).size().items()}
-    usage = pred.groupby(["model", "condition"])[["input_tokens", "output_tokens", "cost_usd"]].sum()
+    usage = pred.assign(**answer_counts(pred)).groupby(["model", "condition"])[USAGE_COLUMNS[2:]].sum()
     report["usage"] = [{"model": m, "condition": c, **{k: float(v) if k == "cost_usd" else int(v)
                                                        for k, v in row.items()}} for (m, c), row in usage.iterrows()]
     report["cost_usd_total"] = float(pred["cost_usd"].sum())
@@ -384,7 +437,14 @@ def summarise(pred: pd.DataFrame, report: dict) -> dict:
                                "not_answered": int((pred["parse_note"] == "not_answered").sum()),
                                "skipped": int((pred["parse_note"] == "skipped").sum()),
                                "answered_unparsed": int((pred["answered"] & ~pred["parsed"]).sum()),
-                               "answered_truncated": int((pred["parse_note"] == "truncated").sum())}
+                               "answered_truncated": int((pred["parse_note"] == TRUNCATED).sum()),
+                               "answered_truncated_read": int((pred["parse_note"] == TRUNCATED_READ).sum())}
+    refused = pred["status"].eq("ok") & pred["error"].astype("string").str.startswith(CONTEXT_REFUSED).fillna(False)
+    # empty answers inside N by reason: the server refused the prompt for its context (the authors' vLLM
+    # returned an empty output there) apart from a model that replied with nothing
+    report["empty_answers_by_reason"] = {CONTEXT_REFUSED: int(refused.sum()),
+                                         "model_replied_empty": int(((pred["parse_note"] == "empty")
+                                                                     & ~refused & pred["answered"]).sum())}
     report["errors"] = dict(Counter(pred.loc[pred["status"] == "error", "error"].astype(str).str[:120]))
     return report
 
@@ -595,6 +655,39 @@ def probability_summary(pred: pd.DataFrame) -> pd.DataFrame:
     return out.round(3).reset_index()
 
 
+BULLISH_FLAT = 0.1  # spread of the bullish argmax share across conditions below which a model "barely moves"
+
+
+def probability_reading(report: dict, probs: pd.DataFrame) -> str:
+    """What this run's label probabilities say, per scored model, in words computed from its numbers
+    (the notebook's prose must describe the run it shows, not a run someone had once)."""
+    lines = []
+    for model, g in probs.groupby("model", sort=True):
+        share = g.set_index("condition")["argmax_bullish"]
+        spread = float(share.max() - share.min()) if len(share) else float("nan")
+        moves = "barely moves" if spread < BULLISH_FLAT else "moves"
+        mass = (report.get("models", {}).get(model.split(" [")[0], {}) or {}).get("label_mass_mean")
+        mass_text = (f"; mean label mass {100 * mass:.1f} % (the next-token probability on the three label stems "
+                     "before renormalising: small means the three-way probabilities are fragile)"
+                     if isinstance(mass, (int, float)) else "")
+        lines.append(f"- `{model}`: bullish is the most probable label in {100 * share.min():.0f}–"
+                     f"{100 * share.max():.0f} % of rows across conditions, so its preference {moves} with the "
+                     f"condition (spread {100 * spread:.0f} points){mass_text}.")
+    return "\n".join(lines) or "No label-scored rows in this run."
+
+
+def generation_reading(report: dict) -> str:
+    """The generated answers' parse rate per model, from this run's report, in words."""
+    by_model = report.get("generate_parse_by_model") or {}
+    lines = []
+    for model, p in sorted(by_model.items()):
+        n, parsed = int(p.get("n", 0)), int(p.get("parsed", 0))
+        if n:
+            lines.append(f"- `{model}`: {parsed} of {n} generated answers parsed as a rating "
+                         f"({100 * parsed / n:.0f} %).")
+    return "\n".join(lines) or "No generated answers in this run (`inference.generate_subset` is 0 for local models)."
+
+
 def generation_summary(pred: pd.DataFrame, width: int = 160) -> pd.DataFrame:
     """Generated answers with stage 04's reading of them (None = unparsed, with the reason) and
     the start of the text."""
@@ -609,6 +702,21 @@ def status_summary(pred: pd.DataFrame) -> pd.DataFrame:
     return pred.groupby(["model", "mode", "status"]).size().rename("rows").reset_index()
 
 
+USAGE_COLUMNS = ["model", "condition", "input_tokens", "output_tokens", "cost_usd", "cut_read", "cut_unparsed",
+                 "context_refused"]
+
+
+def answer_counts(pred: pd.DataFrame) -> dict[str, pd.Series]:
+    """Per row, 0/1 columns of the usage table: a reply cut at the output limit and read
+    (`truncated_read`) or not (`truncated`), and an empty answer for a prompt the server refused
+    for its context length (inside N)."""
+    note = pred["parse_note"] if "parse_note" in pred else pd.Series("", index=pred.index)
+    err = pred["error"].astype("string") if "error" in pred else pd.Series("", index=pred.index, dtype="string")
+    return {"cut_read": (note == TRUNCATED_READ).astype(int), "cut_unparsed": (note == TRUNCATED).astype(int),
+            "context_refused": (pred["status"].eq("ok") & err.str.startswith(CONTEXT_REFUSED).fillna(False)).astype(int)}
+
+
 def usage_table(report: dict) -> pd.DataFrame:
-    """Tokens and cost per model x condition from the stage report."""
-    return pd.DataFrame(report["usage"], columns=["model", "condition", "input_tokens", "output_tokens", "cost_usd"])
+    """Tokens, cost and the cut / context-refused answers per model x condition from the stage report
+    (reports written before those counts show them empty)."""
+    return pd.DataFrame(report["usage"], columns=USAGE_COLUMNS)

@@ -14,7 +14,15 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from finlib.core.tables import save_figure, synthetic_title
+from finlib.core.tables import save_figure, skip_figure
+from finlib.finbias.figure_base import (
+    DOUBLE_COLUMN_IN,
+    RATING_COLORS,
+    SINGLE_COLUMN_IN,
+    caption,
+    figure_style,
+    legend_outside,
+)
 from finlib.core.vocab import POOLED, RATINGS, SECTOR_MEAN, SECTORS, Rating
 from finlib.finbias.data import table3_half
 from finlib.finbias.market_model import (  # noqa: F401  (re-exported: the stage's public names)
@@ -330,24 +338,26 @@ def plot_car_by_year(cfg, labels: pd.DataFrame, reports: pd.DataFrame, primary: 
     df = pd.DataFrame({"year": _years(labels, reports), "car": labels["car"], "label": labels["label"]})
     df = df.dropna(subset=["car"])
     years = sorted(df["year"].unique())
-    fig, ax = plt.subplots(figsize=(7, 4))
-    if years:
+    if not years:
+        skip_figure(cfg, "labels_car_by_year", "no report has a CAR (every report excluded)")
+        return None
+    with figure_style():
+        fig, ax = plt.subplots(figsize=(DOUBLE_COLUMN_IN, 3.4))
         ax.boxplot([df.loc[df.year == y, "car"] for y in years], positions=range(len(years)), widths=0.5,
                    showfliers=False)
-        colors = {Rating.BEARISH.value: "tab:red", Rating.NEUTRAL.value: "tab:gray",
-                  Rating.BULLISH.value: "tab:green"}
         jitter = np.random.default_rng(0).uniform(-0.15, 0.15, len(df))
         pos = df["year"].map({y: i for i, y in enumerate(years)}).to_numpy() + jitter
-        for lab, col in colors.items():
+        for lab in (Rating.BEARISH.value, Rating.NEUTRAL.value, Rating.BULLISH.value):
             sel = (df["label"] == lab).to_numpy()
-            ax.scatter(pos[sel], df["car"].to_numpy()[sel], s=10, color=col, label=lab, alpha=0.7)
+            ax.scatter(pos[sel], df["car"].to_numpy()[sel], s=10, color=RATING_COLORS[lab], label=lab, alpha=0.7)
         ax.set_xticks(range(len(years)), [str(y) for y in years])
-        ax.legend(frameon=False, fontsize=8)
-    ax.axhline(0, color="black", lw=0.5)
-    ax.set_xlabel("report year")
-    ax.set_ylabel(f"CAR, days +1..+{window} ({primary} method)")
-    ax.set_title(synthetic_title(cfg, f"{window}-day CAR by report year and return-based label"))
-    save_figure(cfg, fig, "labels_car_by_year")
+        ax.axhline(0, color="black", lw=0.5)
+        ax.set_xlabel("report year")
+        ax.set_ylabel(f"CAR, days +1..+{window} ({primary} method)")
+        legend_outside(ax, ncol=3)
+    save_figure(cfg, fig, "labels_car_by_year", caption=caption(
+        cfg, f"{window}-day CAR (days +1..+{window}, {primary} method) of each report by report year, coloured by "
+             "its return-based label; boxes per year. The buckets are year-relative (30/40/30 per year)."))
     return fig
 
 
@@ -355,17 +365,22 @@ def plot_beta_distribution(cfg, labels: pd.DataFrame, primary: str):
     """Histogram of estimated betas for both methods."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for m in (primary, other_method(primary)):
-        b = labels[f"beta{_suffix(m, primary)}"].dropna()
-        if len(b):
-            ax.hist(b, bins=min(40, max(5, len(b) // 3)), alpha=0.5, label=f"{m} (n={len(b)})")
-    ax.axvline(1.0, color="black", lw=0.5)
-    ax.set_xlabel("estimated market beta")
-    ax.set_ylabel("reports")
-    ax.legend(frameon=False, fontsize=8)
-    ax.set_title(synthetic_title(cfg, "Market-model beta: event window (paper) vs estimation window (MacKinlay)"))
-    save_figure(cfg, fig, "labels_beta_distribution")
+    betas = {m: labels[f"beta{_suffix(m, primary)}"].dropna() for m in (primary, other_method(primary))}
+    if not any(len(b) for b in betas.values()):
+        skip_figure(cfg, "labels_beta_distribution", "no market beta estimated (every report excluded)")
+        return None
+    with figure_style():
+        fig, ax = plt.subplots(figsize=(SINGLE_COLUMN_IN * 1.5, 3.0))
+        for (m, b), color in zip(betas.items(), ("#444444", "#bbbbbb")):
+            if len(b):
+                ax.hist(b, bins=min(40, max(5, len(b) // 3)), alpha=0.6, color=color, label=f"{m} (n={len(b)})")
+        ax.axvline(1.0, color="black", lw=0.5)
+        ax.set_xlabel("estimated market beta")
+        ax.set_ylabel("reports")
+        legend_outside(ax, ncol=2)
+    save_figure(cfg, fig, "labels_beta_distribution", caption=caption(
+        cfg, "Market-model beta per report: event-window estimate (the paper's) beside the estimation-window "
+             "estimate (MacKinlay)."))
     return fig
 
 

@@ -66,6 +66,60 @@ def _ref_prob(df: pd.DataFrame, column: str = "reference_rating") -> np.ndarray:
     return out
 
 
+# The published statistics, defined once. Fin-Bias Eq. 1: herding = share of ALL N answered items
+# whose answer equals the rating shown in the report (the analyst's, or the fake); accuracy = share
+# of all N whose answer equals the return-based label. An answer that did not parse (or was cut, or
+# came back empty) stays inside N and counts as no match, as in the authors' scoring. Every table,
+# comparison, figure, Table 8, the report and stage 09 read these names; the parsed-only rates are
+# extra columns named `*_parsed` and are never printed as the paper's number.
+HERDING = "herding"
+ACCURACY = "accuracy"
+HERDING_PARSED = "herding_parsed"
+ACCURACY_PARSED = "accuracy_parsed"
+OUTCOME_TARGETS: dict[str, str] = {HERDING: "reference_rating", ACCURACY: "label"}
+PARSED_ONLY: dict[str, str] = {HERDING: HERDING_PARSED, ACCURACY: ACCURACY_PARSED}
+
+
+def eq1_values(answers: pd.Series, targets: pd.Series) -> np.ndarray:
+    """Per-row (hit, 1) columns of Eq. 1: summed over rows they give (hits, N).
+
+    The denominator is every row, parsed or not: a model that answers less often must not look
+    more accurate (a parsed-only rate rewards unparseable output). Rows without a target (no
+    label, no rating shown) are the caller's to leave out, as `METRIC_SPECS`' `eligible` does.
+    """
+    return np.c_[_eq(answers, targets).astype(float), np.ones(len(answers))]
+
+
+def eq1_rate(answers: pd.Series, targets: pd.Series) -> float:
+    """Fin-Bias Eq. 1 on one cell: hits / N over rows with a target (unparsed = no match); NaN
+    when no row has a target."""
+    has = targets.notna().to_numpy()
+    if not has.any():
+        return float("nan")
+    hits, n = eq1_values(answers[has], targets[has]).sum(axis=0)
+    return float(hits / n)
+
+
+def eq1_by_sector(rows: pd.DataFrame, outcome: str) -> pd.DataFrame:
+    """Eq. 1 for `outcome` ("herding" | "accuracy") per model x condition x sector, plus the pooled
+    rate (`POOLED`, all sectors' rows) — the published cells without bootstrap intervals.
+
+    `rows`: stage 04's scored rows (model, condition, sector, answer and the outcome's target
+    column). The same numbers as `metrics_long`'s `herding` / `accuracy` values; for callers that
+    need the point estimates only (Table 8 deltas, checks).
+    """
+    target = OUTCOME_TARGETS[outcome]
+    d = rows[rows[target].notna()]
+    vals = eq1_values(d["answer"], d[target])
+    d = d[["model", "condition", "sector"]].assign(hits=vals[:, 0], n=vals[:, 1])
+    per = d.groupby(["model", "condition", "sector"], as_index=False)[["hits", "n"]].sum()
+    pooled = d.groupby(["model", "condition"], as_index=False)[["hits", "n"]].sum().assign(sector=POOLED)
+    out = pd.concat([per, pooled], ignore_index=True)
+    out["value"] = out["hits"] / out["n"]
+    out["n"] = out["n"].astype(int)
+    return out.assign(metric=outcome)[["model", "condition", "sector", "metric", "value", "n"]]
+
+
 @dataclass(frozen=True)
 class MetricSpec:
     """A metric as (rows it is defined on, per-row summable columns, statistic of the sums)."""
@@ -94,14 +148,11 @@ def _specs() -> tuple[MetricSpec, ...]:
     specs = [
         MetricSpec("parse_rate", lambda d: np.ones(len(d), bool),
                    lambda d: np.c_[col(d["parsed"]), ones(d)], 2, "ratio"),
-        MetricSpec("herding", has("reference_rating"),
-                   lambda d: np.c_[col(_eq(d["answer"], d["reference_rating"])), col(d["parsed"])], 2, "ratio"),
-        MetricSpec("herding_all", has("reference_rating"),
-                   lambda d: np.c_[col(_eq(d["answer"], d["reference_rating"])), ones(d)], 2, "ratio"),
-        MetricSpec("accuracy", has("label"),
-                   lambda d: np.c_[col(_eq(d["answer"], d["label"])), col(d["parsed"])], 2, "ratio"),
-        MetricSpec("accuracy_all", has("label"),
-                   lambda d: np.c_[col(_eq(d["answer"], d["label"])), ones(d)], 2, "ratio"),
+        *(MetricSpec(outcome, has(target), lambda d, t=target: eq1_values(d["answer"], d[t]), 2, "ratio")
+          for outcome, target in OUTCOME_TARGETS.items()),
+        *(MetricSpec(PARSED_ONLY[outcome], has(target),
+                     lambda d, t=target: np.c_[col(_eq(d["answer"], d[t])), col(d["parsed"])], 2, "ratio")
+          for outcome, target in OUTCOME_TARGETS.items()),
         MetricSpec("macro_f1", lambda d: (d["label"].notna() & d["parsed"]).to_numpy(),
                    lambda d: _one_hot_confusion(d["answer"], d["label"]), 9, "macro_f1"),
         MetricSpec("prob_herding", probs_ok, lambda d: np.c_[_ref_prob(d), ones(d)], 2, "ratio"),
@@ -213,8 +264,8 @@ def metrics_long(rows: pd.DataFrame, reps: int, seed: int, ci: float = 0.95,
     """Every metric x model x condition x sector (+ pooled + mean of sectors) with cluster CIs.
 
     Long format: model, condition, sector, metric, value, ci_low, ci_high, n, parse_rate.
-    `n` is the metric's denominator (parsed rows for herding/accuracy, all eligible rows for
-    the `_all` variants); `parse_rate` is the share parsed among the rows the metric is defined on.
+    `n` is the metric's denominator (all rows with a target for Eq. 1's `herding` / `accuracy`,
+    parsed rows for the `*_parsed` variants); `parse_rate` is the share parsed among the rows the metric is defined on.
 
     A spec's `eligible` and `values` are row-wise, so they are evaluated once on all rows and each
     model x condition takes its slice (per-group pandas filtering was most of the time at 674k rows).

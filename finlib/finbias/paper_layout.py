@@ -3,9 +3,10 @@
 Kept apart from `finlib.finbias.scoring` (metrics and tests) because layout changes for other reasons
 than the statistics. The form follows the paper:
 
-- main cells are the paper's Eq. 1: herding / accuracy over *all* N answers of the cell, an
-  answer that did not parse counting as no match (`herding_all`, `accuracy_all`); the parsed-only
-  rates are in the companion `*_parsed` tables, and the captions say which is which;
+- main cells are the paper's Eq. 1 as defined once in `finlib.finbias.metrics` (`HERDING`,
+  `ACCURACY`): the rate over *all* N answers of the cell, an answer that did not parse counting as
+  no match; the parsed-only rates (`HERDING_PARSED`, `ACCURACY_PARSED`) are in the companion
+  `*_parsed` tables, and the captions say which is which;
 - the "Average" column holds the pooled rate (sector-count weighted), which is how most printed
   Averages were made (`printed_average_agreement` measures it on the published tables);
 - rows are grouped "Private Models" / "Open-Source Models" as printed, named by the paper's row
@@ -24,6 +25,7 @@ import pandas as pd
 
 from finlib.core.vocab import POOLED, SECTOR_MEAN, SECTORS, Condition
 from finlib.core.tables import paper_table
+from finlib.finbias.metrics import ACCURACY, ACCURACY_PARSED, HERDING, HERDING_PARSED
 
 OURS, PAPER = "ours", "Fin-Bias (published)"
 AVERAGE = "Average"   # ours: the pooled rate; the paper's rows: the printed Average
@@ -57,24 +59,25 @@ class TableSpec:
 
 
 TABLE_SPECS: tuple[TableSpec, ...] = (
-    TableSpec("table4_herding_with_without", "finbias_table4", "herding_all",
+    TableSpec("table4_herding_with_without", "finbias_table4", HERDING,
               (Condition.ORIGINAL, Condition.NO_RATING), ("with_rating", "without_rating"),
               "herding_with_vs_without", False,
-              "Table 4: herding score (%) with/without the analyst rating in the report", 1, parsed_metric="herding"),
-    TableSpec("table5_herding_fake", "finbias_table5", "herding_all", (Condition.FAKE_RATING,),
+              "Table 4: herding score (%) with/without the analyst rating in the report", 1,
+              parsed_metric=HERDING_PARSED),
+    TableSpec("table5_herding_fake", "finbias_table5", HERDING, (Condition.FAKE_RATING,),
               ("herding_fake",), "fake_herding_fake_vs_original", False,
               "Table 5: herding score (%) towards a fake rating that replaces the analyst's", 2,
-              parsed_metric="herding"),
-    TableSpec("table6_accuracy_with_without", "finbias_table6", "accuracy_all",
+              parsed_metric=HERDING_PARSED),
+    TableSpec("table6_accuracy_with_without", "finbias_table6", ACCURACY,
               (Condition.ORIGINAL, Condition.NO_RATING), ("with_rating", "without_rating"),
               "accuracy_with_vs_without", True,
               "Table 6: accuracy (%) against return-based labels with/without the analyst rating", 1,
-              parsed_metric="accuracy"),
-    TableSpec("table7_accuracy_no_opinion", "finbias_table7", "accuracy_all", (Condition.NO_OPINION,),
+              parsed_metric=ACCURACY_PARSED),
+    TableSpec("table7_accuracy_no_opinion", "finbias_table7", ACCURACY, (Condition.NO_OPINION,),
               ("accuracy",), "accuracy_no_opinion_vs_no_rating", True,
               "Table 7: accuracy (%) with MPQA strong-subjective sentences (and the rating) removed", 2,
               "herding_no_opinion_vs_no_rating", "Herding no_opinion/no_rating % (pooled pairs)",
-              parsed_metric="accuracy"),
+              parsed_metric=ACCURACY_PARSED),
 )
 
 

@@ -12,6 +12,15 @@
 Rating extraction and the fake-rating rewrite live in `finlib.finbias.ratings` (stage 00 and the
 rating sweep use them too); their names stay importable from here.
 
+Reports set aside
+-----------------
+One report never stops the stage. A report whose fake rating cannot be written, or whose conditions fail a
+validation check (`validate_conditions`, run by the stage on every report), is *set aside*: every row of it
+becomes skipped with the reason ("set aside: <check>"), it is listed in the `perturb_set_aside` artifact
+(report_id, step, reason) and counted in perturb_report.json -> `set_aside`. The stage fails only when the
+set-aside share of the reports passes `perturb.max_set_aside_share` (default 1 %): then something is wrong
+with the instruments, not with one report (the artifacts are written first, so the list can be read).
+
 Reports whose first sentence states no rating
 ---------------------------------------------
 They are counted (perturb_report.json) and get a *skipped* row for every condition with the
@@ -54,6 +63,7 @@ from finlib.core.vocab import (
     Rating,
 )
 from finlib.finbias.sentences import (
+    first_sentence_span,
     iter_sentence_spans,
     join_lines,
     sentence_spans,
@@ -100,10 +110,14 @@ SKIP_NO_RATING = ("first sentence states no analyst rating: report left out of e
                   "so that all conditions compare the same reports")
 SKIP_EMPTY_NO_RATING = "report has no sentence besides the rating sentence"
 SKIP_ALL_SUBJECTIVE = "every sentence after the rating sentence contains an MPQA strongsubj word"
+SET_ASIDE = "set aside: "   # + the reason: a report whose conditions could not be written or failed a check
+SET_ASIDE_COLUMNS = ("report_id", "step", "reason")
+DEFAULT_MAX_SET_ASIDE_SHARE = 0.01
 FAKE_MODES = ("one", "both")
 # The keys of params `perturb:`; anything else (a typo) is an error, not a silent default.
 PERTURB_KEYS: tuple[str, ...] = ("lexicon_path", "lexicon_url", "lexicon_md5", "join_lines", "fake_rating", "top_triggers", "example_report",
-                                  "mpqa_pos", "tagger_model", "tagger_processes", "tag_cache", "sweep_reports")
+                                  "mpqa_pos", "tagger_model", "tagger_processes", "tag_cache", "sweep_reports",
+                                  "max_set_aside_share")
 TAG_CHUNK = 256  # reports per tagging stream (spaCy batches sentences across the reports of a chunk)
 
 
@@ -190,6 +204,8 @@ class StageResult:
     triggers: pd.DataFrame         # one row per trigger word, both policies' counts side by side
     report: dict
     subjectivity: SubjectivityFilter | None = None
+    checks: pd.DataFrame | None = None     # validate_conditions' table, with n_set_aside per check
+    set_aside: pd.DataFrame | None = None  # SET_ASIDE_COLUMNS: the reports set aside and why
 
     @property
     def lexicon(self) -> Lexicon | None:
@@ -199,7 +215,7 @@ class StageResult:
 def build_conditions(reports: pd.DataFrame, seed: int, mode: str = "one", lexicon: Lexicon | None = None,
                      source: str = "reports.parquet", policy: str = "respect",
                      tagger: PosTagger | None = None, chunk: int = TAG_CHUNK,
-                     sweep_ids: set[str] | None = None, join: bool = False) -> StageResult:
+                     sweep_ids: set[str] | None = None, join: bool = False, validate: bool = True) -> StageResult:
     """The conditions artifact for a reports frame (columns report_id, text[, analyst_rating]).
 
     ``lexicon``: None = the MPQA copy shipped with the package (`shipped_lexicon`); no_opinion is always built.
@@ -211,6 +227,8 @@ def build_conditions(reports: pd.DataFrame, seed: int, mode: str = "one", lexico
     ``sweep_ids``: reports that also get the rating sweep rows (``sweep_report_ids``; none by default).
     ``join``: params `perturb.join_lines`: single line breaks joined into spaces in every condition (a named
     normalisation; off by default, the report keeps its line structure as the authors send it).
+    ``validate``: run `validate_conditions` on every report and set aside the ones that fail (module
+    docstring, "Reports set aside"); the checks table is ``StageResult.checks``.
     """
     require_columns(reports, ("report_id", "text"), source)
     if policy not in POS_POLICIES:
@@ -221,6 +239,7 @@ def build_conditions(reports: pd.DataFrame, seed: int, mode: str = "one", lexico
     tally = subjectivity.TriggerTally(filt.policies)
     kinds: Counter = Counter()
     rows: list[dict] = []
+    aside: list[dict] = []
     has_stage00 = "analyst_rating" in reports.columns
     recs = list(reports.itertuples(index=False))
     for start in range(0, len(recs), chunk):
@@ -230,7 +249,15 @@ def build_conditions(reports: pd.DataFrame, seed: int, mode: str = "one", lexico
             if not isinstance(text, str) or not text.strip():
                 raise ValueError(f"{source}: row {i} (report_id {rid!r}), field 'text': empty or missing")
             text = join_lines(text) if join else text
-            r_rows, rating, rest = report_conditions(rid, text, seed, mode, kinds)
+            try:
+                r_rows, rating, rest = report_conditions(rid, text, seed, mode, kinds)
+                sweep = sweep_rows(rid, text, rating) if rating is not None and rid in (sweep_ids or ()) else []
+            except ValueError as exc:  # one report never stops the corpus: set aside with the reason
+                rating = extract_analyst_rating(text)
+                reason = f"conditions could not be written: {exc}"
+                aside.append({"report_id": rid, "step": "writing conditions", "reason": reason})
+                r_rows = [_row(rid, c, None, rating, skip=SET_ASIDE + reason) for c in CONDITIONS]
+                sweep, rating, rest = [], None, ""
             if has_stage00:
                 given = rec.analyst_rating if isinstance(rec.analyst_rating, str) else None
                 if given != r_rows[0]["analyst_rating"]:
@@ -238,24 +265,82 @@ def build_conditions(reports: pd.DataFrame, seed: int, mode: str = "one", lexico
                                      f"says {given!r} but the first sentence reads "
                                      f"{r_rows[0]['analyst_rating']!r}; rerun stage 00")
             rows.extend(r_rows)
-            if rating is not None and rid in (sweep_ids or ()):
-                rows.extend(sweep_rows(rid, text, rating))
-            pending.append((rid, rating, rest))
-        todo = [rest for _, rating, rest in pending if rating is not None and rest.strip()]
+            rows.extend(sweep)
+            pending.append((rid, rating, rest, r_rows[-1]["skip_reason"] if rating is None else None))
+        todo = [rest for _, rating, rest, _ in pending if rating is not None and rest.strip()]
         results = iter(filt.run(todo) if todo else [])
-        for rid, rating, rest in pending:
+        for rid, rating, rest, skipped in pending:
             res = next(results) if rating is not None and rest.strip() else None
             if rating is not None:
                 rows.append(no_opinion_row(rid, rating, rest, None if res is None else res[0]))
-            reason = rows[-1]["skip_reason"] if rating is not None else SKIP_NO_RATING
+            reason = rows[-1]["skip_reason"] if rating is not None else skipped
             tally.add(rid, None if res is None else res[1], reason)
     conditions = pd.DataFrame(rows, columns=list(CONDITION_COLUMNS)).astype("str")  # None stays missing
+    checks = None
+    if validate:
+        failures, checks = _validation(conditions, filt)
+        conditions = set_aside_reports(conditions, failures, aside)
+        checks["n_set_aside"] = checks["n_failed"]  # every report that failed a check is set aside
     report = stage_report(conditions, lexicon, mode, len(reports))
+    report["set_aside"] = set_aside_summary(pd.DataFrame(aside, columns=list(SET_ASIDE_COLUMNS)), len(reports))
+    report["first_sentences_differing_from_punkt"] = first_sentences_differing_from_punkt(
+        [t for t in reports["text"] if isinstance(t, str)])
     report["join_lines"] = bool(join)
     report["fake_rating_rewrites_by_kind"] = {k: int(kinds[k]) for k in REWRITE_KINDS}
     report["mpqa"] = tally.summary(policy, filt.tagger)
     report["mpqa"]["sentences"] = filt.summary()
-    return StageResult(conditions, tally.stats_frame(), tally.triggers_frame(lexicon), report, filt)
+    return StageResult(conditions, tally.stats_frame(), tally.triggers_frame(lexicon), report, filt, checks,
+                       pd.DataFrame(aside, columns=list(SET_ASIDE_COLUMNS)))
+
+
+def set_aside_reports(conditions: pd.DataFrame, failures: dict[str, list[str]], aside: list[dict]) -> pd.DataFrame:
+    """Every row of a report that failed a validation check becomes skipped with the check as its reason;
+    each such report is appended to ``aside`` once (its first failed check names it)."""
+    reason: dict[str, str] = {}
+    for check, rids in failures.items():
+        for rid in rids:
+            reason.setdefault(rid, check)
+    if not reason:
+        return conditions
+    out = conditions.copy()
+    hit = out["report_id"].isin(list(reason))
+    out.loc[hit, "skip_reason"] = SET_ASIDE + out.loc[hit, "report_id"].map(reason)
+    out.loc[hit, "status"] = "skipped"
+    out.loc[hit, "text"] = None
+    aside.extend({"report_id": rid, "step": "validation", "reason": r} for rid, r in reason.items())
+    return out
+
+
+def set_aside_summary(aside: pd.DataFrame, n_reports: int) -> dict:
+    """The `set_aside` block of perturb_report.json: how many reports, their share, and the count per reason."""
+    return {"n_reports": int(len(aside)), "share": float(len(aside) / n_reports) if n_reports else 0.0,
+            "by_step_and_reason": {f"{s} | {r}": int(n) for (s, r), n in
+                                   aside.groupby(["step", "reason"]).size().items()} if len(aside) else {}}
+
+
+def set_aside_table(result: StageResult) -> pd.DataFrame:
+    """The reports set aside by the stage, one row each, with the step and reason (what notebook 02 shows)."""
+    return result.set_aside if result.set_aside is not None else pd.DataFrame(columns=list(SET_ASIDE_COLUMNS))
+
+
+class SetAsideGateError(RuntimeError):
+    """More reports were set aside than `perturb.max_set_aside_share` allows."""
+
+
+def check_set_aside_gate(report: dict, max_share: float, where: str = "stage 02") -> None:
+    """Fail when the set-aside share passes the gate: many failing reports mean a broken instrument."""
+    block = report["set_aside"]
+    if block["share"] > max_share:
+        reasons = "; ".join(f"{k}: {n}" for k, n in list(block["by_step_and_reason"].items())[:5])
+        raise SetAsideGateError(f"{where}: {block['n_reports']} reports set aside ({block['share']:.2%}), more than "
+                                f"perturb.max_set_aside_share = {max_share:.2%}; reasons: {reasons}. The list is "
+                                "in the perturb_set_aside artifact")
+
+
+def first_sentences_differing_from_punkt(texts: list[str]) -> int:
+    """How many reports' first sentence under the line-structure rule differs from Punkt's within blank-line
+    paragraphs alone (finlib.finbias.sentences): how much the structural boundaries change on this corpus."""
+    return sum(first_sentence_span(t) != first_sentence_span(t, structure=False) for t in texts)
 
 
 def stage_report(conditions: pd.DataFrame, lexicon: Lexicon | None, mode: str, n_reports: int) -> dict:
@@ -350,13 +435,23 @@ def run_stage(cfg: RunConfig) -> StageResult:
             result.subjectivity.close()
     write_frame(cfg, "conditions", result.conditions, row_group_size=TEXT_ROW_GROUP)
     write_frame(cfg, "lexicon_stats", result.lexicon_stats)
+    write_frame(cfg, "perturb_set_aside", set_aside_table(result))
+    max_share = params.get("max_set_aside_share")
+    result.report["set_aside"]["max_share"] = DEFAULT_MAX_SET_ASIDE_SHARE if max_share is None else float(max_share)
     write_json(cfg, "perturb_report", result.report)
+    check_set_aside_gate(result.report, result.report["set_aside"]["max_share"])
     return result
 
 
 # ---- validation, tables and the side-by-side example (notebook 02) ---------------------------
 
 def validate_conditions(conditions: pd.DataFrame, subjectivity: SubjectivityFilter | None = None) -> pd.DataFrame:
+    """The validation table (one row per check, `_validation`); see `_validation` for the checks."""
+    return _validation(conditions, subjectivity)[1]
+
+
+def _validation(conditions: pd.DataFrame, subjectivity: SubjectivityFilter | None = None
+                ) -> tuple[dict[str, list[str]], pd.DataFrame]:
     """Check the Appendix A.3 invariants on every ok report; one row per check with failures.
 
     - no_rating is the original from its second sentence on (only the first sentence differs);
@@ -441,8 +536,9 @@ def validate_conditions(conditions: pd.DataFrame, subjectivity: SubjectivityFilt
         earlier["no_opinion: no strongsubj word left"] = len(to_rematch) - len(now)
         if cache is not None:
             cache.mark_checked(passed)
-    return pd.DataFrame([{"check": k, "n_checked": checked[k], "n_passed_in_an_earlier_run": earlier[k],
-                          "n_failed": len(v), "first_failures": ", ".join(v[:5])} for k, v in failures.items()])
+    return failures, pd.DataFrame([{"check": k, "n_checked": checked[k], "n_passed_in_an_earlier_run": earlier[k],
+                                    "n_failed": len(v), "first_failures": ", ".join(v[:5])}
+                                   for k, v in failures.items()])
 
 
 def joined_subsequence(text: str, pool: list[str]) -> list[str] | None:
@@ -467,8 +563,10 @@ def joined_subsequence(text: str, pool: list[str]) -> list[str] | None:
 
 
 def raise_on_failures(checks: pd.DataFrame) -> None:
-    """Stop the stage when any validation check failed (the table says which reports)."""
-    bad = checks[checks["n_failed"] > 0]
+    """Stop when a validation check failed on a report that was not set aside (the table says which
+    reports); failures the stage set aside are counted by `check_set_aside_gate` instead."""
+    aside = checks["n_set_aside"] if "n_set_aside" in checks else 0
+    bad = checks[checks["n_failed"] - aside > 0]
     if len(bad):
         lines = "; ".join(f"{r.check}: {r.n_failed} (e.g. {r.first_failures})" for r in bad.itertuples())
         raise AssertionError(f"stage 02 validation failed: {lines}")

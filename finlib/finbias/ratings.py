@@ -30,7 +30,9 @@ A *rating slot* is: directly followed by rating/recommendation/opinion/call/-rat
 or within 7 words after a rating cue (rate/rating/recommend/maintain/reiterate/reaffirm/
 initiate/upgrade/downgrade/assign/resume/keep) with the word right before the mention one of
 to/at/from/as/a/an/is/of/with/on or the cue itself ("rates ORCL a BUY", "initiate coverage of
-Oracle with an Outperform", "Maintain Hold").
+Oracle with an Outperform", "Maintain Hold"); after "rate/rates/rated" and its object of at most five words,
+none a rating word or a phrase opener (on, with, despite, the, ...): "We rate Acme Corp. (ACME) Reduce"; or
+after a stance verb and "at" ("we stay at Add").
 
 Mentions that do not assert the current rating are set aside:
 - negated: "not", "no", "never", "nor" or an "n't" word within the 3 words before
@@ -59,7 +61,10 @@ sentence must stay a coherent analyst sentence:
   scale ("upgrade to Buy from Hold", fake Hold -> "downgrade to Hold from Buy"; "Raising to
   Overweight from Neutral", fake neutral -> "Lowering to Equal-Weight from Overweight"), so a fake
   never repeats the previous rating;
-- a direction verb (upgrade/downgrade, raise/lift/boost vs lower/cut/trim, 上调 vs 下调) agrees with
+- only the verb of the rating move may change (`rating_move_verbs`): the direction verb right before the
+  current rating, the one governing the first rating mention with no object of its own in between, or an
+  upgrade/downgrade verb; "lower margins", "cost cuts", "raise our target", "cut our estimates" stay;
+- that verb (upgrade/downgrade, raise/lift/boost vs lower/cut/trim, 上调 vs 下调) agrees with
   the move: with a previous rating, its direction is previous -> new (bullish > neutral >
   bearish); without one, a move *to* the top rating is an upgrade and a move to the bottom
   rating a downgrade (a move to neutral can be either: the verb is kept). A verb that
@@ -104,7 +109,7 @@ _CUE = re.compile(
     r"boost(?:s|ed|ing)?|trim(?:s|med|ming)?|tak(?:e|es|ing)|took)$"
 )
 _SLOT_PREDECESSORS = frozenset({"to", "at", "from", "as", "a", "an", "is", "of", "with", "on"})
-_STANCE_VERBS = frozenset({"is", "are", "remain", "remains", "stay", "stays", "be", "turn", "turns",
+_STANCE_VERBS = frozenset({"is", "are", "remain", "remains", "remained", "stay", "stays", "stayed", "be", "turn", "turns",
                            "turned", "become", "becomes", "we're", "we\u2019re"})
 _NEGATORS = frozenset({"not", "no", "never", "nor", "cannot"})
 _PREVIOUS = frozenset({"from", "previously", "formerly", "prior", "was", "were", "earlier"})
@@ -113,6 +118,12 @@ _WORD = re.compile(r"[A-Za-z0-9'\u2019]+")
 _AFTER_NOUN = re.compile(rf"\s*\)?\s*(?:[{_HYPHENS}]\s*)?(?:rating|recommendation|opinion|call|rated)\b",
                          re.IGNORECASE)
 _OPEN_SLOT = re.compile(r"[:=(]\s*$")
+# "We rate Acme Corp. (ACME) Accumulate": the verb "rate", its object (up to five words, none a rating
+# word or a word that starts a new phrase), then the rating.
+_RATE_OBJECT = re.compile(r"\b(?:rate|rates|rated|rating)\s+((?:\S+\s+){0,5}?)$", re.IGNORECASE)
+_NOT_OBJECT = frozenset({"despite", "on", "with", "after", "as", "but", "and", "given", "amid", "for", "at", "in",
+                         "to", "from", "is", "are", "was", "while", "though", "although", "because", "since",
+                         "we", "our", "its", "their", "the"})
 _VOWELS = "aeiouAEIOU"
 
 
@@ -158,15 +169,26 @@ def _is_rating_use(phrase: str, surface: str, tokens: list[str], before: str, af
         return True
     if is_cjk(phrase):
         return bool(_CJK_SLOT_AFTER.match(after) or _CJK_SLOT_BEFORE.search(before) or _CJK_PREVIOUS.search(before))
-    if _AFTER_NOUN.match(after) or _OPEN_SLOT.search(before):
+    if _AFTER_NOUN.match(after) or _OPEN_SLOT.search(before) or _rate_object_slot(before):
         return True
     pred = tokens[-1] if tokens else ""
-    if any(_CUE.match(t) for t in tokens[-8:]) and (pred in _SLOT_PREDECESSORS or _CUE.match(pred)):
+    if any(_CUE.match(t) for t in tokens[-12:]) and (pred in _SLOT_PREDECESSORS or _CUE.match(pred)):
+        return True
+    if pred == "at" and len(tokens) > 1 and tokens[-2] in _STANCE_VERBS:  # "we stay at Add", "remains at Hold"
         return True
     if phrase in TIER_B:
         stance = tokens[-2] if pred in ("a", "an") and len(tokens) > 1 else pred
         return stance in _STANCE_VERBS or (capitals and surface[:1].isupper())
     return False
+
+
+def _rate_object_slot(before: str) -> bool:
+    """Is the mention the rating in "rate <object> <rating>" ("We rate Acme Corp. (ACME) Reduce")?"""
+    m = _RATE_OBJECT.search(before)
+    if not m:
+        return False
+    words = [w.lower() for w in _WORD.findall(m.group(1))]
+    return bool(words) and not any(w in _NOT_OBJECT for w in words) and not _mention_regex().search(m.group(1))
 
 
 def _role(phrase: str, surface: str, before: str, after: str, capitals: bool) -> str:
@@ -326,8 +348,64 @@ _DOWN_TO_UP: dict[str, str] = {
 _VERB_RE = re.compile("|".join(
     [rf"(?<![\w-])(?i:{v})(?![\w-])" for v in sorted({**_UP_TO_DOWN, **_DOWN_TO_UP}, key=len, reverse=True)
      if not is_cjk(v)] + [v for v in sorted({**_UP_TO_DOWN, **_DOWN_TO_UP}, key=len, reverse=True) if is_cjk(v)]))
+_PRESENT_SUBJECTS = frozenset({"we", "i", "they", "to", "will", "would", "should", "may", "might", "could",
+                               "and", "also", "now", "not"})
+
+
+def _opposite(verb: str, before: str) -> str:
+    """The verb's opposite in the same form; "cut" is present or past ("We cut Acme to Hold" / "Acme (ACME)
+    cut to Sell"): after a subject pronoun, modal or "to", or opening the sentence, it is present."""
+    if verb == "cut":
+        words = _WORD.findall(before)
+        return "raise" if not words or words[-1].lower() in _PRESENT_SUBJECTS else "raised"
+    return {**_UP_TO_DOWN, **_DOWN_TO_UP}[verb]
+
+
 _RANK = {Rating.BEARISH: 0, Rating.NEUTRAL: 1, Rating.BULLISH: 2}
 REWRITE_KINDS = ("plain", "transition", "transition_previous", "transition_verb", "transition_previous_verb")
+
+
+# Words a direction verb has as its object when it does not move the rating ("cut our estimates", "raise
+# our target to $60", "lower margins"): between such a verb and the rating, they mean it is not the move.
+_OBJECT = re.compile(r"(?i:target|estimate|forecast|price|margin|guidance|eps|cost|number|outlook|view|"
+                     r"dividend|capex|payout|stake|exposure|weighting)|[;$%\d]|预测|目标价|盈利")
+_GAP_WORDS = 8  # at most this many words between the move verb and the first rating mention
+
+
+def rating_move_verbs(sentence: str, mentions: list[RatingMention]) -> list[re.Match]:
+    """The direction verbs that move the rating ("We downgrade Acme to Hold", "cut to Sell from Hold",
+    "由持有上调至买入"), and no other direction word ("lower margins", "raise our target", "cost cuts"):
+
+    - a verb right before a current mention (only spaces, or 至/为, between): "Lowering to Sell";
+    - the last direction verb before the first mention, when the words between (at most eight) hold no
+      object of its own (target, estimates, margins, costs, a number, ';') and no other rating cue:
+      "We upgrade Acme Corp. (ACME) to Buy", "Acme is downgraded from Buy to Hold";
+    - an upgrade/downgrade verb anywhere, unless an object of its own follows ("upgrade our estimates").
+    """
+    rated = [m for m in mentions if m.role in ("current", "previous")]
+    if not rated:
+        return []
+    spans = [(m.start, m.end) for m in mentions]
+    found = [v for v in _VERB_RE.finditer(sentence) if not any(a < v.end() and v.start() < b for a, b in spans)]
+    first = min(m.start for m in rated)
+    out = []
+    before_first = [v for v in found if v.end() <= first]
+    governing = before_first[-1] if before_first else None
+    for v in found:
+        gap_next = sentence[v.end():]
+        if any(m.role == "current" and re.fullmatch(r"\s*(?:至|为|為)?\s*", sentence[v.end():m.start]) for m in rated
+               if m.start >= v.end()):
+            out.append(v)
+        elif v is governing:
+            gap = sentence[v.end():first]
+            words = _WORD.findall(gap)
+            if len(words) <= _GAP_WORDS and not _OBJECT.search(gap) and not any(_CUE.match(w.lower()) and w.lower() not in ("rating", "ratings")
+                                                                         for w in words):
+                out.append(v)
+        elif v.group(0).lower().rstrip("sd").startswith(("upgrad", "downgrad")) and \
+                not _OBJECT.search(" ".join(_WORD.findall(gap_next)[:3])):
+            out.append(v)
+    return out
 
 
 def _replace_spans(sentence: str, edits: list[tuple[int, int, str]]) -> str:
@@ -368,8 +446,7 @@ def rewrite_rating(sentence: str, new_rating: Rating | str) -> tuple[str, str]:
         for m in previous:
             edits.append((m.start, m.end, _match_case(scale[a_idx], m.surface)))
         shown_previous, changed_previous = {analyst}, True
-    taken = [(a, b) for a, b, _ in edits]
-    verbs = [v for v in _VERB_RE.finditer(sentence) if not any(a < v.end() and v.start() < b for a, b in taken)]
+    verbs = rating_move_verbs(sentence, mentions)
     if len(shown_previous) == 1:
         want = _RANK[new] - _RANK[next(iter(shown_previous))]
     else:  # no previous: a move to the top is up, to the bottom down, to the middle either
@@ -378,7 +455,7 @@ def rewrite_rating(sentence: str, new_rating: Rating | str) -> tuple[str, str]:
     for v in verbs:
         low = v.group(0).lower()
         if (want < 0 and low in _UP_TO_DOWN) or (want > 0 and low in _DOWN_TO_UP):
-            edits.append((v.start(), v.end(), _match_case({**_UP_TO_DOWN, **_DOWN_TO_UP}[low], v.group(0))))
+            edits.append((v.start(), v.end(), _match_case(_opposite(low, sentence[:v.start()]), v.group(0))))
             changed_verb = True
     kind = "plain" if not previous and not verbs else "transition" + ("_previous" if changed_previous else "") \
         + ("_verb" if changed_verb else "")

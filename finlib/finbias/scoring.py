@@ -13,6 +13,8 @@ Three layers, each a set of small pure functions:
 """
 from __future__ import annotations
 
+import textwrap
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -126,7 +128,8 @@ def score_frame(predictions: pd.DataFrame, conditions: pd.DataFrame, labels: pd.
         "not_answered": int(na_mask.sum()),   # server/transport errors after retries: outside N
         "scored_rows": int(len(kept)),         # answered rows: the N of every rate
         "unparsed": int((~kept["parsed"]).sum()),   # answered but unparsed (incl. truncated): inside N
-        "truncated": int((kept["parse_note"] == "truncated").sum()),
+        "truncated": int((kept["parse_note"] == "truncated").sum()),   # cut before a rating: unparsed
+        "truncated_read": int((kept["parse_note"] == "truncated_read").sum()),  # cut after its rating: read
         "rows_without_label": int(kept["label"].isna().sum()),
         "rows_without_reference_rating": int(kept["reference_rating"].isna().sum()),
         "rows_outside_paper_sectors": int((~kept["sector"].isin(SECTORS)).sum()),
@@ -161,6 +164,8 @@ from finlib.finbias.metrics import (KL_PAIRS, METRIC_SPECS, PAIRED_TESTS, PROB_C
                                     kl_divergence, kl_metrics, macro_f1, metrics_long, model_condition_groups,
                                     paired_rows, paired_tests)
 from finlib.finbias.metrics import _denominator, _outcomes  # noqa: E402,F401
+from finlib.finbias.metrics import (ACCURACY, ACCURACY_PARSED, HERDING, HERDING_PARSED,  # noqa: E402,F401
+                                    OUTCOME_TARGETS, eq1_by_sector, eq1_rate, eq1_values)
 
 
 # --------------------------------------------------------------------------------------
@@ -294,6 +299,24 @@ def score_run(cfg: RunConfig) -> ScoringResult:
 # 7. Notebook helpers (display only)
 # --------------------------------------------------------------------------------------
 
+def reading_note(cfg: RunConfig, res: ScoringResult) -> str:
+    """How to read this run's tables, from the run itself: its data source, the models it scored and
+    which of them are plumbing models (the notebook's prose names what the run has, not one model)."""
+    models = sorted(m for m in res.metrics["model"].unique() if m != "Analyst")
+    plumbing = [m for m in models if m in set(res.plumbing)]
+    data = "**synthetic** (finlib's seeded market)" if cfg.is_synthetic else "real reports"
+    named = ", ".join(f"`{m}`" + (" (plumbing model)" if m in plumbing else "") for m in models) or "none"
+    text = f"This run's data are {data}; models scored: {named}."
+    if plumbing:
+        text += (" A plumbing model (`plumbing: true` in the registry) tests the pipeline: when its label preference "
+                 "barely depends on the report (stage 03's probabilities), herding mostly measures how often the "
+                 "reference rating happens to be the one it prefers, and accuracy how often the label is.")
+    if cfg.is_synthetic or plumbing:
+        text += (" The tables show that parsing, joins, intervals, tests and the paper side by side work end to end; "
+                 "research conclusions need real reports and capable models (`params/<run>.yaml`).")
+    return text
+
+
 def plumbing_summary(rows: pd.DataFrame, model: str) -> pd.DataFrame:
     """This run's own numbers for a plumbing model, per condition: N, parse rate, mean
     p_bullish (label-scored rows) and share of parsed answers that are bullish."""
@@ -370,41 +393,52 @@ def plot_herding(cfg: RunConfig, res: ScoringResult):
 
     Bars are the tables' main cells (the paper's Eq. 1 over all answered items, unparsed = no
     match), with N (answered items) on each bar and "no parsed answers" in the legend when none parsed.
+    A run without any pooled value draws nothing and says so (no empty panels).
 
     The title says "synthetic data" on synthetic runs and names the plumbing models when any
     (registry `plumbing: true`): their numbers only test the pipeline.
     """
     import matplotlib.pyplot as plt
 
-    from finlib.core.tables import save_figure, synthetic_title
+    from finlib.core.tables import save_figure, skip_figure, synthetic_title
+    from finlib.finbias.figure_base import DOUBLE_COLUMN_IN, MIN_TEXT_PT, caption, figure_style, model_colors
 
-    m = res.metrics[(res.metrics["sector"] == POOLED) & res.metrics["metric"].isin(["herding_all", "accuracy_all"])
+    m = res.metrics[(res.metrics["sector"] == POOLED) & res.metrics["metric"].isin([HERDING, ACCURACY])
                     & (res.metrics["model"] != "Analyst")]
+    if m["value"].notna().sum() == 0:
+        skip_figure(cfg, "fig_herding_accuracy", "no pooled herding or accuracy value (no answered item)")
+        return None
     models = sorted(m["model"].unique())
+    colors = model_colors(models)
     conds = [c.value for c in CONDITIONS_ORDER]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
-    width = 0.8 / max(len(models), 1)
-    for ax, metric in zip(axes, ["herding_all", "accuracy_all"]):
-        for i, model in enumerate(models):
-            d = m[(m["model"] == model) & (m["metric"] == metric)].set_index("condition").reindex(conds)
-            x = np.arange(len(conds)) + i * width
-            err = np.vstack([d["value"] - d["ci_low"], d["ci_high"] - d["value"]]).clip(min=0)
-            shown = model if (d["parse_rate"].fillna(0) > 0).any() else f"{model} (no parsed answers)"
-            bars = ax.bar(x, 100 * d["value"], width, yerr=100 * np.nan_to_num(err), label=shown, capsize=3)
-            # N under each bar: a 100 % from one answer must not read like a result.
-            ax.bar_label(bars, labels=[f"N={int(n)}" if pd.notna(n) else "" for n in d["n"]],
-                         label_type="center", fontsize=6)
-        ax.set_xticks(np.arange(len(conds)) + width * (len(models) - 1) / 2, conds, rotation=20)
-        ax.set_title(f"{metric.removesuffix('_all')} (Eq. 1, pooled, 95 % cluster-bootstrap CI)")
-        ax.set_ylabel("%")
-    axes[0].legend(fontsize=7)
     title = synthetic_title(cfg, "Herding and accuracy by condition (N = answered items; unparsed = no match)")
     if res.plumbing:  # name them only when some bars are not plumbing models
         which = "" if set(res.plumbing) >= set(models) else f" ({', '.join(res.plumbing)})"
         title += f" — plumbing model{which}: not a research result"
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    save_figure(cfg, fig, "fig_herding_accuracy")
+    with figure_style():
+        fig, axes = plt.subplots(1, 2, figsize=(DOUBLE_COLUMN_IN, 3.4), sharey=True)
+        width = 0.8 / max(len(models), 1)
+        for ax, metric in zip(axes, [HERDING, ACCURACY]):
+            for i, model in enumerate(models):
+                d = m[(m["model"] == model) & (m["metric"] == metric)].set_index("condition").reindex(conds)
+                x = np.arange(len(conds)) + i * width
+                err = np.vstack([d["value"] - d["ci_low"], d["ci_high"] - d["value"]]).clip(min=0)
+                shown = model if (d["parse_rate"].fillna(0) > 0).any() else f"{model} (no parsed answers)"
+                bars = ax.bar(x, 100 * d["value"], width, yerr=100 * np.nan_to_num(err), label=shown, capsize=3,
+                              color=colors[model])
+                # N under each bar: a 100 % from one answer must not read like a result.
+                ax.bar_label(bars, labels=[f"N={int(n)}" if pd.notna(n) else "" for n in d["n"]],
+                             label_type="center", fontsize=MIN_TEXT_PT, color="white")
+            ax.set_xticks(np.arange(len(conds)) + width * (len(models) - 1) / 2, conds, rotation=20)
+            ax.set_title(f"{metric.removesuffix('_all')} (Eq. 1, pooled, 95 % CI)")
+            ax.set_ylabel("%")
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=min(len(handles), 3), bbox_to_anchor=(0.5, 0.0))
+        fig.suptitle("\n".join(textwrap.wrap(title, 100)), fontsize=MIN_TEXT_PT + 1)
+        fig.tight_layout(rect=(0, 0.1 + 0.05 * (len(handles) > 3), 1, 1))
+    save_figure(cfg, fig, "fig_herding_accuracy", caption=caption(
+        cfg, "Pooled herding and accuracy per condition and model (Eq. 1 over all N answered items, an unparsed "
+             "answer counting as no match) with 95 % cluster-bootstrap intervals; N on each bar (stage 04)."))
     return fig
 
 

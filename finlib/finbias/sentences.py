@@ -9,8 +9,19 @@ No Punkt model is trained on the corpus (a fixed list is reproducible and needs 
 abbreviation of a real corpus goes into FINANCIAL_ABBREVIATIONS, or `extra_abbreviations`.
 Decimals ("5.2%", "$1.2") and initials ("John A. Smith") are handled by Punkt itself.
 
-Blank lines are hard boundaries: a heading or bullet without a final period must not
-merge with the sentence after it (that would glue the rating sentence to the next one).
+Line structure (`structural_breaks`): blank lines are hard boundaries, and so is a single line
+break before
+- a list item (a line opening with "-", "*", a bullet, "1.", "1)", "(a)", "a)"),
+- a table row (a line with a tab, or with two runs of 2+ spaces between its cells) and the line after one,
+- a heading (a line ending in ":" or written in capitals, e.g. "KEY POINTS") and the line after one,
+- a capitalised line after a line without terminal punctuation (. ! ? or those before a closing quote or
+  bracket), unless that line ends in a continuation: a comma, semicolon, hyphen or dash, "&", "/", an open
+  bracket, or a joining word (and, or, of, the, to, with, for, on, by, from, in, at, a, an, our, its).
+So "We maintain our BUY rating on Oracle (ORCL) with a $150 target\nKey points:\n- Revenue rose 4%" is three
+sentences, while a sentence wrapped at "...on\nOracle" or "...target,\nraising..." stays one. Punkt then splits
+the text between these boundaries; a line break anywhere else is ordinary whitespace to it, so prose wrapped
+at a fixed width reads as it did. `structure=False` gives Punkt within blank-line paragraphs only (stage 02
+counts the first sentences where the two differ).
 
 Sentences are returned as *spans* into the original text, so that removing or rewriting
 one sentence leaves every other byte of the report untouched (the perturbation stage
@@ -83,25 +94,83 @@ def _tokenizer(extra_abbreviations: frozenset[str] = frozenset()) -> PunktSenten
     return PunktSentenceTokenizer(params)
 
 
-def iter_sentence_spans(text: str, extra_abbreviations: frozenset[str] = frozenset()) -> Iterator[tuple[int, int]]:
+_LIST_ITEM = re.compile(r"[ \t]*(?:[-*\u2022\u25aa\u25cf\u25e6\u2023\u2043\u00b7\u2013\u2014+>]|\d{1,2}[.)]|\(\w{1,3}\)|[a-z][.)])[ \t]")
+_SPACED_CELLS = re.compile(r"\S {2,}\S.*\S {2,}\S")
+_TERMINAL = re.compile(r"[.!?\u3002\uff01\uff1f\u2026][\"'\u201d\u2019)\]]*\s*$")
+_CONTINUATION = re.compile(r"(?:[,;\-\u2013\u2014&/(\[]|\b(?:and|or|of|the|to|with|for|on|by|from|in|at|a|an|our|its))\s*$",
+                           re.IGNORECASE)
+_HEADING_CAPS = re.compile(r"^[^a-z]*[A-Z]{2}[^a-z]*$")
+
+
+def _is_table_row(line: str) -> bool:
+    """Cells separated by a tab, or by two runs of 2+ spaces in a line that does not end a sentence."""
+    line = line.strip()
+    return "\t" in line or (bool(_SPACED_CELLS.search(line)) and not _TERMINAL.search(line))
+
+
+def _is_heading(line: str) -> bool:
+    """A line ending in ':' or written in capitals (short: a heading, not an all-caps paragraph)."""
+    line = line.strip()
+    return line.endswith((":", "\uff1a")) or (bool(_HEADING_CAPS.match(line)) and len(line.split()) <= 12
+                                              and not _TERMINAL.search(line) and not _CONTINUATION.search(line))
+
+
+def _break_between(prev: str, line: str) -> bool:
+    """Does a single line break between `prev` and `line` end a sentence (module docstring)?"""
+    if not line.strip() or not prev.strip():
+        return False
+    if _LIST_ITEM.match(line) or _is_table_row(line) or _is_table_row(prev):
+        return True
+    if _is_heading(line) or _is_heading(prev):
+        return True
+    first = next((c for c in line if c.isalpha()), "")
+    return first.isupper() and not _TERMINAL.search(prev) and not _CONTINUATION.search(prev)
+
+
+def structural_breaks(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
+    """(start, end) of each run of lines in text[start:end] between structural boundaries (module
+    docstring), lazily: a report's first run is found without reading the rest."""
+    seg_start, line_start, prev = start, start, None
+    while line_start < end:
+        nl = text.find("\n", line_start, end)
+        line_end = end if nl < 0 else nl
+        line = text[line_start:line_end]
+        if prev is not None and _break_between(prev, line):
+            yield seg_start, line_start
+            seg_start = line_start
+        prev = line
+        line_start = line_end + 1
+    yield seg_start, end
+
+
+def iter_sentence_spans(text: str, extra_abbreviations: frozenset[str] = frozenset(),
+                        structure: bool = True) -> Iterator[tuple[int, int]]:
     """Lazily yield (start, end) offsets of each sentence, whitespace excluded.
 
     Lazy because Punkt is the slow part of stage 02 (~7 us per word): reading the first
-    sentence must not pay for splitting a 4,000-token report.
+    sentence must not pay for splitting a 4,000-token report. ``structure``: the line-structure
+    boundaries (module docstring); False = Punkt within blank-line paragraphs only.
     """
     tok = _tokenizer(frozenset(extra_abbreviations))
-    for start, end in _blocks(text):
-        block = text[start:end]
-        if block.strip():
-            for a, b in tok.span_tokenize(block):
-                piece = block[a:b]
-                a += len(piece) - len(piece.lstrip())
-                b -= len(piece) - len(piece.rstrip())
-                for unit in _UNIT_BREAK.finditer(block, a, b):
-                    yield start + a, start + unit.start(1)
-                    a = unit.end(1)
-                if b > a:
-                    yield start + a, start + b
+    for p_start, p_end in _blocks(text):
+        for start, end in (structural_breaks(text, p_start, p_end) if structure else [(p_start, p_end)]):
+            yield from _punkt_spans(tok, text, start, end)
+
+
+def _punkt_spans(tok: PunktSentenceTokenizer, text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
+    """Punkt's sentences of text[start:end] (unit abbreviations before a capital also end one)."""
+    block = text[start:end]
+    if not block.strip():
+        return
+    for a, b in tok.span_tokenize(block):
+        piece = block[a:b]
+        a += len(piece) - len(piece.lstrip())
+        b -= len(piece) - len(piece.rstrip())
+        for unit in _UNIT_BREAK.finditer(block, a, b):
+            yield start + a, start + unit.start(1)
+            a = unit.end(1)
+        if b > a:
+            yield start + a, start + b
 
 
 # Punkt works on one paragraph at a time; a "paragraph" longer than this is not prose (nltk's own
@@ -137,9 +206,9 @@ def split_sentences(text: str, extra_abbreviations: frozenset[str] = frozenset()
     return [text[a:b] for a, b in sentence_spans(text, extra_abbreviations)]
 
 
-def first_sentence_span(text: str) -> tuple[int, int] | None:
+def first_sentence_span(text: str, structure: bool = True) -> tuple[int, int] | None:
     """Span of the first sentence, or None for an empty / whitespace-only text."""
-    return next(iter_sentence_spans(text), None)
+    return next(iter_sentence_spans(text, structure=structure), None)
 
 
 def first_sentence(text: str) -> str | None:

@@ -586,19 +586,23 @@ def removal_figure(cfg, lexicon_stats: pd.DataFrame):
     under figures/<run>/; returns the figure for inline display."""
     import matplotlib.pyplot as plt
 
-    from finlib.core.tables import save_figure, synthetic_title
+    from finlib.core.tables import save_figure, skip_figure
+    from finlib.finbias.figure_base import SINGLE_COLUMN_IN, caption, figure_style, legend_outside
 
     ok = lexicon_stats[lexicon_stats["status"] == "ok"]
-    fig, ax = plt.subplots(figsize=(5, 3.2))
-    if len(ok):
-        for policy, g in ok.groupby("policy", sort=False):
-            ax.hist(g["share_words_removed"].astype(float) * 100, bins=20, alpha=0.6, label=f"mpqa_pos: {policy}")
-        ax.legend(frameon=False, fontsize=8)
-    else:
-        ax.text(0.5, 0.5, "no report filtered", ha="center", va="center", transform=ax.transAxes)
-    ax.set_xlabel("words removed by the strongsubj filter (% of no_rating text)")
-    ax.set_ylabel("reports")
-    ax.set_title(synthetic_title(cfg, "MPQA strongsubj filter, per report"), fontsize=10)
-    fig.tight_layout()
-    save_figure(cfg, fig, "fig_strongsubj_removed")
+    if not len(ok):
+        skip_figure(cfg, "fig_strongsubj_removed", "no report filtered (no no_opinion text built)")
+        return None
+    with figure_style():
+        fig, ax = plt.subplots(figsize=(SINGLE_COLUMN_IN * 1.5, 3.0))
+        for (policy, g), color in zip(ok.groupby("policy", sort=False), ("#444444", "#bbbbbb", "#888888")):
+            ax.hist(g["share_words_removed"].astype(float) * 100, bins=20, alpha=0.6, color=color,
+                    label=f"mpqa_pos: {policy}")
+        legend_outside(ax, ncol=2)
+        ax.set_xlabel("words removed by the strongsubj filter (% of no_rating text)")
+        ax.set_ylabel("reports")
+        fig.tight_layout()
+    save_figure(cfg, fig, "fig_strongsubj_removed", caption=caption(
+        cfg, "Share of words the MPQA strong-subjective filter removes per report (no_opinion vs no_rating "
+             "text), one series per part-of-speech policy (stage 02)."))
     return fig

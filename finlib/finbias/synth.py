@@ -36,7 +36,8 @@ from scipy.stats import norm
 
 from finlib.core.config import ConfigError, check_known_keys
 from finlib.core.vocab import SECTORS, Rating
-from finlib.finbias.synth_corpus import bullet_block, scale_first_sentence, table_block
+from finlib.finbias import messy_corpus
+from finlib.finbias.synth_corpus import bullet_block, scale_first_sentence_planted, table_block
 
 # Opinion words, all `type=strongsubj` in the MPQA subjectivity lexicon
 # (subjclueslen1-HLTEMNLP05.tff; checked in development and by tests/finbias/test_synth.py when
@@ -159,6 +160,8 @@ class SynthParams:
                                    # scale in finlib.core.vocab.RATING_SCALES, maintain/initiate/upgrade/downgrade
     layout: str = "prose"         # prose: paragraphs | structured: also line-broken lists and estimate tables
     block_share: float = 0.15     # structured layout: share of paragraph breaks followed by a list or a table
+    messy_share: float = 0.0      # share of reports laid out as broker text (finlib.finbias.messy_corpus: its
+                                  # rating sentences and skeletons; headings, bullets, tab tables, unpunctuated lines)
 
     @classmethod
     def from_section(cls, section: dict[str, Any] | None) -> "SynthParams":
@@ -187,6 +190,8 @@ class SynthParams:
             raise SynthConfigError(f"data.synthetic.layout must be one of {LAYOUTS}, got {self.layout!r}")
         if not 0 <= self.block_share <= 1:
             raise SynthConfigError("data.synthetic.block_share must lie in [0, 1]")
+        if not 0 <= self.messy_share <= 1:
+            raise SynthConfigError("data.synthetic.messy_share must lie in [0, 1]")
 
 
 @dataclass
@@ -197,7 +202,7 @@ class SyntheticMarket:
     reports: pd.DataFrame   # report_id, ticker, company, sector, date, text, analyst_rating
     prices: pd.DataFrame    # date, ticker, adj_close (long, sorted by ticker, date)
     market: pd.DataFrame    # date, market_close
-    truth: pd.DataFrame     # report_id, q, drift, beta
+    truth: pd.DataFrame     # report_id, q, drift, beta, and the planted rating (PLANTED_COLUMNS)
     params: SynthParams = field(default_factory=SynthParams)
 
 
@@ -467,9 +472,41 @@ def opinion_sentence(positive: bool, d: _Draw, ctx: dict) -> str:
 
 def first_sentence(rating: Rating, d: _Draw, ctx: dict, standard_share: float) -> str:
     """The rating sentence: the only place the analyst's rating is stated explicitly."""
+    return first_sentence_planted(rating, d, ctx, standard_share)[0]
+
+
+def first_sentence_planted(rating: Rating, d: _Draw, ctx: dict, standard_share: float) -> tuple[str, str]:
+    """`first_sentence` and the rating word it wrote (the generator's record, see `PlantedRating`)."""
     style = "standard" if d.u() < standard_share else "broker"
     word = d.pick(_RATING_WORDS[style][rating])
-    return d.pick(_FIRST_SENTENCE[style]).format(R=word, C=ctx["company"], T=ctx["ticker"], Q=1 + int(d.u() * 4))
+    sentence = d.pick(_FIRST_SENTENCE[style]).format(R=word, C=ctx["company"], T=ctx["ticker"], Q=1 + int(d.u() * 4))
+    return sentence, word
+
+
+@dataclass(frozen=True)
+class PlantedRating:
+    """What the generator wrote for one report's analyst rating, recorded as it wrote it.
+
+    Why: a check of the pipeline (the rehearsal's simulated servers, stage 02's tests) must know the
+    rating a report states without reading it back with the project's own extractor, which it checks.
+    Stored per report in the `truth` table (columns `PLANTED_COLUMNS`):
+
+    - ``planted_rating``: the analyst rating the report was written with (bullish / neutral / bearish);
+    - ``rating_sentence``: the exact text holding it, a prefix of the report (one line, or two when the
+      generator wraps it after a comma) - the first sentence under the structural sentence rule;
+    - ``rating_term``: the current-rating term as written in that text ("BUY", "Market Perform");
+    - ``previous_rating_term``: an upgrade's or downgrade's previous term as written, else None;
+    - ``report_layout``: `prose`, `structured`, or `messy:<skeleton>` (finlib.finbias.messy_corpus).
+    """
+
+    planted_rating: str
+    rating_sentence: str
+    rating_term: str
+    previous_rating_term: str | None
+    report_layout: str
+
+
+PLANTED_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(PlantedRating))
 
 
 _HEADINGS = ("Recent results.", "Outlook and guidance.", "Balance sheet and capital returns.",
@@ -478,6 +515,11 @@ _HEADINGS = ("Recent results.", "Outlook and guidance.", "Balance sheet and capi
 
 def render_report(row: Any, firm: Any, date: pd.Timestamp, p: SynthParams) -> str:
     """Full report text of about `row.n_words` words, paragraphs separated by blank lines."""
+    return render_report_planted(row, firm, date, p)[0]
+
+
+def render_report_planted(row: Any, firm: Any, date: pd.Timestamp, p: SynthParams) -> tuple[str, PlantedRating]:
+    """`render_report` and the generator's record of the rating it planted (`PlantedRating`)."""
     d = _Draw(row.text_seed)
     ctx = {
         "company": firm.company, "ticker": firm.ticker, "year": date.year,
@@ -491,9 +533,10 @@ def render_report(row: Any, firm: Any, date: pd.Timestamp, p: SynthParams) -> st
     mid = 0.5 * (norm.ppf(p.bearish_share) + norm.ppf(1.0 - p.bullish_share))
     p_pos = 1.0 / (1.0 + math.exp(-2.5 * (row.view - mid)))
     if p.rating_wording == "scales":
-        sentences = [scale_first_sentence(Rating(row.rating), d, ctx)]
+        first, term, previous = scale_first_sentence_planted(Rating(row.rating), d, ctx)
     else:
-        sentences = [first_sentence(Rating(row.rating), d, ctx, p.standard_wording_share)]
+        (first, term), previous = first_sentence_planted(Rating(row.rating), d, ctx, p.standard_wording_share), None
+    sentences = [first]
     blocks: dict[int, str] = {}  # paragraph index -> a list or table printed after it (structured layout)
     words = len(sentences[0].split())
     paragraphs: list[list[str]] = [sentences]
@@ -525,7 +568,19 @@ def render_report(row: Any, firm: Any, date: pd.Timestamp, p: SynthParams) -> st
         out.append(f"{_HEADINGS[i % len(_HEADINGS)]} " + " ".join(para) if i < len(_HEADINGS) else " ".join(para))
         if i + 1 in blocks:
             out.append(blocks[i + 1])
-    return "\n\n".join(out)
+    if p.messy_share > 0 and d.u() < p.messy_share:  # drawn last: the other reports' text does not change
+        return messy_report(Rating(row.rating), [s for para in paragraphs[1:] for s in para], ctx, d)
+    return "\n\n".join(out), PlantedRating(str(Rating(row.rating).value), first, term, previous, p.layout)
+
+
+def messy_report(rating: Rating, body: list[str], ctx: dict, d: _Draw) -> tuple[str, PlantedRating]:
+    """The report's body sentences laid out by a broker skeleton under a broker rating sentence
+    (finlib.finbias.messy_corpus), and the record of what was planted."""
+    pick = lambda n: int(d.u() * n)  # noqa: E731 - an index below n from the report's own draws
+    fs = messy_corpus.draw_first_sentence(rating, pick, ctx["company"], ctx["ticker"])
+    skeleton = messy_corpus.SKELETONS[pick(len(messy_corpus.SKELETONS))]
+    text, line = messy_corpus.lay_out(skeleton, fs.text, body, pick=pick)
+    return text, PlantedRating(rating.value, line, fs.term, fs.previous, f"messy:{skeleton.name}")
 
 
 # ---------------------------------------------------------------- entry points
@@ -541,8 +596,9 @@ def generate_market(cfg_section: dict[str, Any] | None, seed: int) -> SyntheticM
     prices, market = simulate_prices(p, firms, skel, cal, s_prices)
     dates = cal[skel["day"].to_numpy()]
     firm_rows = firms.iloc[skel["firm"].to_numpy()].reset_index(drop=True)
-    texts = [render_report(row, firm, date, p)
-             for row, firm, date in zip(skel.itertuples(index=False), firm_rows.itertuples(index=False), dates)]
+    rendered = [render_report_planted(row, firm, date, p)
+                for row, firm, date in zip(skel.itertuples(index=False), firm_rows.itertuples(index=False), dates)]
+    texts = [text for text, _ in rendered]
     reports = pd.DataFrame({
         "report_id": skel["report_id"].astype(str),
         "ticker": firm_rows["ticker"].astype(str),
@@ -555,6 +611,7 @@ def generate_market(cfg_section: dict[str, Any] | None, seed: int) -> SyntheticM
     truth = pd.DataFrame({
         "report_id": reports["report_id"], "q": skel["q"].to_numpy(), "drift": skel["drift"].to_numpy(),
         "beta": firm_rows["beta"].to_numpy(),
+        **{c: [getattr(planted, c) for _, planted in rendered] for c in PLANTED_COLUMNS},
     })
     return SyntheticMarket(firms=firms.drop(columns=["price0"]), reports=reports, prices=prices,
                            market=market, truth=truth, params=p)

@@ -67,11 +67,17 @@ def _terms(scale, rating: Rating) -> tuple[str, ...]:
 
 
 def scale_first_sentence(rating: Rating, d, ctx: dict) -> str:
+    """`scale_first_sentence_planted` without the terms it wrote."""
+    return scale_first_sentence_planted(rating, d, ctx)[0]
+
+
+def scale_first_sentence_planted(rating: Rating, d, ctx: dict) -> tuple[str, str, str | None]:
     """A first sentence in one of the published scales: maintain, initiate, upgrade or downgrade.
 
     `d` is the report's random source (finlib.finbias.synth._Draw). An upgrade needs a lower
     rating on the same scale and a downgrade a higher one; when the scale has none the draw
-    falls back to maintain, so every (scale, term) is reachable.
+    falls back to maintain, so every (scale, term) is reachable. Returns the sentence, the current
+    term and the previous term (None without a transition) as written.
     """
     scales = [s for s in english_scales() if _terms(s, rating)]
     scale = d.pick(scales)
@@ -86,8 +92,9 @@ def scale_first_sentence(rating: Rating, d, ctx: dict) -> str:
         else:
             action = "maintain"
     article = "an" if term[0] in "AEIOU" else "a"
-    return d.pick(_TEMPLATES[action]).format(R=term, P=prev, A=article, C=ctx["company"], T=ctx["ticker"],
-                                              Q=1 + int(d.u() * 4))
+    sentence = d.pick(_TEMPLATES[action]).format(R=term, P=prev, A=article, C=ctx["company"], T=ctx["ticker"],
+                                                  Q=1 + int(d.u() * 4))
+    return sentence, term, prev
 
 
 def bullet_block(lines: list[str], d) -> str:

@@ -1,4 +1,6 @@
-"""Stage 03: LLM inference (home module of notebooks/03_inference.ipynb).
+"""The models both papers call: registry, engines, response store, prompts and the one answer parser.
+Stage 03's home module is `finlib.finbias.inference` (notebooks/03_inference.ipynb); stages 05, 07 and
+08 call the same engine.
 
 - prompts.py      the versioned prompts (default: the Fin-Bias authors' own, verbatim from their
                   code) and truncation (answers are parsed by finlib.llm.answers, the only parser)
@@ -7,7 +9,10 @@
 - local_backend.py transformers: SmolLM2 / any HF causal LM; label scoring and generation
 - openai_backend.py AsyncOpenAI: bounded concurrency, rate limits, retries, streaming to the store
 - batch_api.py    OpenAI Batch API (half price): JSONL, submit, poll, collect into the store
-- stage.py        run_stage(cfg): conditions.parquet -> predictions.parquet + inference_report.json
+- engine.py       chat(...) / send_pending(...): one entry for every backend (store first, then the calls)
+- llamacpp.py     the embedded llama.cpp server (xllamacpp) behind the OpenAI-compatible client
+- precision.py    dtype auto: the fastest precision measured once per machine
+- progress.py     done/total, rate, ETA and cost of a run of calls (finlib.core.progress_feed)
 
 Scale-out is the server's job. To run the paper's open models, serve them with vLLM, e.g.
 `vllm serve Qwen/Qwen2.5-14B-Instruct --tensor-parallel-size 2 --port 8000` (add

@@ -492,7 +492,8 @@ class ColumnTexts(Mapping):
 
 
 NOT_ANSWERED = "not_answered"   # transport/server error after retries: the model never answered (outside N)
-TRUNCATED = "truncated"         # the reply hit the output-token limit (finish_reason "length"): unparsed, in N
+TRUNCATED = "truncated"         # the reply hit the output-token limit (finish_reason "length") before a rating: unparsed, in N
+TRUNCATED_READ = "truncated_read"  # cut at the output-token limit after the rating was given: read, in N
 SKIPPED = "skipped"             # stage 02 set the item aside (no rating sentence, ...): outside N
 
 
@@ -524,8 +525,10 @@ def parse_predictions(pred: pd.DataFrame, contexts: dict[str, str] | None = None
 
     Mode "score" takes the argmax of the label probabilities, "generate" goes through the parser
     (with the item's input text, when given, to ignore copied statements). A generated reply cut
-    at the output-token limit (`truncated_output`) is "truncated": unparsed, never read, because a
-    reasoning model cut mid-thought has not given its answer. Rows whose inference status is
+    at the output-token limit (`truncated_output`) is read like any other when the rating is in
+    it (`read_cut_reply`: "truncated_read" -- the authors' JSON puts `answer` first, so a reply cut
+    in its `reason` holds the answer); otherwise "truncated", unparsed (a reasoning model cut
+    mid-thought has not given its answer: an unclosed `<think>` is never read). Rows whose inference status is
     "error" are "not_answered" (`answered` False: excluded from N and counted apart by stage 04);
     "skipped" rows are set aside by `score_frame`.
     """
@@ -560,7 +563,7 @@ def parse_predictions(pred: pd.DataFrame, contexts: dict[str, str] | None = None
             note = "argmax" if r is not None else ("probabilities_missing" if not np.isfinite(probs).all()
                                                    else "tied_probabilities")
         elif cut is not None and pd.notna(cut) and bool(cut):
-            r, note = None, TRUNCATED
+            r, note = read_cut_reply(row.raw_text, contexts.get(row.item_id))
         else:
             r, note = _read_reply(row.raw_text, row.item_id, contexts, known)
         answers[i] = None if r is None else r.value
@@ -570,6 +573,25 @@ def parse_predictions(pred: pd.DataFrame, contexts: dict[str, str] | None = None
     out["parse_note"] = notes
     out["answered"] = pd.Series(answered, index=out.index, dtype=bool)
     return out
+
+
+def read_cut_reply(text: Any, context: str | None = None) -> tuple[Rating | None, str]:
+    """(rating, "truncated_read") when a reply cut at the output-token limit already holds its
+    answer, else (None, "truncated").
+
+    The reply is read by the one parser (`parse_rating_detail`: a JSON `answer`, or a plain
+    statement, reasoning stripped). A JSON `answer` value is closed by its quote, so it is whole;
+    a statement read from plain text must survive dropping the reply's last word too, so a rating
+    word where the cut fell ("Answer: bullish" cut out of "bullish or neutral") is not taken.
+    """
+    r, note = parse_rating_detail(text, context)
+    if r is None:
+        return None, TRUNCATED
+    if note != "json":
+        shorter = text.rstrip().rsplit(None, 1)[0] if len(text.split()) > 1 else ""
+        if parse_rating_detail(shorter, context)[0] != r:
+            return None, TRUNCATED
+    return r, TRUNCATED_READ
 
 
 # Notes decided before the plain-text reading, which alone looks at the input text: a reply with

@@ -7,9 +7,13 @@ input is never cut to make room for output: a request asks for `min(cap, context
 tokens (recorded per item), and a report whose prompt alone leaves no room is not sent at all --
 counted as not answered, with the reason.
 
-The client counts tokens with an estimate when the model's tokenizer is not on disk; a server that
-counts more answers 400 with its own count (vLLM: "... your request has N input tokens ..."),
-and `room_from_error` reads the room it leaves so the call is retried once with that output cap.
+The client counts tokens with the model's own tokenizer when it is on disk, else with an estimate
+(`inference.prompt_length_by`); a server that counts more answers 400 with its own count (vLLM:
+"... your request has N input tokens ..."), and `room_from_error` reads the room it leaves so the
+call is retried once with that output cap. A report is never held back on the client's count:
+it is sent, and a server that refuses it for its context length (`is_context_refusal`, no room
+left) gives an empty answer inside N -- what the authors' offline vLLM returned for a prompt
+longer than the model's context -- counted with the reason `CONTEXT_REFUSED`.
 """
 from __future__ import annotations
 
@@ -23,6 +27,17 @@ SAFETY_TOKENS = 8        # chat-template tokens the estimate may miss
 # (4904 in the messages, 4096 in the completion) ..."
 _NEW = re.compile(r"maximum context length is (\d+) tokens and your request has (\d+) input tokens")
 _OLD = re.compile(r"maximum context length is (\d+) tokens\. However, you requested \d+ tokens \((\d+) in the messages")
+
+
+CONTEXT_REFUSED = "context_length_refused"  # the reason an empty answer carries (error field of an ok row)
+_REFUSAL = re.compile(r"maximum context length|exceeds the available context size|context length exceeded"
+                      r"|context_length_exceeded|prompt is too long", re.IGNORECASE)
+
+
+def is_context_refusal(message: str) -> bool:
+    """Whether a server's HTTP 400 says the prompt does not fit the model's context (vLLM, OpenAI,
+    llama.cpp server wordings)."""
+    return message.startswith("HTTP 400") and _REFUSAL.search(message) is not None
 
 
 def output_room(context_length: int, prompt_tokens: int, cap: int) -> int:
@@ -40,8 +55,9 @@ def fits(context_length: int, prompt_tokens: int, cap: int) -> bool:
 
 def not_fit_reason(context_length: int, prompt_tokens: int) -> str:
     """The counted reason of an item that is not sent."""
-    return (f"report does not fit the context window: ~{prompt_tokens} prompt tokens leave fewer than "
-            f"{MIN_OUTPUT_TOKENS} of {context_length} for the answer (not sent; the report is never cut)")
+    return (f"report does not fit the context window: {prompt_tokens} prompt tokens leave fewer than "
+            f"{MIN_OUTPUT_TOKENS} of {context_length} for the answer (an empty answer inside N; the report is "
+            "never cut)")
 
 
 def room_from_error(message: str) -> int | None:

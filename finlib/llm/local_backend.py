@@ -120,13 +120,18 @@ def ensure_cache(spec: ModelSpec, cache_root: Path) -> Path | str:
     return target
 
 
-def merge_adapter(model, adapter: Path):
-    """Load a saved PEFT (LoRA) adapter onto `model` and merge it (stage 05's DPO model): scoring
-    then runs at the base model's speed. Callers key its answers by the adapter's content hash
-    (`engine.engine_key(..., adapter_sha256=...)`), never by its path."""
+def attach_adapter(model, adapter: Path):
+    """Load a saved PEFT (LoRA) adapter onto `model` UNMERGED (stage 05's DPO model), its weights kept
+    in float32 whatever the base's dtype (PEFT's `autocast_adapter_dtype`).
+
+    Why not merge: merging writes W + BA into the base's dtype, and in bfloat16 a small update is
+    mostly rounded away (a DPO adapter at lr 5e-6 keeps a few percent of its update), so "DPO = base"
+    would be an artefact of the evaluation. Unmerged, the LoRA branch adds its update to the
+    activations, computed in float32 (`test_local_adapter.py` checks the log-probabilities). Callers
+    key its answers by the adapter's content hash (`engine.engine_key(..., adapter_sha256=...)`)."""
     from peft import PeftModel
 
-    return PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    return PeftModel.from_pretrained(model, str(adapter), is_trainable=False, autocast_adapter_dtype=True)
 
 
 class LocalModel:
@@ -162,7 +167,7 @@ class LocalModel:
         self.dtype, self.precision = resolve_dtype(dtype, str(self.device))  # "auto": measured, once per process
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, self.dtype)).to(self.device)
         if adapter is not None:
-            self.model = merge_adapter(self.model, adapter)
+            self.model = attach_adapter(self.model, adapter)
         self.model.eval()
         self.load_s = time.perf_counter() - t0
         self.label_ids = self._label_token_ids()

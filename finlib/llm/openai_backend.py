@@ -19,10 +19,14 @@ import collections
 import os
 import random
 import re
+import socket
+import threading
 import time
+import weakref
 from typing import Iterable
 
-from finlib.llm.context import room_from_error
+from finlib.llm.context import CONTEXT_REFUSED, is_context_refusal, room_from_error
+from finlib.llm.interrupt import STOP, Interrupted, resume_hint
 from finlib.llm.registry import ModelSpec
 from finlib.llm.store import Request, Result, ResponseStore, process_owner
 
@@ -33,48 +37,200 @@ _KEYLIKE = re.compile(r"\b(sk|key|api)[-_][A-Za-z0-9_\-*]{6,}", re.IGNORECASE)
 
 
 class CircuitOpen(RuntimeError):
-    """A model's endpoint failed in a way waiting cannot heal (wrong key, wrong URL, server down or
-    stalled): its remaining calls were not sent and are stored as not answered with the cause."""
+    """A model's endpoint failed in a way waiting cannot heal (wrong key, wrong URL or model, host not
+    found, quota spent, server down, stalled or answering only errors): its remaining calls were not
+    sent and are stored as not answered with the cause."""
+
+
+clock = time.monotonic  # the breaker's clock; tests replace it with the simulated clock beside `sleep`
+# Kinds that only count once their streak has lasted the grace period (a restarting server refuses for
+# a moment, an overloaded one answers 5xx or 429 for a moment); while such a streak is past the
+# threshold, one probe per `grace_s / PROBES_PER_GRACE` is sent and the other workers wait.
+GRACE_KINDS = ("refused", "5xx", "429")
+PROBES_PER_GRACE = 4
+MODEL_KINDS = ("model",)  # failures of one model on an endpoint (its name): the other models there go on
+_WHAT = {"http": "rejected requests", "dns": "host name lookups that failed", "quota": "quota refusals (429)",
+         "model": "rejections of the model name", "timeout": "timeouts", "5xx": "server errors (5xx)",
+         "429": "rate limits without Retry-After (429)", "refused": "refused connections"}
 
 
 class Breaker:
-    """Circuit breaker of one model endpoint. It opens after `threshold` consecutive attempts that
-    failed in one kind that cannot heal by waiting -- "http" (401/403/404), "refused" (connection
-    refused, only once the streak has lasted `grace_s`: a server restarting comes back) or
-    "timeout" (every attempt timing out). Any other outcome (an answer, 429, 5xx, a reset) ends
-    the streak: transient faults keep their backoff. threshold 0 = never opens."""
+    """Circuit breaker of one scope (an endpoint, or one model on it). It opens after `threshold`
+    consecutive attempts that failed in one kind that cannot heal by waiting -- "http" (401/403:
+    the key), "model" (404, or a 400 naming an unknown model), "dns" (host not found), "quota"
+    (429 insufficient_quota), "timeout" (every attempt timing out) -- or, for the GRACE_KINDS
+    ("refused", "5xx" from a gateway or a dead upstream, "429" without Retry-After), once the
+    streak has also lasted `grace_s`. Any other outcome (an answer, a 429 with Retry-After, a
+    reset) ends the streak: transient faults keep their backoff. threshold 0 = never opens.
 
-    def __init__(self, threshold: int, grace_s: float, clock=time.monotonic):
-        self.threshold, self.grace_s, self.clock = int(threshold), float(grace_s), clock
+    Shared by every run in the process (`breaker_for`): stages that send in small batches
+    (judges, IteraJudge) see one streak, not a fresh one per batch. Thread-safe: batches may run
+    on their own event loops; each loop waits on its own event, set when the breaker opens."""
+
+    def __init__(self, threshold: int, grace_s: float, clock=None):
+        self.threshold, self.grace_s = int(threshold), float(grace_s)
+        self._clock = clock
         self.kind: str | None = None
         self.n, self.t0 = 0, 0.0
         self.cause: str | None = None
-        self.opened = asyncio.Event()
+        self.next_probe = 0.0
+        self._lock = threading.Lock()
+        self._events: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> asyncio.Event
+
+    def now(self) -> float:
+        return (self._clock or clock)()
+
+    @property
+    def is_open(self) -> bool:
+        return self.cause is not None
+
+    def event(self) -> asyncio.Event:
+        """This event loop's "opened" event (set already when the breaker is open)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            ev = self._events.get(loop)
+            if ev is None:
+                ev = self._events[loop] = asyncio.Event()
+                if self.cause is not None:
+                    ev.set()
+        return ev
+
+    def _open(self, cause: str) -> None:
+        self.cause = cause
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        for loop, ev in list(self._events.items()):
+            if loop is here:
+                ev.set()
+            elif not loop.is_closed():
+                loop.call_soon_threadsafe(ev.set)
+
+    @property
+    def suspect(self) -> bool:
+        """A grace-kind streak past the threshold that has not yet lasted the grace period."""
+        return self.cause is None and self.kind in GRACE_KINDS and 0 < self.threshold <= self.n
+
+    def probe_wait(self) -> float:
+        """Seconds this attempt must wait while the breaker is suspect (0: send now). One attempt
+        per probe interval goes, so a gateway answering only 502 costs a few calls per grace
+        period, not one per worker and backoff step."""
+        with self._lock:
+            if not self.suspect:
+                return 0.0
+            now = self.now()
+            if now >= self.next_probe:
+                self.next_probe = now + max(self.grace_s, 1e-3) / PROBES_PER_GRACE
+                return 0.0
+            return self.next_probe - now
+
+    def until_probe(self) -> float:
+        """Seconds until the next probe may go (0 when not suspect)."""
+        with self._lock:
+            return max(0.0, self.next_probe - self.now()) if self.suspect else 0.0
 
     def record(self, kind: str | None, reason: str = "") -> None:
         """Book one attempt's outcome (`kind` from `lasting_kind`, None for anything else)."""
-        if self.cause is not None or self.threshold <= 0:
-            return
-        if kind is None:
-            self.kind, self.n = None, 0
-            return
-        if kind != self.kind:
-            self.kind, self.n, self.t0 = kind, 0, self.clock()
-        self.n += 1
-        lasted = self.clock() - self.t0
-        if self.n >= self.threshold and (kind != "refused" or lasted >= self.grace_s):
-            what = {"http": "rejected requests", "refused": f"refused connections for {lasted:.0f} s",
-                    "timeout": "timeouts"}[kind]
-            self.cause = f"{self.n} consecutive {what}; last: {reason}"
-            self.opened.set()
+        with self._lock:
+            if self.cause is not None or self.threshold <= 0:
+                return
+            if kind is None:
+                self.kind, self.n = None, 0
+                return
+            if kind != self.kind:
+                self.kind, self.n, self.t0 = kind, 0, self.now()
+            self.n += 1
+            lasted = self.now() - self.t0
+            if self.n >= self.threshold and (kind not in GRACE_KINDS or lasted >= self.grace_s):
+                what = _WHAT[kind] + (f" for {lasted:.0f} s" if kind in GRACE_KINDS else "")
+                self._open(f"{self.n} consecutive {what}; last: {reason}")
+
+
+class Breakers:
+    """The two breakers one model's calls go through: its endpoint's (base URL, key variable) --
+    a wrong key, a host not found, a dead gateway or spent quota stop every model there -- and
+    its own on that endpoint (a model name the server does not know stops only that model)."""
+
+    def __init__(self, endpoint: Breaker, model: Breaker):
+        self.endpoint, self.model = endpoint, model
+
+    @property
+    def cause(self) -> str | None:
+        return self.endpoint.cause or self.model.cause
+
+    def record(self, kind: str | None, reason: str = "") -> None:
+        if kind in MODEL_KINDS:
+            self.model.record(kind, reason)
+            self.endpoint.record(None)  # the endpoint answered: its own streak ends
+        else:
+            self.endpoint.record(kind, reason)
+            if kind is None:
+                self.model.record(None)
+
+    def probe_wait(self) -> float:
+        return max(self.endpoint.probe_wait(), self.model.probe_wait())
+
+    def backoff(self, delay: float) -> float:
+        """A retry's wait while a streak is suspect: no longer than until the next probe, so the
+        probes keep their pace (one per interval) however long the workers' backoffs have grown,
+        and the breaker opens soon after the grace period."""
+        suspect = [b for b in (self.endpoint, self.model) if b.suspect]
+        return min([delay, *(b.until_probe() for b in suspect)])
+
+    def events(self) -> list[asyncio.Event]:
+        return [self.endpoint.event(), self.model.event()]
+
+
+_BREAKERS: dict[tuple, Breaker] = {}
+_BREAKERS_LOCK = threading.Lock()
+
+
+def breaker_for(spec: ModelSpec) -> Breakers:
+    """The process's breakers of `spec`'s endpoint and of the model on it (made on first use with
+    the record's `breaker_failures` / `breaker_grace_s`). An open breaker stays open for the
+    process: rerun (a new process, or `reset_breakers()` in a kernel) once the cause is fixed."""
+    scope = (spec.base_url or "", spec.api_key_env or "")
+    with _BREAKERS_LOCK:
+        endpoint = _BREAKERS.setdefault(scope, Breaker(spec.breaker_failures, spec.breaker_grace_s))
+        model = _BREAKERS.setdefault((*scope, spec.model_id), Breaker(spec.breaker_failures, spec.breaker_grace_s))
+    return Breakers(endpoint, model)
+
+
+def reset_breakers() -> None:
+    """Forget every breaker of this process (a kernel whose key or server was fixed)."""
+    with _BREAKERS_LOCK:
+        _BREAKERS.clear()
+
+
+_UNKNOWN_MODEL = re.compile(r"model_not_found|\b(unknown|invalid|no such|unsupported) model|model\b.{0,80}\b("
+                            r"does not exist|do not exist|not found|not exist|is unknown|not supported|unknown)",
+                            re.IGNORECASE | re.DOTALL)
+
+
+def _error_text(exc: Exception) -> str:
+    """An SDK status error's message and body (code, type), for reading what kind of refusal it is."""
+    body = getattr(exc, "body", None)
+    return f"{getattr(exc, 'message', '')} {body if body is not None else ''}"
 
 
 def lasting_kind(exc: Exception) -> str | None:
-    """The breaker's kind of a failure that waiting cannot heal, or None (transient or unknown)."""
+    """The breaker's kind of a failure that waiting may not heal, or None (transient or unknown)."""
     import openai
 
     if isinstance(exc, openai.APIStatusError):
-        return "http" if exc.status_code in LASTING_STATUS else None
+        status, text = exc.status_code, _error_text(exc)
+        if status in (401, 403):
+            return "http"
+        if status == 404 or (status == 400 and _UNKNOWN_MODEL.search(text)):
+            return "model"
+        if status == 429:
+            if "insufficient_quota" in text or re.search(r"\bquota\b|billing", text, re.IGNORECASE):
+                return "quota"
+            return None if retry_after_s(exc) is not None else "429"
+        return "5xx" if status >= 500 else None
+    if any(isinstance(c, socket.gaierror) for c in _causes(exc)):
+        return "dns"
     if refused(exc):
         return "refused"
     if isinstance(exc, openai.APITimeoutError) and dropped_connection(exc) is None:
@@ -108,17 +264,24 @@ def dropped_connection(exc: BaseException) -> BaseException | None:
                  and not isinstance(c, TimeoutError)), None)
 
 
-async def sleep_unless_open(delay: float, breaker: Breaker | None) -> None:
-    """A backoff wait that ends early when the breaker opens (no worker idles through a 60 s
-    backoff of a model that is already stopped)."""
-    if breaker is None:
-        await sleep(delay)
-        return
-    wait, opened = asyncio.ensure_future(sleep(delay)), asyncio.ensure_future(breaker.opened.wait())
-    await asyncio.wait({wait, opened}, return_when=asyncio.FIRST_COMPLETED)
-    for t in (wait, opened):
+async def sleep_unless_open(delay: float, breaker: Breakers | None) -> None:
+    """A wait that ends early when the breaker opens or the user interrupts (no worker idles through
+    a 60 s backoff of a model that is already stopped)."""
+    events = [STOP.event(), *(breaker.events() if breaker is not None else [])]
+    waits = [asyncio.ensure_future(sleep(delay)), *(asyncio.ensure_future(ev.wait()) for ev in events)]
+    await asyncio.wait(set(waits), return_when=asyncio.FIRST_COMPLETED)
+    for t in waits:
         t.cancel()
-    await asyncio.gather(wait, opened, return_exceptions=True)
+    await asyncio.gather(*waits, return_exceptions=True)
+
+
+async def admit(breaker: Breakers | None, before_wait=None) -> None:
+    """Wait while the breaker is suspect and another probe went out within the probe interval
+    (`before_wait(seconds)` first: e.g. extend the claim's lease over the wait)."""
+    while breaker is not None and breaker.cause is None and not STOP.is_set() and (wait := breaker.probe_wait()) > 0:
+        if before_wait is not None:
+            await before_wait(wait)
+        await sleep_unless_open(wait, breaker)
 
 
 class BudgetExceeded(RuntimeError):
@@ -269,6 +432,14 @@ def result_from_completion(req: Request, spec: ModelSpec, body: dict, discount: 
                               truncated_output=choice.get("finish_reason") == "length", **fields)
 
 
+def context_refused(req: Request, reason: str, latency_s: float = 0.0, attempts: int = 1) -> Result:
+    """The answer to a prompt the server refused for its context length: an empty reply (status ok,
+    inside N, unparsed "empty"), as the authors' offline vLLM returned for such a prompt; `error`
+    keeps the reason so stage 03 counts these apart from the model's own empty replies."""
+    return Result.for_request(req, status="ok", raw_text="", truncated_output=False, latency_s=latency_s,
+                              attempts=attempts, error=f"{CONTEXT_REFUSED}: {reason}"[:1000])
+
+
 class MalformedResponse(Exception):
     """A 200 whose body is not a chat completion (no choices, no message): a server or proxy fault,
     retried like a 5xx and recorded as an error -- never stored as an (empty) answer."""
@@ -311,15 +482,32 @@ def classify(exc: Exception) -> tuple[bool, str]:
 async def call_with_retries(client, spec: ModelSpec, req: Request, limiter: RateLimiter, *,
                             backoff_base_s: float = 1.0, backoff_cap_s: float = 60.0,
                             rng: random.Random | None = None, secret: str | None = None,
-                            breaker: Breaker | None = None, before_attempt=None) -> Result:
+                            breaker: Breakers | None = None, before_attempt=None, before_wait=None) -> Result:
     """One request to completion: an ok Result, or an error Result after a terminal failure (or
-    after the model's circuit breaker opened: no further attempt)."""
+    after the model's circuit breaker opened: no further attempt). `before_attempt(req)` runs
+    before each attempt and `before_wait(req, seconds)` before each wait (backoff, Retry-After, a
+    breaker's probe interval): the claim's lease must outlive the wait, or another process on the
+    store takes the key and pays for it too."""
+    async def waiting(seconds: float) -> None:
+        if before_wait is not None:
+            await before_wait(req, seconds)
+
     rng = rng or random.Random()
     kwargs = request_kwargs(spec, req)
     est_tokens = req.input_tokens_est + int(req.params.get("max_new_tokens", 0))
     t_start = time.perf_counter()
     reason = "not attempted"
     for attempt in range(1, spec.max_attempts + 1):
+        await admit(breaker, waiting)
+        if STOP.is_set():  # interrupted: no new attempt (the caller does not store this result)
+            attempt, reason = attempt - 1, "interrupted"
+            break
+        if breaker is not None and breaker.cause:
+            attempt -= 1
+            if attempt == 0:  # stopped before its first attempt: not sent, as the calls never taken
+                return Result.for_request(req, status="error", attempts=0,
+                                          error=not_sent_reason(spec, breaker.cause)[:1000])
+            break
         await limiter.acquire(est_tokens)
         if before_attempt is not None:  # e.g. renew this key's claim in the store: it is still being asked
             await before_attempt(req)
@@ -337,12 +525,20 @@ async def call_with_retries(client, spec: ModelSpec, req: Request, limiter: Rate
             if room is not None and room < kwargs.get(spec.max_tokens_param, room + 1):
                 kwargs[spec.max_tokens_param] = room  # the server counted more prompt tokens: its room, once
                 continue
+            if is_context_refusal(reason):  # the prompt alone fills the context: an empty answer, inside N
+                if breaker is not None:
+                    breaker.record(None)  # the server answered: not a failing server
+                return context_refused(req, redact(reason, secret), time.perf_counter() - t_start, attempt)
             if breaker is not None:
                 breaker.record(lasting_kind(exc), redact(reason, secret)[:200])
-            if not retryable or attempt == spec.max_attempts or (breaker is not None and breaker.cause):
+            if not retryable or attempt == spec.max_attempts or (breaker is not None and breaker.cause) \
+                    or STOP.is_set():
                 break
-            await sleep_unless_open(backoff_s(attempt, backoff_base_s, backoff_cap_s, retry_after_s(exc), rng),
-                                    breaker)
+            delay = backoff_s(attempt, backoff_base_s, backoff_cap_s, retry_after_s(exc), rng)
+            if breaker is not None:
+                delay = breaker.backoff(delay)
+            await waiting(delay)
+            await sleep_unless_open(delay, breaker)
             if breaker is not None and breaker.cause:
                 break
             continue
@@ -354,11 +550,16 @@ async def call_with_retries(client, spec: ModelSpec, req: Request, limiter: Rate
                               error=redact(f"{reason} (after {attempt} attempt(s))", secret)[:1000])
 
 
+def not_sent_reason(spec: ModelSpec, cause: str) -> str:
+    """The stored error of a call an open breaker kept from being sent (a rerun sends it)."""
+    return f"not sent: model '{spec.name}' stopped by its circuit breaker ({cause})"
+
+
 def circuit_open(spec: ModelSpec, cause: str, store: ResponseStore, unsent: list[Request],
                  state: dict) -> CircuitOpen:
     """Store the calls the open breaker kept from being sent as not answered (status error, 0
     attempts, the cause as their error: a rerun sends them again) and say so in one line."""
-    why = f"not sent: model '{spec.name}' stopped by its circuit breaker ({cause})"
+    why = not_sent_reason(spec, cause)
     store.put_many([Result.for_request(r, status="error", attempts=0, error=why[:1000]) for r in unsent])
     state["not_sent"] = len(unsent)
     return CircuitOpen(
@@ -368,7 +569,8 @@ def circuit_open(spec: ModelSpec, cause: str, store: ResponseStore, unsent: list
         "are not sent again.")
 
 
-LEASE_MARGIN_S = 10.0  # a claim's lease: one request timeout plus this (renewed before every retry)
+LEASE_MARGIN_S = 10.0  # a claim's lease: one request timeout plus this (renewed before every attempt and
+                       # extended over every wait: backoff, Retry-After, a breaker's probe interval)
 CLAIM_POLL_S = 0.5     # how often a key another process is asking is looked at again
 
 
@@ -421,8 +623,8 @@ async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: Respon
     results: asyncio.Queue = asyncio.Queue(maxsize=4 * spec.concurrency)
     it = iter(requests)
     state = {"stopped": False, "sent": 0, "ok": 0, "error": 0}
-    state.update(answered_elsewhere=0, waited=0)
-    breaker = Breaker(spec.breaker_failures, spec.breaker_grace_s)
+    state.update(answered_elsewhere=0, waited=0, after_stop=0, answered_after_stop=0)
+    breaker = breaker_for(spec)
     unsent: list[Request] = []  # taken from the input after the breaker opened
     waiting: collections.deque = collections.deque()  # keys another process is asking
     held: dict[str, float] = {}  # keys claimed here -> when the lease was last set (monotonic)
@@ -434,6 +636,10 @@ async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: Respon
             held[req.key] = time.monotonic()
             await asyncio.to_thread(store.renew, req.key, owner, lease_s)
 
+    async def hold(req: Request, wait_s: float) -> None:  # the lease covers the wait, then one attempt
+        held[req.key] = time.monotonic()
+        await asyncio.to_thread(store.renew, req.key, owner, lease_s + wait_s)
+
     async def worker() -> None:
         while True:
             req, polled = next(it, None), False
@@ -444,7 +650,7 @@ async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: Respon
             if breaker.cause:
                 unsent.append(req)
                 return
-            if state["stopped"]:
+            if state["stopped"] or STOP.is_set():  # budget, or the user interrupted: take nothing more
                 return
             reserve = spec.cost(req.input_tokens_est, int(req.params.get("max_new_tokens", 0)))
             if not budget.reserve(reserve):
@@ -469,8 +675,18 @@ async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: Respon
             state["sent"] += 1
             res = await call_with_retries(client, spec, req, limiter, backoff_base_s=backoff_base_s,
                                           backoff_cap_s=backoff_cap_s, rng=rng, secret=secret, breaker=breaker,
-                                          before_attempt=renew)
+                                          before_attempt=renew, before_wait=hold)
             budget.settle(reserve, res.cost_usd)
+            if STOP.is_set():  # in flight at the interrupt: an answer is stored, anything else sent on resume
+                state["after_stop"] += 1
+                state["answered_after_stop"] += res.status == "ok"
+                if res.status != "ok":
+                    state["sent"] -= res.attempts == 0
+                    return
+            if res.attempts == 0 and breaker.cause:  # the breaker opened while it waited: never sent
+                state["sent"] -= 1
+                unsent.append(req)
+                return
             await results.put(res)
 
     async def writer() -> None:
@@ -513,6 +729,8 @@ async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: Respon
             await client.close()
         if held:  # stopped early (store failure, budget, breaker): other processes need not wait out the lease
             store.release(list(held), owner)
+    if STOP.is_set():
+        raise Interrupted(f"model '{spec.name}': " + resume_hint(state["after_stop"], state["answered_after_stop"]))
     if breaker.cause:
         raise circuit_open(spec, breaker.cause, store, unsent + list(waiting) + list(it), state)
     if state["stopped"]:

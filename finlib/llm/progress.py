@@ -1,9 +1,10 @@
-"""A tqdm bar that shows what a long inference run needs: done/total, ETA, tokens/s, cost.
+"""What a long inference run needs to show: done/total, ETA, tokens/s, cost.
 
-On a terminal it redraws twice a second. Anywhere else (an executed notebook under papermill or
-nbval, a CI log) every redraw becomes a separate stream output, so there it redraws at most
-every `QUIET_INTERVAL_S` seconds: a short run leaves its first and final lines only, a long one a
-line every half minute.
+On a terminal it is a tqdm bar redrawn twice a second. Anywhere else (an executed notebook under
+papermill or nbval, a CI log) a redraw would become a separate stream output, so there it writes
+plain lines instead (`finlib.core.progress_feed.Meter`): the first, at most one every
+`QUIET_INTERVAL_S` seconds, and the final one. Under the runner the same lines also reach the
+terminal that runs the stage (the runner follows the feed file they are appended to).
 """
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import time
 
 from tqdm import tqdm
 
+from finlib.core.progress_feed import LINE_INTERVAL_S, Meter
+
 TTY_INTERVAL_S = 0.5
-QUIET_INTERVAL_S = 30.0
+QUIET_INTERVAL_S = LINE_INTERVAL_S
 
 
 def redraw_interval(stream=None) -> float:
@@ -31,9 +34,13 @@ class Progress:
     """Counts only committed results (the caller updates after the store commit)."""
 
     def __init__(self, total: int, desc: str, disable: bool = False, file=None):
-        interval = redraw_interval(file)
-        self.bar = tqdm(total=total, desc=desc, unit="call", disable=disable, file=file, mininterval=interval,
-                        maxinterval=max(interval, 10.0), miniters=1 if interval == TTY_INTERVAL_S else None)
+        stream = sys.stderr if file is None else file
+        self.tty = redraw_interval(stream) == TTY_INTERVAL_S
+        # a terminal gets the live bar; captured output gets plain lines. Both feed the runner.
+        self.bar = tqdm(total=total, desc=desc, unit="call", disable=disable or not self.tty, file=stream,
+                        mininterval=TTY_INTERVAL_S, miniters=1) if self.tty else None
+        self.meter = Meter(total, desc, unit="call", file=None if self.tty else stream, disable=disable,
+                           interval=QUIET_INTERVAL_S)
         self.t0 = time.perf_counter()
         self.tokens = 0
         self.cost = 0.0
@@ -44,8 +51,13 @@ class Progress:
         self.cost += cost
         self.errors += errors
         rate = self.tokens / max(time.perf_counter() - self.t0, 1e-9)
-        self.bar.set_postfix_str(f"{rate:,.0f} tok/s, ${self.cost:.4f}, {self.errors} err", refresh=False)
-        self.bar.update(n)
+        postfix = f"{rate:,.0f} tok/s, ${self.cost:.4f}, {self.errors} err"
+        if self.bar is not None:
+            self.bar.set_postfix_str(postfix, refresh=False)
+            self.bar.update(n)
+        self.meter.update(n, postfix)
 
     def close(self) -> None:
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()
+        self.meter.close()

@@ -58,14 +58,18 @@ class ModelSpec:
     threads: int | None = None      # llamacpp: server threads (None = every core llama.cpp sees)
     thinks: bool = False            # reasons by default (<think> or hidden reasoning tokens) before answering
     max_new_tokens: int = 4096      # output-token limit for this model (the authors' code: 4096 for API/vLLM)
-    # circuit breaker (finlib.llm.openai_backend.Breaker): stop the model after this many consecutive
-    # attempts failing in one kind waiting cannot heal (401/403/404, refused, timeout); 0 = never
+    # circuit breaker (finlib.llm.openai_backend.Breaker, one per endpoint and process): stop after this many
+    # consecutive attempts failing in one kind waiting cannot heal (401/403, DNS, quota, unknown model,
+    # timeout; refused, 5xx, 429 without Retry-After once the streak lasted breaker_grace_s); 0 = never
     breaker_failures: int = 10
-    breaker_grace_s: float = 20.0   # connection refused must also have lasted this long (a restart heals)
+    breaker_grace_s: float = 20.0   # refused / 5xx / 429 must also have lasted this long (a restart heals)
     sends_sampling: bool = True     # false: temperature/top_p are never sent (OpenAI o-series refuse any but 1)
     reasoning_tokens: int = 0       # output tokens a thinker may spend reasoning, added to a stage's answer
                                     # budget (max_completion_tokens counts hidden reasoning; a vLLM thinker's
                                     # <think> block counts against max_tokens): its thinking budget
+    # vLLM-served records: the precision the weights are served at (`vllm serve --dtype`), as the authors
+    # ran them (run_vllm.py: "half", "bfloat16" for gemma-2); None = vLLM's own choice (the config's dtype)
+    dtype: str | None = None
 
     @property
     def accepts_temperature(self) -> bool:
@@ -98,7 +102,9 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "gguf_parts": (list, type(None)), "gguf_sha256": (str, type(None)), "threads": (int, type(None)), "thinks": (bool,),
     "max_new_tokens": (int,), "breaker_failures": (int,), "breaker_grace_s": (int, float),
     "sends_sampling": (bool,), "reasoning_tokens": (int,),
+    "dtype": (str, type(None)),
 }
+VLLM_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")  # `vllm serve --dtype` choices
 _REQUIRED = ("name", "backend", "model_id", "supports_system", "context_length",
              "price_input_per_m", "price_output_per_m", "sampling")
 _SAMPLING_KEYS = {"temperature", "top_p", "seed"}
@@ -146,6 +152,9 @@ def validate_record(rec: Any, path: Path, index: int) -> ModelSpec:
     for key in ("breaker_failures", "breaker_grace_s", "reasoning_tokens"):
         if rec.get(key, 0) < 0:
             raise _fail(path, where, key, "must be >= 0")
+    if rec.get("dtype") is not None and (rec["backend"] != "openai" or rec["dtype"] not in VLLM_DTYPES):
+        raise _fail(path, where, "dtype", f"a vLLM-served (backend openai) record's --dtype, one of {VLLM_DTYPES}; "
+                    f"got {rec['dtype']!r} on backend {rec['backend']!r} (local torch models: inference.dtype)")
     if rec.get("timeout_s", 1) <= 0:
         raise _fail(path, where, "timeout_s", "must be positive")
     sampling = rec["sampling"]
@@ -292,7 +301,9 @@ def vllm_command(spec: ModelSpec) -> str:
     `--generation-config vllm`: vLLM's server otherwise applies the checkpoint's generation_config.json
     (top_k, repetition penalty, its own temperature) under the request's sampling, while the authors'
     offline sampling applies none; `--max-model-len` is the registry context window (a smaller one
-    changes which reports fit, and preflight/stage 03 count those not sent).
+    changes which reports fit); `--dtype` is the record's `dtype`, the precision the authors served
+    the model at (half precision; bfloat16 for gemma-2, which overflows in float16), omitted when
+    the record has none (vLLM then takes the checkpoint's).
     """
     from urllib.parse import urlparse
 
@@ -300,7 +311,8 @@ def vllm_command(spec: ModelSpec) -> str:
         raise RegistryError(f"model '{spec.name}' is not served over HTTP (backend {spec.backend})")
     port = urlparse(spec.base_url).port or 8000
     extra = VLLM_EXTRA_FLAGS.get(spec.model_id, "")
-    return (f"vllm serve {spec.model_id} --port {port} --max-model-len {spec.context_length} "
+    dtype = f" --dtype {spec.dtype}" if spec.dtype else ""
+    return (f"vllm serve {spec.model_id} --port {port} --max-model-len {spec.context_length}{dtype} "
             f"--generation-config vllm {extra}").rstrip()
 
 

@@ -9,6 +9,11 @@ text, so "fail twice, then answer" is deterministic whatever the concurrency:
   [[sleepxN:S]] sleep S seconds before answering the first N attempts (client timeouts)
   [[400]]       always 400 (a non-retryable error); [[403]], [[404]] likewise (no access, no such model)
   [[length]]    answer with finish_reason "length" (output cut at the token limit)
+  [[context]]   always vLLM's context-length 400 for a prompt longer than the context (no room left)
+  [[502]]       always 502 (a gateway whose upstream is gone)
+  [[quota]]     always 429 insufficient_quota, no Retry-After (the account's quota is spent)
+  [[ratelimit]] always 429 without Retry-After
+  [[nomodel]]   always 400 "The model ... does not exist" (a model name the server does not know)
 Seeded random faults (`FaultPlan`: a rate and weights over FAULT_KINDS) hit any prompt; whether
 attempt k of a text fails, and how, is a hash of (seed, text, k): reproducible whatever the
 concurrency or the order of arrival, so a test can say exactly what the server did.
@@ -30,7 +35,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-_DIRECTIVE = re.compile(r"\[\[(429|500|sleep|400|403|404|length)(?:x(\d+))?(?::([\d.]+))?\]\]")
+_DIRECTIVE = re.compile(r"\[\[(429|500|502|sleep|400|403|404|length|context|quota|ratelimit|nomodel)"
+                        r"(?:x(\d+))?(?::([\d.]+))?\]\]")
+CONTEXT_400 = ("This model's maximum context length is 8192 tokens and your request has 9000 input tokens "
+               "(4096 > 8192 - 9000). None")
 ANSWER = '{"answer": "bullish", "reason": "stub"}'
 
 # Seeded fault kinds (what a flaky provider or proxy really does):
@@ -90,7 +98,7 @@ class StubServer:
 
     def _respond(self, status: int, body: dict | bytes, extra: dict | None = None) -> bytes:
         payload = body if isinstance(body, bytes) else json.dumps(body).encode()
-        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 429: "Too Many Requests",
+        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 429: "Too Many Requests", 502: "Bad Gateway",
                   500: "Internal Server Error", 503: "Service Unavailable"}.get(status, "Error")
         head = [f"HTTP/1.1 {status} {reason}", "Content-Type: application/json",
                 f"Content-Length: {len(payload)}", "Connection: keep-alive"]
@@ -136,8 +144,18 @@ class StubServer:
         self.log.append((time.monotonic(), text[:80], attempt))
         for kind, n, arg in _DIRECTIVE.findall(text):
             n = int(n or 1)
-            if kind in ("400", "403", "404"):
+            if kind == "context":
+                return self._respond(400, {"error": {"message": CONTEXT_400, "type": "BadRequestError"}}), False
+            if kind in ("400", "403", "404", "502"):
                 return self._respond(int(kind), {"error": {"message": f"HTTP {kind} (scripted)"}}), False
+            if kind == "quota":
+                return self._respond(429, {"error": {"message": "You exceeded your current quota (scripted)",
+                                                     "type": "insufficient_quota", "code": "insufficient_quota"}}), False
+            if kind == "ratelimit":
+                return self._respond(429, {"error": {"message": "rate limited (scripted)"}}), False
+            if kind == "nomodel":
+                return self._respond(400, {"error": {"message": f"The model `{req.get('model')}` does not exist "
+                                                                "(scripted)", "code": "model_not_found"}}), False
             if attempt <= n and kind == "429":
                 return self._respond(429, {"error": {"message": "rate limited (scripted)"}},
                                      {"Retry-After": arg or "1"}), False

@@ -30,7 +30,8 @@ def test_notebook_follows_the_conventions(path: Path):
     assert nb.cells[0].cell_type == "markdown", "a notebook opens with markdown that explains the stage"
     params = [c for c in code if "parameters" in c.metadata.get("tags", [])]
     assert len(params) == 1, "exactly one cell tagged `parameters`"
-    assert re.search(r'^run_name = "smoke"', params[0].source, re.M)
+    assert re.search(r"^run_name = None", params[0].source, re.M), \
+        "run_name defaults to None: open_run resolves the most recent run (never a fixed test run)"
     assert re.search(r"^params_file = None", params[0].source, re.M)
     assert nb.metadata.get("kernelspec", {}).get("name") == "python3"
     for cell in code:
@@ -44,7 +45,7 @@ def test_notebook_follows_the_conventions(path: Path):
         package, _, module = home.rpartition(".")
         assert home in source or f"from {package} import {module}" in source, \
             f"{path.name} should call its home module {home}"
-    assert "load_run(run_name, params_file)" in source
+    assert "open_run(run_name, params_file)" in source
 
 
 MAX_CODE_LINES = 60  # a notebook tells the story; anything longer belongs in its home module

@@ -111,3 +111,28 @@ def test_disk_full_while_writing_an_artifact_names_it_and_leaves_no_tmp(tmp_run,
         artifacts.write_json(tmp_run, "inference_report", {"n": 1})
     assert err.value.errno == errno.ENOSPC
     assert list(tmp_run.processed_dir.iterdir()) == []  # no partial file, no .tmp
+
+
+def _circuit_open_in_notebook(cfg) -> None:
+    """A notebook's exception as papermill raises it: a long traceback, the cause in its last line."""
+    cause = ("model 'gpt' stopped: 10 consecutive rejected requests; last: HTTP 401: invalid key. "
+             "90 call(s) not sent")
+    frames = [f"File /site-packages/lib{i}.py:{i}, in frame_{i}(...)\n    {'x' * 150}" for i in range(40)]
+    raise papermill.PapermillExecutionError(4, 4, "send()", "CircuitOpen", cause,
+                                            ["\x1b[0;31mCircuitOpen\x1b[0m Traceback", *frames, f"CircuitOpen: {cause}"])
+
+
+def test_the_manifest_keeps_the_cause_of_a_failure_after_a_long_traceback(mini_repo, monkeypatch):  # noqa: F811
+    """Drill: a failure whose cause comes after 2,000+ characters of traceback (a breaker's message).
+
+    The manifest keeps the exception's own message and the traceback's first and last lines."""
+    _three_stages(mini_repo)
+    _stand_in(monkeypatch, {"02": _circuit_open_in_notebook})
+    assert runner.main(["--run", "smoke"]) == 1
+    manifest = json.loads((mini_repo / "runs" / "smoke" / "manifest.json").read_text())
+    error = manifest["failed"]["error"]
+    assert error.startswith("CircuitOpen: model 'gpt' stopped: 10 consecutive rejected requests")
+    assert error.endswith("CircuitOpen: model 'gpt' stopped: 10 consecutive rejected requests; last: HTTP 401: "
+                          "invalid key. 90 call(s) not sent")  # the traceback's last line
+    assert "\x1b" not in error and "frame_0(" in error and "traceback lines ...]" in error
+    assert manifest["stages"]["02"]["error"] == error

@@ -333,12 +333,18 @@ def test_max_length_is_computed_from_the_data_and_guarded():
         tr.required_max_length(lengths.iloc[:0], cap=50)
 
 
-def test_adapter_hash_names_the_content(tmp_path):
-    for name in tr.ADAPTER_FILES:
-        (tmp_path / name).write_bytes(b"1")
-    h1 = tr.adapter_hash(tmp_path)
-    (tmp_path / tr.ADAPTER_FILES[1]).write_bytes(b"2")
-    assert tr.adapter_hash(tmp_path) != h1
+def write_adapter(folder, base_path: str, r: int = 8, weights: bytes = b"1"):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / tr.ADAPTER_FILES[0]).write_text(json.dumps({"base_model_name_or_path": base_path, "r": r}))
+    (folder / tr.ADAPTER_FILES[1]).write_bytes(weights)
+    return folder
+
+
+def test_adapter_hash_names_the_content_not_the_checkout(tmp_path):
+    h1 = tr.adapter_hash(write_adapter(tmp_path / "a", "/home/me/repo/data/interim/models/smollm2-135m"))
+    assert tr.adapter_hash(write_adapter(tmp_path / "b", "/srv/ci/clone/data/interim/models/smollm2-135m")) == h1
+    assert tr.adapter_hash(write_adapter(tmp_path / "c", "/x", weights=b"2")) != h1
+    assert tr.adapter_hash(write_adapter(tmp_path / "d", "/x", r=16)) != h1
     with pytest.raises(FileNotFoundError):
         tr.adapter_hash(tmp_path / "missing")
 

@@ -59,10 +59,13 @@ def fake_train(cfg, dp, name):
     """A 'trained' adapter: a folder with the two adapter files (content names the model)."""
     out = st.model_dir(cfg, name) / "adapter"
     out.mkdir(parents=True, exist_ok=True)
-    for f in tr.ADAPTER_FILES:
-        (out / f).write_text(name)
+    (out / tr.ADAPTER_FILES[0]).write_text(f'{{"base_model_name_or_path": "/models/{name}"}}')
+    (out / tr.ADAPTER_FILES[1]).write_text(name)
     log = pd.DataFrame([{"step": 1, "loss": 0.69}], columns=tr.LOG_COLUMNS)
-    return tr.TrainResult(out, tr.adapter_hash(out), log, 100, 3, 0.1, "float32")
+    res = tr.TrainResult(out, tr.adapter_hash(out), log, 100, 3, 0.1, "bfloat16")
+    spec = st._spec(cfg, name)
+    st.write_fingerprint(out.parent, st.fingerprint(st.train_records(cfg, dp, spec), dp, cfg.seed, spec.name), res)
+    return res
 
 
 def fake_predict(cfg, spec, items, store, name, gen_ids, adapter=None, adapter_sha256=None):
@@ -124,9 +127,26 @@ def test_models_trained_in_separate_launches_meet_in_one_table8(faked):
     st.run_stage(faked, models=["qwen3-8b"])                       # e.g. one GPU job per model
     first = st.run_stage(faked, parts=("evaluate",), models=["qwen3-8b"])
     assert first.report["table8_missing"] == ["smollm2-135m"]
+    assert st.run_stage(faked, parts=("train",), models=["smollm2-135m"]) is None   # the second GPU job
     res = st.run_stage(faked, parts=("evaluate",), models=["smollm2-135m"])
     assert res.report["table8_models"] == ["smollm2-135m", "qwen3-8b"]
     assert {"smollm2-135m", "qwen3-8b"} <= set(res.table8["model"])
+
+
+def test_evaluate_never_trains_and_refuses_without_the_adapter_of_the_current_inputs(faked, monkeypatch):
+    st.run_stage(faked, parts=("triplets",))
+    monkeypatch.setattr(st, "train", lambda *a, **k: pytest.fail("--parts evaluate trained a model"))
+    with pytest.raises(st.AdapterMissingError, match="no adapter there.*never trains.*--parts train --model"):
+        st.run_stage(faked, parts=("evaluate",), models=["qwen3-8b"])
+    dp = st.dpo_params(faked)
+    fake_train(faked, dp, "qwen3-8b")                      # trained in a bf16 launch, say
+    faked.params["inference"]["dtype"] = "float32"         # evaluated in another precision,
+    faked.params["dpo"].update(eval_reports=2, device="cpu")   # with other evaluation settings: same adapter
+    res = st.run_stage(faked, parts=("evaluate",), models=["qwen3-8b"])
+    assert res.report["table8_models"] == ["qwen3-8b"] and res.report["reused_adapter"] == {"qwen3-8b": True}
+    faked.params["dpo"]["learning_rate"] = 1e-3            # a training input changed: the adapter is stale
+    with pytest.raises(st.AdapterMissingError, match="fingerprint differs"):
+        st.run_stage(faked, parts=("evaluate",), models=["qwen3-8b"])
 
 
 # --- GPU path: params, accelerate configs, dry run --------------------------------------------
@@ -167,6 +187,22 @@ def test_preflight_refuses_inconsistent_launches(env, problem):
     ok = pfl.Preflight()
     pfl.check_launch({**dp, "dtype": "auto"}, pfl.launch_env({"WORLD_SIZE": "2"}), ok)
     assert ok.problems and "auto" in ok.problems[0]
+
+
+def test_preflight_refuses_to_evaluate_7_8b_models_on_the_cpu(tmp_run):
+    from finlib.core.config import load_run
+
+    paper = load_run("paper", root=tmp_run.root)
+    big = {m: False for m in st.dpo_params(paper)["models"]}
+    pf = pfl.Preflight()
+    pfl.check_eval_device(st._inference(paper)["device"], big, pf)   # params/paper.yaml as shipped
+    assert not pf.problems
+    pf = pfl.Preflight()
+    pfl.check_eval_device("cpu", big, pf)                              # seeded fault: device left at cpu
+    assert len(pf.problems) == 1 and "inference.device=cpu" in pf.problems[0]
+    pf = pfl.Preflight()
+    pfl.check_eval_device("cpu", {"smollm2-135m": True}, pf)           # the embedded plumbing model: CPU is fine
+    assert not pf.problems
 
 
 def paper_run_with_triplets(tmp_run):

@@ -94,8 +94,8 @@ def test_stage_report_separates_not_answered_from_unparsed_and_truncated():
             {**base, "item_id": "d", "raw_text": None, "status": "error", "error": "HTTP 503 after 6 attempts",
              "truncated_output": None}]
     pred = to_frame(rows)
-    assert pred.set_index("item_id")["parse_note"].to_dict() == {"a": "json", "b": "truncated",
+    assert pred.set_index("item_id")["parse_note"].to_dict() == {"a": "json", "b": "truncated_read",
                                                                  "c": "no_rating_found", "d": "not_answered"}
     status = summarise(pred, {})["answer_status"]
-    assert status == {"answered": 3, "not_answered": 1, "skipped": 0, "answered_unparsed": 2,
-                      "answered_truncated": 1}
+    assert status == {"answered": 3, "not_answered": 1, "skipped": 0, "answered_unparsed": 1,
+                      "answered_truncated": 0, "answered_truncated_read": 1}

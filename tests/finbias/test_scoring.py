@@ -109,13 +109,13 @@ def pooled(rows: pd.DataFrame, metric: str) -> float:
 
 def test_herding_and_accuracy_by_hand_through_the_pipeline_specs():
     rows = primitive_rows(["bullish", None, "neutral", "bearish"], ["bullish", "bullish", "bearish", None])
-    assert pooled(rows, "herding") == pytest.approx(1 / 2)       # parsed with ref: rows 0, 2
-    assert pooled(rows, "herding_all") == pytest.approx(1 / 3)   # rows with ref: 0, 1, 2
-    assert pooled(rows, "accuracy") == pytest.approx(1 / 2)      # label = ref here
-    assert pooled(rows, "accuracy_all") == pytest.approx(1 / 3)
+    assert pooled(rows, "herding_parsed") == pytest.approx(1 / 2)       # parsed with ref: rows 0, 2
+    assert pooled(rows, "herding") == pytest.approx(1 / 3)   # rows with ref: 0, 1, 2
+    assert pooled(rows, "accuracy_parsed") == pytest.approx(1 / 2)      # label = ref here
+    assert pooled(rows, "accuracy") == pytest.approx(1 / 3)
     none = primitive_rows([None, None], ["bullish", "neutral"])
-    assert np.isnan(pooled(none, "herding"))                     # all unparsed: NaN, not 0
-    assert pooled(none, "herding_all") == 0.0
+    assert np.isnan(pooled(none, "herding_parsed"))                     # all unparsed: NaN, not 0
+    assert pooled(none, "herding") == 0.0
 
 
 def test_confusion_and_macro_f1_by_hand():
@@ -150,45 +150,45 @@ def test_skipped_condition_is_set_aside_with_reason(result):
 
 def test_generate_model_original(result):
     assert value(result, "gen", "original", "parse_rate") == pytest.approx(4 / 5)  # r3 hedged
-    assert value(result, "gen", "original", "herding") == pytest.approx(3 / 3)     # r1, r2, r4 herd
-    assert value(result, "gen", "original", "herding", col="n") == 3
-    assert value(result, "gen", "original", "herding", col="parse_rate") == pytest.approx(3 / 4)
-    assert value(result, "gen", "original", "herding_all") == pytest.approx(3 / 4)
-    assert value(result, "gen", "original", "accuracy") == pytest.approx(1 / 4)    # only r1 right
-    assert value(result, "gen", "original", "accuracy_all") == pytest.approx(1 / 5)
+    assert value(result, "gen", "original", "herding_parsed") == pytest.approx(3 / 3)     # r1, r2, r4 herd
+    assert value(result, "gen", "original", "herding_parsed", col="n") == 3
+    assert value(result, "gen", "original", "herding_parsed", col="parse_rate") == pytest.approx(3 / 4)
+    assert value(result, "gen", "original", "herding") == pytest.approx(3 / 4)
+    assert value(result, "gen", "original", "accuracy_parsed") == pytest.approx(1 / 4)    # only r1 right
+    assert value(result, "gen", "original", "accuracy") == pytest.approx(1 / 5)
 
 
 def test_pooled_differs_from_mean_of_sectors(result):
     # accuracy: Technology 1/2, Energy 0/1 (r3 unparsed), Utilities 0/1
-    assert value(result, "gen", "original", "accuracy", "Technology") == pytest.approx(0.5)
-    assert value(result, "gen", "original", "accuracy", "Energy") == pytest.approx(0.0)
-    assert value(result, "gen", "original", "accuracy", scoring.SECTOR_MEAN) == pytest.approx(0.5 / 3)
-    assert value(result, "gen", "original", "accuracy", scoring.POOLED) == pytest.approx(0.25)
+    assert value(result, "gen", "original", "accuracy_parsed", "Technology") == pytest.approx(0.5)
+    assert value(result, "gen", "original", "accuracy_parsed", "Energy") == pytest.approx(0.0)
+    assert value(result, "gen", "original", "accuracy_parsed", scoring.SECTOR_MEAN) == pytest.approx(0.5 / 3)
+    assert value(result, "gen", "original", "accuracy_parsed", scoring.POOLED) == pytest.approx(0.25)
 
 
 def test_empty_sector_is_nan_with_zero_n(result):
-    assert np.isnan(value(result, "gen", "original", "herding", "Healthcare"))
-    assert value(result, "gen", "original", "herding", "Healthcare", col="n") == 0
+    assert np.isnan(value(result, "gen", "original", "herding_parsed", "Healthcare"))
+    assert value(result, "gen", "original", "herding_parsed", "Healthcare", col="n") == 0
     # Utilities' only report has no analyst rating: no herding rows there at all
-    assert np.isnan(value(result, "gen", "original", "herding", "Utilities"))
+    assert np.isnan(value(result, "gen", "original", "herding_parsed", "Utilities"))
 
 
 def test_all_unparsed_group_is_nan_not_zero(result):
     # fake_rating in Energy: r3 parsed (bearish = fake), r4 cut off -> 1/1; no_rating Energy: r4 unparsed
-    assert value(result, "gen", "fake_rating", "herding", "Energy") == pytest.approx(1.0)
+    assert value(result, "gen", "fake_rating", "herding_parsed", "Energy") == pytest.approx(1.0)
     sub = scoring.metrics_long(result.rows[(result.rows.model == "gen") & (result.rows.report_id == "r4")],
                                reps=20, seed=1)
-    h = sub[(sub.condition == "no_rating") & (sub.metric == "herding") & (sub.sector == scoring.POOLED)]
+    h = sub[(sub.condition == "no_rating") & (sub.metric == "herding_parsed") & (sub.sector == scoring.POOLED)]
     assert np.isnan(h["value"].iloc[0]) and h["parse_rate"].iloc[0] == 0.0
-    ha = sub[(sub.condition == "no_rating") & (sub.metric == "herding_all") & (sub.sector == scoring.POOLED)]
+    ha = sub[(sub.condition == "no_rating") & (sub.metric == "herding") & (sub.sector == scoring.POOLED)]
     assert ha["value"].iloc[0] == 0.0
 
 
 def test_generate_model_no_rating_and_fake(result):
-    assert value(result, "gen", "no_rating", "herding") == pytest.approx(2 / 3)     # r2, r3 of r1-r3
-    assert value(result, "gen", "no_rating", "accuracy") == pytest.approx(2 / 4)    # r3, r5
-    assert value(result, "gen", "no_rating", "herding", "Technology") == pytest.approx(1 / 2)
-    assert value(result, "gen", "fake_rating", "herding") == pytest.approx(2 / 3)   # r1, r3 follow the fake
+    assert value(result, "gen", "no_rating", "herding_parsed") == pytest.approx(2 / 3)     # r2, r3 of r1-r3
+    assert value(result, "gen", "no_rating", "accuracy_parsed") == pytest.approx(2 / 4)    # r3, r5
+    assert value(result, "gen", "no_rating", "herding_parsed", "Technology") == pytest.approx(1 / 2)
+    assert value(result, "gen", "fake_rating", "herding_parsed") == pytest.approx(2 / 3)   # r1, r3 follow the fake
     assert value(result, "gen", "fake_rating", "parse_rate") == pytest.approx(3 / 4)
 
 
@@ -196,9 +196,9 @@ def test_score_model_argmax_tie_and_error(result):
     # original: r3 ties 0.4/0.4 -> unparsed (inside N); no_rating: r4 server error -> not answered (outside N)
     assert value(result, "sc", "original", "parse_rate") == pytest.approx(4 / 5)
     assert value(result, "sc", "no_rating", "parse_rate") == pytest.approx(4 / 4)
-    assert value(result, "sc", "no_rating", "accuracy_all", col="n") == 4
+    assert value(result, "sc", "no_rating", "accuracy", col="n") == 4
     # original answers r1 bull, r2 bear, r4 bull vs analyst -> all herd
-    assert value(result, "sc", "original", "herding") == pytest.approx(1.0)
+    assert value(result, "sc", "original", "herding_parsed") == pytest.approx(1.0)
     # shares of parsed answers: bull r1 r4, bear r2, neutral r5
     assert value(result, "sc", "original", "share_bullish") == pytest.approx(2 / 4)
 
@@ -218,8 +218,8 @@ def test_kl_between_conditions(result):
 
 def test_analyst_baseline(result):
     # analyst vs label: r1 right, r2 wrong, r3 right, r4 wrong; r5 has no rating (unparsed)
-    assert value(result, "Analyst", "original", "accuracy") == pytest.approx(2 / 4)
-    assert value(result, "Analyst", "original", "accuracy", col="parse_rate") == pytest.approx(4 / 5)
+    assert value(result, "Analyst", "original", "accuracy_parsed") == pytest.approx(2 / 4)
+    assert value(result, "Analyst", "original", "accuracy_parsed", col="parse_rate") == pytest.approx(4 / 5)
 
 
 def test_macro_f1_in_metrics(result):
@@ -298,7 +298,7 @@ def test_table4_pooled_interval_column(result):
     lo_hi = [tuple(float(x) for x in part.strip("[]").split(", ")) for part in gen.split("/")]
     assert len(lo_hi) == 2                                                     # with / without
     for (lo, hi), cond in zip(lo_hi, ("original", "no_rating")):
-        v = 100 * value(result, "gen", cond, "herding_all")
+        v = 100 * value(result, "gen", cond, "herding")
         assert lo <= v + 0.05 and v - 0.05 <= hi and lo <= hi
     for spec in scoring.TABLE_SPECS:
         assert col[0] in result.tables[spec.name].columns
@@ -467,11 +467,11 @@ def test_missing_scoring_key_is_an_error_not_a_default(tmp_run):
 
 
 def test_two_metric_rows_for_one_cell_is_an_error():
-    row = {"model": "m", "condition": "original", "metric": "herding", "sector": "Energy", "value": 0.5}
+    row = {"model": "m", "condition": "original", "metric": "herding_parsed", "sector": "Energy", "value": 0.5}
     metrics = pd.DataFrame([row, {**row, "value": 0.7}])
     with pytest.raises(ValueError, match="more than one row for cell"):
         scoring.index_cells(metrics)
-    assert scoring.index_cells(metrics.iloc[:1])[("m", "original", "herding", "Energy")]["value"] == 0.5
+    assert scoring.index_cells(metrics.iloc[:1])[("m", "original", "herding_parsed", "Energy")]["value"] == 0.5
 
 
 def test_score_run_flags_the_registry_plumbing_model(tmp_run):
@@ -521,7 +521,7 @@ def test_two_fakes_per_report_pair_with_the_one_original():
     assert set(r1.answer_a) == {"bullish"} and set(r1.answer_b) == {"neutral", "bearish"}
     res = scoring.score_all(*_with_second_fake(), reps=20, seed=1)
     # fake herding: r1 neutral (yes), r1 bearish (yes), r2 no, r3 yes; r4 unparsed -> 3/4
-    assert value(res, "gen", "fake_rating", "herding") == pytest.approx(3 / 4)
+    assert value(res, "gen", "fake_rating", "herding_parsed") == pytest.approx(3 / 4)
 
 
 def test_partially_skipped_condition_is_noted():
@@ -531,7 +531,7 @@ def test_partially_skipped_condition_is_noted():
     gen = res.tables["table6_accuracy_with_without"].query("Model == 'gen'").iloc[0]
     assert "no_rating: some items skipped, too long (1)" in gen["Notes"]
     # r5 (the only correct-without-rating report besides r3) is gone: accuracy 1/3
-    assert value(res, "gen", "no_rating", "accuracy") == pytest.approx(1 / 3)
+    assert value(res, "gen", "no_rating", "accuracy_parsed") == pytest.approx(1 / 3)
 
 
 def test_printed_averages_are_mostly_the_pooled_rate():
@@ -544,12 +544,16 @@ def test_printed_averages_are_mostly_the_pooled_rate():
     assert f"{a['pooled']} of its 116" in note and "pooled" in note
 
 
-def test_truncated_answer_is_inside_n_and_not_scored():
+def test_cut_answers_are_inside_n_and_read_only_when_the_rating_is_there():
     pred, cond, labels, reports = frames()
     pred = pred.assign(truncated_output=False)
     hit = (pred.model == "gen") & (pred.item_id == "r1:original")          # '{"answer": "bullish"}'
     pred.loc[hit, "truncated_output"] = True
     res = scoring.score_all(pred, cond, labels, reports, reps=10, seed=1)
-    assert value(res, "gen", "original", "herding_all") == pytest.approx(2 / 4)    # r1 no longer a match
-    assert value(res, "gen", "original", "herding_all", col="n") == 4
-    assert res.report["truncated"] == 1
+    assert value(res, "gen", "original", "herding") == pytest.approx(3 / 4)    # r1 still a match: read
+    assert res.report["truncated_read"] == 1 and res.report["truncated"] == 0
+    pred.loc[hit, "raw_text"] = '{"reason": "The company'                  # cut before its answer
+    res = scoring.score_all(pred, cond, labels, reports, reps=10, seed=1)
+    assert value(res, "gen", "original", "herding") == pytest.approx(2 / 4)    # r1 no longer a match
+    assert value(res, "gen", "original", "herding", col="n") == 4
+    assert res.report["truncated"] == 1 and res.report["truncated_read"] == 0

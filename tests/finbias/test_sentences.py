@@ -129,3 +129,30 @@ def test_join_lines_is_the_only_place_single_line_breaks_are_joined():
     assert clean_text(report) == report                      # stage 00 keeps the report's lines
     assert join_lines(report) == "Maintain Buy. Key points: - Revenue rose 4% - Margins fell\n\nOutlook is stable."
     assert join_lines("a \n b\r\nc") == "a b c"
+
+
+@pytest.mark.parametrize("text,first", [
+    ("We maintain our BUY rating on Oracle (ORCL) with a $150 target\nKey points:\n- Revenue rose 4%\n- Margins fell",
+     "We maintain our BUY rating on Oracle (ORCL) with a $150 target"),
+    ("Rating: Buy | Target: $50\nRevenue rose 4% in the quarter.", "Rating: Buy | Target: $50"),
+    ("We rate Acme Buy with a $50 target\n\u2022 Orders rose", "We rate Acme Buy with a $50 target"),
+    ("We rate Acme Buy.\nFY24A\tFY25E\nRevenue\t10\t11", "We rate Acme Buy."),
+    ("We rate Acme Buy with a $50 target\nEstimates      FY24A      FY25E", "We rate Acme Buy with a $50 target"),
+    ("We rate Acme Buy\nKEY TAKEAWAYS\nrevenue rose", "We rate Acme Buy"),
+    ("We maintain our Buy rating on\nOracle (ORCL) after the results.\nRevenue rose.",
+     "We maintain our Buy rating on\nOracle (ORCL) after the results."),
+    ("We maintain our Buy rating on Oracle (ORCL),\nraising our target to $160. Revenue rose.",
+     "We maintain our Buy rating on Oracle (ORCL),\nraising our target to $160."),
+    ("We maintain our Buy rating on Oracle (ORCL) as\nmargins recover. Revenue rose.",
+     "We maintain our Buy rating on Oracle (ORCL) as\nmargins recover."),
+])
+def test_line_structure_ends_sentences(text, first):
+    assert first_sentence(text) == first
+
+
+def test_without_structure_punkt_reads_the_list_into_the_rating_sentence():
+    from finlib.finbias.sentences import first_sentence_span
+
+    text = "We maintain our BUY rating on Oracle (ORCL) with a $150 target\nKey points:\n- Revenue rose 4%"
+    a, b = first_sentence_span(text, structure=False)
+    assert text[a:b] == text

@@ -49,7 +49,8 @@ def test_columns_and_dtypes(big):
     assert r["date"].dtype == "datetime64[ns]"
     assert list(big.prices.columns) == ["date", "ticker", "adj_close"]
     assert list(big.market.columns) == ["date", "market_close"]
-    assert list(big.truth.columns) == ["report_id", "q", "drift", "beta"]
+    assert list(big.truth.columns) == ["report_id", "q", "drift", "beta", "planted_rating", "rating_sentence",
+                                       "rating_term", "previous_rating_term", "report_layout"]
     p = big.prices
     assert p.equals(p.sort_values(["ticker", "date"], kind="stable").reset_index(drop=True))
     assert (p["adj_close"] > 0).all() and (big.market["market_close"] > 0).all()
@@ -257,3 +258,46 @@ def test_every_rating_word_is_read_back_by_the_extractor():
                 for template in _FIRST_SENTENCE[style]:
                     sent = template.format(R=word, C="Corvanta Systems Inc.", T="CRVS", Q=3)
                     assert extract_analyst_rating(sent) == rating, sent
+
+
+@pytest.mark.parametrize("section", [{"n_reports": 40, "n_firms": 12},
+                                     {"n_reports": 40, "n_firms": 12, "rating_wording": "scales",
+                                      "layout": "structured"}])
+def test_truth_records_the_planted_rating_as_written(section):
+    """The truth table says, for every report, the rating the generator planted and the text holding it,
+    so checks of the pipeline need not read it back with the project's extractor."""
+    from finlib.core.vocab import rating_of
+    from finlib.finbias.synth import PLANTED_COLUMNS
+
+    m = generate_market(section, 5)
+    t = m.truth.merge(m.reports[["report_id", "text", "analyst_rating"]], on="report_id")
+    assert set(PLANTED_COLUMNS) <= set(t.columns)
+    assert (t["planted_rating"] == t["analyst_rating"]).all()
+    for rec in t.itertuples():
+        assert rec.text.startswith(rec.rating_sentence)
+        assert rec.rating_term in rec.rating_sentence
+        assert rating_of(rec.rating_term).value == rec.planted_rating
+        if isinstance(rec.previous_rating_term, str):
+            assert rec.previous_rating_term in rec.rating_sentence
+            assert rating_of(rec.previous_rating_term).value != rec.planted_rating
+
+
+def test_messy_share_lays_out_broker_text_and_records_it():
+    """A quarter of the reports in broker layouts; their planted rating line is the first sentence and the
+    rating the extractor reads is the planted one; the other reports are the same text as without the mix."""
+    from finlib.finbias.ratings import extract_analyst_rating
+    from finlib.finbias.sentences import first_sentence
+
+    base = {"n_reports": 200, "n_firms": 15, "rating_wording": "scales", "layout": "structured",
+            "words_min": 300, "words_max": 400}
+    mixed = generate_market({**base, "messy_share": 0.25}, 9)
+    plain = generate_market(base, 9)
+    t = mixed.truth.merge(mixed.reports[["report_id", "text"]], on="report_id")
+    messy = t["report_layout"].str.startswith("messy:")
+    assert 0.15 < messy.mean() < 0.35 and t.loc[messy, "report_layout"].nunique() > 10
+    for rec in t.itertuples():
+        assert first_sentence(rec.text) == rec.rating_sentence
+        assert extract_analyst_rating(rec.text).value == rec.planted_rating
+    same = plain.reports.set_index("report_id")["text"]
+    assert all(same[r.report_id] == r.text for r in t[~messy].itertuples())
+    assert not any(same[r.report_id] == r.text for r in t[messy].itertuples())

@@ -1,8 +1,10 @@
-"""Every report goes in whole; the answer gets the room the context leaves; a report that alone fills
-the context is not sent, with its reason (hand-computed token arithmetic: one token per word)."""
+"""Every report goes in whole; the answer gets the room the context leaves; a report the client counts
+as filling the context is still sent (the server decides), and a local model's is an empty answer
+inside N with its reason (hand-computed token arithmetic: one token per word)."""
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from finlib.finbias.inference import plan_requests
 from finlib.llm.context import MIN_OUTPUT_TOKENS, SAFETY_TOKENS
@@ -32,7 +34,7 @@ def test_a_long_report_is_sent_whole_and_the_answer_gets_the_rest_of_the_context
     assert len(req.messages[-1]["content"].split()) == 5000 and not req.truncated
     room = 8192 - (OVERHEAD + 5000) - SAFETY_TOKENS
     assert req.params["max_new_tokens"] == room == req.meta["output_room"]
-    assert req.meta["not_sent"] is None
+    assert req.meta["context_refused"] is None
 
 
 def test_a_short_report_keeps_the_full_output_cap():
@@ -40,14 +42,86 @@ def test_a_short_report_keeps_the_full_output_cap():
     assert req.params["max_new_tokens"] == 4096 == req.meta["output_room"]
 
 
-def test_a_report_that_alone_fills_the_context_is_not_sent_and_says_why():
+def test_a_report_the_count_says_fills_the_context_is_still_sent_to_a_server():
     n = 8192 - OVERHEAD - SAFETY_TOKENS - MIN_OUTPUT_TOKENS + 1
     req = plan(n)
-    assert "does not fit the context window" in req.meta["not_sent"] and not req.truncated
-    assert plan(n - 1).meta["not_sent"] is None
+    # never held back on the client's count: asked with the full cap, the server's 400 states its own count
+    assert req.meta["context_refused"] is None and req.params["max_new_tokens"] == 4096 and not req.truncated
+    assert plan(n - 1).params["max_new_tokens"] == MIN_OUTPUT_TOKENS      # counted to fit: the room left
+
+
+def test_a_local_models_prompt_that_fills_its_context_is_an_empty_answer_inside_n():
+    import dataclasses
+
+    from finlib.finbias.inference import _rows
+    from finlib.llm.answers import parse_predictions
+    from finlib.llm.context import CONTEXT_REFUSED
+
+    local = dataclasses.replace(SPEC, backend="local")
+    n = 8192 - OVERHEAD - SAFETY_TOKENS - MIN_OUTPUT_TOKENS + 1
+    (req,) = plan_requests(rows(n), local, lambda r: ["generate"], INF, lambda t: len(t.split()), OVERHEAD)
+    assert "does not fit the context window" in req.meta["context_refused"]
+    (row,) = _rows([req], {})                       # nothing stored: the empty answer comes from the plan
+    assert row["status"] == "ok" and row["raw_text"] == "" and row["error"].startswith(CONTEXT_REFUSED)
+    parsed = parse_predictions(pd.DataFrame([row])).iloc[0]
+    assert bool(parsed["answered"]) and not parsed["parsed"] and parsed["parse_note"] == "empty"
 
 
 def test_a_numeric_input_cap_is_the_embedded_runs_named_cut():
     req = plan(1000, max_input_tokens=400)
     assert req.truncated and len(req.messages[-1]["content"].split()) <= 400 - OVERHEAD - 2
     assert req.messages[-1]["content"].startswith("We rate Acme a Buy.")
+
+
+class WordTokenizer:
+    """A stand-in for a model's own tokenizer: one token per word, a 7-token chat template."""
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return list(range(len(text.split())))
+
+    def apply_chat_template(self, messages, add_generation_prompt: bool = True, tokenize: bool = True) -> list[int]:
+        return list(range(7 + sum(len(m["content"].split()) for m in messages)))
+
+
+def test_output_room_is_sized_with_the_models_own_tokenizer_when_on_disk(monkeypatch):
+    from finlib.finbias import inference
+
+    seen = []
+    monkeypatch.setattr(inference, "hub_tokenizer", lambda model_id: seen.append(model_id) or WordTokenizer())
+    n_tokens, overhead, how = inference.server_token_counter(SPEC, {**INF, "prompt_length_by": "model_tokenizer"})
+    assert how == "model_tokenizer" and seen == ["m"]
+    text = rows(5000)["text"].iloc[0]
+    assert n_tokens(text) == 5000                     # words, not characters / 4 (~1,300 here)
+    instructions = inference.build_messages("", True, INF["prompt_version"])
+    assert overhead == 7 + sum(len(m["content"].split()) for m in instructions)
+
+
+def test_the_estimate_is_a_named_fallback(monkeypatch):
+    from finlib.finbias import inference
+
+    monkeypatch.setattr(inference, "hub_tokenizer", lambda model_id: None)   # not on disk
+    n_tokens, _, how = inference.server_token_counter(SPEC, {**INF, "prompt_length_by": "model_tokenizer"})
+    assert how == "estimate (no tokenizer on disk)" and n_tokens("x" * 400) == 100
+    monkeypatch.setattr(inference, "hub_tokenizer", lambda model_id: pytest.fail("the estimate loads no tokenizer"))
+    _, _, how = inference.server_token_counter(SPEC, {**INF, "prompt_length_by": "estimate"})
+    assert how == "estimate"
+
+
+def test_a_tokenizer_that_is_not_cached_is_never_downloaded(monkeypatch):
+    from finlib.finbias import inference
+
+    calls = []
+
+    class Auto:
+        @staticmethod
+        def from_pretrained(model_id, **kw):
+            calls.append(kw)
+            raise OSError("not in the cache")
+
+    import transformers
+    monkeypatch.setattr(transformers, "AutoTokenizer", Auto)
+    inference.hub_tokenizer.cache_clear()
+    assert inference.hub_tokenizer("org/not-cached") is None and calls == [{"local_files_only": True}]
+    assert inference.hub_tokenizer("org/not-cached") is None and len(calls) == 1     # cached: asked once
+    assert inference.hub_tokenizer("gpt-4.1") is None and len(calls) == 1            # no Hub id: not asked
+    inference.hub_tokenizer.cache_clear()

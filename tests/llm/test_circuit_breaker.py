@@ -31,12 +31,13 @@ def accounted(store: ResponseStore, requests) -> dict:
             "not_sent_errors": {r["error"] for r in rows.values() if r["attempts"] == 0}}
 
 
-@pytest.mark.parametrize("scenario, directive, kind", [
-    ("wrong key: every call 401", None, "HTTP 401"),
-    ("no access: every call 403", "[[403]]", "HTTP 403"),
-    ("wrong model or URL: every call 404", "[[404]]", "HTTP 404"),
+@pytest.mark.parametrize("scenario, directive, kind, what", [
+    ("wrong key: every call 401", None, "HTTP 401", "rejected requests"),
+    ("no access: every call 403", "[[403]]", "HTTP 403", "rejected requests"),
+    ("wrong model or URL: every call 404", "[[404]]", "HTTP 404", "rejections of the model name"),
 ])
-def test_breaker_trips_on_rejected_requests(scenario, directive, kind, tmp_path, monkeypatch, simulated_clock):
+def test_breaker_trips_on_rejected_requests(scenario, directive, kind, what, tmp_path, monkeypatch,
+                                            simulated_clock):
     """Drill: wrong key, no access or wrong model (401/403/404 on every call)."""
     monkeypatch.setenv("STUB_TEST_KEY", "sk-wrong-0000000000")
     with ThreadedStub(require_key=None if directive else "sk-right-1111111111") as stub:
@@ -48,7 +49,7 @@ def test_breaker_trips_on_rejected_requests(scenario, directive, kind, tmp_path,
             books = accounted(s, requests)
         sent = stub.stub.stats()["attempts"] if directive else stub.stub.n_requests
     msg = str(err.value)
-    assert "\n" not in msg and "model 'stub' stopped: 3 consecutive rejected requests" in msg and kind in msg
+    assert "\n" not in msg and f"model 'stub' stopped: 3 consecutive {what}" in msg and kind in msg
     # 3 failures open it; at most the other in-flight workers' calls (concurrency - 1) follow
     assert 3 <= sent <= 3 + spec.concurrency - 1
     assert books["rows"] == N_ITEMS and books["ok"] == 0 and books["failed"] == sent  # 401/403/404: no retry
@@ -93,27 +94,33 @@ def test_breaker_trips_on_refused_connections_after_the_grace_period(tmp_path, m
     assert books["rows"] == N_ITEMS and books["ok"] == 0 and books["not_sent"] > 0
 
 
-def test_refused_within_the_grace_period_does_not_trip(tmp_path, monkeypatch, simulated_clock):
-    """Drill: a server restarting (connection refused within the grace period).
+def test_refused_within_the_grace_period_does_not_trip():
+    """Drill: a server restarting (connection refused within the grace period, then an answer).
 
-    A server restarting refuses for a moment: inside the grace period calls fail after their
-    retries (simulated backoff takes no time) and the model is not stopped."""
-    monkeypatch.setenv("STUB_TEST_KEY", "k")
-    spec = dataclasses.replace(STUB_SPEC, base_url=f"http://127.0.0.1:{_dead_port()}/v1", concurrency=2,
-                               max_attempts=2, breaker_failures=2, breaker_grace_s=600.0)
-    requests = [req(f"restarting {i}") for i in range(6)]
-    with ResponseStore(tmp_path / "r.sqlite") as s:
-        counts = run(spec, requests, s)
-        books = accounted(s, requests)
-    assert counts["error"] == 6 and books["failed"] == 6 and books["not_sent"] == 0
+    Past the threshold the breaker is suspect: one probe per grace/PROBES_PER_GRACE goes out, the
+    other workers wait; the probe that is answered ends the streak and the model goes on."""
+    now = [0.0]
+    b = Breaker(3, 20.0, clock=lambda: now[0])
+    for _ in range(3):
+        b.record("refused", "connection refused")
+    assert b.suspect and b.cause is None
+    assert b.probe_wait() == 0.0 and b.probe_wait() == pytest.approx(5.0)  # one probe, then wait 20/4 s
+    now[0] = 5.0
+    assert b.probe_wait() == 0.0
+    b.record("refused", "connection refused")  # 5 s < 20 s: still not open
+    now[0] = 10.0
+    b.record(None)  # the server is back
+    assert not b.suspect and b.cause is None and b.probe_wait() == 0.0
 
 
-@pytest.mark.parametrize("scenario, directive", [
-    ("server errors: every attempt 500", "[[500x99]]"),
-    ("rate limited: every attempt 429", "[[429x99:0.01]]"),
+@pytest.mark.parametrize("scenario, directive, ok", [
+    ("server errors: the first attempt of every text 500", "[[500x1]]", 8),
+    ("rate limited: every attempt 429 with Retry-After", "[[429x99:0.01]]", 0),
 ])
-def test_transient_faults_never_trip(scenario, directive, tmp_path, monkeypatch, simulated_clock):
-    """Drill: transient faults on every attempt (500, 429) never stop the model."""
+def test_transient_faults_never_trip(scenario, directive, ok, tmp_path, monkeypatch, simulated_clock):
+    """Drill: transient faults (a 500 the retry heals, 429 with Retry-After on every attempt) never stop the model.
+
+    A 429 with Retry-After comes from a server that is alive and says when to come back."""
     monkeypatch.setenv("STUB_TEST_KEY", "k")
     with ThreadedStub() as stub:
         spec = dataclasses.replace(STUB_SPEC, base_url=stub.base_url, concurrency=2, max_attempts=2,
@@ -123,8 +130,8 @@ def test_transient_faults_never_trip(scenario, directive, tmp_path, monkeypatch,
             counts = run(spec, requests, s)
             books = accounted(s, requests)
         attempts = stub.stub.stats()["attempts"]
-    assert counts["error"] == 8 and attempts == 8 * spec.max_attempts  # every item kept its retries
-    assert books["failed"] == 8 and books["not_sent"] == 0
+    assert counts["ok"] == ok and counts["error"] == 8 - ok and attempts == 8 * spec.max_attempts  # every retry kept
+    assert books["failed"] == 8 - ok and books["not_sent"] == 0
 
 
 def test_lasting_failures_between_answers_do_not_trip(tmp_path, monkeypatch, simulated_clock):
@@ -144,7 +151,7 @@ def test_breaker_threshold_zero_never_opens():
     b = Breaker(0, 0.0)
     for _ in range(100):
         b.record("http", "HTTP 401")
-    assert b.cause is None and not b.opened.is_set()
+    assert b.cause is None and not b.is_open
 
 
 def test_breaker_streak_restarts_when_the_kind_changes():
@@ -215,3 +222,104 @@ def test_wrong_key_stops_engine_chat_used_by_bizfinbench(tmp_path, monkeypatch, 
                 chat(spec, items, s, max_new_tokens=8, progress=False)
             assert s.count("error") == 30 and s.count("ok") == 0  # every item accounted, none answered
         assert stub.stub.n_requests == 3
+
+
+DRILL_ITEMS = 111  # the stage-03 size of the measured drills
+DRILL_GOAL_S, DRILL_GOAL_CALLS = 60.0, 50
+
+
+def _registry_default_spec(base_url: str):
+    """The stub's record with the registry's defaults (ModelSpec: 6 attempts, 120 s timeout, breaker
+    after 10 in a row, 20 s grace) and an API record's concurrency (16, as in params/models.yaml)."""
+    from finlib.llm.registry import ModelSpec
+
+    defaults = {f.name: f.default for f in dataclasses.fields(ModelSpec)
+                if f.name in ("max_attempts", "timeout_s", "breaker_failures", "breaker_grace_s")}
+    return dataclasses.replace(STUB_SPEC, base_url=base_url, concurrency=16, **defaults)
+
+
+def _drill(spec, directive: str, tmp_path, clock, monkeypatch) -> dict:
+    """Send DRILL_ITEMS calls at registry-default backoff (1 s base, 60 s cap) until the breaker
+    stops the model; the calls are counted from the stored attempts (every attempt is booked)."""
+    from llm_helpers import ClockedClient, hold_clock_during_threads
+
+    from finlib.llm.openai_backend import make_client
+
+    hold_clock_during_threads(monkeypatch, clock)
+
+    async def send() -> None:
+        client = ClockedClient(make_client(spec), clock)
+        try:
+            await run_openai(spec, requests, s, client=client, backoff_base_s=1.0, backoff_cap_s=60.0, seed=0)
+        finally:
+            await client.close()
+
+    requests = [req(f"drill {i} {directive}", spec=spec) for i in range(DRILL_ITEMS)]
+    with ResponseStore(tmp_path / "r.sqlite") as s:
+        with pytest.raises(CircuitOpen) as err:
+            asyncio.run(send())
+        books = accounted(s, requests)
+        calls = sum(r["attempts"] for r in s.get([r.key for r in requests]).values())
+    assert books["rows"] == DRILL_ITEMS and books["ok"] == 0  # every item accounted
+    return {"seconds": clock.now, "calls": calls, "message": str(err.value)}
+
+
+@pytest.mark.parametrize("scenario, directive, what", [
+    ("a gateway answering 502 to everything", "[[502]]", "server errors (5xx)"),
+    ("quota spent: 429 insufficient_quota without Retry-After", "[[quota]]", "quota refusals (429)"),
+    ("429 without Retry-After on every call", "[[ratelimit]]", "rate limits without Retry-After (429)"),
+    ("400: the model does not exist", "[[nomodel]]", "rejections of the model name"),
+])
+def test_breaker_drill_failures_that_cannot_heal(scenario, directive, what, tmp_path, monkeypatch, simulated_clock):
+    """Drill: a failure that waiting cannot heal (502 gateway, spent quota, 429 without Retry-After, unknown model) stops the model at registry defaults.
+
+    Goal: <= 60 s of simulated time and <= 50 calls to the endpoint, 111 calls pending."""
+    monkeypatch.setenv("STUB_TEST_KEY", "k")
+    with ThreadedStub() as stub:
+        got = _drill(_registry_default_spec(stub.base_url), directive, tmp_path, simulated_clock, monkeypatch)
+        assert got["calls"] == stub.stub.stats()["attempts"]  # the server's books agree with the store's
+    assert f"consecutive {what}" in got["message"]
+    print(f"drill: {got['seconds']:.1f} s simulated, {got['calls']} calls until the stop")
+    assert got["calls"] <= DRILL_GOAL_CALLS and got["seconds"] <= DRILL_GOAL_S, got
+
+
+def test_breaker_drill_host_not_found(tmp_path, monkeypatch, simulated_clock):
+    """Drill: a wrong host name (DNS lookup fails) stops the model within the goal."""
+    monkeypatch.setenv("STUB_TEST_KEY", "k")
+    got = _drill(_registry_default_spec("http://api.no-such-host.invalid/v1"), "", tmp_path, simulated_clock,
+                 monkeypatch)
+    assert "consecutive host name lookups that failed" in got["message"]
+    print(f"drill: {got['seconds']:.1f} s simulated, {got['calls']} calls until the stop")
+    assert got["calls"] <= DRILL_GOAL_CALLS and got["seconds"] <= DRILL_GOAL_S, got
+
+
+def test_one_breaker_per_endpoint_across_batches_and_models(tmp_path, monkeypatch, simulated_clock):
+    """Drill: small batches of two models on one endpoint (stage 08's judges) share one breaker.
+
+    After the threshold no batch sends anything more."""
+    monkeypatch.setenv("STUB_TEST_KEY", "sk-wrong-0000000000")
+    with ThreadedStub(require_key="sk-right-1111111111") as stub:
+        judge = dataclasses.replace(STUB_SPEC, base_url=stub.base_url, concurrency=1, breaker_failures=3)
+        other = dataclasses.replace(judge, name="other", model_id="other-model")
+        stopped = 0
+        with ResponseStore(tmp_path / "r.sqlite") as s:
+            for batch in range(10):  # ten batches of two calls, each its own run_openai
+                spec = judge if batch % 2 else other
+                try:
+                    run(spec, [req(f"batch {batch} item {i}", spec=spec) for i in range(2)], s)
+                except CircuitOpen:
+                    stopped += 1
+        assert stub.stub.n_requests == 3 and stopped == 9  # a breaker per run_openai would send all 20
+
+
+def test_an_unknown_model_stops_only_that_model(tmp_path, monkeypatch, simulated_clock):
+    """Drill: a model name the server does not know stops that model, not the others on its endpoint."""
+    monkeypatch.setenv("STUB_TEST_KEY", "k")
+    with ThreadedStub() as stub:
+        typo = dataclasses.replace(STUB_SPEC, base_url=stub.base_url, concurrency=1, breaker_failures=2,
+                                   name="typo", model_id="gpt-4o-typo")
+        good = dataclasses.replace(typo, name="good", model_id="gpt-4o")
+        with ResponseStore(tmp_path / "r.sqlite") as s:
+            with pytest.raises(CircuitOpen, match="2 consecutive rejections of the model name"):
+                run(typo, [req(f"q {i} [[nomodel]]", spec=typo) for i in range(5)], s)
+            assert run(good, [req(f"q {i}", spec=good) for i in range(5)], s)["ok"] == 5

@@ -321,8 +321,22 @@ def _pred(**kw):
     return parse_predictions(pd.DataFrame([row])).iloc[0]
 
 
-def test_truncated_reply_is_unparsed_even_with_a_readable_answer():
+def test_a_cut_reply_holding_its_answer_is_read_as_its_own_status():
     row = _pred(truncated_output=True, raw_text='{"answer": "bullish", "reason": "The company')
+    assert row["answer"] == "bullish" and row["parse_note"] == "truncated_read" and bool(row["answered"])
+    row = _pred(truncated_output=True, raw_text='Answer: Bearish. The margins fell and the guidance was')
+    assert row["answer"] == "bearish" and row["parse_note"] == "truncated_read"
+
+
+@pytest.mark.parametrize("text", [
+    '{"reason": "The company grew its sales while',          # cut before its answer
+    '<think>The report says Buy, so bullish seems',           # cut while thinking: never read
+    '{"answer": "bulli',                                      # the value itself cut
+    "Answer: bullish",                                        # the cut fell on the rating ("bullish or neutral"?)
+    "",
+])
+def test_a_cut_reply_without_a_whole_answer_stays_unparsed(text):
+    row = _pred(truncated_output=True, raw_text=text)
     assert row["answer"] is None and row["parse_note"] == "truncated" and bool(row["answered"])
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from finlib.llm import answers
-from finlib.llm.answers import normalised_context, parse_predictions, parse_rating_detail
+from finlib.llm.answers import normalised_context, parse_predictions, parse_rating_detail, read_cut_reply
 
 TEXTS = [
     "", " ", "\n\t", "*", "**Buy**", "  leading and trailing  ", "a\u00a0b\u2003c\x0bd\x1ce",
@@ -72,7 +72,9 @@ def test_parse_predictions_matches_the_full_parser_row_by_row(seed):
             assert out.loc[i, "parse_note"] == "not_answered"
             continue
         if row["truncated_output"]:
-            assert out.loc[i, "parse_note"] == "truncated"
+            r, note = read_cut_reply(row["raw_text"], contexts.get(row["item_id"]))
+            assert out.loc[i, "parse_note"] == note and note in ("truncated", "truncated_read")
+            assert out.loc[i, "answer"] == (None if r is None else r.value)
             continue
         r, note = parse_rating_detail(row["raw_text"], contexts.get(row["item_id"]))
         assert out.loc[i, "parse_note"] == note, (row["raw_text"], row["item_id"])

@@ -67,28 +67,44 @@ def test_error_share_is_judged_per_model_on_sent_calls():
     check_error_share(pred.iloc[:0], 0.0)
 
 
-def test_transport_failures_are_outside_n_and_truncated_answers_inside_n_unparsed(tmp_run, monkeypatch):
+def test_transport_failures_are_outside_n_and_cut_or_refused_answers_inside_n(tmp_run, monkeypatch):
     """End to end (stage 03 -> stage 04's score_frame): HTTP failures after retries are 'not
-    answered' (outside N, counted with their error), an answer cut at the token limit is
-    'truncated' (inside N, unparsed) even though its text holds a well-formed JSON answer."""
+    answered' (outside N, counted with their error); an answer cut at the token limit whose JSON
+    already holds the rating is read ('truncated_read', inside N); a prompt the server refuses for
+    its context length is an empty answer inside N (the authors' vLLM), counted by its reason."""
     from finlib.finbias.scoring import score_frame
+    from finlib.finbias.inference import usage_table
+    from finlib.llm.context import CONTEXT_REFUSED
 
     monkeypatch.setenv("STUB_RELIABILITY_KEY", "k")
     cond = conditions()
     cond.loc[0, "text"] += " [[500x9]]"   # fails after its retries
-    cond.loc[1, "text"] += " [[length]]"  # answered, but cut at the output-token limit
+    cond.loc[1, "text"] += " [[length]]"  # answered, cut at the output-token limit after its answer
+    cond.loc[2, "text"] += " [[context]]"  # the server: the prompt alone exceeds the context
     with ThreadedStub() as stub:
         _use_stub(tmp_run, stub.base_url)
         write_frame(tmp_run, "conditions", cond)
-        pred, _ = run_stage(tmp_run)
+        pred, report = run_stage(tmp_run)
     reports = pd.DataFrame({"report_id": [f"R{i}" for i in range(3)], "ticker": ["AAA", "BBB", "CCC"],
                             "sector": "Technology", "analyst_rating": "bullish"})
     labels = pd.DataFrame({"report_id": [f"R{i}" for i in range(3)], "label": ["bullish", "neutral", "bearish"]})
     scored = score_frame(pred, cond, labels, reports)
     c = scored.counts
     assert c["not_answered"] == 1 and c["skipped"] == 1 and c["scored_rows"] == 5
-    assert c["truncated"] == 1 and c["unparsed"] == 1
+    assert c["truncated"] == 0 and c["truncated_read"] == 1 and c["unparsed"] == 1
     assert "HTTP 500" in scored.not_answered["error"].iloc[0] and scored.not_answered["n"].sum() == 1
     cut = scored.rows[scored.rows["item_id"] == cond.loc[1, "item_id"]].iloc[0]
-    assert cut["parse_note"] == "truncated" and cut["answer"] is None and '"answer"' in cut["raw_text"]
+    assert cut["parse_note"] == "truncated_read" and cut["answer"] == "bullish" and bool(cut["truncated_output"])
+    refused = scored.rows[scored.rows["item_id"] == cond.loc[2, "item_id"]].iloc[0]
+    assert refused["raw_text"] == "" and refused["parse_note"] == "empty" and not refused["parsed"]
+    assert refused["error"].startswith(CONTEXT_REFUSED) and "maximum context length" in refused["error"]
     assert cond.loc[0, "item_id"] not in set(scored.rows["item_id"])
+    assert report["empty_answers_by_reason"] == {CONTEXT_REFUSED: 1, "model_replied_empty": 0}
+    assert report["answer_status"]["answered_truncated_read"] == 1 and not report["errors"].get(refused["error"])
+    assert report["models"]["stub-api"]["context_refused"] == 1
+    usage = usage_table(report).set_index("condition")
+    assert usage["cut_read"].sum() == 1 and usage["context_refused"].sum() == 1 and usage["cut_unparsed"].sum() == 0
+    assert usage.loc[cond.loc[2, "condition"], "context_refused"] == 1
+    assert stub.stub.attempts[[t for t in stub.stub.attempts if "[[context]]" in t][0]] == 1  # not retried
+
+

@@ -111,7 +111,7 @@ def test_stage_streams_messages_and_joins_per_model_parts(tmp_run, monkeypatch):
     got = pred[pred["status"] == "ok"]
     assert (got["answer"] == [["bullish", "neutral", "bearish"][int(r[1:]) % 3] for r in got["report_id"]]).all()
     assert report["answer_status"] == {"answered": 16, "not_answered": 2, "skipped": 2, "answered_unparsed": 0,
-                                       "answered_truncated": 0}
+                                       "answered_truncated": 0, "answered_truncated_read": 0}
     assert report["peak_rss_mb"] >= report["peak_rss_mb_sending"] > 0
     assert not (tmp_run.processed_dir / ".predictions-parts").exists()
 

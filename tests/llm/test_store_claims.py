@@ -169,3 +169,47 @@ def test_the_budget_counts_spending_of_every_process_as_it_is_stored(tmp_path):
         a.put_many([paid("a0", 0.3)])  # answered twice (a lease ran out): the second call was paid too
         assert b.spent_since(since) == pytest.approx(2.0)
         assert a.spent_since(since) == pytest.approx(2.0) and b.spent_since(0.0) == pytest.approx(7.0)
+
+
+@pytest.mark.slow  # waits out a real Retry-After (the lease is wall-clock time)
+def test_a_lease_outlives_a_retry_after_longer_than_the_lease(tmp_path, monkeypatch):
+    """Drill: a Retry-After longer than the claim's lease while a second run on the store waits for the key.
+
+    Two runs (threads with their own claim owner) on one store; every text's first attempt is
+    answered 429 with Retry-After 4 s, the lease is 2 s. The owner extends its lease over the
+    wait, so the second run never takes the key: one answer paid per text."""
+    import asyncio
+    import dataclasses
+    import socket
+    import threading
+
+    from llm_helpers import STUB_SPEC
+
+    from finlib.llm import openai_backend
+
+    monkeypatch.setenv("STUB_TEST_KEY", "k")
+    monkeypatch.setattr(openai_backend, "LEASE_MARGIN_S", 1.0)  # lease = timeout 1 s + 1 s
+    monkeypatch.setattr(openai_backend, "CLAIM_POLL_S", 0.05)
+    monkeypatch.setattr(openai_backend, "process_owner",
+                        lambda: f"{socket.gethostname()}:{os.getpid()}:{threading.current_thread().name}")
+    n, counts = 8, {}
+    with ThreadedStub() as stub:
+        spec = dataclasses.replace(STUB_SPEC, base_url=stub.base_url, concurrency=n, timeout_s=1.0)
+        requests = [make_request(f"waits {i} [[429x1:4]]", spec) for i in range(n)]
+
+        def run(name: str) -> None:
+            with ResponseStore(tmp_path / "r.sqlite") as store:
+                counts[name] = asyncio.run(openai_backend.run_openai(spec, requests, store, seed=0))
+
+        first = threading.Thread(target=run, args=("first",), name="first")
+        first.start()
+        deadline = time.monotonic() + 30
+        while stub.stub.n_requests < n and time.monotonic() < deadline:  # every key claimed, all told to wait
+            time.sleep(0.01)
+        second = threading.Thread(target=run, args=("second",), name="second")
+        second.start()
+        first.join(60)
+        second.join(60)
+        answers = dict(stub.stub.answers)
+    assert len(answers) == n and set(answers.values()) == {1}, answers  # one payment per text (was 2)
+    assert counts["first"]["ok"] == n and counts["second"]["sent"] == 0, counts

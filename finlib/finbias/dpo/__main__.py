@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from finlib.core.config import load_run
-from finlib.finbias.dpo.stage import PARTS, run_stage
+from finlib.finbias.dpo.stage import PARTS, AdapterMissingError, run_stage
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +34,11 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(pf.lines))
         print(f"dry run: {'FAILED: ' + '; '.join(pf.problems) if pf.problems else 'passed'} (nothing trained)")
         return 1 if pf.problems else 0
-    res = run_stage(cfg, tuple(args.parts), args.model)
+    try:
+        res = run_stage(cfg, tuple(args.parts), args.model)
+    except AdapterMissingError as exc:
+        print(exc, file=sys.stderr)
+        return 1
     if res is not None:
         print(res.triplet_summary.to_string(index=False))
         print(res.table8.to_string(index=False))

@@ -4,8 +4,9 @@ As the paper measures it, both models *generate* an answer to the evaluation pro
 03's code (same request planning, prompt, truncation, sampling and store), read by the one parser
 (`finlib.llm.answers`): an unparseable answer counts as unparsed, never as a rating. Label scoring
 (next-token probabilities after a pre-filled `{"answer": "`) is kept as an extra row, named so.
-The tuned model is the base with the LoRA adapter merged by the local backend, and its answers are
-keyed by the adapter's content hash. Scoring is stage 04's:
+The tuned model is the base with the LoRA adapter attached UNMERGED by the local backend (its
+float32 weights as trained: a merge into bfloat16 would round a small update away), and its answers
+are keyed by the adapter's content hash. Scoring is stage 04's:
 `score_frame` (parser, joins), `metrics_long` (accuracy and herding per sector, pooled and mean of
 sectors, with cluster-bootstrap CIs over firms). The paired test is an exact McNemar on the same
 reports (both answers parsed): is the tuned model correct (or herding) on different reports?
@@ -46,9 +47,10 @@ def eval_report_ids(items: pd.DataFrame, n: int | None) -> set[str]:
 def predict_test_items(cfg, spec, items: pd.DataFrame, store, name: str, gen_ids: set[str], adapter=None,
                        adapter_sha256: str | None = None) -> pd.DataFrame:
     """Stage 03's request planning, store and parser for one model on the test items: generated answers
-    for `gen_ids`, label scores for every item (local models). `adapter` merges a LoRA adapter first
+    for `gen_ids`, label scores for every item (local models). `adapter` attaches a LoRA adapter (unmerged)
     and `adapter_sha256` keys its answers. Returns stage 03's prediction rows, model column = `name`."""
     from finlib.llm.engine import engine_key, send_pending
+    from finlib.llm.progress import Progress
     from finlib.llm.local_backend import LocalModel
     from finlib.llm.prompts import build_messages
     from finlib.finbias.inference import _rows, inference_params, plan_requests, to_frame
@@ -78,7 +80,13 @@ def predict_test_items(cfg, spec, items: pd.DataFrame, store, name: str, gen_ids
         requests = [dataclasses.replace(r, model=name) for r in requests]
     unique = list({r.key: r for r in requests}.values())
     answered = store.answered([r.key for r in unique])
-    send_pending(spec, [r for r in unique if r.key not in answered], store, local_model=model)
+    pending = [r for r in unique if r.key not in answered]
+    progress = Progress(len(pending), desc=f"{name} test items ({'/'.join(sorted({r.mode for r in pending}))})",
+                        disable=not inf["progress"] or not pending)
+    try:
+        send_pending(spec, pending, store, local_model=model, progress=progress)
+    finally:
+        progress.close()
     return to_frame(_rows(requests, store.get([r.key for r in unique])), condition_texts(items))
 
 

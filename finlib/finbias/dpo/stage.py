@@ -222,11 +222,59 @@ def train_records(cfg: RunConfig, dp: dict, spec) -> list[dict]:
     return tr.to_records(train, lambda text: build_messages(text, spec.supports_system, version))
 
 
-def fingerprint(records: list[dict], dp: dict, seed: int, dtype: str, model: str) -> str:
-    keep = {k: v for k, v in dp.items() if k not in ("models", "eval_reports")}  # not training inputs
-    blob = json.dumps({"records": records, "dpo": keep, "seed": seed, "dtype": dtype, "model": model},
-                      sort_keys=True, default=str)
+NOT_TRAINING_INPUTS = ("models", "eval_reports", "device")   # dpo keys that do not change the adapter
+
+
+class AdapterMissingError(RuntimeError):
+    """`--parts evaluate` found no adapter for the current training inputs: it never trains one."""
+
+
+def fingerprint(records: list[dict], dp: dict, seed: int, model: str) -> str:
+    """What the adapter is made from: records, training params (as declared), seed, model. Not the
+    precision the process resolves (a launch's bf16 vs an evaluation process's measured float32 must
+    not make the same adapter look stale), nor the evaluation's settings."""
+    keep = {k: v for k, v in dp.items() if k not in NOT_TRAINING_INPUTS}
+    blob = json.dumps({"records": records, "dpo": keep, "seed": seed, "model": model}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def saved_adapter(cfg: RunConfig, dp: dict, model_name: str) -> tr.TrainResult | None:
+    """The adapter under runs/<run>/dpo/<model>/ when it was trained from the current fingerprint
+    (records, params, seed, model), else None. Reads files only: loads no model, trains nothing."""
+    spec = _spec(cfg, model_name)
+    out = model_dir(cfg, spec.name)
+    records = train_records(cfg, dp, spec)
+    fp_file = out / "fingerprint.json"
+    if not (fp_file.is_file() and (out / "adapter" / tr.ADAPTER_FILES[1]).is_file()):
+        return None
+    meta = json.loads(fp_file.read_text())
+    if meta.get("fingerprint") != fingerprint(records, dp, cfg.seed, spec.name):
+        return None
+    log = pd.read_csv(out / "train_log.csv") if (out / "train_log.csv").is_file() else \
+        pd.DataFrame(columns=tr.LOG_COLUMNS)
+    return tr.TrainResult(out / "adapter", tr.adapter_hash(out / "adapter"), log, int(meta["max_length"]),
+                          len(records), 0.0, str(meta.get("dtype", "")), reused=True)
+
+
+def write_fingerprint(out: Path, fp: str, res: tr.TrainResult) -> None:
+    """Beside the adapter: the fingerprint it was trained from, its max_length, and (information
+    only, not part of the fingerprint) the precision it was trained in."""
+    (Path(out) / "fingerprint.json").write_text(json.dumps({"fingerprint": fp, "max_length": res.max_length,
+                                                            "train_s": res.train_s, "dtype": res.dtype}))
+
+
+def require_adapter(cfg: RunConfig, dp: dict, model_name: str) -> tr.TrainResult:
+    """`--parts evaluate`: the adapter of the current fingerprint, or a clear refusal (never trains)."""
+    res = saved_adapter(cfg, dp, model_name)
+    if res is None:
+        out = model_dir(cfg, model_name)
+        why = ("no adapter there" if not (out / "adapter" / tr.ADAPTER_FILES[1]).is_file() else
+               "the adapter there was trained from other records, params, seed or model (fingerprint differs)")
+        raise AdapterMissingError(
+            f"dpo evaluate: no adapter of {model_name!r} for the current training inputs in {out} ({why}); "
+            f"evaluate never trains: run `python -m finlib.finbias.dpo --run {cfg.name} --parts train --model "
+            f"{model_name}` (or its accelerate launch, docs/dpo.md) first")
+    return res
 
 
 def training_dtype(dp: dict):
@@ -260,20 +308,17 @@ def train(cfg: RunConfig, dp: dict, model_name: str) -> tr.TrainResult:
     path = weights_path(spec, cfg.path(_inference(cfg)["model_cache"]))
     tok = load_tokenizer(path, spec.name)
     records = train_records(cfg, dp, spec)
-    fp = fingerprint(records, dp, cfg.seed, dtype, spec.name)
-    fp_file = out / "fingerprint.json"
-    if fp_file.is_file() and json.loads(fp_file.read_text()).get("fingerprint") == fp \
-            and (out / "adapter" / tr.ADAPTER_FILES[1]).is_file():
-        meta = json.loads(fp_file.read_text())
-        return tr.TrainResult(out / "adapter", tr.adapter_hash(out / "adapter"), pd.read_csv(out / "train_log.csv"),
-                              meta["max_length"], len(records), 0.0, dtype, reused=True)
+    fp = fingerprint(records, dp, cfg.seed, spec.name)
+    reuse = saved_adapter(cfg, dp, spec.name)
+    if reuse is not None:
+        return reuse
     tr.check_prompt_prefix(records, tok)
     max_length = tr.required_max_length(tr.sequence_lengths(records, tok), int(dp["max_length_cap"]))
     args = tr.dpo_config(dp, out, max_length, cfg.seed, dtype)   # before the weights (ZeRO-3 init)
     model = load_model(path, spec.name, torch_dtype)
     res = tr.train_dpo(model, tok, records, out, dp, cfg.seed, dtype, args=args)
     if res.is_main:
-        fp_file.write_text(json.dumps({"fingerprint": fp, "max_length": res.max_length, "train_s": res.train_s}))
+        write_fingerprint(out, fp, res)
     return res
 
 
@@ -435,13 +480,18 @@ def caveat(cfg: RunConfig, res: DPOResult) -> str:
 
 def plot_training(cfg: RunConfig, res: DPOResult):
     """The per-step training curves (first model), saved as figures/<run>/fig_dpo_training.{png,pdf}."""
-    from finlib.core.tables import save_figure, synthetic_title
+    from finlib.core.tables import save_figure, skip_figure, synthetic_title
+    from finlib.finbias.figure_base import caption
 
     log = res.train_log
     model = log["model"].iloc[0] if len(log) else (res.report.get("models") or ["-"])[0]
+    if log.empty:
+        skip_figure(cfg, "fig_dpo_training", f"no DPO training step logged for {model}")
+        return None
     title = synthetic_title(cfg, f"DPO training log: {model} ({res.report.get('dtype', {}).get(model, '-')})")
-    fig = tr.plot_log(log[log["model"] == model] if len(log) else log, title)
-    save_figure(cfg, fig, "fig_dpo_training")
+    fig = tr.plot_log(log[log["model"] == model], title)
+    save_figure(cfg, fig, "fig_dpo_training", caption=caption(
+        cfg, f"DPO training of {model}: loss, reward margin and reward accuracy per optimiser step (stage 05)."))
     return fig
 
 
@@ -485,8 +535,8 @@ def run_stage(cfg: RunConfig, parts: tuple[str, ...] = PARTS, models: list[str] 
         return _skipped(cfg, dp, report)
     logs, trained = [], {}
     if "train" in parts or "evaluate" in parts:
-        for name in names:
-            res = train(cfg, dp, name)
+        for name in names:  # evaluate alone never trains: it takes the adapter of the current fingerprint
+            res = train(cfg, dp, name) if "train" in parts else require_adapter(cfg, dp, name)
             if not res.is_main:
                 continue   # a non-main accelerate rank: rank 0 writes everything
             trained[name] = res

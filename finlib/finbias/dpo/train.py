@@ -64,15 +64,26 @@ def required_max_length(lengths: pd.DataFrame, cap: int) -> int:
     return need
 
 
+PATH_KEYS = ("base_model_name_or_path",)   # where the base was loaded from: differs between checkouts
+
+
 def adapter_hash(adapter_dir: Path) -> str:
-    """sha256 over the adapter's config and weights: the store key of a tuned model's answers."""
+    """sha256 over the adapter's config and weights: the store key of a tuned model's answers.
+
+    The config is hashed without `base_model_name_or_path` (an absolute path of the model cache), so
+    the same adapter gets the same key in every checkout; the base model itself is already in the key
+    (the engine key names the model)."""
     h = hashlib.sha256()
     for name in ADAPTER_FILES:
         path = Path(adapter_dir) / name
         if not path.is_file():
             raise FileNotFoundError(f"{adapter_dir}: no {name} (not a saved PEFT adapter)")
         h.update(name.encode())
-        h.update(path.read_bytes())
+        if name == "adapter_config.json":
+            conf = {k: v for k, v in json.loads(path.read_text(encoding="utf-8")).items() if k not in PATH_KEYS}
+            h.update(json.dumps(conf, sort_keys=True).encode())
+        else:
+            h.update(path.read_bytes())
     return h.hexdigest()
 
 
@@ -145,6 +156,35 @@ def dpo_config(dp: dict, out_dir: Path, max_length: int, seed: int, dtype: str):
         use_cpu=not torch.cuda.is_available(), lr_scheduler_type="constant", warmup_steps=0)
 
 
+def step_progress(desc: str):
+    """A TrainerCallback that reports optimizer steps (done/total, rate, ETA, last loss) as progress
+    lines (finlib.core.progress_feed): the trainer's own bar is off (disable_tqdm) because every
+    redraw would be a separate output in an executed notebook, and the runner's terminal shows these."""
+    import sys
+
+    from transformers import TrainerCallback
+
+    from finlib.core.progress_feed import Meter
+
+    class StepProgress(TrainerCallback):
+        meter: Meter | None = None
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                self.meter = Meter(state.max_steps, desc, unit="step", file=sys.stderr)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.meter is not None:
+                loss = next((h["loss"] for h in reversed(state.log_history) if "loss" in h), None)
+                self.meter.update(1, postfix=None if loss is None else f"loss {loss:.4f}")
+
+        def on_train_end(self, args, state, control, **kwargs):
+            if self.meter is not None:
+                self.meter.close()
+
+    return StepProgress()
+
+
 def train_dpo(model, tok, records: list[dict], out_dir: Path, dp: dict, seed: int, dtype: str,
               args=None) -> TrainResult:
     """Train a LoRA adapter with DPO on `records`; save adapter, training args and the step log.
@@ -175,7 +215,7 @@ def train_dpo(model, tok, records: list[dict], out_dir: Path, dp: dict, seed: in
         raise SequenceTooLongError(f"dpo: DPOConfig.max_length={args.max_length} < the data's {max_length}")
     max_length = args.max_length
     trainer = DPOTrainer(model=model, args=args, train_dataset=ds, processing_class=tok,
-                         peft_config=lora_config(dp["lora"]))
+                         peft_config=lora_config(dp["lora"]), callbacks=[step_progress(f"DPO training {out_dir.name}")])
     kept = len(trainer.train_dataset)
     if kept != len(records):  # TRL drops fully truncated examples: with our max_length that is a bug
         raise SequenceTooLongError(f"dpo: TRL kept {kept} of {len(records)} records at max_length={max_length}")
@@ -202,14 +242,16 @@ def plot_log(log: pd.DataFrame, title: str):
     """Loss, reward margin and reward accuracy per step (one figure, three panels)."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3))
-    for ax, col in zip(axes, ["loss", "rewards/margins", "rewards/accuracies"]):
-        if log.empty:
-            ax.text(0.5, 0.5, "no training steps", ha="center", va="center", transform=ax.transAxes)
-        else:
-            ax.plot(log["step"], log[col], marker="o")
-        ax.set_title(col)
-        ax.set_xlabel("step")
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    from finlib.finbias.figure_base import DOUBLE_COLUMN_IN, figure_style
+
+    if log.empty:
+        raise LookupError("no training steps logged")
+    with figure_style():
+        fig, axes = plt.subplots(1, 3, figsize=(DOUBLE_COLUMN_IN, 2.6))
+        for ax, col in zip(axes, ["loss", "rewards/margins", "rewards/accuracies"]):
+            ax.plot(log["step"], log[col], marker="o", color="#333333")
+            ax.set_title(col)
+            ax.set_xlabel("step")
+        fig.suptitle(title)
+        fig.tight_layout()
     return fig

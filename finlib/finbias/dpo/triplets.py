@@ -243,7 +243,8 @@ def model_teacher(spec, store, *, max_new_tokens: int, budget=None, progress: bo
         items = [ChatItem(c.id, build_dpo_teacher_messages(c.kind, c.text, c.rating), DPO_TEACHER_VERSION)
                  for c in calls]
         out = chat(spec, items, store, max_new_tokens=max_new_tokens, budget=budget, progress=progress,
-                   local_model=local_model, dtype=dtype, model_cache=model_cache, log_dir=log_dir)
+                   local_model=local_model, dtype=dtype, model_cache=model_cache, log_dir=log_dir,
+                   desc=f"{spec.name} teacher answers")
         return out[["id", "status", "raw_text", "error"]]
     return teach
 

@@ -1,0 +1,208 @@
+"""The docs say only what is true now: every relative link resolves, every params key they quote
+exists in the schema (finlib/core/params.py), and every measured figure they mark comes from a file a
+project command writes.
+
+A measured figure is written with a marker right after it, naming the file and the key that hold it:
+
+    stage 03 took **412 s**<!-- measured: benchmarks/results/reproduce.json#stages.03.seconds -->
+
+The figure before the marker must equal the value in the file (rounded as the doc rounds it). The
+checks read the markdown with their own small parsers, not with the code that writes the docs."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Iterator, get_args, get_origin
+
+import pytest
+from pydantic import BaseModel
+
+from finlib.core.params import PARAMS_MODEL, SECTION_MODELS
+
+ROOT = Path(__file__).resolve().parents[2]
+# Outputs of `make reproduce` (figures/<run>/, runs/<run>/): linked from the docs, absent in a fresh clone.
+GENERATED_PREFIXES = ("figures/", "runs/")
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|!\[[^\]]*\]\(([^)\s]+)\)")
+INLINE_CODE = re.compile(r"`([^`]+)`")  # may wrap a line
+PARAMS_KEY = re.compile(r"^((?:%s)(?:\.[A-Za-z0-9_]+)+)(?=$|[\s:=,)\]])" % "|".join(SECTION_MODELS))
+MEASURED = re.compile(r"([-+]?\d[\d,]*(?:\.\d+)?)\s*(?:[^\d\s<]{0,12}\s?)?\**\s*<!--\s*measured:\s*([^#\s]+)#(\S+)\s*-->")
+
+
+def doc_files() -> list[Path]:
+    """The README, every page under docs/ and the folder READMEs a user reads."""
+    files = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    files += [p for p in (ROOT / d / "README.md" for d in ("data", "benchmarks", "notebooks", "params")) if p.is_file()]
+    return files
+
+
+def prose(text: str) -> str:
+    """The text outside fenced code blocks (commands and YAML there are examples, not references)."""
+    return re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+
+
+def links(text: str) -> Iterator[str]:
+    for m in LINK.finditer(prose(text)):
+        yield m.group(1) or m.group(2)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    return {slug(m.group(1)) for m in re.finditer(r"^#+\s+(.*)$", prose(path.read_text(encoding="utf-8")), re.M)}
+
+
+def broken_links(path: Path) -> list[str]:
+    """Relative links from `path` whose file (or heading anchor) does not exist."""
+    bad = []
+    for target in links(path.read_text(encoding="utf-8")):
+        if re.match(r"^[a-z]+:", target) or target.startswith("//"):
+            continue  # https:, mailto:: not checked offline
+        file_part, _, anchor = target.partition("#")
+        dest = (path.parent / file_part).resolve() if file_part else path
+        rel = dest.relative_to(ROOT).as_posix() if dest.is_relative_to(ROOT) else str(dest)
+        if not dest.exists():
+            if not rel.startswith(GENERATED_PREFIXES):
+                bad.append(f"{target} (no file {rel})")
+            continue
+        if anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            bad.append(f"{target} (no heading #{anchor} in {rel})")
+    return bad
+
+
+def model_of(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic section model inside Optional[...] / Union[...], if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = model_of(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def is_mapping(annotation: Any) -> bool:
+    return get_origin(annotation) is dict or any(is_mapping(a) for a in get_args(annotation))
+
+
+def schema_has(dotted: str) -> bool:
+    """Whether `a.b.c` is a key of the params schema. Below a mapping (`inference.endpoints`) the next
+    part is a free name (a model's); what follows it is checked against the mapping's value model."""
+    model: type[BaseModel] | None = PARAMS_MODEL
+    parts = dotted.split(".")
+    i = 0
+    while i < len(parts):
+        field = model.model_fields.get(parts[i]) if model is not None else None
+        if field is None:
+            return False
+        model = model_of(field.annotation)
+        if is_mapping(field.annotation):
+            if model is None:
+                return True  # free-form below here
+            i += 1  # the mapping's own key
+        i += 1
+    return True
+
+
+def quoted_params_keys(text: str) -> set[str]:
+    keys = set()
+    for span in INLINE_CODE.findall(prose(text)):
+        if re.search(r"\.(?:py|md|ya?ml|json|csv|parquet|ipynb|txt|log|html|png)\b", span):
+            continue  # a file name (`data.py`), not a key
+        m = PARAMS_KEY.match(span.strip())
+        if m:
+            keys.add(m.group(1))
+    return keys
+
+
+def lookup(data: Any, key: str) -> Any:
+    for part in key.split("."):
+        data = data[part] if isinstance(data, dict) else data[int(part)]
+    return data
+
+
+def figure_matches(shown: str, value: Any) -> bool:
+    """The doc's figure equals the file's value at the precision the doc shows."""
+    number = float(shown.replace(",", ""))
+    decimals = len(shown.split(".")[1]) if "." in shown else 0
+    return isinstance(value, (int, float)) and round(float(value), decimals) == number
+
+
+def measured_mismatches(path: Path) -> list[str]:
+    bad = []
+    for m in MEASURED.finditer(path.read_text(encoding="utf-8")):
+        shown, file, key = m.groups()
+        source = ROOT / file
+        if not file.startswith("benchmarks/results/") or source.suffix != ".json":
+            bad.append(f"{shown}: {file} is not a results file a benchmark writes (benchmarks/results/*.json)")
+            continue
+        if not source.is_file():
+            bad.append(f"{shown}: {file} does not exist")
+            continue
+        try:
+            value = lookup(json.loads(source.read_text(encoding="utf-8")), key)
+        except (KeyError, IndexError, ValueError):
+            bad.append(f"{shown}: no key {key} in {file}")
+            continue
+        if not figure_matches(shown, value):
+            bad.append(f"{shown}: {file}#{key} says {value}")
+    return bad
+
+
+@pytest.mark.parametrize("path", doc_files(), ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_relative_link_resolves(path: Path):
+    assert broken_links(path) == []
+
+
+@pytest.mark.parametrize("path", doc_files(), ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_quoted_params_key_is_in_the_schema(path: Path):
+    missing = sorted(k for k in quoted_params_keys(path.read_text(encoding="utf-8")) if not schema_has(k))
+    assert missing == [], f"{path.name} quotes params keys the schema (finlib/core/params.py) does not have"
+
+
+@pytest.mark.parametrize("path", doc_files(), ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_measured_figure_matches_the_file_that_measured_it(path: Path):
+    assert measured_mismatches(path) == []
+
+
+def test_readme_types_no_test_counts():
+    """How many tests there are is pytest's to say (`pytest --collect-only -q`), not a typed number."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert not re.search(r"\d[\d,]*\s+(?:tests|passed|skipped)\b", text)
+
+
+# -- the checks fail when the docs go wrong -----------------------------------------------------------
+def test_a_broken_link_and_a_missing_anchor_are_caught(tmp_path, monkeypatch):
+    monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# Title here\n")
+    page = tmp_path / "docs" / "b.md"
+    page.write_text("[ok](a.md#title-here) [gone](docs/a.md) [anchor](a.md#nope) [site](https://x.org) "
+                    "![fig](../figures/default/f.png)\n```\n[in code](nowhere.md)\n```\n")
+    assert broken_links(page) == ["docs/a.md (no file docs/docs/a.md)", "a.md#nope (no heading #nope in docs/a.md)"]
+
+
+def test_a_params_key_the_schema_lacks_is_caught():
+    assert schema_has("bizfin.rubrics_dir") and schema_has("bizfin.iterajudge.tasks")
+    assert schema_has("inference.endpoints.any_model")  # a free-form mapping
+    assert not schema_has("dpo.model") and not schema_has("bizfin.iterajudge.nope")
+    assert quoted_params_keys("set `dpo.model: x` and `finlib.dpo.model` and `inference.max_new_tokens`") == {
+        "dpo.model", "inference.max_new_tokens"}
+
+
+def test_a_figure_that_differs_from_its_file_is_caught(tmp_path, monkeypatch):
+    monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "results" / "x.json").write_text(json.dumps({"a": {"s": 412.26, "n": 1518}}))
+    page = tmp_path / "p.md"
+    page.write_text("**412.3 s**<!-- measured: benchmarks/results/x.json#a.s --> "
+                    "1,518 tests<!-- measured: benchmarks/results/x.json#a.n -->\n")
+    assert measured_mismatches(page) == []
+    page.write_text("**413 s**<!-- measured: benchmarks/results/x.json#a.s --> "
+                    "9 min<!-- measured: benchmarks/results/x.json#a.missing --> "
+                    "5 s<!-- measured: runs/default/manifest.json#x -->\n")
+    assert [b.split(":")[0] for b in measured_mismatches(page)] == ["413", "9", "5"]
