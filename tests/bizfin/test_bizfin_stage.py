@@ -119,6 +119,7 @@ def test_plan_counts_requests_and_worst_case_cost(bizfin_run, repo_root):
     cfg.params["bizfin"].update({"models": ["gpt-4o", "o3"], "judge": "gpt-4o", "real_items_per_task": None,
                                  "max_new_tokens": 1024, "judge_max_new_tokens": 256})
     cfg.params["bizfin"]["iterajudge"].update({"refiner": "gpt-4o", "judges": ["gpt-4o"], "max_items_per_task": None,
+                                               "tasks": ["FDD", "FTU"], "calibration_tasks": ["FDD", "FTU"],
                                                "calibration_questions": None, "calibration_answers": None})
     plan = build_plan(cfg)
     answers = plan[plan["role"] == "answers"].set_index("model")
