@@ -15,8 +15,10 @@ Design:
   A test checks that every stage's key list and every key of every `params/*.yaml` is declared.
 - Value ranges that are facts about the method live here too (a share in [0, 1], quantiles
   0 <= lo <= hi <= 1, counts >= 1), so a stage never silently clamps or raises a value.
-- The run's model list (`inference.models`) is checked against the model registry at load time
-  (`check_model_names`): an unknown name fails naming it and the registry file.
+- Every key that names models (`MODEL_NAME_KEYS`: inference.models, bizfin.models, bizfin.judge,
+  bizfin.iterajudge.judges, dpo.models, dpo.teacher, figures.case_model, ...) is checked against the
+  model registry at load time (`check_model_names`): an unknown name fails naming it, its key and the
+  registry file.
 """
 from __future__ import annotations
 
@@ -216,6 +218,7 @@ class DpoSection(_Section):
     train_share: Optional[OpenShare] = None
     test_firm_share: Optional[OpenShare] = None
     split_seed: Optional[NonNegInt] = None
+    seen_firm_test: Optional[StrictBool] = None  # training firms' reports after the cut-off: test, out of time
     max_train_pairs: Optional[Count] = None  # null: every pair
     max_length_cap: Optional[Count] = None
     lora: Optional[LoraSection] = None
@@ -409,11 +412,11 @@ def validate_section(name: str, value: Any, path: str | Path = "params") -> dict
     return value
 
 
-# Keys checked against the model registry at load time: the run's model list. The other keys that
-# name records (dpo.models, bizfin.models, bizfin.judge, ...) are resolved by their stages with
-# finlib.llm.registry.select_models, which names the unknown model and the known ones; checking
-# them here would also refuse runs that swap in a smaller registry and never run those stages.
-MODEL_NAME_KEYS: tuple[str, ...] = ("inference.models",)
+# Every key that names registry records, checked against the model registry at load time: a typo in a
+# judge or a teacher fails before stage 00, not when its stage starts after earlier stages' paid calls.
+MODEL_NAME_KEYS: tuple[str, ...] = ("inference.models", "inference.extension_models", "bizfin.models",
+                                    "bizfin.judge", "bizfin.iterajudge.judges", "dpo.models", "dpo.teacher",
+                                    "figures.case_model")
 NOT_MODEL_NAMES = frozenset({"template"})
 
 
