@@ -15,8 +15,10 @@ Design:
   A test checks that every stage's key list and every key of every `params/*.yaml` is declared.
 - Value ranges that are facts about the method live here too (a share in [0, 1], quantiles
   0 <= lo <= hi <= 1, counts >= 1), so a stage never silently clamps or raises a value.
-- The run's model list (`inference.models`) is checked against the model registry at load time
-  (`check_model_names`): an unknown name fails naming it and the registry file.
+- Every key that names models (`MODEL_NAME_KEYS`: inference.models, bizfin.models, bizfin.judge,
+  bizfin.iterajudge.judges, dpo.models, dpo.teacher, figures.case_model, ...) is checked against the
+  model registry at load time (`check_model_names`): an unknown name fails naming it, its key and the
+  registry file.
 """
 from __future__ import annotations
 
@@ -95,6 +97,9 @@ class PricesSection(_Section):
 
 class DataSection(_Section):
     source: Optional[Literal["synthetic", "local", "huggingface"]] = None
+    # stage 00's text cleaning rules (finlib.finbias.validation.CLEANING_RULES); []: the text as the authors send it
+    text_cleaning: Optional[list[Literal["mojibake", "nbsp", "invisible", "control", "hyphenation",
+                                         "whitespace"]]] = None
     synthetic: Optional[SyntheticSection] = None
     reports: Optional[ReportsSection] = None
     prices: Optional[PricesSection] = None
@@ -213,6 +218,7 @@ class DpoSection(_Section):
     train_share: Optional[OpenShare] = None
     test_firm_share: Optional[OpenShare] = None
     split_seed: Optional[NonNegInt] = None
+    seen_firm_test: Optional[StrictBool] = None  # training firms' reports after the cut-off: test, out of time
     max_train_pairs: Optional[Count] = None  # null: every pair
     max_length_cap: Optional[Count] = None
     lora: Optional[LoraSection] = None
@@ -291,7 +297,7 @@ class BizfinSection(_Section):
     judge_max_new_tokens: Optional[Count] = None
     temperature: Optional[NonNeg] = None  # null: the registry record's sampling
     table6_model: Optional[str] = None
-    official_rules_commit: Optional[Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")]] = None  # BizFinBench code revision
+    official_code_dir: Optional[str] = None  # a checkout of the published evaluation code: its scripts score the official column
     rubrics_dir: Optional[str] = None  # null: our judge rubrics; else a checkout of the published prompts
     iterajudge: Optional[IteraJudgeSection] = None
 
@@ -406,11 +412,11 @@ def validate_section(name: str, value: Any, path: str | Path = "params") -> dict
     return value
 
 
-# Keys checked against the model registry at load time: the run's model list. The other keys that
-# name records (dpo.models, bizfin.models, bizfin.judge, ...) are resolved by their stages with
-# finlib.llm.registry.select_models, which names the unknown model and the known ones; checking
-# them here would also refuse runs that swap in a smaller registry and never run those stages.
-MODEL_NAME_KEYS: tuple[str, ...] = ("inference.models",)
+# Every key that names registry records, checked against the model registry at load time: a typo in a
+# judge or a teacher fails before stage 00, not when its stage starts after earlier stages' paid calls.
+MODEL_NAME_KEYS: tuple[str, ...] = ("inference.models", "inference.extension_models", "bizfin.models",
+                                    "bizfin.judge", "bizfin.iterajudge.judges", "dpo.models", "dpo.teacher",
+                                    "figures.case_model")
 NOT_MODEL_NAMES = frozenset({"template"})
 
 

@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from finlib.core.config import RunConfig, load_run, repo_root, split_run_arg
+from finlib.core.kernel_interrupt import SigintForwarder, StageInterrupted, interrupted_line, is_interrupt, track
+from finlib.core.report import publishable_notebook
 from finlib.core.progress_feed import FeedTail
 
 KERNEL = "python3"
@@ -152,6 +154,9 @@ def not_answered(cfg: RunConfig, artifacts: dict[str, str]) -> tuple[int, int] |
     return found
 
 
+PARTIAL_EXIT = 3  # the run finished, but some calls were not answered (distinct from 1: a stage failed)
+
+
 def done_line(cfg: RunConfig, stage: str, entry: dict[str, Any], manifest: dict[str, Any]) -> str:
     """A stage's final line: plain success, or how many calls were not answered (outside N).
     Only reports this stage wrote count (not one another stage wrote a moment before)."""
@@ -162,8 +167,8 @@ def done_line(cfg: RunConfig, stage: str, entry: dict[str, Any], manifest: dict[
     if counts and counts[0]:
         n, total = counts
         entry["not_answered"] = {"n": n, "calls": total}
-        line = (f"[{cfg.name}] stage {stage}: finished in {entry['seconds']:.1f} s; {n} not answered "
-                f"({100 * n / total:.1f} %) of {total} calls, outside every N (errors in the stage's report)")
+        line = (f"[{cfg.name}] stage {stage}: finished with {n} not answered ({100 * n / total:.1f} %) of {total} "
+                f"calls in {entry['seconds']:.1f} s, outside every N (errors in the stage's report)")
     return line
 
 
@@ -213,6 +218,10 @@ def _kernel_manager_class() -> type:
     from traitlets import default
 
     class EncryptedKernelManager(KernelManager):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            track(self)  # a Ctrl-C is forwarded to this kernel (finlib.core.kernel_interrupt)
+
         @default("transport_encryption")
         def _default_transport_encryption(self) -> str:
             return "auto" if zmq.has("curve") else "disabled"
@@ -227,19 +236,6 @@ def read_precision(cfg: RunConfig) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def relative_papermill_paths(output: Path, root: Path) -> None:
-    """Papermill records the notebook's absolute input and output paths in its metadata; an executed
-    notebook is mailed and published, so they become repository-relative."""
-    import nbformat
-
-    if not output.is_file():
-        return
-    nb = nbformat.read(output, as_version=4)
-    meta = nb.metadata.get("papermill", {})
-    for key in ("input_path", "output_path"):
-        if meta.get(key) and Path(meta[key]).is_absolute():
-            meta[key] = display_path(Path(meta[key]), root)
-    nbformat.write(nb, output)
 
 
 def children_cpu_s() -> float:
@@ -299,6 +295,7 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
     write_manifest(cfg, manifest)
     # the kernel's progress lines (finlib.core.progress_feed) reach this terminal while the stage runs
     feed = FeedTail(cfg.run_dir / "progress" / f"{stage}.log", prefix=f"[{cfg.name}] stage {stage}: ").start()
+    sigint = SigintForwarder().install()  # Ctrl-C: the kernel stops sending, then the stage says so
     try:
         pm.execute_notebook(
             str(notebook), str(output),
@@ -309,15 +306,18 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
         )
         entry["status"] = "ok"
     except Exception as exc:  # recorded, then re-raised: the manifest shows where a run broke
-        entry["status"] = "failed"
+        entry["status"] = "interrupted" if sigint.count and is_interrupt(exc) else "failed"
         entry["error"] = describe_failure(exc)
+        if entry["status"] == "interrupted":
+            raise StageInterrupted(interrupted_line(cfg.name, stage, exc)) from None
         raise
     except BaseException:  # Ctrl-C, SystemExit (a SIGKILL runs no code: it leaves "running")
         entry["status"] = "interrupted"
         raise
     finally:
+        sigint.restore()
         feed.stop()
-        relative_papermill_paths(output, cfg.root)
+        publishable_notebook(output, cfg.root)  # no machine paths, progress collapsed
         entry["ended"] = _now()
         entry["seconds"] = round(time.time() - t0, 2)
         entry["cpu_seconds"] = round(children_cpu_s() - cpu0, 2)
@@ -326,6 +326,8 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
         manifest["precision"] = read_precision(cfg)
         write_manifest(cfg, manifest)
     print(done_line(cfg, stage, entry, manifest), flush=True)
+    if sigint.count:  # the stage finished before the interrupt reached it: true "ok", but stop here
+        raise StageInterrupted(interrupted_line(cfg.name, stage, None))
     return entry
 
 
@@ -417,6 +419,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time() - 1
     try:
         manifest = run_pipeline(args.run, args.stages, args.start, args.params, report=args.report)
+    except KeyboardInterrupt as exc:  # Ctrl-C: one line (what was in flight, how to resume), no traceback
+        print(str(exc) if isinstance(exc, StageInterrupted) else f"[{args.run}] interrupted", file=sys.stderr)
+        return 130
     except Exception as exc:  # a failed stage: one clear line and a non-zero exit, no "done"
         name = getattr(exc, "ename", type(exc).__name__)
         value = getattr(exc, "evalue", str(exc))
@@ -424,6 +429,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     done = ", ".join(f"{k} {v['seconds']:.0f}s" for k, v in sorted(manifest.get("stages", {}).items()))
     print(f"[{args.run}] manifest: runs/{args.run}/manifest.json ({done})")
+    partial = {k: v["not_answered"]["n"] for k, v in sorted(manifest.get("stages", {}).items())
+               if (v.get("not_answered") or {}).get("n")}
+    if partial:  # every stage ran, but some answers are missing: not a success a script may take for one
+        print(f"[{args.run}] finished with {sum(partial.values())} not answered (stage(s) "
+              f"{', '.join(f'{k}: {n}' for k, n in partial.items())}); rerun to send them again", file=sys.stderr)
+        return PARTIAL_EXIT
     return 0
 
 

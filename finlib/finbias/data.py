@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -51,6 +51,7 @@ from finlib.finbias.validation import (  # noqa: F401  (re-exported: stage 00's 
     canonical_sector,
     check_required_values,
     check_unique_ids,
+    CLEANING_RULES,
     clean_text,
     clean_text_logged,
     map_sectors,
@@ -105,9 +106,12 @@ def extract_ratings(texts: pd.Series) -> pd.Series:
     return pd.Series([None if r is None else Rating(r).value for r in found], index=texts.index, dtype=object)
 
 
-def clean_reports(reports: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
-    """Clean every text; count reports per cleaning rule. Texts empty after cleaning are an error."""
-    logged = reports["text"].map(clean_text_logged)
+def clean_reports(reports: pd.DataFrame, rules: Iterable[str] = CLEANING_RULES
+                  ) -> tuple[pd.DataFrame, dict[str, int]]:
+    """Apply the cleaning `rules` to every text (stage 00: `data.text_cleaning`, none by default --
+    the authors' text as sent); count reports per rule that changed something."""
+    rules = tuple(rules)
+    logged = reports["text"].map(lambda t: clean_text_logged(t, rules))
     out = reports.copy()
     out["text"] = logged.map(lambda x: x[0])
     counts: dict[str, int] = {}
@@ -118,9 +122,10 @@ def clean_reports(reports: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
 
 
 def check_text_after_cleaning(reports: pd.DataFrame) -> None:
-    """A text made only of invisible characters passes validation but is empty once cleaned: an error
-    naming the source file, the data row and the corpus's text column (set by `validate_reports`)."""
-    empty = np.flatnonzero(_blank(reports["text"]).to_numpy())
+    """A text made only of invisible characters passes validation but is empty once cleaned (by every
+    rule, whichever the run applies: a check, not a change): an error naming the source file, the
+    data row and the corpus's text column (set by `validate_reports`)."""
+    empty = np.flatnonzero(_blank(reports["text"].map(clean_text)).to_numpy())
     if len(empty):
         source = reports.attrs.get("source", "reports")
         rows = [f"row {_row(i)} (report_id {reports['report_id'].iloc[i]!r})" for i in empty]
@@ -264,7 +269,7 @@ def prepare_data(cfg: RunConfig, write: bool = True) -> DataReport:
         reports, notes, prices, pnotes, market, truth = _synthetic_inputs(cfg, d)
     else:
         reports, notes, prices, pnotes, market = _real_inputs(cfg, d, source)
-    reports, cleaning = clean_reports(reports)
+    reports, cleaning = clean_reports(reports, d["text_cleaning"])
     check_text_after_cleaning(reports)
     reports["analyst_rating"] = extract_ratings(reports["text"]).astype(object)
     agreement = None

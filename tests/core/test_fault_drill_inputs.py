@@ -80,9 +80,16 @@ def test_short_runs_of_key_characters_are_ordinary_text():
     ("unknown model name", "inference: {models: [gpt-5.1-typo]}", r"unknown model name\(s\) inference\.models: "
                                                                    r"'gpt-5\.1-typo'"),
     ("misspelled nested inference key", "inference: {max_eror_share: 0.5}", r"unknown key 'inference\.max_eror_share'"),
+    ("typo in bizfin.models", "bizfin: {models: [qwen2.5-coder-0.5c]}", r"bizfin\.models: 'qwen2\.5-coder-0\.5c'"),
+    ("typo in bizfin.judge", "bizfin: {judge: gpt-4o-typo}", r"bizfin\.judge: 'gpt-4o-typo'"),
+    ("typo in the IteraJudge judges", "bizfin: {iterajudge: {judges: [gpt-4o, deepseek-v9]}}",
+     r"bizfin\.iterajudge\.judges: 'deepseek-v9'"),
+    ("typo in dpo.models", "dpo: {models: [smollm2-135n]}", r"dpo\.models: 'smollm2-135n'"),
+    ("typo in the DPO teacher", "dpo: {teacher: gpt-4.1-typo}", r"dpo\.teacher: 'gpt-4\.1-typo'"),
+    ("typo in the case-study model", "figures: {case_model: smollm2-135n}", r"figures\.case_model: 'smollm2-135n'"),
 ])
 def test_bad_params_fail_at_load_time_before_any_stage(scenario, override, expect, tmp_path, repo_root):
-    """Drill: bad params values, model names and nested keys fail when the run is loaded (before stage 00)."""
+    """Drill: bad params values, model names (every key naming a model or judge) and nested keys fail when the run is loaded (before stage 00)."""
     from finlib.core.config import ConfigError, load_run
 
     root = tmp_path / "repo"
@@ -93,3 +100,16 @@ def test_bad_params_fail_at_load_time_before_any_stage(scenario, override, expec
     (root / "params" / "bad.yaml").write_text(f"extends: default.yaml\n{override}\n")
     with pytest.raises(ConfigError, match=r"bad\.yaml: .*" + expect):
         load_run("bad", root=root)
+
+
+def test_the_preflight_names_a_model_missing_from_the_registry(tmp_run):
+    """A params dict changed after loading (a notebook, the plan command) is checked again by the
+    preflight: a judge or teacher the registry does not hold is a problem line, not a later crash."""
+    from finlib.core.plan import preflight
+
+    tmp_run.params["bizfin"]["judge"] = "gpt-4o-typo"
+    tmp_run.params["dpo"]["teacher"] = "gpt-4.1-typo"
+    problems = preflight(tmp_run, can_reach=lambda host, port: True, list_models=lambda url: None)
+    named = [p for p in problems if "not a record of the model registry" in p]
+    assert any("bizfin.judge" in p and "gpt-4o-typo" in p for p in named), problems
+    assert any("dpo.teacher" in p and "gpt-4.1-typo" in p for p in named), problems

@@ -172,6 +172,43 @@ def test_each_open_model_has_its_own_port_and_a_vllm_command_without_generation_
         vllm_command(reg["smollm2-135m"])
 
 
+def test_vllm_commands_serve_each_open_model_in_the_authors_precision():
+    """run_vllm.py: dtype="half" unless "gemma-2" is in the model name, then "bfloat16" (read from the
+    authors' rule applied to the model ids, not from our records); the documented table is the
+    command `vllm_command` prints for every Fin-Bias open model."""
+    from pathlib import Path
+
+    from finlib.llm.registry import vllm_command
+
+    reg = load_registry("params/models.yaml")
+    open_models = [s for s in reg.values() if s.backend == "openai" and s.paper_name and "localhost" in s.base_url
+                   and 8001 <= int(s.base_url.split(":")[2].split("/")[0]) <= 8015]
+    assert len(open_models) == 15
+    doc = Path("docs/real-runs.md").read_text()
+    for spec in open_models:
+        want = "bfloat16" if "gemma-2" in spec.model_id else "half"
+        assert f" --dtype {want} " in vllm_command(spec), spec.name
+        assert f"`{vllm_command(spec)}`" in doc, spec.name
+    no_dtype = [s for s in reg.values() if s.backend == "openai" and s.dtype is None and "localhost" in s.base_url]
+    assert all("--dtype" not in vllm_command(s) for s in no_dtype)
+
+
+def test_a_dtype_on_a_record_not_served_by_vllm_is_an_error(tmp_path):
+    import yaml
+
+    rec = {"name": "m", "backend": "local", "model_id": "x/y", "hf_path": "x/y", "supports_system": True,
+           "context_length": 8, "price_input_per_m": 0, "price_output_per_m": 0,
+           "sampling": {"temperature": 1.0, "top_p": 1.0}, "dtype": "half"}
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump({"models": [rec]}))
+    with pytest.raises(RegistryError, match="dtype"):
+        load_registry(path)
+    rec.update(backend="openai", base_url="http://h/v1", api_key_env=None, dtype="fp8-ish")
+    path.write_text(yaml.safe_dump({"models": [rec]}))
+    with pytest.raises(RegistryError, match="dtype"):
+        load_registry(path)
+
+
 def test_rate_limit_answers_429_with_retry_after_beyond_rpm():
     clock = {"t": 0.0}
     srv = SimulatedServer(Profile(name="r", model_id="r", context_length=4096, rpm=2, unparsed=0.0, runaway=0.0),
