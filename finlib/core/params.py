@@ -219,6 +219,7 @@ class DpoSection(_Section):
     train_share: Optional[OpenShare] = None
     test_firm_share: Optional[OpenShare] = None
     split_seed: Optional[NonNegInt] = None
+    seen_firm_test: Optional[StrictBool] = None  # training firms' reports after the cut-off: test, out of time
     max_train_pairs: Optional[Count] = None  # null: every pair
     max_length_cap: Optional[Count] = None
     lora: Optional[LoraSection] = None
@@ -297,7 +298,7 @@ class BizfinSection(_Section):
     judge_max_new_tokens: Optional[Count] = None
     temperature: Optional[NonNeg] = None  # null: the registry record's sampling
     table6_model: Optional[str] = None
-    official_rules_commit: Optional[Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")]] = None  # BizFinBench code revision
+    official_code_dir: Optional[str] = None  # a checkout of the published evaluation code: its scripts score the official column
     rubrics_dir: Optional[str] = None  # null: our judge rubrics; else a checkout of the published prompts
     iterajudge: Optional[IteraJudgeSection] = None
 
@@ -308,8 +309,8 @@ class RehearsalSection(_Section):
     time_scale: Optional[NonNeg] = None            # multiplies every simulated latency and Retry-After (0 = none)
     profile_seed: Optional[StrictInt] = None       # spreads the planted propensities over the models
     profiles: Optional[dict[str, dict[str, Any]]] = None  # per model: finlib.llm.simulated_servers.Profile fields
-    ci_widen: Optional[Positive] = None            # planted herding must lie inside the CI widened by this factor
-    z_max: Optional[Positive] = None               # ... or within this many exact standard errors of the planted rate
+    cell_alpha: Optional[Annotated[float, Field(gt=0, lt=1)]] = None  # family-wise false-alarm rate of the
+    # check of every Table 4-7 cell against the planted truth (Bonferroni over the cells)
 
 
 SECTION_MODELS: dict[str, type[BaseModel]] = {

@@ -155,6 +155,9 @@ def not_answered(cfg: RunConfig, artifacts: dict[str, str]) -> tuple[int, int] |
     return found
 
 
+PARTIAL_EXIT = 3  # the run finished, but some calls were not answered (distinct from 1: a stage failed)
+
+
 def done_line(cfg: RunConfig, stage: str, entry: dict[str, Any], manifest: dict[str, Any]) -> str:
     """A stage's final line: plain success, or how many calls were not answered (outside N).
     Only reports this stage wrote count (not one another stage wrote a moment before)."""
@@ -165,8 +168,8 @@ def done_line(cfg: RunConfig, stage: str, entry: dict[str, Any], manifest: dict[
     if counts and counts[0]:
         n, total = counts
         entry["not_answered"] = {"n": n, "calls": total}
-        line = (f"[{cfg.name}] stage {stage}: finished in {entry['seconds']:.1f} s; {n} not answered "
-                f"({100 * n / total:.1f} %) of {total} calls, outside every N (errors in the stage's report)")
+        line = (f"[{cfg.name}] stage {stage}: finished with {n} not answered ({100 * n / total:.1f} %) of {total} "
+                f"calls in {entry['seconds']:.1f} s, outside every N (errors in the stage's report)")
     return line
 
 
@@ -463,6 +466,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     done = ", ".join(f"{k} {v['seconds']:.0f}s" for k, v in sorted(manifest.get("stages", {}).items()))
     print(f"[{args.run}] manifest: runs/{args.run}/manifest.json ({done})")
+    partial = {k: v["not_answered"]["n"] for k, v in sorted(manifest.get("stages", {}).items())
+               if (v.get("not_answered") or {}).get("n")}
+    if partial:  # every stage ran, but some answers are missing: not a success a script may take for one
+        print(f"[{args.run}] finished with {sum(partial.values())} not answered (stage(s) "
+              f"{', '.join(f'{k}: {n}' for k, n in partial.items())}); rerun to send them again", file=sys.stderr)
+        return PARTIAL_EXIT
     return 0
 
 

@@ -62,6 +62,7 @@ def save_figure(cfg: RunConfig, fig, name: str, caption: str | None = None) -> l
     """
     cfg.figures_dir.mkdir(parents=True, exist_ok=True)
     literal_text(fig)
+    fig.set_label(name)  # finlib.finbias.figure_base.show_figure finds the caption by it
     (cfg.figures_dir / f"{name}.skipped.txt").unlink(missing_ok=True)
     paths = [cfg.figures_dir / f"{name}.{ext}" for ext in ("png", "pdf")]
     for path in paths:  # atomically: a full disk leaves no half-written image (the format named: tmp has no suffix)
