@@ -17,7 +17,8 @@ from finlib.core.artifacts import MissingArtifactError, read_frame, write_frame,
 from finlib.bizfin import calibration as cal
 from finlib.bizfin.judge import (JudgeInput, Trajectory, iterajudge, results_frame, trajectories_frame,
                                  trajectory_summary)
-from finlib.bizfin.stage import CallsFailed, bizfin_params, run_rubrics
+from finlib.bizfin.official import official_label
+from finlib.bizfin.stage import CallsFailed, authors_code, bizfin_params, run_rubrics
 from finlib.bizfin.tasks import JUDGE_TASKS, check_tasks
 from finlib.core.compare import write_comparison
 from finlib.core.config import ConfigError, RunConfig, check_known_keys
@@ -143,6 +144,8 @@ def run_stage(cfg: RunConfig) -> IteraRun:
     budget = Budget(float(inf["budget_usd"]))
     bp = bizfin_params(cfg)
     rubrics = run_rubrics(cfg, bp)
+    authors = authors_code(cfg, bp)
+    official = official_label(None if authors is None else authors.commit)
     kw = judge_kwargs(cfg, p, budget, rubrics)
     inputs, note = stage07_inputs(cfg, p)
     ref = cal.load_reference_sets(list(p["calibration_tasks"]), p["calibration_questions"],
@@ -152,7 +155,8 @@ def run_stage(cfg: RunConfig) -> IteraRun:
         scores = cal.judge_reference_set(ref, judges, store, refiner=refiner, dimension_order=p["dimension_order"],
                                          **kw)
     corr = cal.correlation_table(scores, int(p["bootstrap_reps"]), float(p["ci"]), cfg.seed)
-    diff = cal.difference_table(scores, int(p["bootstrap_reps"]), float(p["ci"]), cfg.seed)
+    diff = cal.difference_table(scores, int(p["bootstrap_reps"]), float(p["ci"]), cfg.seed,
+                                mixed_rubrics=rubrics.mixed())
     table = cal.table4(corr, diff=diff)
     write_frame(cfg, "iterajudge_trajectories", trajectories_frame(trajs))
     write_frame(cfg, "iterajudge_results", results_frame(inputs, [t.result for t in trajs], "iterajudge",
@@ -165,8 +169,8 @@ def run_stage(cfg: RunConfig) -> IteraRun:
                 f"percentile bootstrap CI] (n answers scored, usable resamples of {p['bootstrap_reps']}); the "
                 f"paired row is IteraJudge - vanilla on the answers both scored, one resample for both. This run: "
                 f"{cal.REFERENCE_LABEL}, {len(ref)} answers; paper: expert scores. Dimension order: "
-                f"{p['dimension_order']}. Judge rubric: {rubrics.label()}. Official rules: commit "
-                f"{bp['official_rules_commit']}.",
+                f"{p['dimension_order']}. Judge rubric: {rubrics.label()}. Official rules: "
+                f"{official}.",
                 synthetic_caveat=False)  # no synthetic market here: the caption states what the scores are
     report = {
         "stage07": note, "refiner": refiner.name, "judges": [j.name for j in judges],
@@ -178,17 +182,26 @@ def run_stage(cfg: RunConfig) -> IteraRun:
         .rename("n").reset_index().to_dict(orient="records"),
         "cost_usd": float(scores["cost_usd"].sum()) + sum(t.result.cost_usd for t in trajs),
         "budget_refused": int(budget.refused), "reference_set": cal.REFERENCE_LABEL,
-        "rubric_source": rubrics.label(), "official_rules_commit": bp["official_rules_commit"],
+        "rubric_source": rubrics.label(), "official_rules": official,
+        "answer_status": judge_answer_status(scores, trajs),
         "paired_difference": diff.to_dict(orient="records"),
         "degenerate": [f"{r.judge}/{r.method}/{r.task}: {r.warning}" for r in corr.itertuples() if r.warning]
         + [f"{r.judge}/difference/{r.task}: {r.warning}" for r in diff.itertuples() if r.warning],
     }
     write_comparison(cfg, "bizfin_table4", table4_comparison(corr, {j.name: j.paper_name for j in judges}),
-                     f"Table 4: Spearman with reference scores (official rules: commit {bp['official_rules_commit']}; "
+                     f"Table 4: Spearman with reference scores (official rules: {official}; "
                      f"judge rubric: {rubrics.label()})", not_comparable=NOT_COMPARABLE_TABLE4)
     write_json(cfg, "iterajudge_report", report)
     check_judge_errors(scores, trajs, float(inf["max_error_share"]))
     return IteraRun(trajs, scores, corr, table, report, diff)
+
+
+def judge_answer_status(scores: pd.DataFrame, trajs: list[Trajectory]) -> dict[str, int]:
+    """The counts the runner reads: every judge verdict of this stage (calibration and stage 07 answers)
+    in exactly one of answered / not_answered (a failed or unsent call)."""
+    statuses = list(scores["status"]) + [t.result.status for t in trajs]
+    missing = sum(s == "not_answered" for s in statuses)
+    return {"answered": len(statuses) - missing, "not_answered": missing}
 
 
 def check_judge_errors(scores: pd.DataFrame, trajs: list[Trajectory], max_share: float) -> None:
@@ -226,7 +239,7 @@ def caveat_banner(run: IteraRun) -> str:
         lines.append(f"**Plumbing models: {', '.join(r['plumbing_models'])}.** A 0.5B model as refiner and judge "
                      "tests the pipeline; its scores and rewrites are not research results.")
     lines.append(f"Stage 07 answers: {r['stage07']}. Cost this stage: ${r['cost_usd']:.4f}.")
-    lines.append(f"**Judge rubric:** {r['rubric_source']}. **Official rules:** commit {r['official_rules_commit']}.")
+    lines.append(f"**Judge rubric:** {r['rubric_source']}. **Official rules:** {r['official_rules']}.")
     if r.get("degenerate"):
         lines.append("**Degenerate intervals (do not read them as precise):** " + "; ".join(r["degenerate"]) + ".")
     return "\n\n".join(lines)

@@ -96,6 +96,12 @@ class Rubrics:
         return (f"the authors' published prompt files used verbatim from {self.root} (FDD/FTU/FQA judges, FDD "
                 f"refiners); FTU's IteraJudge refiner and judge: ours")
 
+    def mixed(self) -> dict[str, str]:
+        """Tasks whose vanilla judge and IteraJudge get different rubrics (a published vanilla prompt
+        without a published IteraJudge one), with why: their paired difference is not computed."""
+        return {t: "the vanilla judge used the published prompt, IteraJudge ours (none is published)"
+                for t, roles in self.published.items() if "vanilla" in roles and "contrastive" not in roles}
+
     def vanilla(self, inp, score_range: tuple[int, int]) -> tuple[list[dict[str, str]], str, str]:
         """(messages, store version, verdict format) of the vanilla judge call."""
         tpl = self.published.get(inp.task, {}).get("vanilla")

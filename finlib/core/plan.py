@@ -337,6 +337,18 @@ def _model_names(obj) -> set[str]:
     return {obj} if isinstance(obj, str) else set()
 
 
+def unknown_model_names(cfg: RunConfig, registry: dict, sections: set[str] | None) -> list[str]:
+    """One problem line per model name in params (every `MODEL_NAME_KEYS` key, of `sections` only
+    when given) that the run's registry does not hold."""
+    from finlib.core.params import MODEL_NAME_STAGES, model_names_used
+
+    rfile = (cfg.params.get("inference") or {}).get("registry") or "params/models.yaml"
+    return [f"models: {key} names {name!r}, not a record of the model registry {rfile} (fix the name or add a record)"
+            for key, names in model_names_used(cfg.params, MODEL_NAME_STAGES).items()
+            if sections is None or key.split(".")[0] in sections
+            for name in names if name not in registry]
+
+
 PREFLIGHT_SECTIONS = {"00": "data", "02": "perturb", "03": "inference", "05": "dpo", "07": "bizfin", "08": "bizfin"}
 # what each stage needs from outside the repository, by params section (stages not named need nothing)
 
@@ -388,6 +400,7 @@ def preflight(cfg: RunConfig, can_reach: Callable[[str, int], bool] | None = Non
         users = [s.name for s in specs if s.api_key_env == env]
         problems.append(f"keys: environment variable {env} unset (models {', '.join(users)})")
     registry = run_registry(cfg)
+    problems += unknown_model_names(cfg, registry, None if stages is None else needs)
     named = _model_names(cfg.params if stages is None else {k: cfg.params.get(k) for k in needs})
     used = [registry[n] for n in sorted(named & set(registry), key=str)]
     specs += [s for s in used if s not in specs]

@@ -376,6 +376,8 @@ def parse_rate_table(res: ScoringResult) -> pd.DataFrame:
     if not sk.empty:
         sk = sk.rename(columns={"n": "n_skipped", "reason": "skip_reason"})
         pr = pr.merge(sk, on=["model", "condition"], how="outer")
+    pr["parse_rate"] = (100 * pd.to_numeric(pr["parse_rate"], errors="coerce")).round(1)  # % like every table
+    pr = pr.rename(columns={"parse_rate": "parse rate %"})
     return pr.sort_values(["model", "condition"]).reset_index(drop=True)
 
 
