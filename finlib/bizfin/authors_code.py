@@ -71,6 +71,36 @@ def checkout_commit(root: Path) -> str:
     raise AuthorsCodeError(f"{root}: neither a git checkout nor a README stating its commit")
 
 
+def prompt_text(item: Any) -> str:
+    """The prompt of one GPT4OClient request: the scripts pass their upload template (the text under
+    `query` and in the user message), or a plain string."""
+    if isinstance(item, str):
+        return item
+    if isinstance(item, dict):
+        if isinstance(item.get("query"), str) and item["query"]:
+            return item["query"]
+        try:
+            return item["messages"][0]["content"][0]["text"]
+        except (KeyError, IndexError, TypeError):
+            pass
+    return json.dumps(item, ensure_ascii=False)
+
+
+def engine_judge(spec, store, *, max_new_tokens: int, version: str, budget=None, sampling: dict | None = None,
+                 log_dir=None) -> Callable[[list[str]], list[str]]:
+    """The stand-in GPT4OClient's route: each prompt sent as one user turn through this project's engine
+    (response store: cached, resumable, cost-counted); a call that failed returns "" (the scripts then
+    see an empty reply, as they would an empty API answer) and stays counted in the store."""
+    from finlib.llm.engine import ChatItem, chat
+
+    def send(prompts: list[str]) -> list[str]:
+        items = [ChatItem(f"published-{i}", [{"role": "user", "content": p}], version) for i, p in enumerate(prompts)]
+        rows = chat(spec, items, store, max_new_tokens=max_new_tokens, budget=budget, sampling=sampling,
+                    progress=False, log_dir=log_dir)
+        return [t if s == "ok" and isinstance(t, str) else "" for s, t in zip(rows["status"], rows["raw_text"])]
+    return send
+
+
 def _stub_modules(judge: Callable[[list[str]], list[str]] | None) -> dict[str, types.ModuleType]:
     """The stand-in modules for what the checkout imports but does not ship (only where absent)."""
     mods: dict[str, types.ModuleType] = {}
@@ -85,7 +115,7 @@ def _stub_modules(judge: Callable[[list[str]], list[str]] | None) -> dict[str, t
         async def texts2texts(self, prompts: list, *args: Any, **kwargs: Any) -> list[str]:
             if judge is None:
                 raise AuthorsCodeError("a published script called GPT4OClient, but no judge engine was given")
-            return judge([p if isinstance(p, str) else json.dumps(p, ensure_ascii=False) for p in prompts])
+            return judge([prompt_text(p) for p in prompts])
 
     tools, api = types.ModuleType("tools"), types.ModuleType("tools.ExternalApi")
     api.GPT4OClient = GPT4OClient
@@ -189,6 +219,19 @@ class AuthorsCode:
             rows = _read_jsonl(Path(tmp) / "step1" / "answers.jsonl")
         return [r.get("instruction") or r["query"] for r in rows]
 
+    def iterajudge_prompts(self, queries: list[str], replies: list[str]) -> list[str]:
+        """FDD's published IteraJudge: `eval_financial_description_revise.data_preprocess` revises every
+        reply twice through GPT4OClient (this object's `judge` route) and writes the final judge
+        instructions, returned here."""
+        mod = self.module("eval_financial_description_revise.py")
+        with tempfile.TemporaryDirectory(prefix="bizfin-official-") as tmp:
+            _write_jsonl(Path(tmp) / "answers.jsonl", [{"query": q, "predict_result": r}
+                                                       for q, r in zip(queries, replies, strict=True)])
+            with self._imports(), contextlib.redirect_stdout(io.StringIO()):
+                mod.data_preprocess(tmp, "answers.jsonl", save_dir="step1")
+            rows = _read_jsonl(Path(tmp) / "step1" / "answers.jsonl")
+        return [r["query"] for r in rows]
+
     def score_verdicts(self, task: str, verdicts: list[str]) -> list[ScriptScore]:
         """Per-item judge scores (0..1) as the script's `evaluation` reads the judge's replies: each
         verdict scored alone (the scripts keep no per-line score), the batch mean checked against them."""
@@ -246,4 +289,4 @@ def _read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
 
 
-__all__ = ["AuthorsCode", "AuthorsCodeError", "ScriptScore", "checkout_commit"]
+__all__ = ["AuthorsCode", "AuthorsCodeError", "ScriptScore", "checkout_commit", "engine_judge", "prompt_text"]

@@ -84,9 +84,11 @@ def stage07_inputs(cfg: RunConfig, p: dict) -> tuple[list[JudgeInput], str]:
     except MissingArtifactError as exc:
         return [], f"stage 07 artifact missing, IteraJudge on its answers skipped ({exc})"
     from finlib.bizfin import judge_input
-    from finlib.bizfin.stage import load_items
+    from finlib.bizfin.stage import load_items, rubrics_root
 
-    loaded, _ = load_items(cfg, bizfin_params(cfg))
+    bp = bizfin_params(cfg)
+    loaded, _ = load_items(cfg, bp)
+    verbatim = rubrics_root(cfg, bp) is not None   # the published prompts get the reply as written
     by_id = {it.id: it for its in loaded.values() for it in its}
     mine = items[(items["kind"] == "judge") & items["task"].isin(p["tasks"])]
     answered = mine[mine["status"] == "ok"]
@@ -97,7 +99,7 @@ def stage07_inputs(cfg: RunConfig, p: dict) -> tuple[list[JudgeInput], str]:
         if r.item_id not in by_id:
             raise KeyError(f"bizfin_items: item {r.item_id!r} ({r.task}) is not among the items stage 07 loads now; "
                            f"rerun stage 07")
-        inp = judge_input(by_id[r.item_id], r.raw_text, item_id=f"{r.model}|{r.item_id}")
+        inp = judge_input(by_id[r.item_id], r.raw_text, item_id=f"{r.model}|{r.item_id}", verbatim=verbatim)
         inputs.append(dataclasses.replace(inp, dimensions=cal.ordered_dimensions(r.task, p["dimension_order"])))
     note = (f"{len(inputs)} answers of {sorted(set(chosen['task']))} from stage 07 "
             f"({len(mine) - len(answered)} unanswered items left out)")

@@ -28,8 +28,8 @@ from typing import Any, Callable
 PUBLISHED_COMMIT = "6d2a4a6"
 PUBLISHED_REPOSITORY = "HiThink-Research/BizFinBench"
 # The published configuration routes FNER to the FTR script; eval_fin_ner.py is the scorer written for
-# FNER. Which one the paper's Table 3 used is not stated: the official column uses eval_fin_ner.py
-# (`FNER_SCRIPTS` names both; `bizfin.official_fner_script` chooses).
+# FNER. Which one the paper's Table 3 used is not stated: the official column uses eval_fin_ner.py;
+# `score(..., fner_script="eval_financial_timereason.py")` runs the configured one (`FNER_SCRIPTS` names both).
 SCRIPTS: dict[str, str] = {
     "AEA": "eval_AEA.py", "FNC": "eval_financial_calculation.py", "FTR": "eval_financial_timereason.py",
     "ER": "eval_financial_sentiment.py", "SP": "eval_stock_prediction.py", "FNER": "eval_fin_ner.py",

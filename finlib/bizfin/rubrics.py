@@ -108,7 +108,9 @@ class Rubrics:
         if tpl is None:
             return (build_vanilla_judge_messages(inp.task, inp.question, inp.answer, inp.dimensions, score_range,
                                                  inp.reference), JUDGE_VANILLA_VERSION, "json")
-        fields = {"question": inp.question, "predict_result": inp.answer, "answer": inp.answer}
+        # the fields each published data_preprocess fills, in its order (FTU: get_prompt's question, answer)
+        fields = ({"question": inp.question, "answer": inp.answer} if inp.task == "FTU"
+                  else {"question": inp.question, "predict_result": inp.answer})
         return fill_published_template(tpl, fields), _version("vanilla", tpl), PUBLISHED_FORMATS[inp.task]
 
     def refine(self, inp, dimension: str, current: str) -> tuple[list[dict[str, str]], str]:

@@ -220,7 +220,8 @@ def score_model(spec_name: str, asked: dict[str, list[BizFinItem]], answers: pd.
     if to_judge:
         from finlib.bizfin import judge_input
 
-        inputs = [judge_input(it, text, item_id=f"{spec_name}|{it.id}") for _, it, text in to_judge]
+        inputs = [judge_input(it, text, item_id=f"{spec_name}|{it.id}", verbatim=published_rubric)
+                  for _, it, text in to_judge]
         results = judge_batch_fn(inputs)
         for (base, it, _), res in zip(to_judge, results, strict=True):
             s = unit_score(res.score, scale) if res.status == "ok" else math.nan

@@ -137,3 +137,43 @@ def test_the_paper_grid_judge_cap_holds_the_longest_published_verdict(authors, r
     grid = yaml.safe_load((repo_root / "params" / "bizfinbench.yaml").read_text(encoding="utf-8"))["bizfin"]
     assert len(example) > 400 and grid["judge_max_new_tokens"] >= 1.5 * len(example)
     assert grid["iterajudge"]["judge_max_new_tokens"] >= 1.5 * len(example)
+
+
+@pytest.mark.parametrize("task", ["FDD", "FQA"])
+def test_published_judge_prompts_equal_the_scripts_data_preprocess(authors, task):
+    """With the published rubric, the judge sees exactly what the authors' data_preprocess writes (the
+    reply as written, <think> included), on real items."""
+    from finlib.bizfin import judge_input
+    from finlib.bizfin.data import load_local
+    from finlib.bizfin.rubrics import Rubrics
+
+    items = load_local(DATA, [task])[task][:25]
+    replies = ["数据显示整体上涨。", "<think>先看表格</think>\n整体下跌，{answer} 与 {question} 字样保留。", "```json\n{}\n```"]
+    rubrics = Rubrics.from_dir(REFERENCE)
+    pairs = [(it, r) for it in items for r in replies]
+    theirs = authors.judge_prompts(task, [it.question for it, _ in pairs], [r for _, r in pairs])
+    for (it, r), want in zip(pairs, theirs, strict=True):
+        messages, _, _ = rubrics.vanilla(judge_input(it, r, verbatim=True), (0, 100))
+        assert messages == [{"role": "user", "content": want}]
+
+
+def test_gpt4o_stand_in_routes_the_published_revisions_through_the_engine(tmp_path):
+    """The published FDD IteraJudge script runs verbatim; its GPT4OClient calls go through the engine to a
+    local server and into the response store (a rerun sends nothing)."""
+    if not (REFERENCE / "benchmark_code").is_dir():
+        pytest.skip(f"the published evaluation code is absent ({REFERENCE})")
+    from finlib.bizfin.authors_code import engine_judge
+    from finlib.llm.store import ResponseStore
+    from finlib.llm.stub_server import ThreadedStub, stub_spec
+
+    with ThreadedStub() as stub, ResponseStore(tmp_path / "store.sqlite") as store:
+        route = engine_judge(stub_spec(stub.base_url, api_key_env=None), store, max_new_tokens=32,
+                             version="published-revise-test")
+        code = AuthorsCode(REFERENCE, judge=route)
+        out = code.iterajudge_prompts(["描述这支股票：涨跌幅 1.2%", "描述：涨跌幅 -0.5%"], ["上涨1.2%", "下跌0.5%"])
+        sent = stub.stub.n_requests
+        assert len(out) == 2 and sent == 4                         # two revision rounds per reply
+        assert "上涨1.2%" in out[0] and "{ref_answer}" not in out[0]
+        again = AuthorsCode(REFERENCE, judge=route).iterajudge_prompts(["描述这支股票：涨跌幅 1.2%", "描述：涨跌幅 -0.5%"],
+                                                                       ["上涨1.2%", "下跌0.5%"])
+        assert again == out and stub.stub.n_requests == sent        # answered from the store
