@@ -53,9 +53,12 @@ def simulated_clock(monkeypatch):
 
 @pytest.fixture(autouse=True)
 def fresh_breakers():
-    """Each test starts with no circuit breaker open (they are shared by every run in a process)."""
+    """Each test starts with no circuit breaker open and no interrupt set (both are process-wide)."""
+    from finlib.llm.interrupt import STOP
     from finlib.llm.openai_backend import reset_breakers
 
     reset_breakers()
+    STOP.clear()
     yield
     reset_breakers()
+    STOP.clear()

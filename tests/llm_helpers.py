@@ -26,6 +26,9 @@ def make_request(text: str, spec: ModelSpec = STUB_SPEC, params: dict = PARAMS,
                    "generate", msgs, dict(params), input_tokens_est=input_tokens_est)
 
 
+SETTLE_TURNS = 3  # event-loop turns the simulated clock waits before it jumps
+
+
 class SimulatedClock:
     """A monotonic clock that only moves when the code under test sleeps: every requested wait is
     recorded, none is spent (no timed tests). Waits that overlap run side by side as they would on
@@ -46,10 +49,11 @@ class SimulatedClock:
         wake = self.now + max(0.0, seconds)
         self._pending.append(wake)
         try:
+            quiet = 0  # loop turns in a row with no call in flight and this the earliest wake-up
             while wake > self.now:
-                if not self.busy and wake <= min(self._pending):  # the earliest sleeper, no call in flight:
-                    # nothing can happen before it wakes
-                    self.now = wake
+                quiet = quiet + 1 if not self.busy and wake <= min(self._pending) else 0
+                if quiet > SETTLE_TURNS:  # nothing can happen before it wakes (a wait just scheduled as a
+                    self.now = wake       # task registers within these turns)
                     break
                 await _REAL_SLEEP(0)
         finally:

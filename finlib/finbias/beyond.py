@@ -90,8 +90,9 @@ def run_stage(cfg: RunConfig) -> BeyondResult:
                                    "interval, within- and between-report variance components, ICC, and the +- points "
                                    "a single-draw study of the run's N moves by from re-sampling alone"),
         "beyond_paper_vs_noise": (res.compare, "Paper difference vs sampling noise (Tables 4-6): single-draw gap, k-draw "
-                                  "gap with interval, the single-draw noise band at the run's N, paired tests on "
-                                  "report-level shares (points)"),
+                                  "gap with interval, the single-draw noise band on the reports the gap was measured on "
+                                  "(noise_pm_pp; at the run's N: noise_pm_run_pp), paired tests on report-level shares "
+                                  "(points)"),
         "beyond_draws_needed": (res.needed, "Draws per report needed for a +-1/2/5-point interval, at this run's "
                                 "reports and at the corpus size (inf: more reports needed, not more draws)"),
         "beyond_response_matrix": (res.matrix, "Rating sweep: herding response matrix (rating shown x answer), counts "

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -51,6 +51,7 @@ from finlib.finbias.validation import (  # noqa: F401  (re-exported: stage 00's 
     canonical_sector,
     check_required_values,
     check_unique_ids,
+    CLEANING_RULES,
     clean_text,
     clean_text_logged,
     map_sectors,
@@ -77,6 +78,8 @@ DEFAULT_MARKET_TICKER = "SPY"
 
 def validate_reports(df: pd.DataFrame, source: str, on_unknown_sector: str = "error") -> tuple[pd.DataFrame, dict]:
     """Validate and normalise mapped reports; returns the frame (contract dtypes) and notes."""
+    if len(df) == 0:
+        raise DataValidationError(f"{source}: no reports (the file has a header and 0 rows)")
     check_required_values(df, source)
     check_unique_ids(df, source)
     dates = parse_dates(df["date"], source, _col(df, "date"))
@@ -105,9 +108,12 @@ def extract_ratings(texts: pd.Series) -> pd.Series:
     return pd.Series([None if r is None else Rating(r).value for r in found], index=texts.index, dtype=object)
 
 
-def clean_reports(reports: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
-    """Clean every text; count reports per cleaning rule. Texts empty after cleaning are an error."""
-    logged = reports["text"].map(clean_text_logged)
+def clean_reports(reports: pd.DataFrame, rules: Iterable[str] = CLEANING_RULES
+                  ) -> tuple[pd.DataFrame, dict[str, int]]:
+    """Apply the cleaning `rules` to every text (stage 00: `data.text_cleaning`, none by default --
+    the authors' text as sent); count reports per rule that changed something."""
+    rules = tuple(rules)
+    logged = reports["text"].map(lambda t: clean_text_logged(t, rules))
     out = reports.copy()
     out["text"] = logged.map(lambda x: x[0])
     counts: dict[str, int] = {}
@@ -118,9 +124,10 @@ def clean_reports(reports: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
 
 
 def check_text_after_cleaning(reports: pd.DataFrame) -> None:
-    """A text made only of invisible characters passes validation but is empty once cleaned: an error
-    naming the source file, the data row and the corpus's text column (set by `validate_reports`)."""
-    empty = np.flatnonzero(_blank(reports["text"]).to_numpy())
+    """A text made only of invisible characters passes validation but is empty once cleaned (by every
+    rule, whichever the run applies: a check, not a change): an error naming the source file, the
+    data row and the corpus's text column (set by `validate_reports`)."""
+    empty = np.flatnonzero(_blank(reports["text"].map(clean_text)).to_numpy())
     if len(empty):
         source = reports.attrs.get("source", "reports")
         rows = [f"row {_row(i)} (report_id {reports['report_id'].iloc[i]!r})" for i in empty]
@@ -253,6 +260,25 @@ def summarise(reports: pd.DataFrame, prices: pd.DataFrame, market: pd.DataFrame,
     }
 
 
+def check_priced_share(reports: pd.DataFrame, prices: pd.DataFrame, min_share: float) -> int:
+    """How many reports have prices on their date (ticker priced, date within its price data): only
+    those can get a label. Stops stage 00 -- before any model is paid to answer reports that can
+    never be scored -- when their share is at or below `data.min_priced_share` (0.0: none at all)."""
+    span = prices.groupby("ticker")["date"].agg(["min", "max"])
+    first = reports["ticker"].map(span["min"])
+    last = reports["ticker"].map(span["max"])
+    covered = int(((reports["date"] >= first) & (reports["date"] <= last)).sum())
+    share = covered / len(reports) if len(reports) else 0.0
+    if covered == 0 or share <= min_share:
+        raise DataValidationError(
+            f"only {covered} of {len(reports)} reports have prices on their date (share {share:.3f}; "
+            f"data.min_priced_share {min_share}): reports {reports['date'].min().date()} to "
+            f"{reports['date'].max().date()}, prices {prices['date'].min().date() if len(prices) else 'none'} to "
+            f"{prices['date'].max().date() if len(prices) else 'none'}. No label could be computed for the rest; "
+            "stopped before any model call. Give prices covering the reports' dates.")
+    return covered
+
+
 def prepare_data(cfg: RunConfig, write: bool = True) -> DataReport:
     """Stage 00: load (or generate), validate, clean, extract ratings, write the artifacts."""
     from finlib.core import artifacts
@@ -264,7 +290,7 @@ def prepare_data(cfg: RunConfig, write: bool = True) -> DataReport:
         reports, notes, prices, pnotes, market, truth = _synthetic_inputs(cfg, d)
     else:
         reports, notes, prices, pnotes, market = _real_inputs(cfg, d, source)
-    reports, cleaning = clean_reports(reports)
+    reports, cleaning = clean_reports(reports, d["text_cleaning"])
     check_text_after_cleaning(reports)
     reports["analyst_rating"] = extract_ratings(reports["text"]).astype(object)
     agreement = None
@@ -278,6 +304,7 @@ def prepare_data(cfg: RunConfig, write: bool = True) -> DataReport:
     reports = reports[["report_id", "ticker", "company", "sector", "date", "text", "analyst_rating"]]
     summary = summarise(reports, prices, market, {**notes, **pnotes})
     summary.update(source=source, cleaning=cleaning, synthetic=source == "synthetic")
+    summary["reports_priced_on_their_date"] = check_priced_share(reports, prices, float(d.get("min_priced_share") or 0))
     if agreement:
         summary["rating_extraction_check"] = agreement
     rep = DataReport(reports=reports, prices=prices, market=market, truth=truth, summary=summary)

@@ -146,6 +146,24 @@ def first_sentences() -> list[FirstSentence]:
     return out
 
 
+def draw_first_sentence(rating: Rating, pick: Callable[[int], int], company: str, ticker: str) -> FirstSentence:
+    """A rating sentence for `rating` in a random English scale, term, template and case (`pick(n)` draws an
+    index below n): how the synthetic market writes the first line of a messy report."""
+    scales = [s for s in RATING_SCALES if _scale_terms(s)[rating] and not is_cjk(_scale_terms(s)[rating][0])]
+    scale = scales[pick(len(scales))]
+    terms = _scale_terms(scale)[rating]
+    term = terms[pick(len(terms))]
+    usable = [(a, t) for a, t in EN_TEMPLATES if a in ("maintain", "initiate") or _previous_terms(scale, rating, a)]
+    action, template = usable[pick(len(usable))]
+    prev = None
+    if action in ("upgrade", "downgrade", "move"):
+        pool = _previous_terms(scale, rating, action)
+        prev = pool[pick(len(pool))]
+    fs = render_first_sentence(template, rating, term, prev, CASES[pick(len(CASES))], (company, ticker, ""),
+                               40 + pick(60))
+    return FirstSentence(fs.text, rating, fs.term, fs.previous, scale.name, template, fs.case)
+
+
 # ---- report skeletons ---------------------------------------------------------------------------
 
 BODY_SENTENCES: tuple[str, ...] = (

@@ -218,8 +218,12 @@ def paper_vs_noise(joined: pd.DataFrame, run_n: pd.DataFrame, reps: int, seed: i
 
     single_draw_gap_pp: the gap a one-draw study of these reports shows (draw 0, the paper's
     protocol); gap_pp: the mean over reports of the share differences with its two-level
-    interval; noise_pm_pp: how far a one-draw gap moves from re-sampling alone at the run's N
-    (z * sqrt((sigma2_within_a + sigma2_within_b) / N)); beyond_noise: |single-draw gap| > noise;
+    interval; noise_pm_pp: how far that one-draw gap moves from re-sampling alone, sized on the
+    reports it was measured on (`n_reports`, the k-draw subset: z * sqrt((sigma2_within_a +
+    sigma2_within_b) / n_reports)); beyond_noise: |single-draw gap| > noise_pm_pp. A band sized at
+    the run's N would be too narrow for a gap measured on a subset (200 of 8,868 reports: "beyond
+    noise" in most runs with no gap at all); the run's projection is kept apart as
+    noise_pm_run_pp (the spread a single-draw table of all `run_n` reports would have).
     p_t / p_wilcoxon: paired tests on the report-level shares."""
     rows = []
     for name, table, ca, cb, outcome in COMPARISONS:
@@ -239,15 +243,23 @@ def paper_vs_noise(joined: pd.DataFrame, run_n: pd.DataFrame, reps: int, seed: i
             one = float((f["hits"][conds[0]] / f["n"][conds[0]] - f["hits"][conds[1]] / f["n"][conds[1]]).mean())
             sel = run_n[(run_n["model"] == model) & run_n["condition"].isin(conds)]["n"]
             n_run = int(sel.min()) if len(sel) else len(w)
-            noise = single_draw_half_width(comps[0].sigma2_within + comps[1].sigma2_within, n_run, ci)
+            within = comps[0].sigma2_within + comps[1].sigma2_within
+            noise = single_draw_half_width(within, gap_reports(f), ci)
             rows.append({"comparison": name, "paper_table": table, "model": model, "outcome": outcome,
                          "condition_a": conds[0], "condition_b": conds[1], "n_reports": len(w),
                          "draws_per_report": float(n.mean()), "single_draw_gap_pp": 100 * one,
                          "gap_pp": 100 * est, "ci_low_pp": 100 * lo, "ci_high_pp": 100 * hi, "run_n": n_run,
                          "noise_pm_pp": 100 * noise,
+                         "noise_pm_run_pp": 100 * single_draw_half_width(within, n_run, ci),
                          "beyond_noise": bool(abs(one) > noise) if np.isfinite(noise) else None,
                          "p_t": test["p_t"], "p_wilcoxon": test["p_wilcoxon"]})
     return pd.DataFrame(rows)
+
+
+def gap_reports(first: pd.DataFrame) -> int:
+    """The N a single-draw gap was measured on: the reports with a first draw in both conditions
+    (the rows of `_wide(first, ...)`), which is what sizes its noise band."""
+    return int(len(first))
 
 
 def draws_needed_table(estimates: pd.DataFrame, half_widths_pp: tuple[float, ...], corpus_n: int,

@@ -6,11 +6,13 @@ Rows are counted 1-based over data rows (the header is not a row), so "row 3" is
 record of the file. Kept apart from the loaders (`finlib.finbias.data` for reports,
 `finlib.finbias.prices` for prices) so each source reads through the same checks.
 
-Cleaning (conservative, documented in `clean_text`): common UTF-8-read-as-cp1252 mojibake
-("â€™" -> "’"), non-breaking/zero-width spaces, soft hyphens, words hyphenated across a line
-break ("manage-\\nment" -> "management", lowercase on both sides only), blank lines kept as paragraph
-breaks, runs of spaces collapsed. Single line breaks are kept (lists and tables keep their lines: the
-authors send the report text as is); joining them is the named option `perturb.join_lines`.
+Cleaning: none by default -- the authors send `clean_content` as it is, tabs, indentation and runs
+of spaces included. Each rule of `clean_text` is a named option (`data.text_cleaning`, a list of
+`CLEANING_RULES`): common UTF-8-read-as-cp1252 mojibake ("â€™" -> "’"), non-breaking spaces and tabs
+to spaces (`nbsp`), zero-width characters and soft hyphens (`invisible`), control characters, words
+hyphenated across a line break ("manage-\\nment" -> "management", lowercase on both sides only), and
+`whitespace` (blank lines kept as paragraph breaks, runs of spaces collapsed, lines stripped). Single
+line breaks are always kept; joining them is the named option `perturb.join_lines`.
 """
 from __future__ import annotations
 
@@ -211,8 +213,9 @@ def check_required_values(df: pd.DataFrame, source: str) -> None:
 
 
 def check_unique_ids(df: pd.DataFrame, source: str) -> None:
-    """Duplicate report ids would silently merge two reports' labels downstream."""
-    ids = df["report_id"].astype(str)
+    """Duplicate report ids would silently merge two reports' labels downstream. Compared as they
+    are used (stripped): 'SYN00001' and 'SYN00001 ' are one id."""
+    ids = df["report_id"].astype(str).str.strip()
     dup = ids[ids.duplicated(keep=False)]
     if len(dup):
         parts = []
@@ -222,6 +225,11 @@ def check_unique_ids(df: pd.DataFrame, source: str) -> None:
             f"{source}: duplicate report_id in column '{_col(df, 'report_id')}': {_listing(parts)}")
 
 
+UTC_OFFSET = re.compile(r"(?<=\d)(?:Z|[+-]\d{2}:?\d{2})$")  # a time's offset: 'T10:00+08:00', '…Z'
+MAX_CLOSE = 1e7  # no listed share trades above this (BRK.A ~ 7e5): a larger close is a unit or parsing error
+GAP_MARKERS = frozenset({"nan", "na", "null", "none"})  # missing values as pandas and JSON write them: gaps, like blanks
+
+
 def parse_dates(values: pd.Series, source: str, column: str, rows: np.ndarray | None = None) -> pd.Series:
     """Parse dates one format at a time; unparseable or missing values are an error naming the row.
 
@@ -229,6 +237,9 @@ def parse_dates(values: pd.Series, source: str, column: str, rows: np.ndarray | 
     """
     raw = values.astype(object).reset_index(drop=True)
     rows = np.arange(len(raw)) if rows is None else np.asarray(rows)
+    # the calendar date as written: "2020-01-02T01:00+08:00" is 2 January (its UTC date, 1 January,
+    # would move event day 0); the offset is dropped, not applied
+    raw = raw.map(lambda v: UTC_OFFSET.sub("", v.strip()) if isinstance(v, str) else v)
     parsed = pd.to_datetime(raw, errors="coerce", format="mixed", utc=True)
     bad = np.flatnonzero(parsed.isna().to_numpy())
     if len(bad):
@@ -244,8 +255,11 @@ def parse_closes(values: pd.Series, source: str, column: str,
     raw = values.reset_index(drop=True)
     rows = np.arange(len(raw)) if rows is None else np.asarray(rows)
     close = pd.to_numeric(raw, errors="coerce")
-    blank = close.isna() if pd.api.types.is_numeric_dtype(raw) else _blank(raw)
-    for what, mask in (("non-numeric value", close.isna() & ~blank), ("non-positive price", (close <= 0).fillna(False))):
+    blank = close.isna() if pd.api.types.is_numeric_dtype(raw) else \
+        _blank(raw) | raw.astype(str).str.strip().str.lower().isin(GAP_MARKERS)
+    implausible = (~np.isfinite(close) & close.notna()) | (close > MAX_CLOSE)
+    for what, mask in (("non-numeric value", close.isna() & ~blank), ("non-positive price", (close <= 0).fillna(False)),
+                       (f"implausible price (infinite or above {MAX_CLOSE:g})", implausible.fillna(False))):
         if mask.any():
             items = [f"row {_row(rows[i])} ({raw.iloc[i]!r})" for i in np.flatnonzero(mask.to_numpy())]
             raise DataValidationError(f"{source}: {what} in column '{column}' at {_listing(items)}")
@@ -304,30 +318,44 @@ _LINE = re.compile(r"[ \t]*\r?\n[ \t]*")
 _RUNS = re.compile(r" {2,}")
 
 
-def clean_text_logged(text: str) -> tuple[str, tuple[str, ...]]:
-    """`clean_text` plus the names of the rules that changed something (for the data report)."""
+CLEANING_RULES: tuple[str, ...] = ("mojibake", "nbsp", "invisible", "control", "hyphenation", "whitespace")
+
+
+def clean_text_logged(text: str, rules: Iterable[str] = CLEANING_RULES) -> tuple[str, tuple[str, ...]]:
+    """`clean_text` with only `rules` applied, plus the names of those that changed something (for
+    the data report)."""
+    rules = set(rules)
+    unknown = rules - set(CLEANING_RULES)
+    if unknown:
+        raise ValueError(f"unknown text cleaning rule(s) {sorted(unknown)}; known: {list(CLEANING_RULES)}")
     applied = []
     out = text
-    for bad, good in MOJIBAKE.items():
-        if bad in out:
-            out = out.replace(bad, good)
-            if "mojibake" not in applied:
-                applied.append("mojibake")
+    if "mojibake" in rules:
+        for bad, good in MOJIBAKE.items():
+            if bad in out:
+                out = out.replace(bad, good)
+                if "mojibake" not in applied:
+                    applied.append("mojibake")
     for name, pattern, repl in (("nbsp", _SPACES, " "), ("invisible", _INVISIBLE, ""),
                                 ("control", _CONTROL, ""), ("hyphenation", _HYPHEN_BREAK, "")):
+        if name not in rules:
+            continue
         new = pattern.sub(repl, out)
         if new != out:
             applied.append(name)
             out = new
-    paragraphs = ("\n".join(_RUNS.sub(" ", line).strip() for line in _LINE.split(p)).strip()
-                  for p in _PARA.split(out))
-    new = "\n\n".join(p for p in paragraphs if p)
-    if new != out:
-        applied.append("whitespace")
-    return new, tuple(applied)
+    if "whitespace" in rules:
+        paragraphs = ("\n".join(_RUNS.sub(" ", line).strip() for line in _LINE.split(p)).strip()
+                      for p in _PARA.split(out))
+        new = "\n\n".join(p for p in paragraphs if p)
+        if new != out:
+            applied.append("whitespace")
+        out = new
+    return out, tuple(applied)
 
 
-def clean_text(text: str) -> str:
-    """Conservative cleaning: fix known mojibake and odd spaces, join hyphenated line breaks,
-    keep blank lines as paragraph breaks (the sentence splitter treats them as boundaries)."""
-    return clean_text_logged(text)[0]
+def clean_text(text: str, rules: Iterable[str] = CLEANING_RULES) -> str:
+    """Conservative cleaning with `rules` (all by default here; stage 00 applies only the ones named
+    in `data.text_cleaning`, none by default): fix known mojibake and odd spaces, join hyphenated
+    line breaks, keep blank lines as paragraph breaks (the sentence splitter treats them as boundaries)."""
+    return clean_text_logged(text, rules)[0]

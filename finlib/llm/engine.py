@@ -57,11 +57,43 @@ def run_coroutine(coro):
     try:
         asyncio.get_running_loop()
     except RuntimeError:
+        from finlib.llm.interrupt import STOP
+
+        STOP.clear()
         return asyncio.run(coro)
+    return run_in_thread(coro)
+
+
+def run_in_thread(coro):
+    """Run `coro` on its own event loop in a worker thread. A KeyboardInterrupt in this thread
+    (Ctrl-C, a kernel interrupt) sets `interrupt.STOP`: the senders start nothing new, store what is
+    in flight as it finishes and raise `Interrupted` with the count; a second one stops waiting."""
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+    from finlib.llm.interrupt import STOP, Interrupted
+
+    STOP.clear()  # a new call: an earlier interrupt is over
+    pool = ThreadPoolExecutor(max_workers=1)
+    future = pool.submit(asyncio.run, coro)
+    try:
+        try:
+            return future.result()
+        except Interrupted:
+            raise
+        except KeyboardInterrupt:
+            STOP.set()
+        try:
+            result = future.result()  # the calls in flight finish and are stored; nothing new starts
+        except KeyboardInterrupt as exc:  # Interrupted from the senders, or a second Ctrl-C: stop waiting
+            if not isinstance(exc, Interrupted):
+                raise Interrupted("interrupted twice: stopped waiting for the calls in flight (answers that "
+                                  "arrive are still stored). Rerun the same command to resume.") from None
+            raise
+        del result
+        raise Interrupted("interrupted after the calls had finished (all stored). Rerun the same command to go "
+                          "on from the next step.")
+    finally:
+        pool.shutdown(wait=future.done())
 
 
 def send_pending(spec: ModelSpec, pending: Iterable[Request], store: ResponseStore, *, budget=None,

@@ -26,6 +26,7 @@ import weakref
 from typing import Iterable
 
 from finlib.llm.context import CONTEXT_REFUSED, is_context_refusal, room_from_error
+from finlib.llm.interrupt import STOP, Interrupted, resume_hint
 from finlib.llm.registry import ModelSpec
 from finlib.llm.store import Request, Result, ResponseStore, process_owner
 
@@ -124,6 +125,11 @@ class Breaker:
                 return 0.0
             return self.next_probe - now
 
+    def until_probe(self) -> float:
+        """Seconds until the next probe may go (0 when not suspect)."""
+        with self._lock:
+            return max(0.0, self.next_probe - self.now()) if self.suspect else 0.0
+
     def record(self, kind: str | None, reason: str = "") -> None:
         """Book one attempt's outcome (`kind` from `lasting_kind`, None for anything else)."""
         with self._lock:
@@ -164,6 +170,13 @@ class Breakers:
 
     def probe_wait(self) -> float:
         return max(self.endpoint.probe_wait(), self.model.probe_wait())
+
+    def backoff(self, delay: float) -> float:
+        """A retry's wait while a streak is suspect: no longer than until the next probe, so the
+        probes keep their pace (one per interval) however long the workers' backoffs have grown,
+        and the breaker opens soon after the grace period."""
+        suspect = [b for b in (self.endpoint, self.model) if b.suspect]
+        return min([delay, *(b.until_probe() for b in suspect)])
 
     def events(self) -> list[asyncio.Event]:
         return [self.endpoint.event(), self.model.event()]
@@ -252,12 +265,10 @@ def dropped_connection(exc: BaseException) -> BaseException | None:
 
 
 async def sleep_unless_open(delay: float, breaker: Breakers | None) -> None:
-    """A wait that ends early when the breaker opens (no worker idles through a 60 s backoff of a
-    model that is already stopped)."""
-    if breaker is None:
-        await sleep(delay)
-        return
-    waits = [asyncio.ensure_future(sleep(delay)), *(asyncio.ensure_future(ev.wait()) for ev in breaker.events())]
+    """A wait that ends early when the breaker opens or the user interrupts (no worker idles through
+    a 60 s backoff of a model that is already stopped)."""
+    events = [STOP.event(), *(breaker.events() if breaker is not None else [])]
+    waits = [asyncio.ensure_future(sleep(delay)), *(asyncio.ensure_future(ev.wait()) for ev in events)]
     await asyncio.wait(set(waits), return_when=asyncio.FIRST_COMPLETED)
     for t in waits:
         t.cancel()
@@ -267,7 +278,7 @@ async def sleep_unless_open(delay: float, breaker: Breakers | None) -> None:
 async def admit(breaker: Breakers | None, before_wait=None) -> None:
     """Wait while the breaker is suspect and another probe went out within the probe interval
     (`before_wait(seconds)` first: e.g. extend the claim's lease over the wait)."""
-    while breaker is not None and breaker.cause is None and (wait := breaker.probe_wait()) > 0:
+    while breaker is not None and breaker.cause is None and not STOP.is_set() and (wait := breaker.probe_wait()) > 0:
         if before_wait is not None:
             await before_wait(wait)
         await sleep_unless_open(wait, breaker)
@@ -396,8 +407,9 @@ def backoff_s(attempt: int, base: float, cap: float, retry_after: float | None, 
 
 def request_kwargs(spec: ModelSpec, req: Request) -> dict:
     """The chat.completions.create arguments: the request's messages and its exact parameters."""
-    kwargs = {"model": spec.model_id, "messages": req.messages,
-              "temperature": req.params["temperature"], "top_p": req.params["top_p"]}
+    kwargs = {"model": spec.model_id, "messages": req.messages}
+    if spec.sends_sampling:  # o-series models refuse any temperature/top_p but the default: none is sent
+        kwargs.update({k: req.params[k] for k in ("temperature", "top_p") if k in req.params})
     if "seed" in req.params:
         kwargs["seed"] = req.params["seed"]
     if "max_new_tokens" in req.params:
@@ -487,6 +499,9 @@ async def call_with_retries(client, spec: ModelSpec, req: Request, limiter: Rate
     reason = "not attempted"
     for attempt in range(1, spec.max_attempts + 1):
         await admit(breaker, waiting)
+        if STOP.is_set():  # interrupted: no new attempt (the caller does not store this result)
+            attempt, reason = attempt - 1, "interrupted"
+            break
         if breaker is not None and breaker.cause:
             attempt -= 1
             if attempt == 0:  # stopped before its first attempt: not sent, as the calls never taken
@@ -516,9 +531,12 @@ async def call_with_retries(client, spec: ModelSpec, req: Request, limiter: Rate
                 return context_refused(req, redact(reason, secret), time.perf_counter() - t_start, attempt)
             if breaker is not None:
                 breaker.record(lasting_kind(exc), redact(reason, secret)[:200])
-            if not retryable or attempt == spec.max_attempts or (breaker is not None and breaker.cause):
+            if not retryable or attempt == spec.max_attempts or (breaker is not None and breaker.cause) \
+                    or STOP.is_set():
                 break
             delay = backoff_s(attempt, backoff_base_s, backoff_cap_s, retry_after_s(exc), rng)
+            if breaker is not None:
+                delay = breaker.backoff(delay)
             await waiting(delay)
             await sleep_unless_open(delay, breaker)
             if breaker is not None and breaker.cause:
@@ -605,7 +623,7 @@ async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: Respon
     results: asyncio.Queue = asyncio.Queue(maxsize=4 * spec.concurrency)
     it = iter(requests)
     state = {"stopped": False, "sent": 0, "ok": 0, "error": 0}
-    state.update(answered_elsewhere=0, waited=0)
+    state.update(answered_elsewhere=0, waited=0, after_stop=0, answered_after_stop=0)
     breaker = breaker_for(spec)
     unsent: list[Request] = []  # taken from the input after the breaker opened
     waiting: collections.deque = collections.deque()  # keys another process is asking
@@ -632,7 +650,7 @@ async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: Respon
             if breaker.cause:
                 unsent.append(req)
                 return
-            if state["stopped"]:
+            if state["stopped"] or STOP.is_set():  # budget, or the user interrupted: take nothing more
                 return
             reserve = spec.cost(req.input_tokens_est, int(req.params.get("max_new_tokens", 0)))
             if not budget.reserve(reserve):
@@ -659,6 +677,12 @@ async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: Respon
                                           backoff_cap_s=backoff_cap_s, rng=rng, secret=secret, breaker=breaker,
                                           before_attempt=renew, before_wait=hold)
             budget.settle(reserve, res.cost_usd)
+            if STOP.is_set():  # in flight at the interrupt: an answer is stored, anything else sent on resume
+                state["after_stop"] += 1
+                state["answered_after_stop"] += res.status == "ok"
+                if res.status != "ok":
+                    state["sent"] -= res.attempts == 0
+                    return
             if res.attempts == 0 and breaker.cause:  # the breaker opened while it waited: never sent
                 state["sent"] -= 1
                 unsent.append(req)
@@ -705,6 +729,8 @@ async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: Respon
             await client.close()
         if held:  # stopped early (store failure, budget, breaker): other processes need not wait out the lease
             store.release(list(held), owner)
+    if STOP.is_set():
+        raise Interrupted(f"model '{spec.name}': " + resume_hint(state["after_stop"], state["answered_after_stop"]))
     if breaker.cause:
         raise circuit_open(spec, breaker.cause, store, unsent + list(waiting) + list(it), state)
     if state["stopped"]:

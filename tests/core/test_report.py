@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -33,7 +34,12 @@ def _notebook_with_a_plot(path: Path) -> None:
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_markdown_cell("# 04 — a stage\nCosts $5 and $6 (no MathJax needed)."),
         nbformat.v4.new_code_cell("print('hello')", outputs=[
-            nbformat.v4.new_output("stream", name="stdout", text="hello\n"),
+            nbformat.v4.new_output("stream", name="stdout", text=f"hello from {path.parents[3]}/data\n"),
+            nbformat.v4.new_output("stream", name="stderr", text=f"{sys.prefix}/lib/tqdm/auto.py:21: TqdmWarning: "
+                                   "IProgress not found. Please update jupyter and ipywidgets.\n"
+                                   "  from .autonotebook import tqdm as notebook_tqdm\n"),
+            *[nbformat.v4.new_output("stream", name="stderr", text=f"\rscoring: {k:3d}%|{'#' * (k // 10)}| {k}/100")
+              for k in (10, 50, 100)],
             nbformat.v4.new_output("display_data", data={"image/png": png, "text/plain": "<Figure>"})]),
     ], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -50,8 +56,17 @@ def built(tmp_path: Path):
     fig, ax = plt.subplots(figsize=(2, 2))
     ax.bar([0, 1], [1, 2])
     save_figure(cfg, fig, "fig_demo")
+    save_figure(cfg, fig, "fig_stage04", caption="Pooled herding per condition (stage 04).")
     plt.close(fig)
+    from finlib.core.tables import skip_figure
+
+    skip_figure(cfg, "fig_dpo_training", "no DPO training step logged for m")
     write_table(cfg, "table4_demo", pd.DataFrame({"model": ["m"], "value": [0.5]}), "Demo table")
+    sectors = {f"Sector {i} with a long name": ["50.0/40.0"] for i in range(11)}
+    write_table(cfg, "table4_herding_with_without", pd.DataFrame({
+        "Source": ["ours"], "Group": ["Open-Source Models"], "Model": ["SmolLM2-135M"], **sectors,
+        "Average": ["51.5/42.5***"], "Mean of sectors": ["50.0/40.0"], "Average (pooled) 95 % CI": ["[48.6, 56.0]/[38.7, 46.6]"],
+        "Parse rate %": ["98.0/95.5"], "N": ["200/200"]}), "Table 4: herding score (%) with/without the rating")
     from finlib.core.compare import write_comparison
 
     write_comparison(cfg, "bizfin_table3", pd.DataFrame({
@@ -67,7 +82,10 @@ def built(tmp_path: Path):
     (cfg.processed_dir / "labels_report.json").write_text(json.dumps({"excluded": {"too_few_obs": 2}}))
     (cfg.run_dir / "manifest.json").write_text(json.dumps(
         {"params_file": "params/r.yaml", "git": {"commit": "abc", "dirty": False},
-         "stages": {"04": {"notebook": "notebooks/04_scoring.ipynb", "status": "ok", "seconds": 1.5}}}))
+         "updated": "2026-01-01T08:00:00+00:00",
+         "stages": {"04": {"notebook": "notebooks/04_scoring.ipynb", "status": "ok", "seconds": 1.5,
+                           "started": "2026-01-01T08:00:00+00:00", "ended": "2026-01-01T09:30:00+00:00"}},
+         "params": {"data": {"path": f"{tmp_path}/data/x.csv"}}}))
     return cfg, report.build_report(cfg)
 
 
@@ -83,8 +101,12 @@ def test_report_links_resolve_and_show_what_the_run_recorded(built):
     assert "Demo caption (synthetic data)." in page and "Synthetic data" in page
     assert "stage 05 artifacts not found" in page                        # figures not drawn, with the reason
     assert "too_few_obs" in page and "no lexicon" in page                # exclusions and skipped items
-    assert "0.9" in page and "1.5" in page                               # parse rates, time per stage
-    paper_vs_ours = page.split("<h2>Paper vs ours</h2>")[1].split("<h2>")[0]
+    assert "90.0" in page and "1.5" in page                              # parse rates in %, time per stage
+    assert "finished 2026-01-01T09:30:00+00:00" in page                  # the run's end, not its start
+    assert "Pooled herding per condition (stage 04)." in page            # a stage figure's own caption
+    assert "(stage figure)" not in page
+    assert "fig_dpo_training: not drawn — no DPO training step logged" in page
+    paper_vs_ours = page.split('<h2 id="paper-vs-ours">Paper vs ours</h2>')[1].split("<h2")[0]
     assert "bizfin_table3" in paper_vs_ours and "0.58" in paper_vs_ours and "not comparable" in paper_vs_ours
     nb_page = (index.parent / "notebooks" / "04_scoring.html").read_text()
     assert "data:image/png;base64" in nb_page and "cdnjs" not in report.EXTERNAL_SCRIPT.pattern
@@ -132,6 +154,9 @@ def test_headless_browser_loads_every_figure_and_notebook_page(built):
     try:
         driver.get(index.as_uri())
         assert driver.title == "Run r — report"
+        assert str(index.parent.parent.parent.parent) not in driver.page_source   # no machine path
+        assert driver.find_element("css selector", "nav.toc").is_displayed()
+        assert driver.execute_script(AVERAGE_VISIBLE), "Table 4's Average column is off-screen"
         images = driver.execute_script(IMAGES_OK)
         assert images and all(ok for _, ok in images), images
         assert not _severe(driver)
@@ -140,6 +165,7 @@ def test_headless_browser_loads_every_figure_and_notebook_page(built):
         for page in pages:
             driver.get((index.parent / page).as_uri())
             assert driver.execute_script("return document.body.innerText.length") > 0, page
+            assert str(index.parent.parent.parent.parent) not in driver.page_source, page
             images = driver.execute_script(IMAGES_OK)
             assert all(ok for _, ok in images), (page, images)
             assert not _severe(driver), (page, _severe(driver))
@@ -154,5 +180,58 @@ def test_browser_test_can_fail_on_a_broken_image(built):
     try:
         driver.get(index.as_uri())
         assert not all(ok for _, ok in driver.execute_script(IMAGES_OK))
+    finally:
+        driver.quit()
+
+
+def test_index_shows_tables_3_to_8_with_key_columns_first_and_contents(built):
+    _, index = built
+    page = index.read_text()
+    toc = page.split('<nav class="toc">')[1].split("</nav>")[0]
+    assert 'href="#tables-3-8"' in toc and 'href="#t-table4_herding_with_without"' in toc and 'href="#figures"' in toc
+    section = page.split('id="t-table4_herding_with_without"')[1].split("<h3")[0]
+    headers = [h for h in section.split("<th>")[1:]]
+    names = [h.split("</th>")[0] for h in headers]
+    assert names.index("Average") < names.index("Sector 0 with a long name")
+    assert "51.5/42.5***" in section and "Table 4: herding score (%)" in section
+
+
+def test_no_absolute_path_and_progress_collapsed(built):
+    cfg, index = built
+    root = str(cfg.root)
+    for path in index.parent.rglob("*"):
+        if path.is_file() and path.suffix in (".html", ".json", ".md"):
+            text = path.read_text(encoding="utf-8")
+            assert root not in text and sys.prefix not in text, path
+    nb_page = (index.parent / "notebooks" / "04_scoring.html").read_text()
+    assert "100/100" in nb_page and "50/100" not in nb_page           # the final redraw only
+    assert "IProgress not found" not in nb_page and "hello from ./data" in nb_page
+
+
+def test_collapse_keeps_what_a_terminal_shows():
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x", outputs=[
+        nbformat.v4.new_output("stream", name="stderr", text="\rbar:  10%|#"),
+        nbformat.v4.new_output("stream", name="stderr", text="\rbar: 100%|##########\n"),
+        nbformat.v4.new_output("stream", name="stdout", text="done\n")])])
+    report.collapse_progress(nb)
+    outs = nb.cells[0].outputs
+    assert [o.text for o in outs] == ["bar: 100%|##########\n", "done\n"]
+
+
+AVERAGE_VISIBLE = ("const th = Array.from(document.querySelectorAll('.wide th')).find(t => t.textContent === 'Average');"
+                   "const r = th.getBoundingClientRect(); return r.width > 0 && r.right <= window.innerWidth;")
+
+
+def test_browser_check_fails_when_the_key_columns_stay_at_the_end(built, monkeypatch):
+    """Seeded fault: the table in its file order puts Average after eleven sectors, off-screen."""
+    cfg, _ = built
+    monkeypatch.setattr(report, "key_columns_first", lambda df: df)
+    index = report.build_report(cfg)
+    driver = _chrome()
+    try:
+        driver.get(index.as_uri())
+        assert driver.execute_script(AVERAGE_VISIBLE) is False
     finally:
         driver.quit()

@@ -464,3 +464,30 @@ def test_text_empty_after_cleaning_names_file_row_and_column(tmp_run, tmp_path):
         data.prepare_data(cfg, write=False)
     _assert_names(str(e.value), tmp_path / "reports.csv", 3, "clean_content")
     assert "'r3'" in str(e.value)
+
+
+def test_stage_00_keeps_the_text_as_the_authors_send_it_unless_a_cleaning_is_named(tmp_run, tmp_path):
+    """Default `data.text_cleaning: []`: tabs, indentation and runs of spaces reach the models as in
+    the corpus (`clean_content`); `whitespace` named in params normalises them and is counted."""
+    messy = "We rate AAA a Buy with a $50 target.\n\tRevenue\t2023\t2024\n  - margins  rose"
+    cfg = _local_run(tmp_run, tmp_path, [dict(GOOD[0], clean_content=messy)])
+    assert data.data_params(cfg)["text_cleaning"] == []
+    rep = data.prepare_data(cfg, write=False)
+    assert rep.reports["text"].iloc[0] == messy and rep.summary["cleaning"] == {}
+    cfg.params["data"]["text_cleaning"] = ["whitespace"]
+    rep = data.prepare_data(cfg, write=False)
+    assert rep.reports["text"].iloc[0] == ("We rate AAA a Buy with a $50 target.\nRevenue\t2023\t2024\n"
+                                           "- margins rose")   # lines stripped; tabs inside a line are `nbsp`'s
+    assert rep.summary["cleaning"] == {"whitespace": 1}
+
+
+def test_cleaning_rule_names_are_one_list_in_code_and_schema():
+    from typing import get_args
+
+    from finlib.core.params import DataSection
+
+    ann = DataSection.model_fields["text_cleaning"].annotation
+    literal = get_args(get_args(get_args(ann)[0])[0])
+    assert tuple(literal) == data.CLEANING_RULES
+    with pytest.raises(ValueError, match="unknown text cleaning rule"):
+        data.clean_text("x", ["tabs"])

@@ -124,3 +124,78 @@ def test_draws_frame_expands_scores_and_keeps_generated_draws():
     assert (s["parse_note"] == "label_draw").all()
     g = d[d["model"] == "g"]
     assert len(g) == 1 and g["sample"].iloc[0] == 1 and g["answer"].iloc[0] is None and not g["parsed"].iloc[0]
+
+
+# ---- the noise band of a single-draw gap, sized on the subset it was measured on ----------------
+
+RUN_N, SUBSET, K = 8868, 200, 4
+
+
+def _no_gap_runs(seed: int, sims: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """`sims` independent runs with no true gap, as `sims` models in one frame: SUBSET reports drawn
+    K times in `original` and `no_rating`, each report's herding propensity ~ Beta(2, 2) and the
+    same in both conditions; the run's N is RUN_N reports."""
+    rng = np.random.default_rng(seed)
+    p = rng.beta(2.0, 2.0, size=(sims, SUBSET))
+    frames = []
+    for cond in ("original", "no_rating"):
+        hits = rng.random((sims, SUBSET, K)) < p[:, :, None]
+        m, r, s = np.meshgrid(np.arange(sims), np.arange(SUBSET), np.arange(K), indexing="ij")
+        frames.append(pd.DataFrame({"model": [f"sim{i:03d}" for i in m.ravel()],
+                                    "report_id": [f"R{j}" for j in r.ravel()], "sample": s.ravel(),
+                                    "condition": cond, "answer": np.where(hits.ravel(), "bullish", "bearish")}))
+    joined = pd.concat(frames, ignore_index=True)
+    joined = joined.assign(item_id=joined["report_id"] + ":" + joined["condition"], reference_rating="bullish",
+                           label="bullish", sector="Energy", ticker=joined["report_id"])
+    run_n = pd.DataFrame([{"model": f"sim{i:03d}", "condition": c, "n": RUN_N}
+                          for i in range(sims) for c in ("original", "no_rating")])
+    return joined, run_n
+
+
+def _flagged_share(joined: pd.DataFrame, run_n: pd.DataFrame) -> float:
+    from finlib.finbias.sampling_noise import paper_vs_noise
+
+    cmp = paper_vs_noise(joined, run_n, reps=0, seed=0)
+    t4 = cmp[cmp["comparison"] == "herding_with_vs_without"]
+    assert (t4["n_reports"] == SUBSET).all() and (t4["run_n"] == RUN_N).all()
+    return float(t4["beyond_noise"].astype(bool).mean())
+
+
+@pytest.mark.slow
+def test_no_gap_is_flagged_beyond_noise_about_five_percent_of_runs():
+    """200 of 8,868 reports drawn k times, no true gap: "beyond noise" at the 95 % band must be
+    flagged in ~5 % of runs (200 simulated runs: 1-10 %), and the band is sized on the 200."""
+    joined, run_n = _no_gap_runs(seed=11, sims=200)
+    share = _flagged_share(joined, run_n)
+    assert 0.01 <= share <= 0.10, share
+
+
+@pytest.mark.slow
+def test_a_band_sized_on_the_whole_run_over_claims(monkeypatch):
+    """Seeded fault: the band sized at the run's N (what a one-draw table of all 8,868 reports would
+    have) flags most no-gap runs -- the check above must be able to see that."""
+    from finlib.finbias import sampling_noise
+
+    joined, run_n = _no_gap_runs(seed=11, sims=200)
+    monkeypatch.setattr(sampling_noise, "gap_reports", lambda first: RUN_N)
+    assert _flagged_share(joined, run_n) > 0.5
+
+
+def test_noise_band_uses_the_subset_and_keeps_the_run_projection_apart():
+    """Hand-computed: 4 reports x 2 draws per condition, shares (1, .5, .5, 0) in both conditions:
+    MSW per condition = (0 + .5 + .5 + 0) / (8 - 4) = .25, so the band is 1.96 sqrt(.5 / 4) on the
+    4 reports measured, and 1.96 sqrt(.5 / 1000) at a run of 1,000 reports."""
+    from finlib.finbias.sampling_noise import paper_vs_noise
+
+    hits = {"R0": (1, 1), "R1": (1, 0), "R2": (0, 1), "R3": (0, 0)}
+    rows = [{"model": "m", "report_id": r, "item_id": f"{r}:{c}", "condition": c, "sample": s,
+             "answer": "bullish" if h[s] else "bearish", "reference_rating": "bullish", "label": None,
+             "sector": "Energy", "ticker": r} for r, h in hits.items() for c in ("original", "no_rating")
+            for s in range(2)]
+    run_n = pd.DataFrame({"model": "m", "condition": ["original", "no_rating"], "n": 1000})
+    t4 = paper_vs_noise(pd.DataFrame(rows), run_n, reps=0, seed=0).iloc[0]
+    z = 1.959963984540054
+    assert t4["n_reports"] == 4 and t4["single_draw_gap_pp"] == pytest.approx(0.0)
+    assert t4["noise_pm_pp"] == pytest.approx(100 * z * np.sqrt(0.5 / 4))
+    assert t4["noise_pm_run_pp"] == pytest.approx(100 * z * np.sqrt(0.5 / 1000))
+    assert t4["beyond_noise"] is False or not t4["beyond_noise"]

@@ -280,3 +280,24 @@ def test_truth_records_the_planted_rating_as_written(section):
         if isinstance(rec.previous_rating_term, str):
             assert rec.previous_rating_term in rec.rating_sentence
             assert rating_of(rec.previous_rating_term).value != rec.planted_rating
+
+
+def test_messy_share_lays_out_broker_text_and_records_it():
+    """A quarter of the reports in broker layouts; their planted rating line is the first sentence and the
+    rating the extractor reads is the planted one; the other reports are the same text as without the mix."""
+    from finlib.finbias.ratings import extract_analyst_rating
+    from finlib.finbias.sentences import first_sentence
+
+    base = {"n_reports": 200, "n_firms": 15, "rating_wording": "scales", "layout": "structured",
+            "words_min": 300, "words_max": 400}
+    mixed = generate_market({**base, "messy_share": 0.25}, 9)
+    plain = generate_market(base, 9)
+    t = mixed.truth.merge(mixed.reports[["report_id", "text"]], on="report_id")
+    messy = t["report_layout"].str.startswith("messy:")
+    assert 0.15 < messy.mean() < 0.35 and t.loc[messy, "report_layout"].nunique() > 10
+    for rec in t.itertuples():
+        assert first_sentence(rec.text) == rec.rating_sentence
+        assert extract_analyst_rating(rec.text).value == rec.planted_rating
+    same = plain.reports.set_index("report_id")["text"]
+    assert all(same[r.report_id] == r.text for r in t[~messy].itertuples())
+    assert not any(same[r.report_id] == r.text for r in t[messy].itertuples())
