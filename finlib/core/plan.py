@@ -80,10 +80,13 @@ def condition_texts(cfg: RunConfig, sample: int, seed: int) -> tuple[dict[str, l
     ({}, published counts, "published corpus") when the run has no conditions yet."""
     path = cfg.processed_dir / "conditions.parquet"
     if not path.is_file():
-        n = int(plan_params(cfg)["corpus_reports"])
+        synthetic = (cfg.params.get("data", {}).get("synthetic") or {}).get("n_reports")
+        n = int(synthetic) if cfg.is_synthetic and synthetic else int(plan_params(cfg)["corpus_reports"])
         fake = 2 if cfg.params.get("perturb", {}).get("fake_rating") == "both" else 1
         counts = {c.value: n * (fake if c == Condition.FAKE_RATING else 1) for c in CONDITIONS}
-        return {}, counts, "published corpus size (Fin-Bias §3), stage 02 not run"
+        where = (f"the synthetic corpus size (data.synthetic.n_reports = {n}), stage 02 not run" if cfg.is_synthetic
+                 and synthetic else "published corpus size (Fin-Bias §3), stage 02 not run")
+        return {}, counts, where
     cond = pd.read_parquet(path)
     ok = cond[cond["status"] == "ok"]
     texts, counts = {}, {}
@@ -117,8 +120,55 @@ def output_cap(cfg: RunConfig, spec: ModelSpec) -> int:
     return int(getattr(spec, "max_new_tokens", None) or 4096)
 
 
-def wall_hours(requests: int, tokens: float, spec: ModelSpec, latency_s: float) -> tuple[float, str]:
-    """Hours to send `requests` carrying `tokens` under the record's limits; says which limit binds."""
+LOCAL_BACKENDS = ("local", "llamacpp")
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Tokens (prompt + answer) per second a model sustained in a finished stage 03, on this machine."""
+
+    tokens_per_s: float
+    load_s: float
+    source: str
+
+
+def measured_throughput(root: Path) -> dict[str, Throughput]:
+    """Per model, the most recent stage-03 measurement on disk (`data/processed/*/inference_report.json`):
+    tokens of the requests it sent (the usage table's prompt + answer tokens, scaled by sent / requests)
+    over the seconds it spent sending (model `wall_s` minus `load_s`). A local model's time follows its
+    tokens, not a per-request latency: 12 reports and 60 differ by their tokens."""
+    import json
+
+    found: dict[str, tuple[float, Throughput]] = {}
+    for path in (root / "data" / "processed").glob("*/inference_report.json"):
+        try:
+            rep = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        usage = pd.DataFrame(rep.get("usage") or [])
+        for name, m in (rep.get("models") or {}).items():
+            sent, reqs = int(m.get("sent") or 0), int(m.get("requests") or 0)
+            busy = float(m.get("wall_s") or 0) - float(m.get("load_s") or 0)
+            if not sent or not reqs or busy <= 0 or usage.empty or "model" not in usage:
+                continue
+            mine = usage[usage["model"] == name]
+            tokens = float(mine["input_tokens"].sum() + mine["output_tokens"].sum()) * sent / reqs
+            if tokens <= 0:
+                continue
+            at = path.stat().st_mtime
+            if name not in found or at > found[name][0]:
+                found[name] = (at, Throughput(tokens / busy, float(m.get("load_s") or 0),
+                                              f"measured {tokens / busy:,.0f} tok/s (run {path.parent.name}, stage 03: "
+                                              f"{tokens:,.0f} tokens in {busy:,.1f} s)"))
+    return {k: v for k, (_, v) in found.items()}
+
+
+def wall_hours(requests: int, tokens: float, spec: ModelSpec, latency_s: float,
+               throughput: Throughput | None = None) -> tuple[float, str]:
+    """Hours to send `requests` carrying `tokens` under the record's limits; says which limit binds. A local
+    model (in-process or llama.cpp) with a measured throughput: its tokens over that rate."""
+    if throughput is not None and spec.backend in LOCAL_BACKENDS:
+        return tokens / throughput.tokens_per_s / 3600, throughput.source
     cands = {"concurrency x latency": requests * latency_s / max(spec.concurrency, 1) / 3600}
     if spec.rpm:
         cands["rpm"] = requests / spec.rpm / 60
@@ -129,7 +179,8 @@ def wall_hours(requests: int, tokens: float, spec: ModelSpec, latency_s: float) 
 
 
 def model_plan(cfg: RunConfig, spec: ModelSpec, texts: dict[str, list[str]], counts: dict[str, int],
-               counter: TokenCounter, answers: dict[str, tuple[float, int]]) -> list[dict]:
+               counter: TokenCounter, answers: dict[str, tuple[float, int]],
+               throughput: Throughput | None = None) -> list[dict]:
     """One row per condition for one model (requests, tokens, cost, hours)."""
     from finlib.llm.prompts import build_messages
 
@@ -153,7 +204,7 @@ def model_plan(cfg: RunConfig, spec: ModelSpec, texts: dict[str, list[str]], cou
         in_tok = n * (float(np.mean(per)) + overhead) if per else 0.0
         room = float(np.mean([max(0, min(cap, spec.context_length - t - overhead)) for t in per])) if per else cap
         out_exp, out_cap = n * min(answer, room), n * room
-        hours, binding = wall_hours(n, in_tok + out_exp, spec, float(p["latency_s"]))
+        hours, binding = wall_hours(n, in_tok + out_exp, spec, float(p["latency_s"]), throughput)
         rows.append({
             "model": spec.name, "condition": cond, "requests": n,
             "input_tokens": round(in_tok), "input_source": counter.source if sample else
@@ -203,12 +254,13 @@ def build_plan(cfg: RunConfig) -> pd.DataFrame:
     texts, counts, _ = condition_texts(cfg, int(p["sample_texts"]), cfg.seed)
     answers = measured_answer_tokens(cfg.path(inf["store"]))
     cache = cfg.path(inf.get("model_cache", "data/interim/models"))
+    rates = measured_throughput(cfg.root)
     rows = []
     for spec in specs:
         counter = tokenizer_counter(spec, cache) or estimate_counter(float(p["estimate_chars"]))
         extra = extension_counts(cfg, spec, counts)  # beyond the paper: sweep and repeated draws
         rows += model_plan(cfg, spec, {**texts, **{c: texts.get(Condition.ORIGINAL.value) for c in extra}},
-                           {**counts, **extra}, counter, answers)
+                           {**counts, **extra}, counter, answers, rates.get(spec.name))
     return pd.DataFrame(rows)
 
 
@@ -285,6 +337,18 @@ def _model_names(obj) -> set[str]:
     return {obj} if isinstance(obj, str) else set()
 
 
+def unknown_model_names(cfg: RunConfig, registry: dict, sections: set[str] | None) -> list[str]:
+    """One problem line per model name in params (every `MODEL_NAME_KEYS` key, of `sections` only
+    when given) that the run's registry does not hold."""
+    from finlib.core.params import MODEL_NAME_STAGES, model_names_used
+
+    rfile = (cfg.params.get("inference") or {}).get("registry") or "params/models.yaml"
+    return [f"models: {key} names {name!r}, not a record of the model registry {rfile} (fix the name or add a record)"
+            for key, names in model_names_used(cfg.params, MODEL_NAME_STAGES).items()
+            if sections is None or key.split(".")[0] in sections
+            for name in names if name not in registry]
+
+
 PREFLIGHT_SECTIONS = {"00": "data", "02": "perturb", "03": "inference", "05": "dpo", "07": "bizfin", "08": "bizfin"}
 # what each stage needs from outside the repository, by params section (stages not named need nothing)
 
@@ -336,6 +400,7 @@ def preflight(cfg: RunConfig, can_reach: Callable[[str, int], bool] | None = Non
         users = [s.name for s in specs if s.api_key_env == env]
         problems.append(f"keys: environment variable {env} unset (models {', '.join(users)})")
     registry = run_registry(cfg)
+    problems += unknown_model_names(cfg, registry, None if stages is None else needs)
     named = _model_names(cfg.params if stages is None else {k: cfg.params.get(k) for k in needs})
     used = [registry[n] for n in sorted(named & set(registry), key=str)]
     specs += [s for s in used if s not in specs]

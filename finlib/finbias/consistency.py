@@ -105,6 +105,10 @@ def check_table_8(tables_dir: Path, paper_names: dict[str, str]) -> list[dict]:
     if not need <= set(t8.columns):
         return [_check("finbias_table8", "", "", np.nan, np.nan, 2, f"{TABLE8_FILE} lacks {sorted(need)}")]
     t8 = t8[(t8["source"].astype(str) == "ours") & (t8["variant"].astype(str) == "DPO")]
+    if "test part" in t8:   # the whole test split (its in-/out-of-time parts are rows of their own)
+        from finlib.finbias.dpo.evaluate import WHOLE
+
+        t8 = t8[t8["test part"].astype(str) == WHOLE]
     by_paper = {paper_names.get(m.removesuffix(" + DPO"), m.removesuffix(" + DPO")).casefold(): row
                 for m, row in zip(t8["model"].astype(str), t8.to_dict("records"))}
     out = []

@@ -126,6 +126,21 @@ class FigureRecord:
     skipped: str | None = None
 
 
+def show_figure(cfg: RunConfig, fig) -> None:
+    """Show a saved figure in a notebook with its caption under it (the caption file save_figure wrote
+    beside it), then close it; None (a figure not drawn) shows nothing: the reason was printed."""
+    if fig is None:
+        return
+    import matplotlib.pyplot as plt
+    from IPython.display import Markdown, display
+
+    display(fig)
+    path = cfg.figures_dir / f"{fig.get_label()}.caption.txt"
+    if fig.get_label() and path.is_file():
+        display(Markdown(f"*{path.read_text(encoding='utf-8').strip()}*"))
+    plt.close(fig)
+
+
 def caption_in_image(cfg: RunConfig) -> bool:
     """`figures.caption_in_image: true` burns the caption under the image (slides); by default the
     caption lives in the report and the notebook, where a journal wants it."""

@@ -545,7 +545,7 @@ def write_stage(cfg: RunConfig, models: list[str] | None = None) -> dict:
                 paper += skipped_rows(skipped, [spec], inf, subsets)
                 part = to_frame(paper, texts, release_rows=True, sort=False)  # sorted as it is joined
                 parts[spec.name] = parts_dir / f"{len(parts):03d}.parquet"
-                part.to_parquet(parts[spec.name], index=False)
+                write_atomic(parts[spec.name], lambda tmp, part=part: part.to_parquet(tmp, index=False))
                 del paper, part
                 return_freed_memory()
     finally:
@@ -653,6 +653,39 @@ def probability_summary(pred: pd.DataFrame) -> pd.DataFrame:
         n=("item_id", "size"), p_bullish=("p_bullish", "mean"), p_neutral=("p_neutral", "mean"),
         p_bearish=("p_bearish", "mean"), argmax_bullish=("argmax", lambda a: (a == "bullish").mean()))
     return out.round(3).reset_index()
+
+
+BULLISH_FLAT = 0.1  # spread of the bullish argmax share across conditions below which a model "barely moves"
+
+
+def probability_reading(report: dict, probs: pd.DataFrame) -> str:
+    """What this run's label probabilities say, per scored model, in words computed from its numbers
+    (the notebook's prose must describe the run it shows, not a run someone had once)."""
+    lines = []
+    for model, g in probs.groupby("model", sort=True):
+        share = g.set_index("condition")["argmax_bullish"]
+        spread = float(share.max() - share.min()) if len(share) else float("nan")
+        moves = "barely moves" if spread < BULLISH_FLAT else "moves"
+        mass = (report.get("models", {}).get(model.split(" [")[0], {}) or {}).get("label_mass_mean")
+        mass_text = (f"; mean label mass {100 * mass:.1f} % (the next-token probability on the three label stems "
+                     "before renormalising: small means the three-way probabilities are fragile)"
+                     if isinstance(mass, (int, float)) else "")
+        lines.append(f"- `{model}`: bullish is the most probable label in {100 * share.min():.0f}–"
+                     f"{100 * share.max():.0f} % of rows across conditions, so its preference {moves} with the "
+                     f"condition (spread {100 * spread:.0f} points){mass_text}.")
+    return "\n".join(lines) or "No label-scored rows in this run."
+
+
+def generation_reading(report: dict) -> str:
+    """The generated answers' parse rate per model, from this run's report, in words."""
+    by_model = report.get("generate_parse_by_model") or {}
+    lines = []
+    for model, p in sorted(by_model.items()):
+        n, parsed = int(p.get("n", 0)), int(p.get("parsed", 0))
+        if n:
+            lines.append(f"- `{model}`: {parsed} of {n} generated answers parsed as a rating "
+                         f"({100 * parsed / n:.0f} %).")
+    return "\n".join(lines) or "No generated answers in this run (`inference.generate_subset` is 0 for local models)."
 
 
 def generation_summary(pred: pd.DataFrame, width: int = 160) -> pd.DataFrame:

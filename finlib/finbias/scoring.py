@@ -299,6 +299,24 @@ def score_run(cfg: RunConfig) -> ScoringResult:
 # 7. Notebook helpers (display only)
 # --------------------------------------------------------------------------------------
 
+def reading_note(cfg: RunConfig, res: ScoringResult) -> str:
+    """How to read this run's tables, from the run itself: its data source, the models it scored and
+    which of them are plumbing models (the notebook's prose names what the run has, not one model)."""
+    models = sorted(m for m in res.metrics["model"].unique() if m != "Analyst")
+    plumbing = [m for m in models if m in set(res.plumbing)]
+    data = "**synthetic** (finlib's seeded market)" if cfg.is_synthetic else "real reports"
+    named = ", ".join(f"`{m}`" + (" (plumbing model)" if m in plumbing else "") for m in models) or "none"
+    text = f"This run's data are {data}; models scored: {named}."
+    if plumbing:
+        text += (" A plumbing model (`plumbing: true` in the registry) tests the pipeline: when its label preference "
+                 "barely depends on the report (stage 03's probabilities), herding mostly measures how often the "
+                 "reference rating happens to be the one it prefers, and accuracy how often the label is.")
+    if cfg.is_synthetic or plumbing:
+        text += (" The tables show that parsing, joins, intervals, tests and the paper side by side work end to end; "
+                 "research conclusions need real reports and capable models (`params/<run>.yaml`).")
+    return text
+
+
 def plumbing_summary(rows: pd.DataFrame, model: str) -> pd.DataFrame:
     """This run's own numbers for a plumbing model, per condition: N, parse rate, mean
     p_bullish (label-scored rows) and share of parsed answers that are bullish."""
@@ -358,6 +376,8 @@ def parse_rate_table(res: ScoringResult) -> pd.DataFrame:
     if not sk.empty:
         sk = sk.rename(columns={"n": "n_skipped", "reason": "skip_reason"})
         pr = pr.merge(sk, on=["model", "condition"], how="outer")
+    pr["parse_rate"] = (100 * pd.to_numeric(pr["parse_rate"], errors="coerce")).round(1)  # % like every table
+    pr = pr.rename(columns={"parse_rate": "parse rate %"})
     return pr.sort_values(["model", "condition"]).reset_index(drop=True)
 
 

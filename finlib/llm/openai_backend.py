@@ -407,8 +407,9 @@ def backoff_s(attempt: int, base: float, cap: float, retry_after: float | None, 
 
 def request_kwargs(spec: ModelSpec, req: Request) -> dict:
     """The chat.completions.create arguments: the request's messages and its exact parameters."""
-    kwargs = {"model": spec.model_id, "messages": req.messages,
-              "temperature": req.params["temperature"], "top_p": req.params["top_p"]}
+    kwargs = {"model": spec.model_id, "messages": req.messages}
+    if spec.sends_sampling:  # o-series models refuse any temperature/top_p but the default: none is sent
+        kwargs.update({k: req.params[k] for k in ("temperature", "top_p") if k in req.params})
     if "seed" in req.params:
         kwargs["seed"] = req.params["seed"]
     if "max_new_tokens" in req.params:

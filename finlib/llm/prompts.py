@@ -297,10 +297,28 @@ DPO_INDEPENDENT_SYSTEM = (
 )
 
 
+# The rejected answer when the analyst's rating equals the label (such pairs are kept): reasoning from
+# the same report to a rating the returns contradict. Its own version, so the other prompts' stored
+# answers keep their keys.
+DPO_CONTRARY_VERSION = "dpo-teacher-contrary-v1"
+DPO_CONTRARY_SYSTEM = (
+    "You are an investor. Read the firm analyst report and write a plausible but mistaken reasoning "
+    "that leads to the rating {rating}, citing the report's facts.\n"
+    'Respond only with a JSON object {{"answer": "{rating}", "reason": "..."}}, where "reason" is one '
+    "short paragraph."
+)
+
+
+def dpo_teacher_version(kind: str) -> str:
+    """The prompt version named in a teacher answer's store key."""
+    return DPO_CONTRARY_VERSION if kind == "contrary" else DPO_TEACHER_VERSION
+
+
 def build_dpo_teacher_messages(kind: str, text: str, rating: str) -> list[dict[str, str]]:
     """Teacher messages for one side of a DPO pair: `herded` (original report, analyst rating:
-    the rejected answer y_l) or `independent` (no_opinion text, return-based label: the chosen y_w)."""
-    templates = {"herded": DPO_HERDED_SYSTEM, "independent": DPO_INDEPENDENT_SYSTEM}
+    the rejected answer y_l), `contrary` (original report, a rating the returns contradict: y_l when
+    the analyst was right) or `independent` (no_opinion text, return-based label: the chosen y_w)."""
+    templates = {"herded": DPO_HERDED_SYSTEM, "contrary": DPO_CONTRARY_SYSTEM, "independent": DPO_INDEPENDENT_SYSTEM}
     if kind not in templates:
         raise ValueError(f"DPO teacher kind must be one of {sorted(templates)}, got {kind!r}")
     return [{"role": "system", "content": templates[kind].format(rating=rating)},

@@ -172,3 +172,43 @@ def test_preflight_of_some_stages_asks_only_for_what_they_use(tmp_path, monkeypa
     assert plan.preflight(cfg, stages=["04", "06"], **offline) == []
     whole = plan.preflight(cfg, **offline)
     assert set(whole) >= set(plan.preflight(cfg, stages=["00", "02", "03"], **offline))
+
+
+def test_a_synthetic_run_plans_its_own_corpus_size(tmp_path):
+    cfg = make_cfg(tmp_path)
+    cfg.params["data"]["synthetic"] = {"n_reports": 12}
+    p = plan.build_plan(cfg).set_index("condition")
+    assert (p["requests"] == 12).all()
+    assert "n_reports = 12" in plan.plan_markdown(cfg, plan.build_plan(cfg))
+
+
+def _stage03_report(root: Path, run: str, model: str, tokens_in: int, tokens_out: int, wall_s: float,
+                    load_s: float, sent: int, requests: int) -> None:
+    import json
+
+    folder = root / "data" / "processed" / run
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "inference_report.json").write_text(json.dumps({
+        "models": {model: {"sent": sent, "requests": requests, "wall_s": wall_s, "load_s": load_s}},
+        "usage": [{"model": model, "condition": "original", "input_tokens": tokens_in, "output_tokens": tokens_out}]}))
+
+
+def test_local_model_time_from_its_measured_throughput(tmp_path):
+    """A llama.cpp model measured at (9,000 + 1,000) tokens x 1/2 sent in (6 - 1) s = 1,000 tok/s: the plan's
+    hours are its planned tokens over that rate (hand-computed), not requests x latency."""
+    REGISTRY["models"].append({"name": "loc", "backend": "llamacpp", "model_id": "q", "gguf_file": "q.gguf", "gguf_package": "q==1",
+                               "api_key_env": None, "supports_system": True, "context_length": 32768,
+                               "price_input_per_m": 0.0, "price_output_per_m": 0.0, "concurrency": 1})
+    try:
+        cfg = make_cfg(tmp_path, models=("loc",))
+        _stage03_report(tmp_path, "earlier", "loc", 9000, 1000, 6.0, 1.0, sent=5, requests=10)
+        p = plan.build_plan(cfg).set_index("condition")
+        tokens = p.loc["original", "input_tokens"] + p.loc["original", "output_tokens_expected"]
+        assert p.loc["original", "wall_hours"] == pytest.approx(tokens / 1000 / 3600, rel=1e-3)
+        assert "1,000 tok/s" in p.loc["original", "binding_limit"] and "earlier" in p.loc["original", "binding_limit"]
+        # without a measurement: the latency bound, said as such
+        (tmp_path / "data" / "processed" / "earlier" / "inference_report.json").unlink()
+        p = plan.build_plan(cfg).set_index("condition")
+        assert p.loc["original", "binding_limit"] == "concurrency x latency"
+    finally:
+        REGISTRY["models"].pop()

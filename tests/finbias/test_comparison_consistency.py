@@ -62,7 +62,7 @@ def write_table8(cfg, rows: pd.DataFrame, seed: int = 5) -> None:
     tuned = tuned.assign(parsed=tuned["answer"].notna())
     m = metrics_long(pd.concat([base, tuned], ignore_index=True), reps=20, seed=1)
     write_frame(cfg, figures.DPO_METRICS, m)
-    t8 = ev.table8(m.assign(measure=ev.GENERATED), pd.DataFrame(), ["qwen2-7b-it"])
+    t8 = ev.table8(m.assign(measure=ev.GENERATED, test_part=ev.WHOLE), pd.DataFrame(), ["qwen2-7b-it"])
     write_table(cfg, "table8_accuracy_dpo", t8, "Table 8")
 
 

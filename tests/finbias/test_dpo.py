@@ -34,7 +34,8 @@ def reports_fixture() -> pd.DataFrame:
 
 ORIGINAL = "We rate Acme a Buy. Revenue rose 5 percent to $10 mn. We think the outlook is excellent. Margins were 12 percent."
 NO_OPINION = "Revenue rose 5 percent to $10 mn. Margins were 12 percent."
-SPLIT_PARAMS = {"test_firm_share": 0.2, "split_cutoff": "2021-01-01", "train_share": 0.8, "split_seed": 7}
+SPLIT_PARAMS = {"test_firm_share": 0.2, "split_cutoff": "2021-01-01", "train_share": 0.8, "split_seed": 7,
+                "seen_firm_test": False}
 
 
 def conditions_fixture(reports: pd.DataFrame, skip_no_opinion: tuple[str, ...] = ()) -> pd.DataFrame:
@@ -78,6 +79,32 @@ def test_split_rules_by_hand(aaa_is_the_test_firm):
     assert df.set_index("report_id")["out_of_time"].to_dict()["R4"] and not df["out_of_time"].iloc[0]
     assert df.attrs["cutoff"] == "2021-01-01" and df.attrs["test_firms"] == ["AAA"]
     tp.check_split(df, pd.Timestamp(df.attrs["cutoff"]))  # no exception
+
+
+def test_training_firms_later_reports_are_tested_out_of_time(aaa_is_the_test_firm):
+    """seen_firm_test: R5 (DDD, a training firm, 2021) is a test report, out of time, seen firm; the
+    in-time test part is still test firms only, and every other rule is unchanged."""
+    df = tp.split_reports(labelled_reports(), {**SPLIT_PARAMS, "seen_firm_test": True}, label_window=60)
+    got = df.set_index("report_id")
+    assert (got.loc["R5", "split"], got.loc["R5", "drop_reason"]) == ("test", None)
+    assert got.loc["R5", "out_of_time"] and got.loc["R5", "seen_firm"] and not got.loc["R4", "seen_firm"]
+    assert got.loc["R7", "drop_reason"] == "embargo_label_window" and got.loc["R2", "split"] == "train"
+    parts = ev.part_ids(df)
+    assert parts[ev.IN_TIME] == {"R1"} and parts[ev.OUT_OF_TIME] == {"R4", "R5"}
+    assert parts[ev.WHOLE] == {"R1", "R4", "R5"}
+    tp.check_split(df, pd.Timestamp(df.attrs["cutoff"]))
+    bad = df.copy()
+    bad.loc[bad["report_id"] == "R2", ["split", "seen_firm", "out_of_time"]] = ["test", True, False]  # before the cut-off
+    with pytest.raises(AssertionError, match="seen firms are tested out of time only"):
+        tp.check_split(bad, pd.Timestamp(df.attrs["cutoff"]))
+
+
+def test_generated_reports_come_from_both_parts():
+    items = pd.DataFrame({"report_id": ["a", "b", "c", "d", "e"]})
+    assert ev.eval_report_ids(items, 2, {"d", "e"}) == {"a", "d"}
+    assert ev.eval_report_ids(items, 3, {"d", "e"}) == {"a", "d", "e"}   # alternately: d, a, e, b, c
+    assert ev.eval_report_ids(items, None, {"d"}) == set("abcde")
+    assert ev.eval_report_ids(items, 4, set()) == {"a", "b", "c", "d"}
 
 
 def test_label_window_end_on_the_trading_calendar():
@@ -146,7 +173,8 @@ def paper_shaped_corpus(seed: int = 0, firms: int = 480, per_firm: float = 18.0)
 
 def test_split_keeps_the_data_on_a_corpus_of_the_papers_shape():
     corpus = paper_shaped_corpus()
-    params = {"test_firm_share": 0.2, "split_cutoff": None, "train_share": 0.8, "split_seed": 20261129}
+    params = {"test_firm_share": 0.2, "split_cutoff": None, "train_share": 0.8, "split_seed": 20261129,
+              "seen_firm_test": False}
     sp = tp.make_split(corpus, params, label_window=60)      # runs the leakage checks
     df = sp.reports
     lab = df[df["label"].notna()]
@@ -165,6 +193,29 @@ def test_split_keeps_the_data_on_a_corpus_of_the_papers_shape():
     assert counted == sp.dropped and sum(counted.values()) == int((df["split"] == "dropped").sum())
 
 
+def papers_shape_parts() -> dict[str, float]:
+    """Shares of the labelled reports at the paper's shape with the default split (seen_firm_test on)."""
+    corpus = paper_shaped_corpus()
+    params = {"test_firm_share": 0.2, "split_cutoff": None, "train_share": 0.8, "split_seed": 20261129,
+              "seen_firm_test": True}
+    df = tp.make_split(corpus, params, label_window=60).reports
+    lab = df[df["label"].notna()]
+    test = lab[lab["split"] == "test"]
+    return {"labelled": len(lab), "train": (lab["split"] == "train").mean(), "test": len(test) / len(lab),
+            "test_n": len(test), "in_time_n": int((~test["out_of_time"]).sum()),
+            "out_of_time_n": int(test["out_of_time"].sum()), "seen_firm_n": int(test["seen_firm"].sum()),
+            "dropped": (lab["split"] == "dropped").mean()}
+
+
+def test_out_of_time_part_is_large_enough_to_read_at_the_papers_shape():
+    """With seen_firm_test the out-of-time part is most of the test split (docs/dpo.md quotes these
+    shares: `python -c "import tests.finbias.test_dpo as t; print(t.papers_shape_parts())"`)."""
+    got = papers_shape_parts()
+    assert got["out_of_time_n"] >= got["in_time_n"] and got["out_of_time_n"] >= 1000
+    assert got["seen_firm_n"] > 0 and got["train"] >= 0.5
+    assert got["in_time_n"] + got["out_of_time_n"] == got["test_n"]
+
+
 def test_split_summary_label_balance(aaa_is_the_test_firm):
     df = tp.split_reports(labelled_reports(), SPLIT_PARAMS, label_window=60)
     summ = tp.split_summary(df).set_index("split")
@@ -176,42 +227,73 @@ def test_split_summary_label_balance(aaa_is_the_test_firm):
 # --- template teacher and triplets ------------------------------------------------------------
 
 def test_template_teacher_answers_parse_to_the_intended_rating_and_say_template():
-    calls = [tp.TeacherCall("a|independent", "independent", NO_OPINION, "bearish"),
-             tp.TeacherCall("a|herded", "herded", ORIGINAL, "bullish", opinions="We think the outlook is excellent.")]
+    calls = [tp.TeacherCall("a|independent", "independent", NO_OPINION, "bearish", NO_OPINION),
+             tp.TeacherCall("a|herded", "herded", ORIGINAL, "bullish", NO_OPINION),
+             tp.TeacherCall("b|herded", "contrary", ORIGINAL, "neutral", NO_OPINION)]
     out = tp.template_teacher(calls)
-    assert list(out["status"]) == ["ok", "ok"]
+    assert list(out["status"]) == ["ok"] * 3
     for (_, row), call in zip(out.iterrows(), calls):
         assert tp.TEMPLATE_TEACHER in row["raw_text"]
         assert json.loads(row["raw_text"])["answer"] == call.rating
         assert row["raw_text"].startswith('{"answer": "')  # the label-scoring prefix
         rating, _ = parse_rating_detail(row["raw_text"], call.text)
         assert rating.value == call.rating
-    assert "Revenue rose" in out["raw_text"][0] and "excellent" in out["raw_text"][1]
+    assert all("Revenue rose" in t and "excellent" not in t for t in out["raw_text"])   # facts only, both sides
     assert out.equals(tp.template_teacher(calls))  # deterministic
 
 
-def test_opinion_sentences_are_those_removed():
-    assert tp.opinion_sentences(ORIGINAL, NO_OPINION) == ["We rate Acme a Buy.", "We think the outlook is excellent."]
+def test_chosen_and_rejected_differ_only_in_the_rating_and_its_reasoning():
+    """The words of a pair that differ are the ratings and the rating-tied phrase: no fixed template
+    wording of one side only (checked by a word diff, not by the template's own constants)."""
+    import difflib
+
+    out = tp.template_teacher([tp.TeacherCall("a|independent", "independent", NO_OPINION, "bearish", NO_OPINION),
+                               tp.TeacherCall("a|herded", "herded", ORIGINAL, "bullish", NO_OPINION)])
+    a, b = (json.loads(t) for t in out["raw_text"])
+    wa, wb = (f"{x['answer']} {x['reason']}".split() for x in (a, b))
+    diff = [w for op in difflib.SequenceMatcher(a=wa, b=wb).get_opcodes() if op[0] != "equal"
+            for w in wa[op[1]:op[2]] + wb[op[3]:op[4]]]
+    assert sorted(w.strip(".,") for w in diff) == ["above", "bearish", "bearish", "below", "bullish", "bullish"]
 
 
-def test_triplets_labels_and_drop_counts_train_only(aaa_is_the_test_firm):
+def test_triplets_keep_pairs_where_the_analyst_was_right(aaa_is_the_test_firm):
     reports = reports_fixture()
     sp = tp.make_split(labelled_reports(), SPLIT_PARAMS, label_window=60)
     cond = conditions_fixture(reports, skip_no_opinion=("R8",))
     trip = tp.build_triplets(sp, labels_fixture(), cond, tp.template_teacher, tp.TEMPLATE_TEACHER)
     t = trip.triplets.set_index("report_id")
-    # train: R2 (analyst == label), R3 (bearish analyst, neutral label: the clean pair), R8 (no no_opinion text)
-    assert list(t.index) == ["R3"] and t.loc["R3", "split"] == "train"
+    # train: R2 (analyst = label = bullish: kept, rejected = bearish), R3 (bearish analyst, neutral label),
+    # R8 (no no_opinion text: dropped)
+    assert list(t.index) == ["R2", "R3"] and (t["split"] == "train").all()
     assert json.loads(t.loc["R3", "chosen"])["answer"] == "neutral"       # the return-based label
     assert json.loads(t.loc["R3", "rejected"])["answer"] == "bearish"     # the analyst's rating
-    assert (trip.triplets["teacher"] == tp.TEMPLATE_TEACHER).all() and trip.teacher_calls == 2
+    assert json.loads(t.loc["R2", "chosen"])["answer"] == "bullish"       # the label, = the analyst's
+    assert json.loads(t.loc["R2", "rejected"])["answer"] == "bearish"     # a rating the returns contradict
+    assert list(t["pair"]) == [tp.ANALYST_RIGHT, tp.ANALYST_WRONG]
+    assert (trip.triplets["teacher"] == tp.TEMPLATE_TEACHER).all() and trip.teacher_calls == 4
     drops = {(r.split, r.reason): r.n for r in trip.drops.itertuples()}
-    assert drops == {("train", "analyst_rating_equals_label"): 1, ("train", "no_opinion_text_unavailable"): 1}
+    assert drops == {("train", "no_opinion_text_unavailable"): 1}
+    summ = tp.triplet_summary(sp, trip).iloc[0]
+    assert (summ["chosen_bullish"], summ["chosen_neutral"], summ["pairs_analyst_right"]) == (1, 1, 1)
+
+
+def test_chosen_ratings_follow_the_labels_at_the_papers_shape():
+    """Analysts mostly bullish, labels 30/40/30: with the analyst = label pairs kept, the chosen mix is
+    the training labels' mix (dropping them made it 12 % bullish against 30 % of labels)."""
+    corpus = paper_shaped_corpus(seed=5, firms=60, per_firm=10)
+    params = {"test_firm_share": 0.2, "split_cutoff": None, "train_share": 0.8, "split_seed": 1, "seen_firm_test": True}
+    sp = tp.make_split(corpus, params, label_window=60)
+    trip = tp.build_triplets(sp, corpus[["report_id", "label"]], conditions_fixture(corpus), tp.template_teacher, "t")
+    train = sp.reports[(sp.reports["split"] == "train") & sp.reports["label"].notna()]
+    chosen = trip.triplets["label"].value_counts(normalize=True)
+    labels = train["label"].value_counts(normalize=True)
+    assert (chosen - labels).abs().max() < 0.01
+    assert (trip.triplets["rejected_rating"] != trip.triplets["label"]).all()
 
 
 def test_teacher_is_called_only_for_the_training_reports_it_needs():
     corpus = paper_shaped_corpus(seed=3, firms=40, per_firm=6)
-    params = {"test_firm_share": 0.25, "split_cutoff": None, "train_share": 0.8, "split_seed": 1}
+    params = {"test_firm_share": 0.25, "split_cutoff": None, "train_share": 0.8, "split_seed": 1, "seen_firm_test": True}
     sp = tp.make_split(corpus, params, label_window=60)
     cond = conditions_fixture(corpus)
     asked: list[str] = []
@@ -222,7 +304,7 @@ def test_teacher_is_called_only_for_the_training_reports_it_needs():
 
     trip = tp.build_triplets(sp, corpus[["report_id", "label"]], cond, recording, "rec", max_pairs=5)
     train = sp.reports[sp.reports["split"] == "train"]
-    usable = train[train["label"].notna() & (train["analyst_rating"] != train["label"])].sort_values(["date", "report_id"])
+    usable = train[train["label"].notna()].sort_values(["date", "report_id"])   # analyst = label pairs kept too
     assert len(usable) > 5                                                  # the cap binds
     assert sorted({a.split("|")[0] for a in asked}) == sorted(usable["report_id"].head(5))  # earliest usable only
     assert len(asked) == 10 == trip.teacher_calls                          # herded + independent each
@@ -370,48 +452,67 @@ def test_step_log_keeps_training_steps_only():
 # --- Table 8 ----------------------------------------------------------------------------------
 
 def metrics_fixture(models=("m",)) -> pd.DataFrame:
+    """Eq. 1 accuracy 30 % (base) / 40 % (DPO) over N = 10, parsed-only 60 / 80 % over N = 5 (parse
+    rate 50 %) for generated answers; label scoring +5 points, all parsed; the out-of-time part +1."""
     rows = []
     for base in models:
         for measure, shift in ((ev.GENERATED, 0.0), (ev.LABEL_SCORING, 0.05)):
-            for model, acc in ((base, 0.30 + shift), (base + ev.DPO_SUFFIX, 0.40 + shift)):
-                for sector in (*SECTORS, POOLED, SECTOR_MEAN):
-                    rows.append({"model": model, "condition": "original", "sector": sector, "metric": "accuracy",
-                                 "value": acc, "ci_low": acc - 0.1, "ci_high": acc + 0.1, "n": 10,
-                                 "parse_rate": 0.5 if measure == ev.GENERATED else 1.0, "measure": measure})
+            for part, bump, n in ((ev.WHOLE, 0.0, 10), (ev.IN_TIME, 0.0, 4), (ev.OUT_OF_TIME, 0.01, 6)):
+                for model, acc in ((base, 0.30 + shift + bump), (base + ev.DPO_SUFFIX, 0.40 + shift + bump)):
+                    parse = 0.5 if measure == ev.GENERATED else 1.0
+                    for metric, value, nn in (("accuracy", acc, n), ("accuracy_parsed", acc / parse, n * parse),
+                                              ("herding", 0.5, n)):
+                        for sector in (*SECTORS, POOLED, SECTOR_MEAN):
+                            rows.append({"model": model, "condition": "original", "sector": sector, "metric": metric,
+                                         "value": value, "ci_low": value - 0.1, "ci_high": value + 0.1, "n": nn,
+                                         "parse_rate": parse, "measure": measure, "test_part": part})
     return pd.DataFrame(rows)
 
 
 def paired_fixture(models=("m",)) -> pd.DataFrame:
     return pd.DataFrame([{"outcome": "accuracy", "sector": POOLED, "model": m + ev.DPO_SUFFIX, "measure": meas,
-                          "pvalue": p} for m in models for meas, p in ((ev.GENERATED, 0.25), (ev.LABEL_SCORING, 0.5))])
+                          "test_part": part, "pvalue": p + (0.1 if part == ev.OUT_OF_TIME else 0.0)}
+                         for m in models for meas, p in ((ev.GENERATED, 0.25), (ev.LABEL_SCORING, 0.5))
+                         for part in ev.TEST_PARTS])
 
 
 def test_table8_layout_ours_and_the_papers_rows():
     t8 = ev.table8(metrics_fixture(), paired_fixture(), ["m"])
-    assert list(t8.columns) == ["model", "variant", "measure", "source", *SECTORS, POOLED, SECTOR_MEAN,
-                                "Average (printed)", "N", "parse rate %", "McNemar p (pooled)"]
-    ours = t8[t8["source"] == ev.OURS].set_index("variant")
+    assert list(t8.columns) == ["model", "variant", "measure", "test part", "source", *SECTORS, POOLED, SECTOR_MEAN,
+                                "Average (printed)", "N", "parse rate %", "accuracy parsed-only % (pooled)",
+                                "N parsed", "herding % (pooled)", "McNemar p (pooled)"]
+    ours = t8[(t8["source"] == ev.OURS) & (t8["test part"] == ev.WHOLE)].set_index("variant")
     assert ours.loc["base", "Technology"] == pytest.approx(30.0) and ours.loc["base", "parse rate %"] == 50.0
+    assert ours.loc["base", "N"] == 10 and ours.loc["base", "N parsed"] == 5          # Eq. 1: N = all answered
+    assert ours.loc["base", "accuracy parsed-only % (pooled)"] == pytest.approx(60.0)  # the named extra
     assert ours.loc["DPO", POOLED] == pytest.approx(40.0)
-    assert ours.loc["delta DPO - base", "Energy"] == pytest.approx(10.0)
-    assert ours.loc["delta DPO - base", "McNemar p (pooled)"] == 0.25
+    assert ours.loc["delta DPO - base (derived)", "Energy"] == pytest.approx(10.0)
+    assert ours.loc["delta DPO - base (derived)", "McNemar p (pooled)"] == 0.25
     # label scoring: an extra row group, named so
     assert ours.loc["base (label scoring)", "Technology"] == pytest.approx(35.0)
-    assert ours.loc["delta DPO - base (label scoring)", "McNemar p (pooled)"] == 0.5
+    assert ours.loc["delta DPO - base (label scoring) (derived)", "McNemar p (pooled)"] == 0.5
     assert ours.loc["DPO (label scoring)", "measure"] == ev.LABEL_SCORING
-    paper = t8[t8["source"] == ev.PAPER]
+    # every part with its own N and numbers
+    parts = t8[(t8["source"] == ev.OURS) & (t8["variant"] == "base")].set_index("test part")
+    assert list(parts.index) == list(ev.TEST_PARTS)
+    assert parts["N"].tolist() == [10, 4, 6] and parts.loc[ev.OUT_OF_TIME, POOLED] == pytest.approx(31.0)
+    oot = t8[(t8["test part"] == ev.OUT_OF_TIME) & (t8["variant"] == "delta DPO - base (derived)")]
+    assert oot["McNemar p (pooled)"].iloc[0] == pytest.approx(0.35)
+    paper = t8[t8["source"] != ev.OURS]
     assert sorted(paper["model"].unique()) == ["Meta-Llama-3-8B-it", "Qwen2-7B-it", "Qwen3-8B"]
     q = paper[paper["model"] == "Qwen3-8B"].set_index("variant")
     assert q.loc["DPO (Table 8)", "Average (printed)"] == pytest.approx(38.23)           # published Table 8
+    assert q.loc["DPO (Table 8)", "source"] == ev.PAPER
     assert q.loc["base (Table 6, with rating)", "Healthcare"] == pytest.approx(31.7)       # published Table 6
-    assert q.loc["delta DPO - base", "Healthcare"] == pytest.approx(38.90 - 31.7)
+    assert q.loc["delta DPO - base (derived)", "Healthcare"] == pytest.approx(38.90 - 31.7)
+    assert q.loc["delta DPO - base (derived)", "source"] == ev.PAPER_DERIVED             # not "published"
 
 
 def test_table8_has_every_trained_models_rows():
     t8 = ev.table8(metrics_fixture(("a", "b")), paired_fixture(("a", "b")), ["b", "a"])
     ours = t8[t8["source"] == ev.OURS]
-    assert list(ours["model"]) == ["b", "b + DPO", "b + DPO"] * 2 + ["a", "a + DPO", "a + DPO"] * 2
-    assert len(t8[t8["source"] == ev.PAPER]) == 9
+    assert list(ours["model"]) == ["b", "b + DPO", "b + DPO"] * 6 + ["a", "a + DPO", "a + DPO"] * 6
+    assert len(t8[t8["source"] != ev.OURS]) == 9
 
 
 def test_paired_base_vs_dpo_mcnemar_matches_statsmodels():
@@ -424,7 +525,9 @@ def test_paired_base_vs_dpo_mcnemar_matches_statsmodels():
     dpo_ans = np.where(rng.random(n) < 0.6, label, "bullish")
     common = {"item_id": [f"i{k}" for k in range(n)], "label": label, "reference_rating": "bullish",
               "sector": "Technology", "ticker": [f"T{k % 13}" for k in range(n)], "parsed": True}
-    rows = pd.concat([pd.DataFrame({**common, "model": "m", "answer": base_ans}),
+    base_ans = base_ans.astype(object)
+    base_ans[:6] = None            # unparsed base answers: inside N, no match (Eq. 1)
+    rows = pd.concat([pd.DataFrame({**common, "model": "m", "answer": base_ans, "parsed": [False] * 6 + [True] * (n - 6)}),
                       pd.DataFrame({**common, "model": "m + DPO", "answer": dpo_ans})], ignore_index=True)
     tests = ev.paired_base_vs_dpo(rows, "m", "m + DPO", reps=50, seed=1, ci=0.95)
     pooled = tests[(tests["outcome"] == "accuracy") & (tests["sector"] == POOLED)].iloc[0]

@@ -104,16 +104,25 @@ def test_a_run_over_two_models_gives_one_table8_with_both(faked):
     t8 = res.table8
     ours = t8[t8["source"] == ev.OURS]
     for m in ("smollm2-135m", "qwen3-8b"):
-        rows = ours[ours["model"].str.startswith(m)].set_index("variant")
-        assert list(rows.index) == ["base", "DPO", "delta DPO - base", "base (label scoring)", "DPO (label scoring)",
-                                    "delta DPO - base (label scoring)"]
+        whole = ours[ours["model"].str.startswith(m) & (ours["test part"] == ev.WHOLE)]
+        rows = whole.set_index("variant")
+        assert list(rows.index) == ["base", "DPO", "delta DPO - base (derived)", "base (label scoring)",
+                                    "DPO (label scoring)", "delta DPO - base (label scoring) (derived)"]
         assert (st.model_dir(faked, m) / "eval" / "metrics.parquet").is_file()   # per-model artifacts
         # generated answers: 3 test reports; the base's first answer is prose -> unparsed, never a rating:
-        # outside accuracy's N (parsed answers), inside the parse rate
-        assert rows.loc["base", "N"] == 2 and rows.loc["base", "parse rate %"] == pytest.approx(200 / 3)
-        assert rows.loc["DPO", "parse rate %"] == 100.0
-        n_test = int((read_frame(faked, "dpo_split")["split"] == "test").sum())
+        # inside accuracy's N (Eq. 1: no match), outside the parsed-only extra's N
+        assert rows.loc["base", "N"] == 3 and rows.loc["base", "N parsed"] == 2
+        assert rows.loc["base", "parse rate %"] == pytest.approx(200 / 3) and rows.loc["DPO", "parse rate %"] == 100.0
+        sp = read_frame(faked, "dpo_split")
+        n_test = int((sp["split"] == "test").sum())
         assert rows.loc["base (label scoring)", "N"] == n_test > 3        # label scoring covers every test report
+        parts = ours[ours["model"].str.startswith(m) & (ours["variant"] == "base (label scoring)")]
+        n_oot = int(sp.loc[sp["split"] == "test", "out_of_time"].sum())
+        assert parts.set_index("test part")["N"].to_dict() == {ev.WHOLE: n_test, ev.IN_TIME: n_test - n_oot,
+                                                               ev.OUT_OF_TIME: n_oot}
+        assert n_oot > 0 and sp["seen_firm"].any()                        # training firms' later reports
+        gen = ours[ours["model"].str.startswith(m) & (ours["variant"] == "base")].set_index("test part")["N"]
+        assert gen[ev.IN_TIME] >= 1 and gen[ev.OUT_OF_TIME] >= 1           # generated answers in both parts
     assert set(t8.loc[t8["source"] == ev.PAPER, "model"]) == {"Meta-Llama-3-8B-it", "Qwen2-7B-it", "Qwen3-8B"}
     m = read_frame(faked, "dpo_metrics")                                  # stage 06 draws generated answers only
     assert set(m["measure"]) == {ev.GENERATED} and set(m["model"]) == {"smollm2-135m", "smollm2-135m + DPO",
@@ -269,3 +278,79 @@ def test_dry_run_fails_without_the_tokenizer_unless_a_stand_in_is_named(tmp_run,
     pf = pfl.dry_run(cfg, ["qwen3-8b"], stand_in_tokenizer="smollm2-135m")
     assert not pf.problems, pf.lines
     assert any("STAND-IN" in line for line in pf.lines)
+
+
+# --- the dry run builds the real trainer on a tiny model of the same architecture ---------------
+
+TINY_DP = {"beta": 0.1, "learning_rate": 5e-6, "max_steps": None, "num_train_epochs": 2, "batch_size": 2,
+           "grad_accum": 4, "gradient_checkpointing": True, "max_length_cap": 512,
+           "lora": {"r": 16, "alpha": 32, "dropout": 0.05, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}}
+
+
+@pytest.fixture(scope="module")
+def tiny_parts(tmp_path_factory):
+    """(model folder, tokenizer, two records) for a tiny Llama (tests/finbias/tiny_lm.py)."""
+    from transformers import AutoTokenizer
+
+    from tiny_lm import write_tiny_lm
+
+    path = write_tiny_lm(tmp_path_factory.mktemp("tiny") / "model")
+    trip = pd.DataFrame({"report_id": ["a", "b"], "prompt_text": [ORIGINAL] * 2,
+                         "chosen": ['{"answer": "bearish", "reason": "sales fell"}'] * 2,
+                         "rejected": ['{"answer": "bullish", "reason": "sales rose"}'] * 2})
+    records = tr.to_records(trip, lambda text: [{"role": "user", "content": text}])
+    return str(path), AutoTokenizer.from_pretrained(path), records
+
+
+def tiny_trainer_problems(tiny_parts, tmp_path, dp=TINY_DP, dtype="bfloat16", env=None) -> list[str]:
+    import torch
+
+    path, tok, records = tiny_parts
+    env = pfl.launch_env(env or {})
+    conf, _ = pfl.tiny_config(path, "tiny", len(tok))
+    args = tr.dpo_config(dp, tmp_path, 256, 0, dtype)
+    trainer = pfl.build_tiny_trainer(conf, tok, records, args, dp, getattr(torch, dtype))
+    pf = pfl.Preflight()
+    pfl.check_launch({**dp, "dtype": dtype}, env, pf)
+    return pf.problems + pfl.check_trainer(trainer, dtype, dp, env)
+
+
+@pytest.mark.slow   # builds a DPOTrainer (TRL import, a tiny model)
+def test_dry_run_trainer_matches_the_launch(tiny_parts, tmp_path):
+    zero3 = {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3",
+             "ACCELERATE_DEEPSPEED_ZERO3_INIT": "true", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS": "4",
+             "ACCELERATE_MIXED_PRECISION": "bf16"}
+    assert tiny_trainer_problems(tiny_parts, tmp_path, env=zero3) == []
+
+
+@pytest.mark.slow   # builds a DPOTrainer (TRL import, a tiny model)
+def test_dry_run_catches_a_zero3_gradient_accumulation_mismatch(tiny_parts, tmp_path):
+    env = {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3",
+           "ACCELERATE_DEEPSPEED_ZERO3_INIT": "true", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS": "4"}
+    problems = tiny_trainer_problems(tiny_parts, tmp_path, dp={**TINY_DP, "grad_accum": 1}, env=env)
+    assert problems and all("gradient_accumulation_steps=4" in p for p in problems)
+
+
+@pytest.mark.slow   # builds a DPOTrainer (TRL import, a tiny model)
+def test_dry_run_catches_precision_flags_that_differ_from_the_launch(tiny_parts, tmp_path, monkeypatch):
+    """Seeded fault: the DPOConfig is built with bf16=False while the launch trains in bf16."""
+    monkeypatch.setattr(precision, "trainer_flags", lambda dtype: {"bf16": False, "fp16": False})
+    problems = tiny_trainer_problems(tiny_parts, tmp_path, env={"ACCELERATE_MIXED_PRECISION": "bf16"})
+    assert len(problems) == 1 and "bf16=False" in problems[0] and "bfloat16" in problems[0]
+
+
+@pytest.mark.slow   # builds a DPOTrainer (TRL import, a tiny model)
+def test_dry_run_catches_bogus_lora_targets(tiny_parts, tmp_path):
+    bogus = {**TINY_DP, "lora": {**TINY_DP["lora"], "target_modules": ["q_proj", "query_key_value"]}}
+    with pytest.raises(ValueError, match=r"\['query_key_value'\] match no module of LlamaForCausalLM"):
+        tiny_trainer_problems(tiny_parts, tmp_path, dp=bogus)
+
+
+def test_tiny_config_keeps_the_architecture_offline():
+    """No config on disk: the family from the model id (the paper's three models)."""
+    for model_id, cls in (("meta-llama/Meta-Llama-3-8B-Instruct", "LlamaConfig"),
+                          ("Qwen/Qwen2-7B-Instruct", "Qwen2Config"), ("Qwen/Qwen3-8B", "Qwen3Config")):
+        conf, source = pfl.tiny_config("/nonexistent/model", model_id, 1000)
+        assert type(conf).__name__ == cls and "STAND-IN" in source and conf.num_hidden_layers == 1
+    with pytest.raises(RuntimeError, match="no known family"):
+        pfl.tiny_config("/nonexistent/model", "acme/unknown-7b", 1000)

@@ -115,3 +115,34 @@ def test_stage_02_completes_on_the_messy_corpus_with_the_tagger():
     corpus = messy_corpus.messy_reports()
     res = build_conditions(corpus[["report_id", "text"]], seed=7, mode="both", policy="respect")
     _check_against_planted(res, corpus)
+
+
+def test_stage_02_completes_on_every_scale_term_in_every_generator_template():
+    """Every term of every English scale in every first-sentence template of the rehearsal's generator
+    (finlib.finbias.synth_corpus), with both fakes: nothing set aside, every planted rating read."""
+    from finlib.core.vocab import RATINGS, Rating
+    from finlib.finbias import synth_corpus as sc
+
+    rank = {Rating.BEARISH: 0, Rating.NEUTRAL: 1, Rating.BULLISH: 2}
+    rows, planted = [], {}
+    for scale in sc.english_scales():
+        for rating in RATINGS:
+            for term in sc._terms(scale, rating):
+                for action, templates in sc._TEMPLATES.items():
+                    prev = [t for r in RATINGS if r is not rating and (rank[r] < rank[rating]) == (action == "upgrade")
+                            for t in sc._terms(scale, r)] if action in ("upgrade", "downgrade") else [None]
+                    if not prev:
+                        continue
+                    for template in templates:
+                        r = sc.display_term(term)
+                        first = template.format(R=r, P=sc.display_term(prev[0]) if prev[0] else None,
+                                                A="an" if r[0] in "AEIOU" else "a", C="Acme Corp.", T="ACME", Q=3)
+                        rid = f"G{len(rows):04d}"
+                        rows.append({"report_id": rid, "text": first + " Revenue rose 4%. Costs fell.\n\n"
+                                     "Key points:\n- Orders rose\n- Debt fell"})
+                        planted[rid] = rating.value
+    reports = pd.DataFrame(rows)
+    res = build_conditions(reports, seed=11, mode="both", policy="ignore")
+    assert res.report["set_aside"]["n_reports"] == 0, res.set_aside.head()
+    orig = res.conditions[res.conditions["condition"] == "original"].set_index("report_id")["analyst_rating"]
+    assert orig.to_dict() == planted

@@ -22,7 +22,11 @@ from finlib.core import stats
 from finlib.core.vocab import POOLED, SECTOR_MEAN, SECTORS, Condition
 from finlib.core.tables import paper_table
 
-TABLE8_METRICS = ("accuracy", "herding", "accuracy_all", "herding_all", "parse_rate", "prob_herding")
+from finlib.finbias.metrics import ACCURACY, ACCURACY_PARSED, HERDING, HERDING_PARSED  # noqa: E402
+
+# accuracy / herding: Eq. 1 over ALL N (unparsed = no match), the one definition of Tables 4-7;
+# *_parsed: parsed answers only, a named extra column
+TABLE8_METRICS = (ACCURACY, HERDING, ACCURACY_PARSED, HERDING_PARSED, "parse_rate", "prob_herding")
 # prob_herding (label-scored models): mean probability on the analyst's rating. A few CPU steps rarely
 # flip an argmax, so this is where a small tuned model's shift away from the analyst shows first.
 DPO_SUFFIX = " + DPO"
@@ -31,17 +35,39 @@ GENERATED, LABEL_SCORING = "generated answers", "label scoring"
 MEASURES = {"generate": GENERATED, "score": LABEL_SCORING}   # request mode -> Table 8 measure
 
 
+WHOLE, IN_TIME, OUT_OF_TIME = "whole test split", "in time", "out of time"
+TEST_PARTS = (WHOLE, IN_TIME, OUT_OF_TIME)
+PAPER_PART = "(the paper's test split)"
+
+
+def part_ids(split: pd.DataFrame) -> dict[str, set[str]]:
+    """Report ids of the whole test split, its in-time part (test firms' reports before the cut-off:
+    contemporaneous with training, where other firms' training labels of the same sectors and years
+    are cross-sectional look-ahead) and its out-of-time part (on/after the cut-off: nothing of their
+    period trained; test firms' and, when `dpo.seen_firm_test`, training firms' later reports)."""
+    t = split[split["split"] == "test"]
+    ids = set(t["report_id"].astype(str))
+    oot = set(t.loc[t["out_of_time"].astype(bool), "report_id"].astype(str))
+    return {WHOLE: ids, IN_TIME: ids - oot, OUT_OF_TIME: oot}
+
+
 def test_items(conditions: pd.DataFrame, test_ids: set[str]) -> pd.DataFrame:
     """The `original` condition rows of the test reports that stage 02 produced (status ok)."""
     c = conditions[(conditions["condition"] == Condition.ORIGINAL.value) & (conditions["status"] == "ok")]
     return c[c["report_id"].isin(test_ids)].reset_index(drop=True)
 
 
-def eval_report_ids(items: pd.DataFrame, n: int | None) -> set[str]:
-    """The test reports that also get generated answers: the first `n` by id (null: all). Generation
-    costs ~100x a label score on CPU, so the embedded run caps it (`dpo.eval_reports`)."""
+def eval_report_ids(items: pd.DataFrame, n: int | None, out_of_time: set[str] = frozenset()) -> set[str]:
+    """The test reports that also get generated answers: `n` of them (null: all), taken alternately
+    from the out-of-time and the in-time part (by id within each), so both parts of Table 8 have
+    generated answers even at a small `n`. Generation costs ~100x a label score on CPU, so the
+    embedded run caps it (`dpo.eval_reports`)."""
     ids = sorted(items["report_id"].astype(str).unique())
-    return set(ids if n is None else ids[:n])
+    if n is None:
+        return set(ids)
+    late, early = [i for i in ids if i in out_of_time], [i for i in ids if i not in out_of_time]
+    order = [x for pair in zip(late, early) for x in pair] + late[len(early):] + early[len(late):]
+    return set(order[:n])
 
 
 def predict_test_items(cfg, spec, items: pd.DataFrame, store, name: str, gen_ids: set[str], adapter=None,
@@ -106,19 +132,19 @@ PAIRED_COLUMNS = ("outcome", "sector", "model", "baseline", "n_pairs", "rate_dpo
 
 def paired_base_vs_dpo(rows: pd.DataFrame, base: str, tuned: str, reps: int, seed: int,
                        ci: float) -> pd.DataFrame:
-    """Exact McNemar, tuned vs base on the same reports (both parsed), for correctness and
-    herding, pooled and per sector, with the paired difference and its cluster-bootstrap CI."""
+    """Exact McNemar, tuned vs base on the same reports, for correctness and herding as Eq. 1 counts
+    them (every answered report; an unparsed answer is no match), pooled and per sector, with the
+    paired difference and its cluster-bootstrap CI."""
     a = rows[rows["model"] == tuned]
     b = rows[rows["model"] == base][["item_id", "answer", "parsed"]]
     pr = a.merge(b, on="item_id", how="inner", suffixes=("", "_base"), validate="one_to_one")
-    pr = pr[pr["parsed"] & pr["parsed_base"]]
     records = []
     for outcome, target in (("accuracy", "label"), ("herding", "reference_rating")):
         d0 = pr[pr[target].notna()]
         for sector in (POOLED, *SECTORS):
             d = d0 if sector == POOLED else d0[d0["sector"] == sector]
-            xa = (d["answer"] == d[target]).to_numpy(bool)
-            xb = (d["answer_base"] == d[target]).to_numpy(bool)
+            xa = (d["answer"].notna() & (d["answer"] == d[target])).to_numpy(bool)
+            xb = (d["answer_base"].notna() & (d["answer_base"] == d[target])).to_numpy(bool)
             r = stats.mcnemar_exact(xa, xb)
             diff = stats.Estimate(np.nan, np.nan, np.nan, 0)
             if len(d) and reps > 0:
@@ -133,61 +159,78 @@ def paired_base_vs_dpo(rows: pd.DataFrame, base: str, tuned: str, reps: int, see
     return pd.DataFrame.from_records(records, columns=list(PAIRED_COLUMNS))
 
 
+DERIVED = " (derived)"
+PAPER_DERIVED = "derived from Fin-Bias Tables 6 and 8"
+TABLE8_COLUMNS_EXTRA = ("Average (printed)", "N", "parse rate %", "accuracy parsed-only % (pooled)", "N parsed",
+                        "herding % (pooled)", "McNemar p (pooled)")
+
+
 def _paper_rows() -> list[dict]:
     """Table 8's published rows (after DPO), each model's Table 6 accuracy with the rating (its
-    base in the same original condition) and the difference, all in %."""
+    base in the same original condition), both printed; and their difference, derived here."""
     t8 = paper_table("finbias_table8")
     t6 = paper_table("finbias_table6")
     rows = []
     for model, g in t8.groupby("model", sort=False):
         dpo = g.set_index("sector")["accuracy"]
         base = t6[t6["model"] == model].set_index("sector")["with_rating"]
-        for variant, vals in (("base (Table 6, with rating)", base), ("DPO (Table 8)", dpo),
-                              ("delta DPO - base", dpo - base.reindex(dpo.index))):
-            rows.append({"model": model, "variant": variant, "source": PAPER,
+        for variant, vals, source in (("base (Table 6, with rating)", base, PAPER), ("DPO (Table 8)", dpo, PAPER),
+                                      ("delta DPO - base" + DERIVED, dpo - base.reindex(dpo.index), PAPER_DERIVED)):
+            rows.append({"model": model, "variant": variant, "source": source, "test part": PAPER_PART,
                          **{s: vals.get(s, np.nan) for s in SECTORS}, "Average (printed)": vals.get("Average")})
     return rows
 
 
-def _acc_row(acc: pd.DataFrame, model: str, cols: list[str]) -> tuple[pd.Series, int, float]:
-    g = acc[acc["model"] == model]
-    pooled = g[g["sector"] == POOLED]
-    return (g.set_index("sector")["value"].reindex(cols) * 100, int(pooled["n"].sum()),
-            float(pooled["parse_rate"].iloc[0]) * 100 if len(pooled) and "parse_rate" in g else np.nan)
+def _pooled(g: pd.DataFrame, metric: str, column: str = "value") -> float:
+    v = g[(g["metric"] == metric) & (g["sector"] == POOLED)]
+    return float(v[column].iloc[0]) if len(v) else np.nan
+
+
+def _model_row(m: pd.DataFrame, model: str, cols: list[str]) -> dict:
+    """One model's Table 8 cells: Eq. 1 accuracy per sector (%), N (all answered), parse rate, and
+    the named extras (parsed-only accuracy with its N, herding by Eq. 1), pooled."""
+    g = m[m["model"] == model]
+    acc = g[g["metric"] == ACCURACY].set_index("sector")["value"].reindex(cols) * 100
+    n = _pooled(g, ACCURACY, "n")
+    n_parsed = _pooled(g, ACCURACY_PARSED, "n")
+    return {**acc.to_dict(), "N": n, "parse rate %": _pooled(g, ACCURACY, "parse_rate") * 100,
+            "accuracy parsed-only % (pooled)": _pooled(g, ACCURACY_PARSED) * 100, "N parsed": n_parsed,
+            "herding % (pooled)": _pooled(g, HERDING) * 100}
 
 
 def table8(metrics: pd.DataFrame, tests: pd.DataFrame, models: list[str]) -> pd.DataFrame:
-    """Table 8 in the paper's layout: models x sectors + averages (accuracy, %). For every trained
-    model: base, DPO and delta (with the pooled McNemar p) from generated answers (the paper's
-    measure), then the same three rows from label scoring (named so); then the paper's rows (its
-    DPO accuracy, the same model's Table 6 accuracy with the rating as its base, and the delta).
-    `metrics` / `tests` carry a `measure` column (generated answers | label scoring)."""
-    acc = metrics[(metrics["metric"] == "accuracy") & (metrics["condition"] == Condition.ORIGINAL.value)]
+    """Table 8 in the paper's layout: models x sectors + averages (accuracy by Eq. 1 over all N, %).
+    For every trained model, per measure (generated answers, the paper's; then label scoring, named
+    so) and per test part (whole test split, in time, out of time; each with its N): base, DPO and
+    their difference (derived, with the pooled McNemar p); then the paper's rows (its DPO accuracy,
+    the same model's Table 6 accuracy with the rating, and their difference, derived).
+    `metrics` / `tests` carry `measure` and `test_part` columns."""
+    m = metrics[(metrics["condition"] == Condition.ORIGINAL.value)]
     cols = [*SECTORS, POOLED, SECTOR_MEAN]
     ours = []
     for base in models:
         tuned = base + DPO_SUFFIX
         for measure in (GENERATED, LABEL_SCORING):
-            a = acc[acc["measure"] == measure]
-            if a[a["model"] == base].empty:
-                continue
-            t = tests[(tests["measure"] == measure) & (tests["model"] == tuned) & (tests["outcome"] == "accuracy")
-                      & (tests["sector"] == POOLED)] if len(tests) else tests
-            p = float(t["pvalue"].iloc[0]) if len(t) else np.nan
-            vb, nb, pb = _acc_row(a, base, cols)
-            vt, nt, pt = _acc_row(a, tuned, cols)
             tag = "" if measure == GENERATED else f" ({LABEL_SCORING})"
-            ours += [{"model": base, "variant": "base" + tag, "measure": measure, "source": OURS, **vb.to_dict(),
-                      "N": nb, "parse rate %": pb},
-                     {"model": tuned, "variant": "DPO" + tag, "measure": measure, "source": OURS, **vt.to_dict(),
-                      "N": nt, "parse rate %": pt},
-                     {"model": tuned, "variant": "delta DPO - base" + tag, "measure": measure, "source": OURS,
-                      **(vt - vb).to_dict(), "McNemar p (pooled)": p}]
+            for part in TEST_PARTS:
+                a = m[(m["measure"] == measure) & (m["test_part"] == part)]
+                if a[a["model"] == base].empty:
+                    continue
+                t = tests[(tests["measure"] == measure) & (tests["test_part"] == part) & (tests["model"] == tuned)
+                          & (tests["outcome"] == "accuracy") & (tests["sector"] == POOLED)] if len(tests) else tests
+                p = float(t["pvalue"].iloc[0]) if len(t) else np.nan
+                vb, vt = _model_row(a, base, cols), _model_row(a, tuned, cols)
+                common = {"measure": measure, "test part": part, "source": OURS}
+                delta = {c: vt[c] - vb[c] for c in [*cols, "accuracy parsed-only % (pooled)", "herding % (pooled)"]}
+                ours += [{"model": base, "variant": "base" + tag, **common, **vb},
+                         {"model": tuned, "variant": "DPO" + tag, **common, **vt},
+                         {"model": tuned, "variant": "delta DPO - base" + tag + DERIVED, **common, **delta,
+                          "McNemar p (pooled)": p}]
     paper = [{**r, "measure": GENERATED} for r in _paper_rows()]
     out = pd.DataFrame(ours + paper)
-    for c in ("N", "parse rate %", "McNemar p (pooled)", "Average (printed)"):
+    for c in TABLE8_COLUMNS_EXTRA:
         if c not in out:
             out[c] = np.nan
-    out["N"] = out["N"].astype("Int64")
-    return out[["model", "variant", "measure", "source", *cols, "Average (printed)", "N", "parse rate %",
-                "McNemar p (pooled)"]]
+    for c in ("N", "N parsed"):
+        out[c] = pd.to_numeric(out[c]).round().astype("Int64")
+    return out[["model", "variant", "measure", "test part", "source", *cols, *TABLE8_COLUMNS_EXTRA]]

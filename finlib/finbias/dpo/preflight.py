@@ -1,10 +1,14 @@
 """`--dry-run`: stage 05's preflight of a GPU launch, runnable on a CPU machine.
 
-It does everything a training launch does before the first optimizer step except loading weights:
-params, the accelerate launch's environment (distributed type, mixed precision, FSDP state-dict type,
-ZeRO stage), the run's data (split, triplets or the artifacts to build them), the tokenizer, the
-training records and `max_length` from the data, and the DPOConfig (built before any weights, which
-is what makes DeepSpeed ZeRO-3 init take effect). It stops there and prints one line per check.
+It does everything a training launch does before the first optimizer step except loading the real
+weights: params, the accelerate launch's environment (distributed type, mixed precision, FSDP
+state-dict type, ZeRO stage, DeepSpeed gradient accumulation), the run's data (split, triplets or the
+artifacts to build them), the tokenizer, the training records and `max_length` from the data, the
+DPOConfig exactly as the launch builds it (the launch's precision, built before any weights, which is
+what makes DeepSpeed ZeRO-3 init take effect), and then the DPOTrainer itself on a randomly
+initialised one-layer model of the same architecture (the model's config shrunk), so that precision
+flags, gradient accumulation and LoRA targets resolved against the model's modules are checked on the
+object that would train. It stops there and prints one line per check.
 
 Where the 7-8B model's tokenizer cannot be downloaded (no network), `--stand-in-tokenizer NAME`
 uses a registry model's tokenizer instead (e.g. the embedded `smollm2-135m`) and says so in every
@@ -45,7 +49,8 @@ def launch_env(env: dict | None = None) -> dict:
             "zero_stage": env.get("ACCELERATE_DEEPSPEED_ZERO_STAGE"),
             "zero3_init": env.get("ACCELERATE_DEEPSPEED_ZERO3_INIT"),
             "fsdp_state_dict_type": env.get("FSDP_STATE_DICT_TYPE"),
-            "fsdp_activation_checkpointing": env.get("FSDP_ACTIVATION_CHECKPOINTING", "false").lower() == "true"}
+            "fsdp_activation_checkpointing": env.get("FSDP_ACTIVATION_CHECKPOINTING", "false").lower() == "true",
+            "grad_accum": env.get("ACCELERATE_GRADIENT_ACCUMULATION_STEPS")}
 
 
 def check_launch(dp: dict, env: dict, pf: Preflight) -> None:
@@ -69,6 +74,13 @@ def check_launch(dp: dict, env: dict, pf: Preflight) -> None:
         if env["fsdp_activation_checkpointing"] and dp["gradient_checkpointing"]:
             pf.fail("FSDP activation checkpointing and dpo.gradient_checkpointing are both on (transformers refuses)")
     if env["kind"] == "deepspeed":
+        ga = env.get("grad_accum")
+        if ga not in (None, "auto") and int(ga) != int(dp["grad_accum"]):
+            pf.fail(f"DeepSpeed gradient_accumulation_steps={ga} (accelerate config) but dpo.grad_accum="
+                    f"{dp['grad_accum']}: transformers refuses the mismatch when training starts, after the weights "
+                    "load; make them equal")
+        elif ga not in (None, "auto"):
+            pf.ok(f"DeepSpeed gradient_accumulation_steps={ga} = dpo.grad_accum")
         if env["zero_stage"] == "3" and env["zero3_init"] != "true":
             pf.fail("ZeRO-3 without zero3_init_flag: every rank would load the full weights first")
         elif env["zero_stage"] == "3":
@@ -86,6 +98,75 @@ def check_eval_device(device: str, models: dict[str, bool], pf: Preflight) -> No
                 "set inference.device: cuda in the run's params (params/paper.yaml does)")
     else:
         pf.ok(f"evaluation: inference.device={device} for {list(models)}")
+
+
+# Offline fallback when a model's config cannot be read: the architecture family from the model id.
+FAMILY_BY_ID = (("qwen3", "qwen3"), ("qwen2", "qwen2"), ("llama", "llama"), ("smollm", "llama"), ("mistral", "mistral"))
+TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16}
+
+
+def tiny_config(path: str, model_id: str, vocab_size: int):
+    """(config, source): the model's own config shrunk to one small layer (same architecture class,
+    same module names), or -- offline, without it -- the family named by the model id."""
+    from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    try:
+        conf, source = AutoConfig.from_pretrained(path), f"config of {path}"
+    except (OSError, ValueError):
+        family = next((f for key, f in FAMILY_BY_ID if key in model_id.lower()), None)
+        if family is None:
+            raise RuntimeError(f"no config for {model_id!r} offline and no known family in its id") from None
+        conf, source = CONFIG_MAPPING[family](), f"STAND-IN {family} config (from the model id; offline)"
+    for k, v in TINY.items():
+        setattr(conf, k, v)
+    conf.vocab_size = max(int(vocab_size), int(getattr(conf, "vocab_size", 0) or 0))  # every token id fits
+    for k in ("layer_types", "sliding_window"):   # per-layer lists sized for the real depth
+        if isinstance(getattr(conf, k, None), list):
+            setattr(conf, k, getattr(conf, k)[:TINY["num_hidden_layers"]])
+    return conf, source
+
+
+def lora_targets_found(model, targets: list[str]) -> list[str]:
+    """LoRA target names that match no module of the model (PEFT only refuses when NONE matches)."""
+    names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
+    return [t for t in targets if t not in names]
+
+
+def build_tiny_trainer(conf, tok, records: list[dict], args, dp: dict, torch_dtype):
+    """The DPOTrainer the launch would build (same DPOConfig, LoRA config, records' format), on a
+    randomly initialised one-layer model of the same architecture: returns the trainer."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+    from trl import DPOTrainer
+
+    from finlib.finbias.dpo import train as tr
+
+    model = AutoModelForCausalLM.from_config(conf, dtype=torch_dtype)
+    missing = lora_targets_found(model, list(dp["lora"]["target_modules"]))
+    if missing:
+        raise ValueError(f"dpo.lora.target_modules {missing} match no module of {type(model).__name__} "
+                         f"(its linear layers: {sorted({n.rsplit('.', 1)[-1] for n, m in model.named_modules() if type(m).__name__ == 'Linear'})})")
+    ds = Dataset.from_list([{k: r[k] for k in ("prompt", "chosen", "rejected")} for r in records[:2]])
+    return DPOTrainer(model=model, args=args, train_dataset=ds, processing_class=tok, peft_config=tr.lora_config(dp["lora"]))
+
+
+def check_trainer(trainer, dtype: str, dp: dict, env: dict) -> list[str]:
+    """Mismatches between the trainer as built and what the launch and params ask for."""
+    a = trainer.args
+    want = (dtype == "bfloat16", dtype == "float16")   # written out here, not taken from the code that set them
+    bad = [] if (a.bf16, a.fp16) == want else [
+        f"DPOConfig bf16={a.bf16}, fp16={a.fp16} but the launch trains in {dtype} (bf16={want[0]}, fp16={want[1]})"]
+    if a.gradient_accumulation_steps != int(dp["grad_accum"]):
+        bad.append(f"DPOConfig gradient_accumulation_steps={a.gradient_accumulation_steps} != dpo.grad_accum")
+    ga = env.get("grad_accum")
+    if ga not in (None, "auto") and int(ga) != a.gradient_accumulation_steps:
+        bad.append(f"DeepSpeed gradient_accumulation_steps={ga} != DPOConfig's {a.gradient_accumulation_steps}")
+    wrapped = {n.rsplit(".", 1)[-1] for n, m in trainer.model.named_modules() if hasattr(m, "lora_A")}
+    if set(dp["lora"]["target_modules"]) - wrapped:
+        bad.append(f"LoRA wraps {sorted(wrapped)}, not every dpo.lora.target_modules {dp['lora']['target_modules']}")
+    return bad
 
 
 def zero3_active() -> bool | None:
@@ -156,13 +237,40 @@ def dry_run(cfg: RunConfig, models: list[str] | None = None, stand_in_tokenizer:
             pf.ok(f"{name}: DPOConfig not built here: DeepSpeed is not installed on this machine "
                   "(install it on the GPU machine: pip install deepspeed)")
             continue
-        args = tr.dpo_config(dp, st.model_dir(cfg, name), max_length, cfg.seed,
-                             dp["dtype"] if dp["dtype"] != "auto" else "float32")
+        try:
+            torch_dtype, _ = st.training_dtype(dp)   # the precision the launch trains in (its mixed_precision)
+        except ConfigError as exc:
+            pf.fail(f"{name}: training precision: {exc}")
+            continue
+        except (AssertionError, RuntimeError) as exc:   # `auto` measures on a device this machine lacks
+            import torch
+
+            torch_dtype = torch.float32
+            pf.ok(f"{name}: dpo.dtype auto without a launcher precision is measured on {dp['device']} at launch, "
+                  f"which this machine lacks ({type(exc).__name__}); the trainer below is built in float32")
+        dtype = str(torch_dtype).removeprefix("torch.")
+        args = tr.dpo_config(dp, st.model_dir(cfg, name), max_length, cfg.seed, dtype)
         z3 = zero3_active()
         if env["zero_stage"] == "3" and z3 is False:
             pf.fail(f"{name}: ZeRO-3 config not registered before loading weights")
         elif env["zero_stage"] == "3":
             pf.ok(f"{name}: ZeRO-3 registered before the weights load (from_pretrained will partition them)")
-        pf.ok(f"{name}: DPOConfig built (bf16={args.bf16}, fp16={args.fp16}, gradient_checkpointing="
-              f"{args.gradient_checkpointing}, max_length={args.max_length}); stopping before the weights load")
+        pf.ok(f"{name}: DPOConfig built (training dtype {dtype}: bf16={args.bf16}, fp16={args.fp16}, "
+              f"gradient_accumulation_steps={args.gradient_accumulation_steps}, gradient_checkpointing="
+              f"{args.gradient_checkpointing}, max_length={args.max_length})")
+        try:
+            conf, source = tiny_config(path, spec.model_id, len(tok))
+            trainer = build_tiny_trainer(conf, tok, records, args, dp, torch_dtype)
+        except Exception as exc:  # noqa: BLE001 -- every way the real trainer would fail is a finding
+            pf.fail(f"{name}: DPOTrainer on a tiny model of the same architecture: {type(exc).__name__}: {exc}{tag}")
+            continue
+        bad = check_trainer(trainer, dtype, dp, env)
+        for b in bad:
+            pf.fail(f"{name}: {b}")
+        if not bad:
+            pf.ok(f"{name}: DPOTrainer built on a one-layer {type(trainer.model.get_base_model()).__name__} "
+                  f"({source}): LoRA on {sorted(dp['lora']['target_modules'])}, bf16={trainer.args.bf16}, "
+                  f"gradient_accumulation_steps={trainer.args.gradient_accumulation_steps}; stopping before the "
+                  f"real weights load{tag}")
+        del trainer
     return pf

@@ -28,7 +28,7 @@ from finlib.finbias.dpo import train as tr
 from finlib.finbias.dpo import triplets as tp
 
 DPO_KEYS = ("models", "teacher", "teacher_max_new_tokens", "split_cutoff", "train_share", "test_firm_share",
-            "split_seed", "max_train_pairs", "max_length_cap", "lora", "beta", "learning_rate", "max_steps",
+            "split_seed", "seen_firm_test", "max_train_pairs", "max_length_cap", "lora", "beta", "learning_rate", "max_steps",
             "num_train_epochs", "batch_size", "grad_accum", "gradient_checkpointing", "dtype", "device",
             "eval_reports")
 LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
@@ -72,8 +72,9 @@ def dpo_params(cfg: RunConfig) -> dict:
             raise ConfigError(f"{where}: dpo.{k} must be a number in (0, 1), got {dp[k]!r}")
     if dp["dtype"] not in DTYPES:
         raise ConfigError(f"{where}: dpo.dtype must be one of {DTYPES}, got {dp['dtype']!r}")
-    if not isinstance(dp["gradient_checkpointing"], bool):
-        raise ConfigError(f"{where}: dpo.gradient_checkpointing must be true or false")
+    for k in ("gradient_checkpointing", "seen_firm_test"):
+        if not isinstance(dp[k], bool):
+            raise ConfigError(f"{where}: dpo.{k} must be true or false")
     return dp
 
 
@@ -252,8 +253,10 @@ def saved_adapter(cfg: RunConfig, dp: dict, model_name: str) -> tr.TrainResult |
         return None
     log = pd.read_csv(out / "train_log.csv") if (out / "train_log.csv").is_file() else \
         pd.DataFrame(columns=tr.LOG_COLUMNS)
+    margins = out / tr.MARGIN_FILE
+    share = tr.rating_margin_share(pd.read_csv(margins)) if margins.is_file() else float("nan")
     return tr.TrainResult(out / "adapter", tr.adapter_hash(out / "adapter"), log, int(meta["max_length"]),
-                          len(records), 0.0, str(meta.get("dtype", "")), reused=True)
+                          len(records), 0.0, str(meta.get("dtype", "")), reused=True, margin_share=share)
 
 
 def write_fingerprint(out: Path, fp: str, res: tr.TrainResult) -> None:
@@ -351,7 +354,8 @@ def evaluate(cfg: RunConfig, dp: dict, trained: tr.TrainResult, model_name: str)
     items = ev.test_items(conditions, set(sp.loc[sp["split"] == tp.TEST, "report_id"]))
     if items.empty:
         raise ValueError("dpo evaluation: the test split has no original-condition items (see the split summary)")
-    gen_ids = ev.eval_report_ids(items, dp["eval_reports"])
+    parts = ev.part_ids(sp)
+    gen_ids = ev.eval_report_ids(items, dp["eval_reports"], parts[ev.OUT_OF_TIME])
     tuned = spec.name + ev.DPO_SUFFIX
     with ResponseStore(_store_path(cfg)) as store:
         pred = pd.concat([ev.predict_test_items(cfg, spec, items, store, spec.name, gen_ids),
@@ -361,10 +365,14 @@ def evaluate(cfg: RunConfig, dp: dict, trained: tr.TrainResult, model_name: str)
     labels, reports = read_frame(cfg, "labels"), read_frame(cfg, "reports")
     metrics, tests = [], []
     for mode, measure in ev.MEASURES.items():
-        p = pred[pred["mode"] == mode]
-        rows, m = ev.evaluate(p, conditions, labels, reports, reps, cfg.seed, ci)
-        metrics.append(m.assign(measure=measure))
-        tests.append(ev.paired_base_vs_dpo(rows, spec.name, tuned, reps, cfg.seed, ci).assign(measure=measure))
+        for part, ids in parts.items():   # whole test split, in time, out of time: each with its own N
+            p = pred[(pred["mode"] == mode) & pred["report_id"].astype(str).isin(ids)]
+            if p.empty:
+                continue
+            rows, m = ev.evaluate(p, conditions, labels, reports, reps, cfg.seed, ci)
+            metrics.append(m.assign(measure=measure, test_part=part))
+            tests.append(ev.paired_base_vs_dpo(rows, spec.name, tuned, reps, cfg.seed, ci)
+                         .assign(measure=measure, test_part=part))
     out = {"predictions": pred.assign(measure=pred["mode"].map(ev.MEASURES)),
            "metrics": pd.concat(metrics, ignore_index=True), "paired_tests": pd.concat(tests, ignore_index=True)}
     folder = model_dir(cfg, spec.name) / "eval"
@@ -373,7 +381,9 @@ def evaluate(cfg: RunConfig, dp: dict, trained: tr.TrainResult, model_name: str)
         df.to_parquet(folder / f"{name}.parquet", index=False)
     (folder / "eval.json").write_text(json.dumps({"adapter_sha256": trained.adapter_sha256,
                                                   "generated_reports": sorted(gen_ids),
-                                                  "test_items": int(len(items))}, indent=2))
+                                                  "test_items": int(len(items)),
+                                                  "test_reports_by_part": {k: len(v) for k, v in parts.items()}},
+                                                 indent=2))
     return out
 
 
@@ -395,23 +405,30 @@ def assemble(cfg: RunConfig, dp: dict) -> tuple[dict[str, pd.DataFrame], list[st
 
 
 def write_outputs(cfg: RunConfig, frames: dict[str, pd.DataFrame]) -> None:
-    """The combined artifacts (generated answers in `dpo_metrics`, which stage 06 draws; label
-    scoring in `dpo_metrics_label_scoring`) and the two Table 8 tables."""
+    """The combined artifacts (generated answers on the whole test split in `dpo_metrics`, which stage
+    06 draws; the rest -- label scoring, and every measure per test part -- in
+    `dpo_metrics_label_scoring`, named by its `measure` and `test_part` columns) and the two Table 8 tables."""
     from finlib.core.tables import write_table
 
     m = frames["metrics"]
     write_frame(cfg, "dpo_predictions", frames["predictions"])
-    write_frame(cfg, "dpo_metrics", m[m["measure"] == ev.GENERATED].reset_index(drop=True))
-    write_frame(cfg, "dpo_metrics_label_scoring", m[m["measure"] == ev.LABEL_SCORING].reset_index(drop=True))
+    write_frame(cfg, "dpo_metrics", m[(m["measure"] == ev.GENERATED) & (m["test_part"] == ev.WHOLE)]
+                .reset_index(drop=True))   # stage 06 compares the whole test split with the paper
+    write_frame(cfg, "dpo_metrics_label_scoring", m[(m["measure"] == ev.LABEL_SCORING) | (m["test_part"] != ev.WHOLE)]
+                .reset_index(drop=True))
     write_frame(cfg, "dpo_paired_tests", frames["paired_tests"])
     write_table(cfg, "table8_accuracy_dpo", frames["table8"],
                 "Table 8: accuracy (%) of each base and DPO-tuned model on the held-out test reports (original "
-                "condition), per sector, from generated answers read by the shared parser (the paper's measure; "
-                "parse rate shown), then the same from label scoring (named so); delta = DPO - base with the "
-                "pooled exact McNemar p; the paper's rows: its DPO accuracy (Table 8), the same model's Table 6 "
-                "accuracy with the rating, and their delta")
+                "condition), per sector, by Eq. 1 over all N answered (an unparsed answer is no match; the "
+                "definition of Tables 4-7), from generated answers read by the shared parser (the paper's measure; "
+                "parse rate, parsed-only accuracy and its N as named extras), then the same from label scoring "
+                "(named so); each for the whole test split, its in-time part (test firms before the cut-off) and "
+                "its out-of-time part (on/after the cut-off), with N; delta = DPO - base (derived) with the pooled "
+                "exact McNemar p; the paper's rows: its DPO accuracy (Table 8), the same model's Table 6 accuracy "
+                "with the rating, and their difference (derived)")
     write_table(cfg, "table8_paired_tests", frames["paired_tests"],
-                "DPO vs base on the same test reports, per measure: exact McNemar for correctness and herding, "
+                "DPO vs base on the same test reports, per measure and test part: exact McNemar for correctness "
+                "and herding as Eq. 1 counts them (unparsed = no match), "
                 "paired difference with its cluster-bootstrap CI", float_format="{:.4g}")
 
 
@@ -466,7 +483,8 @@ def caveat(cfg: RunConfig, res: DPOResult) -> str:
         lines.append("**Synthetic data.** These numbers test the pipeline; they are not research results.")
     if res.report.get("teacher") == "template":
         lines.append(f"**{tp.TEMPLATE_TEACHER.capitalize()}**: chosen/rejected answers are deterministic templates "
-                     "(factual vs opinion sentences), not a model's reasoning."
+                     "(the same factual sentences on both sides, differing in the rating and the words tied to it), not a "
+                     "model's reasoning."
                      + (f" Why not the embedded generator: {res.report['teacher_reason']}"
                         if res.report.get("teacher_reason") else ""))
     reg = _registry(cfg)
@@ -496,15 +514,14 @@ def plot_training(cfg: RunConfig, res: DPOResult):
 
 
 def pooled_metrics(res: DPOResult) -> pd.DataFrame:
-    """Pooled accuracy and herding with CIs, N and parse rate, base and DPO, per measure."""
+    """Pooled accuracy and herding (Eq. 1 over all N; parsed-only as named extras) with CIs, N and
+    parse rate, base and DPO, per measure and test part."""
     if res.metrics.empty:
         return res.metrics
     from finlib.core.vocab import POOLED
 
     m = res.metrics
-    return m[(m["sector"] == POOLED) & m["metric"].isin(["accuracy", "herding", "accuracy_all", "herding_all",
-                                                               "parse_rate", "prob_herding"])]\
-        .reset_index(drop=True)
+    return m[(m["sector"] == POOLED) & m["metric"].isin(ev.TABLE8_METRICS)].reset_index(drop=True)
 
 
 def run_stage(cfg: RunConfig, parts: tuple[str, ...] = PARTS, models: list[str] | None = None) -> DPOResult | None:
@@ -553,6 +570,7 @@ def run_stage(cfg: RunConfig, parts: tuple[str, ...] = PARTS, models: list[str] 
                    "train_s": {n: round(r.train_s, 2) for n, r in trained.items()},
                    "reused_adapter": {n: r.reused for n, r in trained.items()},
                    "dtype": {n: r.dtype for n, r in trained.items()},
+                   "rating_margin_share": {n: round(r.margin_share, 4) for n, r in trained.items()},
                    "adapter_sha256": {n: r.adapter_sha256 for n, r in trained.items()},
                    "table8_models": have, "table8_missing": missing, "eval_reports": dp["eval_reports"],
                    "wall_s": round(time.perf_counter() - t0, 2), "triplets": tsum.to_dict(orient="records")})

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,6 +100,7 @@ class TrainResult:
     dtype: str
     reused: bool = False   # an adapter with the same fingerprint was already on disk
     is_main: bool = True   # False on non-main accelerate ranks (they write nothing)
+    margin_share: float = float("nan")  # share of the reward margin on rating tokens (single-process runs)
 
 
 def step_log(history: list[dict]) -> pd.DataFrame:
@@ -231,11 +234,76 @@ def train_dpo(model, tok, records: list[dict], out_dir: Path, dp: dict, seed: in
         raise RuntimeError(f"dpo: no adapter written to {adapter}; under FSDP set fsdp_state_dict_type: "
                            "FULL_STATE_DICT (params/accelerate/fsdp.yaml) so save_model gathers the LoRA weights")
     log.to_csv(out_dir / "train_log.csv", index=False)
+    share = float("nan")
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1:   # sharded models (FSDP, ZeRO-3) cannot run one rank's pass
+        margins = margin_by_token(trainer.model, tok, records, float(dp["beta"]))
+        margins.to_csv(out_dir / MARGIN_FILE, index=False)
+        share = rating_margin_share(margins)
     (out_dir / "training_args.json").write_text(args.to_json_string(), encoding="utf-8")
     (out_dir / "dpo_params.json").write_text(json.dumps({**dp, "seed": seed, "dtype": dtype,
                                                          "max_length": max_length, "n_records": len(records)},
                                                         indent=2, default=str), encoding="utf-8")
-    return TrainResult(adapter, adapter_hash(adapter), log, max_length, len(records), train_s, dtype)
+    return TrainResult(adapter, adapter_hash(adapter), log, max_length, len(records), train_s, dtype,
+                       margin_share=share)
+
+
+RATING_WORDS = re.compile(r"\b(bullish|neutral|bearish)\b")
+MARGIN_FILE = "margin_by_token.csv"
+
+
+def _completion_logps(model, ids: list[int], start: int):
+    """Log-probabilities of tokens ids[start:] given their prefix (logits kept for those only)."""
+    import torch
+
+    out = model(input_ids=torch.tensor([ids], device=model.device), logits_to_keep=len(ids) - start + 1)
+    logp = torch.log_softmax(out.logits[0, :-1].float(), -1)
+    return logp.gather(-1, torch.tensor(ids[start:], device=logp.device)[:, None])[:, 0].cpu()
+
+
+def _side_rewards(model, tok, rec: dict, side: str, beta: float) -> tuple[float, float]:
+    """(implicit reward of the whole answer, of its rating tokens): beta x (log pi - log pi_ref) summed
+    over the answer's tokens, the reference being the base with the adapter disabled (TRL's reference
+    with a PEFT model). Rating tokens: those overlapping a rating word of the answer."""
+    import torch
+
+    prompt = tok.apply_chat_template(rec["prompt"], add_generation_prompt=True, tokenize=False)
+    full = tok.apply_chat_template(rec["prompt"] + rec[side], tokenize=False)
+    enc = tok(full, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = enc["input_ids"], enc["offset_mapping"]
+    start = next(i for i, (a, _) in enumerate(offsets) if a >= len(prompt))
+    spans = [m.span() for m in RATING_WORDS.finditer(full, len(prompt))]
+    mask = torch.tensor([any(a < e and b > s for s, e in spans) for a, b in offsets[start:]])
+    with torch.no_grad():
+        pol = _completion_logps(model, ids, start)
+        with model.disable_adapter():
+            ref = _completion_logps(model, ids, start)
+    r = beta * (pol - ref)
+    return float(r.sum()), float(r[mask].sum())
+
+
+def margin_by_token(model, tok, records: list[dict], beta: float) -> pd.DataFrame:
+    """Per training pair: DPO's reward margin (chosen - rejected implicit reward) after training and
+    the part of it on rating tokens. A margin carried by wording that differs between the sides for
+    other reasons (a fixed template phrase) teaches the template, not the rating; the pairs are built
+    so that the rating carries it (docs/dpo.md)."""
+    was_training = model.training
+    model.eval()
+    rows = []
+    for rec in records:
+        c_all, c_rating = _side_rewards(model, tok, rec, "chosen", beta)
+        r_all, r_rating = _side_rewards(model, tok, rec, "rejected", beta)
+        rows.append({"report_id": rec["report_id"], "margin": c_all - r_all, "rating_margin": c_rating - r_rating,
+                     "chosen_reward": c_all, "chosen_rating_reward": c_rating, "rejected_reward": r_all,
+                     "rejected_rating_reward": r_rating})
+    model.train(was_training)
+    return pd.DataFrame(rows, columns=["report_id", "margin", "rating_margin", "chosen_reward", "chosen_rating_reward",
+                                       "rejected_reward", "rejected_rating_reward"])
+
+
+def rating_margin_share(margins: pd.DataFrame) -> float:
+    """Share of the summed reward margin that sits on rating tokens (NaN without a margin)."""
+    total = float(margins["margin"].sum()) if len(margins) else 0.0
+    return float(margins["rating_margin"].sum()) / total if total else float("nan")
 
 
 def plot_log(log: pd.DataFrame, title: str):

@@ -5,9 +5,14 @@
 - y_w = the *independent* answer (chosen): a teacher sees the `no_opinion` text plus the return-based
         label and derives a fundamentals-only reasoning chain that ends in that label.
 
-Every pair that cannot teach anything is dropped and counted per split, never repaired: analyst
-rating equal to the label (chosen and rejected would agree), no label, no `no_opinion` text, a
-teacher error, or a teacher answer that stage 04's parser does not read as the intended rating.
+Pairs where the analyst's rating equals the label are KEPT (the paper describes no filter; dropping
+them would make the chosen ratings mostly the analysts' minority ratings and build a lower herding
+rate into the training data): their rejected answer reasons from the same text to a rating the
+returns contradict (`CONTRARY`). So the chosen ratings follow the labels.
+
+Every pair that cannot teach anything is dropped and counted per split, never repaired: no label, no
+`no_opinion` text, no analyst rating, a teacher error, or a teacher answer that stage 04's parser does
+not read as the intended rating.
 """
 from __future__ import annotations
 
@@ -26,15 +31,23 @@ from finlib.finbias.sentences import split_sentences
 
 TEMPLATE_TEACHER = "template teacher"
 TRAIN, TEST, DROPPED = "train", "test", "dropped"
-TRIPLET_COLUMNS = ["report_id", "ticker", "sector", "date", "split", "analyst_rating", "label", "prompt_text",
-                   "independent_text", "chosen", "rejected", "teacher"]
+TRIPLET_COLUMNS = ["report_id", "ticker", "sector", "date", "split", "analyst_rating", "label", "rejected_rating",
+                   "pair", "prompt_text", "independent_text", "chosen", "rejected", "teacher"]
+ANALYST_WRONG, ANALYST_RIGHT = "analyst != label", "analyst = label"
+# The rejected rating when the analyst was right: the rating the returns contradict most (bullish <->
+# bearish); for a neutral label, bullish, the rating brokers give most often.
+CONTRARY = {"bullish": "bearish", "bearish": "bullish", "neutral": "bullish"}
+# The template teacher's reasoning tied to each rating: the only words besides the rating itself in which
+# its chosen and rejected answers differ.
+RATING_REASON = {"bullish": "point to returns above the market's", "neutral": "point to returns in line with the "
+                 "market's", "bearish": "point to returns below the market's"}
 
 
 # ----------------------------------------------------------------------------------------------
 # Split
 # ----------------------------------------------------------------------------------------------
 
-SPLIT_PARAM_KEYS = ("test_firm_share", "split_cutoff", "train_share", "split_seed")
+SPLIT_PARAM_KEYS = ("test_firm_share", "split_cutoff", "train_share", "split_seed", "seen_firm_test")
 HOLIDAY_MARGIN_DAYS = 5  # business days added to the label window when no trading calendar is given
                          # (US exchanges close <= 3 weekdays in any 60-trading-day stretch)
 
@@ -105,10 +118,12 @@ def split_reports(reports: pd.DataFrame, params: dict, *, label_window: int = 60
     - test: every report of a seeded random `test_firm_share` of the firms (none of their reports trains);
     - train: the other firms' reports dated before `cut-off` (1 January) whose `label_window` return
       window also ends before it (later ones: dropped, `embargo_label_window`);
-    - dropped: the other firms' reports on/after the cut-off (`after_cutoff`) and, when the frame has a
-      `label` column, reports without a return label (`no_return_label`).
-    Test reports on/after the cut-off are also marked `out_of_time` (nothing of their period trained).
-    Returns a copy of `reports` with `split`, `drop_reason`, `label_window_end`, `out_of_time`; the
+    - the other firms' reports on/after the cut-off: test as "seen firm, out of time" when
+      `seen_firm_test` (the firm trained, on earlier reports only; nothing of the period trained), else
+      dropped (`after_cutoff`); reports without a return label are dropped (`no_return_label`).
+    Test reports on/after the cut-off are marked `out_of_time` (nothing of their period trained), those of
+    training firms also `seen_firm`. Returns a copy of `reports` with `split`, `drop_reason`,
+    `label_window_end`, `out_of_time`, `seen_firm`; the
     cut-off (YYYY-MM-DD) is in `.attrs["cutoff"]`, the test firms in `.attrs["test_firms"]`.
     """
     missing = [k for k in SPLIT_PARAM_KEYS if k not in params]
@@ -125,11 +140,14 @@ def split_reports(reports: pd.DataFrame, params: dict, *, label_window: int = 60
     is_test = df["ticker"].astype(str).isin(test_firms)
     reason = pd.Series(None, index=df.index, dtype=object)
     reason[~labelled] = "no_return_label"
-    reason[reason.isna() & ~is_test & (df["date"] >= cutoff)] = "after_cutoff"
-    reason[reason.isna() & ~is_test & (df["label_window_end"] >= cutoff)] = "embargo_label_window"
-    df["split"] = np.where(reason.notna(), DROPPED, np.where(is_test, TEST, TRAIN))
+    late = ~is_test & (df["date"] >= cutoff)
+    seen = late & reason.isna() & bool(params["seen_firm_test"])   # a training firm's report after the cut-off
+    reason[reason.isna() & late & ~seen] = "after_cutoff"
+    reason[reason.isna() & ~is_test & ~seen & (df["label_window_end"] >= cutoff)] = "embargo_label_window"
+    df["split"] = np.where(reason.notna(), DROPPED, np.where(is_test | seen, TEST, TRAIN))
     df["drop_reason"] = pd.Series([r if isinstance(r, str) else None for r in reason], index=df.index, dtype=object)
     df["out_of_time"] = (df["split"] == TEST) & (df["date"] >= cutoff)
+    df["seen_firm"] = (df["split"] == TEST) & ~is_test
     df.attrs.update(cutoff=str(cutoff.date()), test_firms=sorted(test_firms))  # strings: parquet keeps attrs as JSON
     return df
 
@@ -147,9 +165,15 @@ def check_split(df: pd.DataFrame, cutoff: pd.Timestamp) -> None:
     cut-off, in the cut-off's year or later (its label would be ranked among test-period reports), or
     whose return window reaches the cut-off (its label would use test-period returns)."""
     train, test = df[df["split"] == TRAIN], df[df["split"] == TEST]
-    both = set(train["ticker"]) & set(test["ticker"])
+    seen = test["seen_firm"].astype(bool) if "seen_firm" in test else pd.Series(False, index=test.index)
+    both = set(train["ticker"]) & set(test.loc[~seen, "ticker"])
     if both:
         raise AssertionError(f"dpo split leaks firms: {sorted(both)[:5]} in both train and test")
+    if (seen & (pd.to_datetime(test["date"]) < cutoff)).any():
+        raise AssertionError("dpo split leaks time: a training firm's test report is dated before the cut-off "
+                             "(seen firms are tested out of time only)")
+    if set(test.loc[seen, "ticker"]) & set(df.attrs.get("test_firms", [])):
+        raise AssertionError("dpo split: a 'seen firm' test report belongs to a test firm")
     if len(train) and not pd.to_datetime(train["date"]).max() < cutoff:
         raise AssertionError(f"dpo split leaks time: a training report is dated on/after the cut-off {cutoff.date()}")
     if len(train) and (pd.to_datetime(train["date"]).dt.year >= cutoff.year).any():
@@ -174,6 +198,7 @@ def split_summary(df: pd.DataFrame, label_col: str = "label") -> pd.DataFrame:
                      **{f"share_{r.value}": round(float(shares.get(r.value, 0.0)), 3) for r in RATINGS},
                      "without_label": int(g[label_col].isna().sum()) if label_col in g else len(g),
                      "out_of_time": int(g["out_of_time"].sum()) if "out_of_time" in g else 0,
+                     "seen_firm_out_of_time": int(g["seen_firm"].sum()) if "seen_firm" in g else 0,
                      "drop_reasons": ", ".join(f"{k}: {v}" for k, v in g["drop_reason"].value_counts().items())
                      if "drop_reason" in g else ""})
     order = {TRAIN: 0, TEST: 1, DROPPED: 2}
@@ -189,10 +214,10 @@ class TeacherCall:
     """One answer a teacher must write: which side, for which report, from which text, ending where."""
 
     id: str
-    kind: str          # "herded" (y_l) | "independent" (y_w)
-    text: str          # original report (herded) or no_opinion text (independent)
-    rating: str        # analyst rating (herded) or return-based label (independent)
-    opinions: str = ""  # herded side: sentences of the original that no_opinion removed (template teacher)
+    kind: str          # "herded" (y_l, analyst wrong) | "contrary" (y_l, analyst right) | "independent" (y_w)
+    text: str          # original report (herded, contrary) or no_opinion text (independent)
+    rating: str        # analyst rating (herded), a rating the returns contradict (contrary), the label (independent)
+    facts: str = ""    # the no_opinion text: the template teacher's evidence on every side
 
 
 Teacher = Callable[[list[TeacherCall]], pd.DataFrame]   # -> id, status, raw_text, error
@@ -203,26 +228,15 @@ def answer_json(rating: str, reason: str) -> str:
     return json.dumps({"answer": rating, "reason": reason}, ensure_ascii=False)
 
 
-def opinion_sentences(original: str, no_opinion: str) -> list[str]:
-    """Sentences of the original report that are not in the no_opinion text: the rating sentence
-    and the strong-subjective (opinion) sentences stage 02 removed."""
-    kept = set(split_sentences(no_opinion))
-    return [s for s in split_sentences(original) if s not in kept]
-
-
 def template_answer(call: TeacherCall, n_sentences: int = 3) -> str:
-    """The deterministic template teacher: factual sentences lead to the label (independent),
-    opinion sentences lead to the analyst's rating (herded). Every answer says it is a template."""
-    if call.kind == "independent":
-        facts = " ".join(split_sentences(call.text)[:n_sentences])
-        reason = (f"[{TEMPLATE_TEACHER}] From the firm's fundamentals alone, disregarding analyst opinions: "
-                  f"{facts} On this evidence the rating is {call.rating}.")
-    elif call.kind == "herded":
-        views = " ".join(split_sentences(call.opinions)[:n_sentences]) or "The analyst's view is convincing."
-        reason = (f"[{TEMPLATE_TEACHER}] Following the analyst: {views} "
-                  f"I agree with the analyst, so the rating is {call.rating}.")
-    else:
-        raise ValueError(f"teacher call {call.id}: kind must be herded or independent, got {call.kind!r}")
+    """The deterministic template teacher: the same factual sentences on both sides of a pair, then
+    the reasoning tied to the side's rating and the rating. Chosen and rejected thus differ only in the
+    rating and the words tied to it (`RATING_REASON`), so DPO's reward margin sits on the rating rather
+    than on fixed template wording. Every answer says it is a template."""
+    if call.kind not in ("herded", "contrary", "independent"):
+        raise ValueError(f"teacher call {call.id}: kind must be herded, contrary or independent, got {call.kind!r}")
+    facts = " ".join(split_sentences(call.facts or call.text)[:n_sentences]) or "The report gives few facts."
+    reason = f"[{TEMPLATE_TEACHER}] {facts} These facts {RATING_REASON[call.rating]}, so the rating is {call.rating}."
     return answer_json(call.rating, reason)
 
 
@@ -235,12 +249,12 @@ def template_teacher(calls: list[TeacherCall]) -> pd.DataFrame:
 def model_teacher(spec, store, *, max_new_tokens: int, budget=None, progress: bool = True,
                   model_cache=None, log_dir=None, local_model=None, dtype: str | None = None) -> Teacher:
     """A registry model as the teacher, through the inference engine (store-cached, resumable,
-    cost-counted); prompts from `finlib.llm.prompts` (DPO_TEACHER_VERSION is in every key)."""
+    cost-counted); prompts from `finlib.llm.prompts` (their version is in every key)."""
     from finlib.llm.engine import ChatItem, chat
-    from finlib.llm.prompts import DPO_TEACHER_VERSION, build_dpo_teacher_messages
+    from finlib.llm.prompts import dpo_teacher_version, build_dpo_teacher_messages
 
     def teach(calls: list[TeacherCall]) -> pd.DataFrame:
-        items = [ChatItem(c.id, build_dpo_teacher_messages(c.kind, c.text, c.rating), DPO_TEACHER_VERSION)
+        items = [ChatItem(c.id, build_dpo_teacher_messages(c.kind, c.text, c.rating), dpo_teacher_version(c.kind))
                  for c in calls]
         out = chat(spec, items, store, max_new_tokens=max_new_tokens, budget=budget, progress=progress,
                    local_model=local_model, dtype=dtype, model_cache=model_cache, log_dir=log_dir,
@@ -285,7 +299,6 @@ def candidates(split: Split, labels: pd.DataFrame, conditions: pd.DataFrame,
     checks = [("no_return_label", df["label"].isna()),
               ("no_original_text", df["prompt_text"].isna()),
               ("no_analyst_rating", df["analyst_rating"].isna()),
-              ("analyst_rating_equals_label", df["analyst_rating"] == df["label"]),
               ("no_opinion_text_unavailable", df["independent_text"].isna())]
     for reason, mask in checks:  # first reason wins: each report is counted once
         reasons = reasons.where(reasons.notna() | ~mask.fillna(False), reason)
@@ -294,16 +307,23 @@ def candidates(split: Split, labels: pd.DataFrame, conditions: pd.DataFrame,
         reasons[usable.index[max_pairs:]] = "over_max_train_pairs"
     drops = [{"split": s, "reason": r, "n": int(n)} for (s, r), n in
              Counter(zip(df.loc[reasons.notna(), "split"], reasons.dropna())).items()]
-    return df[reasons.isna()].sort_values(["date", "report_id"]).reset_index(drop=True), drops
+    out = df[reasons.isna()].sort_values(["date", "report_id"]).reset_index(drop=True)
+    right = out["analyst_rating"] == out["label"]
+    out["pair"] = np.where(right, ANALYST_RIGHT, ANALYST_WRONG)
+    out["rejected_rating"] = np.where(right, out["label"].map(CONTRARY), out["analyst_rating"])
+    return out, drops
 
 
 def teacher_calls(cands: pd.DataFrame) -> list[TeacherCall]:
-    """Two calls per candidate: the herded (rejected) and the independent (chosen) answer."""
+    """Two calls per candidate: the rejected answer (herded, or contrary when the analyst was right)
+    and the independent (chosen) answer."""
     calls = []
     for _, r in cands.iterrows():
-        calls.append(TeacherCall(f"{r['report_id']}|herded", "herded", r["prompt_text"], r["analyst_rating"],
-                                 " ".join(opinion_sentences(r["prompt_text"], r["independent_text"]))))
-        calls.append(TeacherCall(f"{r['report_id']}|independent", "independent", r["independent_text"], r["label"]))
+        kind = "contrary" if r["pair"] == ANALYST_RIGHT else "herded"
+        calls.append(TeacherCall(f"{r['report_id']}|herded", kind, r["prompt_text"], r["rejected_rating"],
+                                 r["independent_text"]))
+        calls.append(TeacherCall(f"{r['report_id']}|independent", "independent", r["independent_text"], r["label"],
+                                 r["independent_text"]))
     return calls
 
 
@@ -326,7 +346,7 @@ def build_triplets(split: Split, labels: pd.DataFrame, conditions: pd.DataFrame,
     kept, extra = [], Counter()
     for _, r in cands.iterrows():
         rej, cho = by_id.get(f"{r['report_id']}|herded"), by_id.get(f"{r['report_id']}|independent")
-        bad_rej = _check_answer(rej, r["analyst_rating"], r["prompt_text"])
+        bad_rej = _check_answer(rej, r["rejected_rating"], r["prompt_text"])
         bad = f"{bad_rej}_rejected" if bad_rej else None
         if bad is None:
             bad_cho = _check_answer(cho, r["label"], r["independent_text"])
@@ -343,11 +363,18 @@ def build_triplets(split: Split, labels: pd.DataFrame, conditions: pd.DataFrame,
 
 
 def triplet_summary(split: Split, trip: Triplets) -> pd.DataFrame:
-    """Training side: reports, teacher calls, kept triplets, drops by reason (wide), chosen-label balance."""
+    """Training side: reports, teacher calls, kept triplets, drops by reason (wide), the chosen and
+    rejected rating mix, the pairs where the analyst was right, and the label mix of the training
+    reports (the chosen mix should follow it)."""
     rep = split.reports
+    lab = rep.loc[(rep["split"] == TRAIN) & rep["label"].notna(), "label"] if "label" in rep else pd.Series(dtype=object)
     t = trip.triplets[trip.triplets["split"] == TRAIN]
     d = trip.drops[trip.drops["split"] == TRAIN].set_index("reason")["n"]
     return pd.DataFrame([{"split": TRAIN, "reports": int((rep["split"] == TRAIN).sum()),
                           "teacher_calls": int(trip.teacher_calls), "triplets": len(t),
                           **{f"dropped_{k}": int(v) for k, v in d.items()},
-                          **{f"chosen_{r.value}": int((t["label"] == r.value).sum()) for r in RATINGS}}])
+                          **{f"chosen_{r.value}": int((t["label"] == r.value).sum()) for r in RATINGS},
+                          **{f"rejected_{r.value}": int((t["rejected_rating"] == r.value).sum()) for r in RATINGS},
+                          "pairs_analyst_right": int((t["pair"] == ANALYST_RIGHT).sum()),
+                          **{f"label_share_{r.value}": round(float((lab == r.value).mean()), 3) if len(lab) else np.nan
+                             for r in RATINGS}}])
