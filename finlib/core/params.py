@@ -104,6 +104,9 @@ class DataSection(_Section):
     synthetic: Optional[SyntheticSection] = None
     reports: Optional[ReportsSection] = None
     prices: Optional[PricesSection] = None
+    # stage 00 stops (before any paid call) when the share of reports with prices on their date is at
+    # or below this; 0.0 = only when no report can get a label
+    min_priced_share: Optional[Annotated[float, Field(ge=0.0, le=1.0)]] = None
 
 
 # ---- labels (stage 01) ---------------------------------------------------------------------------

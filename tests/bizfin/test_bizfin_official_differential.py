@@ -14,7 +14,7 @@ import pytest
 
 from finlib.bizfin import official
 from finlib.bizfin.authors_code import AuthorsCode, ScriptScore
-from tests.bizfin.official_replies import answer_replies, fdd_verdicts, fner_replies, fqa_verdicts
+from official_replies import answer_replies, fdd_verdicts, fner_replies, fqa_verdicts
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = (ROOT / ".." / "shared" / "reference" / "bizfinbench-eval").resolve()
@@ -117,6 +117,7 @@ def test_ftu_judge_input_matches_the_published_preprocessing(authors):
         assert f"#### 用户问题及历史对话：\n{question}\n#### 被评测模型的输出：\n{answer}\n" in prompt
 
 
+@pytest.mark.slow
 def test_a_seeded_fault_in_the_reimplementation_is_caught(authors, monkeypatch):
     """Strip <think> before the FNC rule (as an earlier version of this column did): the comparison fails."""
     real = official.fnc_answer

@@ -31,9 +31,9 @@ bizfin:
 rehearsal:
   stages: ["00", "01", "02", "03", "04"]
   profiles:
-    claude-4-sonnet: {{follow: 0.85, unparsed: 0.35, runaway: 0.0}}
-    llama-3.1-8b-it: {{follow: 0.6, unparsed: 0.3, runaway: 0.0}}
-    qwen2.5-7b-it: {{follow: 0.35, unparsed: 0.25, runaway: 0.0}}
+    claude-4-sonnet: {{follow: 0.85, unparsed: 0.35, runaway: 0.0, tilt: 0.0}}
+    llama-3.1-8b-it: {{follow: 0.6, unparsed: 0.3, runaway: 0.0, tilt: 0.0}}
+    qwen2.5-7b-it: {{follow: 0.35, unparsed: 0.25, runaway: 0.0, tilt: 0.0}}
 """
 
 
@@ -88,7 +88,7 @@ def test_a_simulator_that_ignores_the_shown_rating_fails(world, monkeypatch):
     monkeypatch.setattr(PlantedIndex, "read", lambda self, text: Reading(
         **{**vars(read(self, text)), "shown": None}))
     problems = rehearse_tables(world, monkeypatch)
-    assert problems and "table4_herding_with_without" in problems[0] and "original" in problems[0]
+    assert problems and ("/original" in problems[0] or "/fake_rating" in problems[0])
 
 
 def test_the_fake_condition_scored_against_the_analyst_rating_fails(world, monkeypatch):
