@@ -25,23 +25,13 @@ from finlib.core.vocab import POOLED, SECTORS
 from finlib.finbias import figure_base, figures, figures_beyond, figures_paper, labels, scoring, subjectivity
 from finlib.finbias.dpo import train
 from finlib.finbias.rating_sweep import ANSWER_ORDER, SHOWN_ORDER
+from test_figures import make_cfg
 
 ROOT = Path(__file__).resolve().parents[2]
 NASTY = "$111 mn and a $0.84 EPS, 5% up, x_1^2 — 贵州茅台"
 MODELS = ("gpt-4.1 [generate]", "通义千问 $qwen_2.5^7B$ [score]")
 MAX_WIDTH_IN, MIN_PT, DPI = 7.2, 7.0, 150
 CJK = any(f.name in figure_base.CJK_FAMILIES for f in font_manager.fontManager.ttflist)
-
-
-def make_cfg(tmp_path: Path, **fig_params) -> RunConfig:
-    params = {"seed": 7, "data": {"source": "synthetic"},
-              "inference": {"registry": str(ROOT / "params" / "models.yaml")},
-              "figures": {"example_report": None, "case_model": None, "case_report": None, "text_chars": 800,
-                          **fig_params}}
-    cfg = RunConfig(name="t", params=params, root=tmp_path, params_file=tmp_path / "t.yaml")
-    for d in (cfg.processed_dir, cfg.tables_dir, cfg.run_dir):
-        d.mkdir(parents=True, exist_ok=True)
-    return cfg
 
 
 @pytest.fixture(autouse=True)
