@@ -17,18 +17,29 @@ from finlib.bizfin.scorers import ACCURACY_SCORERS, ItemScore
 from finlib.bizfin.tasks import TASKS, task_info
 
 DEFAULT_JUDGE_SCALE = (0, 100)
+FTU_USER_MARKER = "下面是用户的输入和历史对话信息："
 
 
-def judge_input(item: BizFinItem, prediction: str, item_id: str | None = None):
+def judge_input(item: BizFinItem, prediction: str, item_id: str | None = None, verbatim: bool = False):
     """What the judge sees: the question, the answer (reasoning blocks stripped), the task's rubric
-    dimensions in the authors' order, and the gold text as reference when the task has one."""
+    dimensions in the authors' order, and the gold text as reference when the task has one. FTU's judge
+    sees what the authors' `data_preprocess` extracts: the user segment of the query and the reply's
+    `Actions` as a list of {Action: ActionInput} (`finlib.bizfin.official.ftu_judge_input`). `verbatim`
+    (the published rubric): the reply as written, `<think>` included, as the authors' `data_preprocess`
+    passes it."""
     from finlib.llm.answers import strip_think
     from finlib.bizfin.judge import JudgeInput
+    from finlib.bizfin.official import ftu_judge_input
     from finlib.bizfin.rubrics import dimensions_for
 
-    return JudgeInput(id=item_id or item.id, task=item.task, question=item.question,
-                      answer=strip_think(prediction or ""), dimensions=dimensions_for(item.task),
-                      reference=item.gold or None)
+    question, answer = item.question, (prediction or "") if verbatim else strip_think(prediction or "")
+    if item.task == "FTU":
+        segment, actions = ftu_judge_input(item.question, prediction or "")
+        answer = str(actions)
+        if FTU_USER_MARKER in item.question:   # a query without the published markers is shown whole
+            question = segment
+    return JudgeInput(id=item_id or item.id, task=item.task, question=question, answer=answer,
+                      dimensions=dimensions_for(item.task), reference=item.gold or None)
 
 
 def unit_score(score: float | None, scale: tuple[int, int] = DEFAULT_JUDGE_SCALE) -> float:

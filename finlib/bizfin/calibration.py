@@ -3,13 +3,15 @@ LLM-as-a-judge and IteraJudge rank answers the way a reference score does?
 
 The paper correlates both judges with expert scores on FDD and FTU (Spearman, per judge model).
 The expert scores are not public, so the study runs on a reference set constructed here
-(`format_samples/calibration_<TASK>.jsonl`, built by `finlib.bizfin.reference_set`): 49 answers per
-task to 7 fictional questions, each question with the same ladder of injected errors, and a
+(`format_samples/calibration_<TASK>.jsonl`, built by `finlib.bizfin.reference_set`): 140 answers per
+task to 20 fictional questions, each question with the same ladder of injected errors, and a
 reference score assigned by rule from the counted errors (`RULES`). Any other column of reference
 scores (real expert scores) plugs into the same functions. These numbers measure how the run's
 judges rank answers of known quality; they are not the paper's experiment.
 
-Uncertainty: percentile bootstrap over answers (pairs resampled together); resamples in which
+Uncertainty: percentile bootstrap over questions (`resample_indices`: a drawn question brings all its
+answers, which share that question's judge offsets; resampling answers one by one would treat them as
+independent and give intervals that are too narrow); resamples in which
 either side is constant have no rank correlation and are dropped and counted (`boot_used`). The
 paper's claim is a difference (IteraJudge correlates better than the vanilla judge), so the
 difference gets its own paired interval: both methods' correlations on the same resampled answers
@@ -32,14 +34,17 @@ from finlib.bizfin.rubrics import dimensions_for
 from finlib.llm.registry import ModelSpec
 from finlib.core.tables import paper_table
 
-# Error weights of the rule that scores the reference answers: 100 minus the weighted error count,
-# floored at 0. FDD: a wrong trend costs more than a wrong number, a wrong number more than a left-out
-# day (the published FDD rubric: trend wrong -> 0, a number wrong -> 60). FTU: a wrong tool costs more
-# than an incomplete plan, which costs more than a wrong parameter (the published FTU rubric weighs
-# tool choice 30, parameters 20, effectiveness 50).
+# The rule that scores the reference answers follows the rubric the judges are given (ours and the
+# published one say the same for these two tasks), so a judge that applies that rubric perfectly ranks
+# the answers exactly as the reference does (Spearman 1):
+# - FDD (100 / 60 / 0): a wrong trend -> 0; else a wrong number -> 60; else 100 (a day left out
+#   contradicts no datum, and the rubric deducts only for contradictions);
+# - FTU (tool choice 30 + parameters 20 + effectiveness 50): each injected error kind costs the points of
+#   the dimension it violates, once: a wrong tool the tool-choice 30, a wrong parameter value the
+#   parameter 20, an incomplete plan (a required call dropped) the effectiveness 50.
 RULES: dict[str, dict[str, int]] = {
-    "FDD": {"trend": 50, "number": 20, "omission": 10},
-    "FTU": {"tool": 40, "param": 20, "coordination": 30},
+    "FDD": {"trend": 100, "number": 40, "omission": 0},
+    "FTU": {"tool": 30, "param": 20, "coordination": 50},
 }
 TABLE4_TASKS = ("FDD", "FTU")
 METHOD_LABELS = {"vanilla": "LLM as a judge", "iterajudge": "Ours"}
@@ -53,12 +58,13 @@ class CalibrationDataError(ValueError):
 
 
 def rule_score(task: str, errors: dict[str, int]) -> int:
-    """The reference score of an answer from its counted errors (see RULES)."""
+    """The reference score of an answer from its counted errors: 100 minus the points of every rubric
+    dimension an error kind violates, each dimension's points lost once (see RULES), floored at 0."""
     weights = RULES[task]
     unknown = set(errors) - set(weights)
     if unknown:
         raise ValueError(f"{task}: unknown error kind(s) {sorted(unknown)}; known: {sorted(weights)}")
-    return max(0, 100 - sum(weights[k] * int(n) for k, n in errors.items()))
+    return max(0, 100 - sum(weights[k] for k, n in errors.items() if int(n) > 0))
 
 
 def _fail(path: Any, line: int, fld: str, msg: str) -> CalibrationDataError:
@@ -170,17 +176,59 @@ def spearman_matrix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 
-def _percentile_interval(out: dict, boot: np.ndarray, ci: float) -> None:
+def expanded_alpha(ci: float, units: int | None) -> float:
+    """The tail share of the percentile interval: (1 - ci) / 2, expanded for a small number of resampled
+    units (Hesterberg's expanded percentile interval: z = sqrt(n / (n - 1)) * t_{n-1}, tail = Phi(-z)). The
+    plain percentile interval is too narrow with few units (about 20 questions here): it ignores the
+    n / (n - 1) variance deflation of the bootstrap and the t tails."""
+    from scipy.stats import norm, t
+
+    alpha = (1 - ci) / 2
+    if units is None or units < 3:
+        return alpha
+    return float(norm.cdf(-np.sqrt(units / (units - 1)) * t.ppf(1 - alpha, units - 1)))
+
+
+def _percentile_interval(out: dict, boot: np.ndarray, ci: float, units: int | None = None) -> None:
     """Percentile interval of the finite resamples into `out` (`boot_used` counts them: a resample whose
-    ranks are all tied has no Spearman correlation and is left out, never read as 0)."""
+    ranks are all tied has no Spearman correlation and is left out, never read as 0); expanded for a small
+    number of resampled `units` (`expanded_alpha`)."""
     boot = boot[np.isfinite(boot)]
     out["boot_used"] = int(boot.size)
     if boot.size:
-        alpha = (1 - ci) / 2
+        alpha = expanded_alpha(ci, units)
         out["ci_low"], out["ci_high"] = (float(v) for v in np.quantile(boot, [alpha, 1 - alpha]))
 
-def spearman_ci(x, y, reps: int = 1000, ci: float = 0.95, seed: int = 0) -> dict[str, float]:
-    """Spearman's rho with a percentile bootstrap CI over items; NaN when n < 3 or a side is constant."""
+
+def resample_indices(n: int, reps: int, seed: int, groups=None) -> list[np.ndarray]:
+    """Bootstrap index sets: answers drawn with replacement, or — with `groups` (each answer's question)
+    — whole questions drawn with replacement, every answer of a drawn question kept. The question is the
+    unit the reference set samples: answers to one question share its judge offsets, so resampling them
+    one by one treats correlated answers as independent and makes the interval too narrow."""
+    rng = np.random.default_rng(seed)
+    if groups is None:
+        return list(rng.integers(0, n, size=(int(reps), n)))
+    codes, labels = pd.factorize(pd.Series(list(groups)))
+    members = [np.flatnonzero(codes == g) for g in range(len(labels))]
+    draws = rng.integers(0, len(members), size=(int(reps), len(members)))
+    return [np.concatenate([members[g] for g in row]) for row in draws]
+
+
+def _units(groups) -> int | None:
+    """Questions resampled (None when answers are: the plain percentile interval)."""
+    return None if groups is None else int(pd.Series(list(groups)).nunique())
+
+
+def _boot(stat, idx: list[np.ndarray]) -> np.ndarray:
+    """`stat(index_matrix)` over the resamples, vectorised where they have one length."""
+    if idx and all(len(i) == len(idx[0]) for i in idx):
+        return stat(np.stack(idx))
+    return np.concatenate([stat(i[None, :]) for i in idx]) if idx else np.array([])
+
+
+def spearman_ci(x, y, reps: int = 1000, ci: float = 0.95, seed: int = 0, groups=None) -> dict[str, float]:
+    """Spearman's rho with a percentile bootstrap CI over answers, or over questions when `groups` gives
+    each answer's question; NaN when n < 3 or a side is constant."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     n = len(x)
     out = {"n": n, "spearman": np.nan, "ci_low": np.nan, "ci_high": np.nan, "boot_used": 0}
@@ -188,8 +236,8 @@ def spearman_ci(x, y, reps: int = 1000, ci: float = 0.95, seed: int = 0) -> dict
         return out
     out["spearman"] = float(spearman_matrix(x, y)[0])
     if reps > 0 and np.isfinite(out["spearman"]):
-        idx = np.random.default_rng(seed).integers(0, n, size=(int(reps), n))
-        _percentile_interval(out, spearman_matrix(x[idx], y[idx]), ci)
+        idx = resample_indices(n, reps, seed, groups)
+        _percentile_interval(out, _boot(lambda i: spearman_matrix(x[i], y[i]), idx), ci, _units(groups))
     return out
 
 
@@ -219,7 +267,8 @@ def correlation_table(scores: pd.DataFrame, reps: int = 1000, ci: float = 0.95, 
     rows = []
     for (judge, method, task), g in scores.groupby(["judge", "method", "task"], sort=False):
         ok = g[g["status"] == "ok"]
-        stats = spearman_ci(ok["score"], ok[reference_column], reps, ci, seed)
+        stats = spearman_ci(ok["score"], ok[reference_column], reps, ci, seed,
+                            groups=ok["question_id"] if "question_id" in ok else None)
         rows.append({"judge": judge, "method": method, "task": task, "n_items": len(g),
                      "n_invalid": int((g["status"] == "invalid").sum()),
                      "n_not_answered": int((g["status"] == "not_answered").sum()), **stats, "reps": int(reps),
@@ -228,10 +277,11 @@ def correlation_table(scores: pd.DataFrame, reps: int = 1000, ci: float = 0.95, 
 
 
 def paired_difference(ref: np.ndarray, vanilla: np.ndarray, itera: np.ndarray, reps: int = 1000,
-                      ci: float = 0.95, seed: int = 0) -> dict[str, float]:
+                      ci: float = 0.95, seed: int = 0, groups=None) -> dict[str, float]:
     """rho(IteraJudge, ref) - rho(vanilla, ref) on the answers both scored, with a percentile
-    bootstrap CI that resamples answers once for both methods (the pairing that a difference of
-    two separate intervals ignores). Resamples where either correlation is undefined are dropped."""
+    bootstrap CI that resamples once for both methods (the pairing that a difference of two separate
+    intervals ignores): whole questions when `groups` gives each answer's question, else answers.
+    Resamples where either correlation is undefined are dropped."""
     ref, vanilla, itera = (np.asarray(a, dtype=float) for a in (ref, vanilla, itera))
     n = len(ref)
     out = {"n": n, "difference": np.nan, "ci_low": np.nan, "ci_high": np.nan, "boot_used": 0}
@@ -239,24 +289,36 @@ def paired_difference(ref: np.ndarray, vanilla: np.ndarray, itera: np.ndarray, r
         return out
     out["difference"] = float(spearman_matrix(itera, ref)[0] - spearman_matrix(vanilla, ref)[0])
     if reps > 0 and np.isfinite(out["difference"]):
-        idx = np.random.default_rng(seed).integers(0, n, size=(int(reps), n))
-        _percentile_interval(out, spearman_matrix(itera[idx], ref[idx]) - spearman_matrix(vanilla[idx], ref[idx]), ci)
+        idx = resample_indices(n, reps, seed, groups)
+        _percentile_interval(out, _boot(lambda i: spearman_matrix(itera[i], ref[i])
+                                        - spearman_matrix(vanilla[i], ref[i]), idx), ci, _units(groups))
     return out
 
 
 def difference_table(scores: pd.DataFrame, reps: int = 1000, ci: float = 0.95, seed: int = 0,
-                     reference_column: str = "reference_score") -> pd.DataFrame:
+                     reference_column: str = "reference_score",
+                     mixed_rubrics: dict[str, str] | None = None) -> pd.DataFrame:
     """Per (judge, task): the paired IteraJudge - vanilla difference on the answers both methods
-    scored (an answer one method could not score is left out of both, and counted)."""
+    scored (an answer one method could not score is left out of both, and counted). A task whose two
+    methods were given different rubrics (`mixed_rubrics`: task -> why) gets no paired value: the
+    difference would compare rubrics, not methods."""
     rows = []
     for (judge, task), g in scores.groupby(["judge", "task"], sort=False):
+        if task in (mixed_rubrics or {}):
+            rows.append({"judge": judge, "task": task, "n_answers": int(g["id"].nunique()), "n_both_scored": 0,
+                         "n": 0, "difference": np.nan, "ci_low": np.nan, "ci_high": np.nan, "boot_used": 0,
+                         "reps": int(reps), "warning": f"not compared: {mixed_rubrics[task]}"})
+            continue
         wide = g.pivot_table(index="id", columns="method", values="score", aggfunc="first")
         status = g.pivot_table(index="id", columns="method", values="status", aggfunc="first")
         both = [i for i in wide.index if all(status.get(m, pd.Series(dtype=object)).get(i) == "ok"
                                               for m in METHOD_LABELS)]
         refs = g.drop_duplicates("id").set_index("id")[reference_column]
+        questions = (g.drop_duplicates("id").set_index("id")["question_id"].loc[both]
+                     if "question_id" in g and both else None)
         stats = paired_difference(refs.loc[both].to_numpy(), wide.loc[both, "vanilla"].to_numpy() if both else [],
-                                  wide.loc[both, "iterajudge"].to_numpy() if both else [], reps, ci, seed)
+                                  wide.loc[both, "iterajudge"].to_numpy() if both else [], reps, ci, seed,
+                                  groups=questions)
         rows.append({"judge": judge, "task": task, "n_answers": int(refs.size), "n_both_scored": len(both),
                      **stats, "reps": int(reps),
                      "warning": degenerate(stats["n"], stats["boot_used"], reps, stats["ci_low"], stats["ci_high"])})

@@ -17,7 +17,8 @@ from finlib.core.artifacts import MissingArtifactError, read_frame, write_frame,
 from finlib.bizfin import calibration as cal
 from finlib.bizfin.judge import (JudgeInput, Trajectory, iterajudge, results_frame, trajectories_frame,
                                  trajectory_summary)
-from finlib.bizfin.stage import CallsFailed, bizfin_params, run_rubrics
+from finlib.bizfin.official import official_label
+from finlib.bizfin.stage import CallsFailed, authors_code, bizfin_params, run_rubrics
 from finlib.bizfin.tasks import JUDGE_TASKS, check_tasks
 from finlib.core.compare import write_comparison
 from finlib.core.config import ConfigError, RunConfig, check_known_keys
@@ -83,9 +84,11 @@ def stage07_inputs(cfg: RunConfig, p: dict) -> tuple[list[JudgeInput], str]:
     except MissingArtifactError as exc:
         return [], f"stage 07 artifact missing, IteraJudge on its answers skipped ({exc})"
     from finlib.bizfin import judge_input
-    from finlib.bizfin.stage import load_items
+    from finlib.bizfin.stage import load_items, rubrics_root
 
-    loaded, _ = load_items(cfg, bizfin_params(cfg))
+    bp = bizfin_params(cfg)
+    loaded, _ = load_items(cfg, bp)
+    verbatim = rubrics_root(cfg, bp) is not None   # the published prompts get the reply as written
     by_id = {it.id: it for its in loaded.values() for it in its}
     mine = items[(items["kind"] == "judge") & items["task"].isin(p["tasks"])]
     answered = mine[mine["status"] == "ok"]
@@ -96,7 +99,7 @@ def stage07_inputs(cfg: RunConfig, p: dict) -> tuple[list[JudgeInput], str]:
         if r.item_id not in by_id:
             raise KeyError(f"bizfin_items: item {r.item_id!r} ({r.task}) is not among the items stage 07 loads now; "
                            f"rerun stage 07")
-        inp = judge_input(by_id[r.item_id], r.raw_text, item_id=f"{r.model}|{r.item_id}")
+        inp = judge_input(by_id[r.item_id], r.raw_text, item_id=f"{r.model}|{r.item_id}", verbatim=verbatim)
         inputs.append(dataclasses.replace(inp, dimensions=cal.ordered_dimensions(r.task, p["dimension_order"])))
     note = (f"{len(inputs)} answers of {sorted(set(chosen['task']))} from stage 07 "
             f"({len(mine) - len(answered)} unanswered items left out)")
@@ -143,6 +146,8 @@ def run_stage(cfg: RunConfig) -> IteraRun:
     budget = Budget(float(inf["budget_usd"]))
     bp = bizfin_params(cfg)
     rubrics = run_rubrics(cfg, bp)
+    authors = authors_code(cfg, bp)
+    official = official_label(None if authors is None else authors.commit)
     kw = judge_kwargs(cfg, p, budget, rubrics)
     inputs, note = stage07_inputs(cfg, p)
     ref = cal.load_reference_sets(list(p["calibration_tasks"]), p["calibration_questions"],
@@ -152,7 +157,8 @@ def run_stage(cfg: RunConfig) -> IteraRun:
         scores = cal.judge_reference_set(ref, judges, store, refiner=refiner, dimension_order=p["dimension_order"],
                                          **kw)
     corr = cal.correlation_table(scores, int(p["bootstrap_reps"]), float(p["ci"]), cfg.seed)
-    diff = cal.difference_table(scores, int(p["bootstrap_reps"]), float(p["ci"]), cfg.seed)
+    diff = cal.difference_table(scores, int(p["bootstrap_reps"]), float(p["ci"]), cfg.seed,
+                                mixed_rubrics=rubrics.mixed())
     table = cal.table4(corr, diff=diff)
     write_frame(cfg, "iterajudge_trajectories", trajectories_frame(trajs))
     write_frame(cfg, "iterajudge_results", results_frame(inputs, [t.result for t in trajs], "iterajudge",
@@ -165,8 +171,8 @@ def run_stage(cfg: RunConfig) -> IteraRun:
                 f"percentile bootstrap CI] (n answers scored, usable resamples of {p['bootstrap_reps']}); the "
                 f"paired row is IteraJudge - vanilla on the answers both scored, one resample for both. This run: "
                 f"{cal.REFERENCE_LABEL}, {len(ref)} answers; paper: expert scores. Dimension order: "
-                f"{p['dimension_order']}. Judge rubric: {rubrics.label()}. Official rules: commit "
-                f"{bp['official_rules_commit']}.",
+                f"{p['dimension_order']}. Judge rubric: {rubrics.label()}. Official rules: "
+                f"{official}.",
                 synthetic_caveat=False)  # no synthetic market here: the caption states what the scores are
     report = {
         "stage07": note, "refiner": refiner.name, "judges": [j.name for j in judges],
@@ -178,17 +184,26 @@ def run_stage(cfg: RunConfig) -> IteraRun:
         .rename("n").reset_index().to_dict(orient="records"),
         "cost_usd": float(scores["cost_usd"].sum()) + sum(t.result.cost_usd for t in trajs),
         "budget_refused": int(budget.refused), "reference_set": cal.REFERENCE_LABEL,
-        "rubric_source": rubrics.label(), "official_rules_commit": bp["official_rules_commit"],
+        "rubric_source": rubrics.label(), "official_rules": official,
+        "answer_status": judge_answer_status(scores, trajs),
         "paired_difference": diff.to_dict(orient="records"),
         "degenerate": [f"{r.judge}/{r.method}/{r.task}: {r.warning}" for r in corr.itertuples() if r.warning]
         + [f"{r.judge}/difference/{r.task}: {r.warning}" for r in diff.itertuples() if r.warning],
     }
     write_comparison(cfg, "bizfin_table4", table4_comparison(corr, {j.name: j.paper_name for j in judges}),
-                     f"Table 4: Spearman with reference scores (official rules: commit {bp['official_rules_commit']}; "
+                     f"Table 4: Spearman with reference scores (official rules: {official}; "
                      f"judge rubric: {rubrics.label()})", not_comparable=NOT_COMPARABLE_TABLE4)
     write_json(cfg, "iterajudge_report", report)
     check_judge_errors(scores, trajs, float(inf["max_error_share"]))
     return IteraRun(trajs, scores, corr, table, report, diff)
+
+
+def judge_answer_status(scores: pd.DataFrame, trajs: list[Trajectory]) -> dict[str, int]:
+    """The counts the runner reads: every judge verdict of this stage (calibration and stage 07 answers)
+    in exactly one of answered / not_answered (a failed or unsent call)."""
+    statuses = list(scores["status"]) + [t.result.status for t in trajs]
+    missing = sum(s == "not_answered" for s in statuses)
+    return {"answered": len(statuses) - missing, "not_answered": missing}
 
 
 def check_judge_errors(scores: pd.DataFrame, trajs: list[Trajectory], max_share: float) -> None:
@@ -226,7 +241,7 @@ def caveat_banner(run: IteraRun) -> str:
         lines.append(f"**Plumbing models: {', '.join(r['plumbing_models'])}.** A 0.5B model as refiner and judge "
                      "tests the pipeline; its scores and rewrites are not research results.")
     lines.append(f"Stage 07 answers: {r['stage07']}. Cost this stage: ${r['cost_usd']:.4f}.")
-    lines.append(f"**Judge rubric:** {r['rubric_source']}. **Official rules:** commit {r['official_rules_commit']}.")
+    lines.append(f"**Judge rubric:** {r['rubric_source']}. **Official rules:** {r['official_rules']}.")
     if r.get("degenerate"):
         lines.append("**Degenerate intervals (do not read them as precise):** " + "; ".join(r["degenerate"]) + ".")
     return "\n\n".join(lines)

@@ -1,9 +1,12 @@
 """What a BizFinBench run will send and cost, before any call: `python -m finlib.bizfin.plan --run NAME`.
 
 Per model: answer requests (items asked per task) and judge requests (judge-scored tasks), input
-tokens from Table 2's average query length per task (the paper's counts, tokenizer unnamed) unless
-the items are on disk, output tokens at the cap (`bizfin.max_new_tokens`, the worst case), cost
-from the registry's prices. Nothing is downloaded and no model is called.
+tokens from Table 2's average query length per task (the paper's counts, tokenizer unnamed), output
+tokens at the cap (the worst case): `bizfin.max_new_tokens` plus the record's `reasoning_tokens` for a
+thinker (its reasoning is billed as output), cost from the registry's prices. Stage 08 is planned too:
+IteraJudge on stage 07's answers (one refinement per rubric dimension, then one judge call, per answer)
+and the calibration study (every judge, vanilla and IteraJudge, on the reference set). Nothing is
+downloaded and no model is called.
 """
 from __future__ import annotations
 
@@ -40,14 +43,18 @@ def build_plan(cfg: RunConfig) -> pd.DataFrame:
     for spec in specs:
         req = sum(n.values())
         tin = sum(n[t] * float(avg_len[t]) for t in n)
+        cap = out_cap + int(spec.reasoning_tokens or 0)          # thinking tokens are billed as output
         rows.append({"model": spec.name, "role": "answers", "requests": req, "input_tokens": tin,
-                     "output_tokens_cap": req * out_cap, "usd_worst_case": spec.cost(tin, req * out_cap)})
+                     "output_tokens_cap": req * cap, "usd_worst_case": spec.cost(tin, req * cap)})
     judge = select_models(registry, [p["judge"]], source="bizfin.judge")[0]
     jn = {t: n[t] for t in n if TASKS[t].kind == "judge"}
     jreq = len(specs) * sum(jn.values())
     jin = len(specs) * sum(jn[t] * (float(avg_len[t]) + out_cap + JUDGE_PROMPT_TOKENS) for t in jn)
+    jcap = judge_cap + int(judge.reasoning_tokens or 0)
     rows.append({"model": judge.name, "role": "judge", "requests": jreq, "input_tokens": jin,
-                 "output_tokens_cap": jreq * judge_cap, "usd_worst_case": judge.cost(jin, jreq * judge_cap)})
+                 "output_tokens_cap": jreq * jcap, "usd_worst_case": judge.cost(jin, jreq * jcap)})
+    if p.get("iterajudge"):
+        rows += stage08_rows(p, n, len(specs), registry, avg_len)
     df = pd.DataFrame(rows)
     total = {"model": "TOTAL", "role": "", **df[["requests", "input_tokens", "output_tokens_cap",
                                                  "usd_worst_case"]].sum().to_dict()}
@@ -55,6 +62,52 @@ def build_plan(cfg: RunConfig) -> pd.DataFrame:
     for c in ("requests", "input_tokens", "output_tokens_cap"):
         out[c] = out[c].round().astype(int)
     return out
+
+
+CALIBRATION_ANSWERS_PER_QUESTION = 7   # the constructed reference set: graded answers per question
+
+
+def stage08_rows(p: dict, n: dict[str, int], n_models: int, registry, avg_len) -> list[dict]:
+    """Stage 08's calls: IteraJudge on stage 07's answers of `iterajudge.tasks` (K refinements with the
+    refiner, one judge call) and the calibration study (each judge, vanilla + IteraJudge, on the reference
+    set). Worst case: every output at its cap, each refinement step's input carrying an answer at the cap."""
+    from finlib.bizfin.calibration import load_reference_sets
+    from finlib.bizfin.rubrics import dimensions_for
+
+    ip = p["iterajudge"]
+    refiner = select_models(registry, [ip["refiner"]], source="bizfin.iterajudge.refiner")[0]
+    judges = select_models(registry, list(ip["judges"]), source="bizfin.iterajudge.judges")
+    r_cap, j_cap = int(ip["refine_max_new_tokens"]), int(ip["judge_max_new_tokens"])
+    answer_cap = int(p["max_new_tokens"])
+    per = ip.get("max_items_per_task")
+    answers = {t: n_models * (n.get(t, 0) if per is None else min(int(per), n.get(t, 0))) for t in ip["tasks"]}
+    ref = load_reference_sets(list(ip["calibration_tasks"]), ip.get("calibration_questions"),
+                              ip.get("calibration_answers"))
+    calib = ref.groupby("task").size().to_dict() if len(ref) else {}
+    rows = []
+
+    def add(spec, role: str, requests: float, tin: float, cap: int) -> None:
+        cap = cap + int(spec.reasoning_tokens or 0)
+        rows.append({"model": spec.name, "role": role, "requests": requests, "input_tokens": tin,
+                     "output_tokens_cap": requests * cap, "usd_worst_case": spec.cost(tin, requests * cap)})
+
+    def steps(counts: dict[str, int]) -> tuple[float, float]:
+        k = sum(c * len(dimensions_for(t)) for t, c in counts.items())
+        tin = sum(c * len(dimensions_for(t)) * (float(avg_len[t]) + answer_cap + JUDGE_PROMPT_TOKENS)
+                  for t, c in counts.items())
+        return k, tin
+
+    k, tin = steps(answers)
+    add(refiner, "stage 08 refine (stage 07 answers)", k, tin, r_cap)
+    jn = sum(answers.values())
+    add(judges[0], "stage 08 judge (stage 07 answers)", jn,
+        sum(c * (float(avg_len[t]) + 2 * answer_cap + JUDGE_PROMPT_TOKENS) for t, c in answers.items()), j_cap)
+    k, tin = steps(calib)
+    add(refiner, "stage 08 refine (calibration)", k * len(judges), tin * len(judges), r_cap)
+    for j in judges:
+        add(j, "stage 08 calibration judge", 2 * sum(calib.values()),
+            2 * sum(c * (float(avg_len[t]) + 2 * answer_cap + JUDGE_PROMPT_TOKENS) for t, c in calib.items()), j_cap)
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:

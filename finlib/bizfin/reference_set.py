@@ -78,6 +78,72 @@ FTU_CASES = (
 )
 
 
+QUESTIONS_PER_TASK = 20   # enough questions for a question-clustered bootstrap interval to keep its coverage
+
+_FIRMS = ("示例股份", "样本科技", "虚构银行", "演示能源", "模拟医药", "假想汽车", "范例消费", "测试电子", "样例化工",
+          "拟态物流", "虚拟地产", "示范农业", "演练证券", "模型传媒", "假定钢铁", "试点航运", "推演软件", "设想食品",
+          "构想环保", "假设机械")
+
+
+def generated_fdd_series(n: int) -> tuple[tuple, ...]:
+    """FDD series beyond the hand-written ones, seeded (the files stay reproducible): four daily changes
+    with no zero day and a closing price, for the fictional firms in `_FIRMS`."""
+    import random
+
+    rng = random.Random(20250522)
+    out = []
+    for i in range(len(FDD_SERIES), n):
+        month = 1 + i % 12
+        dates = tuple(f"{month}月{d}日" for d in (10, 11, 12, 13))
+        changes = tuple(round(rng.choice((-1, 1)) * rng.uniform(0.15, 4.5), 2) for _ in dates)
+        out.append((_FIRMS[i], f"{i + 1:06d}.XX", dates, changes, round(rng.uniform(4.0, 80.0), 2)))
+    return FDD_SERIES + tuple(out)
+
+
+# FTU templates for the questions beyond the hand-written ones: (request, calls, wrong tool, corruptions);
+# {firm}/{code} filled per question.
+_FTU_TEMPLATES = (
+    ("{firm}（{code}）2024年的毛利润和营业收入是多少？再算一下毛利率。",
+     (("FinQuery", {"indicators": ["毛利润", "营业收入"], "company_identifier": "{code}", "time_range": "2024"}),
+      ("Calculator", {"expression": "毛利润 / 营业收入"})), "StockNews",
+     (("time_range", "2022"), ("expression", "营业收入 / 毛利润"))),
+    ("{firm}最近一个月有哪些公告？这段时间它的换手率怎样？",
+     (("StockNews", {"symbol": "{firm}", "time_range": "last 1 month"}),
+      ("FinQuery", {"indicators": ["换手率"], "company_identifier": "{firm}", "time_range": "last 1 month"})),
+     "FinWiki", (("time_range", "last 1 year"), ("indicators", ["市盈率"]))),
+    ("2025年2月{day}日是交易日吗？如果是，查一下{firm}那天的收盘价。",
+     (("CalendarQuery", {"date": "2025-02-{day}"}),
+      ("FinQuery", {"indicators": ["收盘价"], "company_identifier": "{firm}", "time_range": "2025-02-{day}"})),
+     "ReportQuery", (("date", "2025-03-{day}"), ("company_identifier", "示例股份"))),
+    ("什么是{term}？{firm}最新的{term}是多少？",
+     (("FinWiki", {"query": "{term}"}),
+      ("FinQuery", {"indicators": ["{term}"], "company_identifier": "{firm}", "time_range": "last 1 year"})),
+     "Calculator", (("query", "{firm}"), ("indicators", ["流动比率"]))),
+)
+_TERMS = ("资产负债率", "净资产收益率", "市销率", "速动比率", "存货周转率")
+
+
+def _fill(value, **fields):
+    if isinstance(value, str):
+        return value.format(**fields)
+    if isinstance(value, list):
+        return [_fill(v, **fields) for v in value]
+    if isinstance(value, dict):
+        return {k: _fill(v, **fields) for k, v in value.items()}
+    return value
+
+
+def generated_ftu_cases(n: int) -> tuple[tuple, ...]:
+    """FTU cases beyond the hand-written ones: the templates in turn, each with the next fictional firm."""
+    out = []
+    for i in range(len(FTU_CASES), n):
+        request, calls, wrong_tool, corrupt = _FTU_TEMPLATES[i % len(_FTU_TEMPLATES)]
+        f = {"firm": _FIRMS[i], "code": f"{i + 1:06d}.XX", "day": f"{i + 1:02d}", "term": _TERMS[i % len(_TERMS)]}
+        out.append((_fill(request, **f), tuple((t, _fill(p, **f)) for t, p in calls), wrong_tool,
+                    tuple((k, _fill(v, **f)) for k, v in corrupt)))
+    return FTU_CASES + tuple(out)
+
+
 def _fdd_question(firm: str, code: str, dates: tuple[str, ...], changes: tuple[float, ...], close: float) -> str:
     head = "|股票代码|股票简称|" + "|".join(f"涨跌幅[{d}]" for d in dates) + f"|收盘价[{dates[-1]}]|"
     row = f"|{code}|{firm}|" + "|".join(f"{c:.2f}%" for c in changes) + f"|{close:.2f}元|"
@@ -127,9 +193,11 @@ def build(task: str) -> list[dict]:
     """Every reference answer of a task, in file order."""
     rows = []
     if task == "FDD":
-        cases = [(_fdd_question(*s), lambda e, s=s: _fdd_answer(s[0], s[2], s[3], s[4], e)) for s in FDD_SERIES]
+        cases = [(_fdd_question(*s), lambda e, s=s: _fdd_answer(s[0], s[2], s[3], s[4], e))
+                 for s in generated_fdd_series(QUESTIONS_PER_TASK)]
     elif task == "FTU":
-        cases = [(_ftu_question(c[0]), lambda e, c=c: _ftu_answer(c[1], c[2], c[3], e)) for c in FTU_CASES]
+        cases = [(_ftu_question(c[0]), lambda e, c=c: _ftu_answer(c[1], c[2], c[3], e))
+                 for c in generated_ftu_cases(QUESTIONS_PER_TASK)]
     else:
         raise KeyError(f"no reference set for task {task!r} (have FDD, FTU)")
     for q, (question, make) in enumerate(cases, 1):

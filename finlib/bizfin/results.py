@@ -2,11 +2,12 @@
 the paper's published rows beside ours.
 
 Scores are the share of the maximum (accuracy, or judge score / its scale) in percent, as the
-paper prints them. Average = the plain mean of the task scores present (the paper's Average is
-the plain mean of its nine tasks). Intervals: percentile bootstrap over items (the item is the
+paper prints them. Average = the plain mean of all nine task scores (the paper's); with a task
+missing it is "—" (NaN) and the caption names the missing tasks. Intervals: percentile bootstrap over items (the item is the
 unit the benchmark samples); the Average's interval resamples all items at once and averages
-the per-task means of each replicate. Judge outputs that were invalid are left out of a task's
-N (and counted), never scored 0.
+the per-task means of each replicate. Judge verdicts: the official column follows the published
+scripts (FDD, FTU: unreadable = 0 inside N; FQA: no total above 0 = outside N); ours leaves an
+unreadable verdict out of N (counted).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from finlib.core.tables import paper_table
 
 RULES = ("official", "ours")
 LONG_COLUMNS = ["model", "rule", "task", "source", "n_items", "not_answered", "n_scored", "parse_rate",
-                "judge_invalid", "score", "ci_low", "ci_high"]
+                "judge_invalid", "score", "ci_low", "ci_high", "missing_tasks"]
 
 
 def _sums(values: np.ndarray) -> np.ndarray:
@@ -54,7 +55,8 @@ def _model_rows(g: pd.DataFrame, model: str, rule: str, reps: int, seed: int, ci
                      "n_scored": int(np.isfinite(vals).sum()),
                      "parse_rate": float(answered["parsed"].mean()) if len(answered) else np.nan,
                      "judge_invalid": int((gt["judge_status"] == "invalid").sum()),
-                     "score": 100 * est.value, "ci_low": 100 * est.ci_low, "ci_high": 100 * est.ci_high})
+                     "score": 100 * est.value, "ci_low": 100 * est.ci_low, "ci_high": 100 * est.ci_high,
+                     "missing_tasks": ""})
         blocks.append(vals)
     rows.append(average_row(model, rule, tasks, blocks, reps, seed, ci))
     return rows
@@ -62,7 +64,16 @@ def _model_rows(g: pd.DataFrame, model: str, rule: str, reps: int, seed: int, ci
 
 def average_row(model: str, rule: str, tasks: list[str], blocks: list[np.ndarray], reps: int, seed: int,
                 ci: float) -> dict:
-    """Plain mean over tasks, with an interval from resampling all items jointly."""
+    """Plain mean over the nine tasks, with an interval from resampling all items jointly; NaN ("—" in
+    the tables) with the missing tasks named when any task has no score (a mean over fewer tasks is a
+    different statistic, never shown as the Average)."""
+    missing = [t for t in TASK_ORDER if t not in tasks]
+    missing += [t for t, b in zip(tasks, blocks) if not np.isfinite(b).any()]
+    if missing:
+        return {"model": model, "rule": rule, "task": "Average", "source": "", "n_items": sum(len(b) for b in blocks),
+                "not_answered": np.nan, "n_scored": int(sum(np.isfinite(b).sum() for b in blocks)),
+                "parse_rate": np.nan, "judge_invalid": 0, "score": np.nan, "ci_low": np.nan, "ci_high": np.nan,
+                "missing_tasks": ", ".join(t for t in TASK_ORDER if t in missing)}
     k = len(blocks)
     n = sum(len(b) for b in blocks)
     sums = np.zeros((n, 2 * k))
@@ -75,7 +86,7 @@ def average_row(model: str, rule: str, tasks: list[str], blocks: list[np.ndarray
     est = bootstrap_ci(sums, mean_over_groups(ratio, k, 2), reps, seed, ci)
     return {"model": model, "rule": rule, "task": "Average", "source": "", "n_items": n, "not_answered": np.nan,
             "n_scored": int(sum(np.isfinite(b).sum() for b in blocks)), "parse_rate": np.nan, "judge_invalid": 0,
-            "score": 100 * est.value, "ci_low": 100 * est.ci_low, "ci_high": 100 * est.ci_high}
+            "score": 100 * est.value, "ci_low": 100 * est.ci_low, "ci_high": 100 * est.ci_high, "missing_tasks": ""}
 
 
 def table3(long: pd.DataFrame) -> pd.DataFrame:
@@ -107,15 +118,21 @@ def source_caveats(report: dict, long: pd.DataFrame) -> str:
 
 def rules_caption(report: dict) -> str:
     """The rule revision and the judge rubric: every BizFinBench caption names both."""
-    return (f"Official rules: HiThink-Research/BizFinBench evaluation code at commit "
-            f"{report.get('official_rules_commit')}. Judge rubric: {report.get('rubric_source', 'ours')}.")
+    return (f"Official column: {report.get('official_rules')}. Judge rubric: {report.get('rubric_source', 'ours')}.")
 
 
-def over_one_note(items: pd.DataFrame) -> str:
-    """AEA's official partial credit exceeds 1 on repeated indices: say how often, never clip it."""
-    n = int((items["official"] > 1).sum()) if len(items) else 0
-    return (f" {n} AEA answer(s) score above 1 under the official rule (repeated indices; the official AEA "
-            f"column can exceed 100 %)." if n else "")
+def cut_in_think_note(report: dict) -> str:
+    """Replies that ended inside an unclosed <think> (the budget ran out while reasoning), per model."""
+    cut = {m: n for m, n in (report.get("cut_in_think") or {}).items() if n}
+    return (" Replies cut inside <think> (no answer; raise the model's reasoning_tokens): "
+            + ", ".join(f"{m} {n}" for m, n in cut.items()) + "." if cut else "")
+
+
+def missing_average_note(long: pd.DataFrame) -> str:
+    """The Average is over all nine tasks: where tasks are missing it is "—" and they are named."""
+    miss = long[(long["task"] == "Average") & long["missing_tasks"].astype(str).str.len().gt(0)]
+    return "".join(f" Average of {r.model} ({r.rule}): — (no score for {r.missing_tasks})."
+                   for r in miss.drop_duplicates(["model", "missing_tasks"]).itertuples())
 
 
 def not_answered_note(long: pd.DataFrame) -> str:
@@ -129,7 +146,7 @@ def table3_caption(report: dict, long: pd.DataFrame, items: pd.DataFrame | None 
     answered, official AEA values above 1, and the plumbing caveat."""
     return (f"BizFinBench Table 3: score (%) per task and plain-mean Average; judge-scored tasks (FTU, FQA, FDD) "
             f"by the vanilla LLM-as-judge {report.get('judge')}. " + rules_caption(report)
-            + not_answered_note(long) + (over_one_note(items) if items is not None else "") + " "
+            + not_answered_note(long) + missing_average_note(long) + cut_in_think_note(report) + " "
             + source_caveats(report, long))
 
 

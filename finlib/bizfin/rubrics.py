@@ -96,13 +96,21 @@ class Rubrics:
         return (f"the authors' published prompt files used verbatim from {self.root} (FDD/FTU/FQA judges, FDD "
                 f"refiners); FTU's IteraJudge refiner and judge: ours")
 
+    def mixed(self) -> dict[str, str]:
+        """Tasks whose vanilla judge and IteraJudge get different rubrics (a published vanilla prompt
+        without a published IteraJudge one), with why: their paired difference is not computed."""
+        return {t: "the vanilla judge used the published prompt, IteraJudge ours (none is published)"
+                for t, roles in self.published.items() if "vanilla" in roles and "contrastive" not in roles}
+
     def vanilla(self, inp, score_range: tuple[int, int]) -> tuple[list[dict[str, str]], str, str]:
         """(messages, store version, verdict format) of the vanilla judge call."""
         tpl = self.published.get(inp.task, {}).get("vanilla")
         if tpl is None:
             return (build_vanilla_judge_messages(inp.task, inp.question, inp.answer, inp.dimensions, score_range,
                                                  inp.reference), JUDGE_VANILLA_VERSION, "json")
-        fields = {"question": inp.question, "predict_result": inp.answer, "answer": inp.answer}
+        # the fields each published data_preprocess fills, in its order (FTU: get_prompt's question, answer)
+        fields = ({"question": inp.question, "answer": inp.answer} if inp.task == "FTU"
+                  else {"question": inp.question, "predict_result": inp.answer})
         return fill_published_template(tpl, fields), _version("vanilla", tpl), PUBLISHED_FORMATS[inp.task]
 
     def refine(self, inp, dimension: str, current: str) -> tuple[list[dict[str, str]], str]:

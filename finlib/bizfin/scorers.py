@@ -1,33 +1,25 @@
-"""Rule-based scorers of the six accuracy tasks (AEA, FNC, FTR, ER, SP, FNER).
+"""Rule-based scorers of the six accuracy tasks (AEA, FNC, FTR, ER, SP, FNER): two columns per item.
 
-Each scorer returns the **official** score, i.e. the rule of the published evaluation code
-(`HiThink-Research/BizFinBench`, `benchmark_code/BizFinBench/eval_*.py` and `utils/JsonPaser.py`,
-read to learn the rules; this is our own implementation) pinned to one revision,
-`OFFICIAL_RULES_COMMIT` (also `bizfin.official_rules_commit` in params and in every BizFinBench
-caption), and **ours** beside it where an official rule looks wrong. Where the first public release
-(`FIRST_RELEASE_COMMIT`) scored differently, its score is kept too (`first_release`); the task by
-task list is `RULE_REVISIONS` and docs/bizfinbench.md.
+- **official**: the published rule of the evaluation code released with the paper
+  (`finlib.bizfin.official`: the rules of HiThink-Research/BizFinBench commit 6d2a4a6 re-implemented and
+  held reply by reply to the authors' scripts; with `bizfin.official_code_dir` stage 07 runs the
+  scripts themselves instead). Its quirks are kept: no `<think>` stripping, strict JSON, ER's
+  unreadable answer scored 1. An item the published script raises on is NaN with a note.
+- **ours**: the tolerant reading. Every difference from the official rule is listed with an example
+  in docs/bizfinbench.md:
+  - every task reads the reply with `<think>` blocks removed (reasoning is not the answer) and JSON
+    through the one tolerant reader (`finlib.llm.answers.read_json_objects`: raw line breaks inside
+    strings, fences, single quotes, trailing commas), the whole reply, however long;
+  - FNC/FTR: the JSON `answer` field compared as dates, else as numbers at the gold's stated precision
+    (half a unit of its last decimal) with units converted both ways (a bare number is in the unit the
+    question asks for), else yes/no (true/false = 是/否), else text;
+  - AEA: the set of indices under any published key (duplicates ignored);
+  - FNER: micro-F1 with multiplicity (extra entities cost), `Financial_Instruments` read as the gold's
+    `Financial_Products`;
+  - ER: an unreadable answer scores 0 (official: 1); SP: the trend label of the first object holding it.
 
-Every rule reads the reply with `<think>` blocks removed (all six tasks alike: reasoning is not the
-answer) and JSON through the one tolerant reader (`finlib.llm.answers.json_objects`: raw line breaks
-inside strings, fences, trailing commas), so a multi-line `cot` scores exactly like its one-line form.
-
-- FNC: the official rule compares numbers with an absolute 1e-6 tolerance, dates as strings and never
-  reads a unit. Ours: numbers equal at the gold's stated precision (half a unit of its last decimal),
-  units 万 / 亿 / % converted to the unit the question asks for (a scaled answer for a gold whose unit is
-  unknown is not a match), "10以上" is not a number; dates as dates.
-- FTR: the official regex reads the last `"answer":` value made only of digits, `./-年月日是否` or
-  true/false. Ours reads the JSON `answer` field with the FNC matching rules.
-- AEA: the official partial credit is len(pred)/len(gold) when the predicted indices are a subset,
-  counting duplicates, so [1, 3, 3] against "1,3" scores 1.5: kept as the official value and flagged
-  in the note. Ours: the exact set of news indices (1 or 0).
-- FNER: the official score is recall over gold entities with multiplicity (extra entities cost
-  nothing); the prompt names the type `Financial_Instruments` while the gold uses
-  `Financial_Products`. Ours: micro-F1 with multiplicity, the two type names treated as one.
-- ER, SP: the official rules (set equality of emotion labels; exact trend label) are kept as ours.
-
-Unparsed answers score 0 under both rules and are flagged (`parsed=False`), never guessed. A call
-that ended in an error is not scored here at all (the stage counts it as not answered).
+Unparsed answers score 0 under ours and are flagged (`parsed=False`), never guessed. A call that ended in
+an error is not scored here at all (the stage counts it as not answered).
 """
 from __future__ import annotations
 
@@ -36,61 +28,41 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable
 
-from finlib.llm.answers import json_objects, strip_think
+from finlib.bizfin import official as published
+from finlib.llm.answers import read_json_objects, strip_think
 
-# The revision of the published evaluation code whose rules `official_*` implement (the commit that
-# adds AEA's second script, eval_AEA_2.py), and the first public release, whose different rules are
-# kept as `first_release` where they change a score.
-OFFICIAL_RULES_COMMIT = "708d692bc6aba4f5f932512678dae4ad1b151aed"
-FIRST_RELEASE_COMMIT = "d355b5f8aac502e0d5e8085a72f94f758720b9b7"
 
-# Task by task: the published file the official rule follows, and what the first release did instead.
-RULE_REVISIONS: dict[str, dict[str, str]] = {
-    "AEA": {"file": "eval_AEA_2.py",
-            "first_release": "eval_AEA.py (named by the configuration; not in the stored copy read here, described "
-                             "by those who read it as exact list equality, no partial credit: unverified)"},
-    "FNC": {"file": "eval_financial_calculation.py", "first_release": "same rule"},
-    "FTR": {"file": "eval_financial_timereason.py (regex on the last \"answer\":)",
-            "first_release": "JSON answer field via the first-release JsonPaser, dates as dates, else exact "
-                             "string equality (no float comparison, no true/false -> 是/否)"},
-    "ER": {"file": "eval_financial_sentiment.py",
-           "first_release": "an answer that cannot be read (no JSON list, no 'result') scores 1, not 0"},
-    "SP": {"file": "eval_stock_prediction.py", "first_release": "same rule (JSON reader differs, see AEA/ER/SP/FNER)"},
-    "FNER": {"file": "eval_fin_ner.py",
-             "first_release": "same rule, but the first-release configuration points FNER at the FTR script"},
-    "JSON": {"file": "utils/JsonPaser.py (shortest readable candidate; raw line breaks escaped)",
-             "first_release": "the first ```json fence / json{...} / greedy {...} span that parses, no repair"},
-}
+def json_objects(text: str) -> list[dict]:
+    """Every JSON object of the reply, `<think>` removed, the whole reply read (no length cut)."""
+    return read_json_objects(text, max_chars=None)
 
 
 @dataclass(frozen=True)
 class ItemScore:
-    """One item's score under the published rule and ours (official NaN when the official code
-    leaves the item out of its denominator), the first release's score (NaN for tasks whose
-    first-release rule is the official one), whether an answer was found, and why not."""
+    """One item's score under the published rule and ours (official NaN when the published script
+    leaves the item out of its denominator or raises on it), whether an answer was found, and why not."""
 
     official: float
     ours: float
     parsed: bool
     answer: str | None
     note: str = ""
-    first_release: float = math.nan
+
+
+def official_value(task: str, gold: str, text: str, fner_script: str = "eval_fin_ner.py") -> tuple[float, str]:
+    """(official score, note) of one reply: NaN with the reason where the published script gives none."""
+    try:
+        v = published.score(task, gold, text, fner_script)
+    except published.PublishedScriptError as exc:
+        return math.nan, f"official: {exc}"
+    return (math.nan, "official: outside the published N") if v is None else (float(v), "")
 
 
 # ------------------------------------------------------------------ shared reading helpers
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def _shortest_object(text: str) -> dict | None:
-    """The official JsonPaser's choice: of all readable JSON objects, the shortest."""
-    objs = json_objects(text)
-    return min(objs, key=lambda o: len(json.dumps(o, ensure_ascii=False))) if objs else None
-
 
 def answer_field(text: str, keys: tuple[str, ...] = ("answer",)) -> tuple[bool, Any]:
     """(found, value) of the first of `keys` in the reply's JSON objects (reasoning stripped)."""
@@ -120,29 +92,32 @@ def parse_date(value: Any) -> date | None:
     return None
 
 
-# Scale of a unit written after a number; 元 (and other currency names) carry no scale.
+# Scale of a unit written after a number; 元 (or another currency written alone) carries none, "" = bare.
 UNIT_SCALE: dict[str, Decimal] = {"万亿": Decimal(10) ** 12, "亿": Decimal(10) ** 8, "万": Decimal(10) ** 4,
-                                  "千": Decimal(10) ** 3, "%": Decimal("0.01"), "": Decimal(1)}
-_CURRENCY = r"(?:元|人民币|美元|港元|港币)?"
-_QUANTITY = re.compile(r"^([-+]?\d+(?:\.\d+)?)\s*(万亿|亿|万|千|%)?\s*" + _CURRENCY + r"$")
-_QUESTION_UNIT = re.compile(r"单位\s*[:：为是]*\s*[（(]?\s*((?:万亿|亿|万|千)?(?:元|人民币|美元|港元|港币)|%|万亿|亿|万|千)")
+                                  "千": Decimal(10) ** 3, "%": Decimal("0.01"), "元": Decimal(1), "": Decimal(1)}
+_CURRENCY_NAMES = r"元|人民币|美元|港元|港币"
+_QUANTITY = re.compile(r"^([-+]?\d+(?:\.\d+)?)\s*(万亿|亿|万|千|%)?\s*(" + _CURRENCY_NAMES + r")?$")
+_QUESTION_UNIT = re.compile(r"单位\s*[:：为是]*\s*[（(]?\s*((?:万亿|亿|万|千)?(?:" + _CURRENCY_NAMES
+                            + r")|%|万亿|亿|万|千)")
 
 
 @dataclass(frozen=True)
 class Quantity:
-    """A number as written: its value, the decimals it states and the unit written after it."""
+    """A number as written: its value, the decimals it states and its unit ("" when bare, "元" for a
+    currency without scale)."""
 
     value: Decimal
     decimals: int
     unit: str
 
-    def scaled(self) -> Decimal:
-        return self.value * UNIT_SCALE[self.unit]
+    def scaled(self, bare_unit: str = "") -> Decimal:
+        """The value in base units; a bare number is read in `bare_unit` (the unit the question asks for)."""
+        return self.value * UNIT_SCALE[self.unit or bare_unit]
 
 
 def parse_quantity(value: Any) -> Quantity | None:
     """A number, or a numeric string with thousands commas and an optional unit (万 / 亿 / % with or
-    without 元). Anything else after the number ("10以上", "约10") makes it not a number."""
+    without 元, or 元 alone). Anything else after the number ("10以上", "约10") makes it not a number."""
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
@@ -159,7 +134,7 @@ def parse_quantity(value: Any) -> Quantity | None:
     except InvalidOperation:
         return None
     decimals = len(m[1].split(".")[1]) if "." in m[1] else 0
-    return Quantity(num, decimals, m[2] or "")
+    return Quantity(num, decimals, m[2] or ("元" if m[3] else ""))
 
 
 def parse_number(value: Any) -> float | None:
@@ -169,23 +144,27 @@ def parse_number(value: Any) -> float | None:
 
 
 def question_unit(question: str) -> str | None:
-    """The unit the question asks the answer in ("单位：亿元" -> "亿"; "" for 元), None when unstated."""
+    """The unit the question asks the answer in ("单位：亿元" -> "亿", "单位：元" -> "元", "%"), None when unstated."""
     found = _QUESTION_UNIT.findall(question or "")
-    return re.sub(r"元|人民币|美元|港元|港币", "", found[-1]) if found else None
+    if not found:
+        return None
+    scale = re.sub(_CURRENCY_NAMES, "", found[-1])
+    return scale or "元"
 
 
 def numbers_match(gold: str, pred: Any, unit: str | None = None) -> tuple[bool, str]:
-    """Our numeric rule: the prediction, converted to the gold's unit, equals the gold at the gold's
-    stated precision (within half a unit of its last decimal). The gold's unit is the one written
-    after it, else the one the question asks for (`unit`); a scaled prediction (万, 亿, %) for a gold
-    whose unit is unknown is not a match."""
+    """Our numeric rule: both sides converted to base units, equal at the gold's stated precision (within
+    half a unit of its last decimal, in the gold's unit). A bare number — gold or prediction — is in the
+    unit the question asks for (`unit`); a prediction with a scale (万, 亿, %) for a gold whose unit is
+    unknown is not a match."""
     g, p = parse_quantity(gold), parse_quantity(pred)
     if g is None or p is None:
         return False, "not a number"
-    g_unit = g.unit or (unit or "")
-    if p.unit and not g.unit and unit is None:
+    if p.unit not in ("", "元") and not g.unit and unit is None:
         return False, f"answer in {p.unit}, the gold's unit is not stated"
-    p_value = p.scaled() / UNIT_SCALE[g_unit]
+    bare = unit or ""
+    g_scale = UNIT_SCALE[g.unit or bare]
+    p_value = p.scaled(bare) / g_scale
     half = Decimal(5) * Decimal(10) ** (-(g.decimals + 1))
     return abs(p_value - g.value) <= half, ""
 
@@ -210,98 +189,24 @@ def answers_match(gold: str, pred: Any, unit: str | None = None) -> bool:
     return g == p
 
 
-# ------------------------------------------------------------------ FNC
+# ------------------------------------------------------------------ FNC, FTR
 
 
-_FNC_REGEX = re.compile(r'"answer"\s*:\s*([^,}\s]+)')
-
-
-def official_fnc_answer(text: str) -> Any:
-    """The published FNC extraction: control characters removed, the whole reply as JSON, else a
-    regex on `"answer":`."""
-    t = _CONTROL.sub("", strip_think(text or ""))
-    try:
-        obj = json.loads(t)
-        return obj.get("answer", "") if isinstance(obj, dict) else None
-    except json.JSONDecodeError:
-        m = _FNC_REGEX.search(t)
-        if not m:
-            return None
-        v = m.group(1)
-        return v[1:-1] if v.startswith('"') and v.endswith('"') and len(v) >= 2 else v
-
-
-def official_fnc(gold: str, text: str) -> float:
-    """Float equality within an absolute 1e-6, else exact string equality (published rule)."""
-    pred = official_fnc_answer(text)
-    try:
-        p = float(pred) if pred is not None else None
-        g = float(gold) if gold else None
-        return float(p is not None and g is not None and abs(p - g) < 1e-6)
-    except (TypeError, ValueError):
-        return float(str(pred).strip() == str(gold).strip())
-
-
-def _score_answer_field(official: float, gold: str, text: str, question: str,
-                        first_release: float = math.nan) -> ItemScore:
-    """FNC and FTR: our rule reads the JSON answer field and compares it with `answers_match`."""
+def _score_answer_field(task: str, gold: str, text: str, question: str) -> ItemScore:
+    """FNC and FTR: ours reads the JSON answer field and compares it with `answers_match`."""
+    official, note = official_value(task, gold, text)
     found, value = answer_field(text)
     ours = float(found and answers_match(gold, value, question_unit(question)))
-    return ItemScore(official, ours, found, None if value is None else str(value),
-                     "" if found else "no JSON answer field", first_release)
+    notes = [n for n in (note, "" if found else "no JSON answer field") if n]
+    return ItemScore(official, ours, found, None if value is None else str(value), "; ".join(notes))
 
 
 def score_fnc(gold: str, text: str, question: str = "") -> ItemScore:
-    return _score_answer_field(official_fnc(gold, text), gold, text, question)
-
-
-# ------------------------------------------------------------------ FTR
-
-_FTR_REGEX = re.compile(r'"answer":\s*"?((?:[0-9./\-年月日是否]+|true|false))', re.IGNORECASE)
-_OFFICIAL_DATE_FORMATS = ("%Y年%m月%d日", "%Y-%m-%d", "%Y/%m/%d")
-
-
-def _official_date(s: Any) -> datetime | None:
-    if not isinstance(s, str):
-        return None
-    s = s.strip()
-    if s.startswith('"') and s.endswith('"'):
-        s = s[1:-1]
-    for fmt in _OFFICIAL_DATE_FORMATS:
-        try:
-            return datetime.strptime(s, fmt)
-        except ValueError:
-            continue
-    return None
-
-
-def official_ftr(gold: str, text: str) -> float:
-    """Last regex match of `"answer":`; dates compared as dates, else floats, else text with
-    true/false read as 是/否 (published rule)."""
-    matches = _FTR_REGEX.findall(strip_think(text or ""))
-    pred = matches[-1] if matches else ""
-    gd, pdt = _official_date(gold), _official_date(pred)
-    if gd and pdt:
-        return float(gd == pdt)
-    try:
-        return float(float(gold) == float(pred))
-    except (TypeError, ValueError):
-        p = {"true": "是", "false": "否"}.get(pred.strip().lower(), pred)
-        return float(str(gold).strip() == str(p).strip())
-
-
-def first_release_ftr(gold: str, text: str) -> float:
-    """The first release's FTR rule: the JSON answer field, dates as dates, else exact strings."""
-    obj = _shortest_object(text)
-    pred = obj.get("answer", "") if obj else ""
-    gd, pdt = _official_date(gold), _official_date(pred)
-    if gd and pdt:
-        return float(gd == pdt)
-    return float(str(gold).strip() == str(pred).strip())
+    return _score_answer_field("FNC", gold, text, question)
 
 
 def score_ftr(gold: str, text: str, question: str = "") -> ItemScore:
-    return _score_answer_field(official_ftr(gold, text), gold, text, question, first_release_ftr(gold, text))
+    return _score_answer_field("FTR", gold, text, question)
 
 
 # ------------------------------------------------------------------ AEA
@@ -310,14 +215,11 @@ AEA_KEYS = ("相关新闻序号", "相关内容序号", "无关内容序号", "R
 
 
 def _aea_predicted(obj: dict | None) -> list | None:
-    """The index list under the published key order (first non-empty), None when absent."""
-    if not obj:
-        return None
-    if obj.get("相关新闻序号"):
-        return obj["相关新闻序号"]
-    if any("序号" in k for k in obj):
-        return obj.get("相关内容序号") or obj.get("无关内容序号")
-    return obj.get("Relevant Content Numbers") or obj.get("Irrelevant Content Numbers")
+    """The index list under the first published key present with a list (None when absent)."""
+    for k in AEA_KEYS:
+        if isinstance((obj or {}).get(k), list):
+            return obj[k]
+    return None
 
 
 def _ints(values: Any) -> list[int] | None:
@@ -334,65 +236,48 @@ def parse_gold_indices(gold: str) -> list[int]:
     return [int(x) for x in gold.replace("，", ",").split(",") if x.strip()]
 
 
-def official_aea(gold_idx: list[int], pred: list[int] | None) -> float:
-    """Sorted lists equal -> 1; a non-empty subset (duplicates counted) -> len(pred)/len(gold),
-    rounded to 2 decimals, which exceeds 1 on repeated indices; else 0 (published rule)."""
-    if pred is None:
-        return 0.0
-    if sorted(pred) == sorted(gold_idx):
-        return 1.0
-    if pred and set(pred) <= set(gold_idx):
-        return round(len(pred) / len(gold_idx), 2)
-    return 0.0
+def _first(text: str, read: Callable[[dict], Any]) -> Any:
+    """The first JSON object of the reply that `read` finds something in (None when none does)."""
+    for obj in json_objects(text):
+        v = read(obj)
+        if v is not None:
+            return v
+    return None
+
+
+def _with_official(task: str, gold: str, text: str, ours: float, parsed: bool, answer: str | None,
+                   note: str = "") -> ItemScore:
+    official, onote = official_value(task, gold, text)
+    return ItemScore(official, ours, parsed, answer, "; ".join(n for n in (onote, note) if n))
 
 
 def score_aea(gold: str, text: str, question: str = "") -> ItemScore:
     gold_idx = parse_gold_indices(gold)
-    pred = _ints(_aea_predicted(_shortest_object(text)))
-    official = official_aea(gold_idx, pred)
-    first = float(pred is not None and sorted(pred) == sorted(gold_idx))
-    ours_pred = None
-    for obj in json_objects(text):
-        ours_pred = _ints(_aea_predicted(obj))
-        if ours_pred is not None:
-            break
-    ours = float(ours_pred is not None and set(ours_pred) == set(gold_idx))
-    notes = [] if ours_pred is not None else ["no index list under the published keys"]
-    if official > 1:
-        notes.append(f"official score {official:g} > 1 (repeated indices)")
-    return ItemScore(official, ours, ours_pred is not None, None if ours_pred is None else str(sorted(set(ours_pred))),
-                     "; ".join(notes), first)
+    pred = _ints(_first(text, _aea_predicted))
+    ours = float(pred is not None and set(pred) == set(gold_idx))
+    return _with_official("AEA", gold, text, ours, pred is not None,
+                          None if pred is None else str(sorted(set(pred))),
+                          "" if pred is not None else "no index list under the published keys")
 
 
 # ------------------------------------------------------------------ ER
 
 
-def _bare_list(text: str) -> list | None:
-    """A reply that is only a JSON list (the published ER rule accepts one)."""
-    t = strip_think(text).strip()
-    t = re.sub(r"^```(?:json)?\s*|\s*```$", "", t)
-    try:
-        v = json.loads(t, strict=False)
-    except json.JSONDecodeError:
-        return None
-    return v if isinstance(v, list) else None
-
-
 def score_er(gold: str, text: str, question: str = "") -> ItemScore:
-    """Set of predicted emotion labels (`result`, or a bare list) equals the gold JSON list. The
-    first release scored an unreadable answer 1 (kept as `first_release`)."""
+    """Set of predicted emotion labels (`result` of the first object holding a list) equals the gold
+    JSON list; a reply that is only a list is read as the labels."""
     gold_set = set(json.loads(gold))
-    pred = _bare_list(text)
+    pred = _first(text, lambda o: o.get("result") if isinstance(o.get("result"), list) else None)
     if pred is None:
-        obj = _shortest_object(text)
-        pred = obj.get("result") if obj else None
-    if not isinstance(pred, list):
-        return ItemScore(0.0, 0.0, False, None, "no emotion list", 1.0)
-    try:
-        ok = float(set(pred) == gold_set)
-    except TypeError:  # unhashable entries (objects inside the list)
-        return ItemScore(0.0, 0.0, False, None, "emotion list has non-text entries", 1.0)
-    return ItemScore(ok, ok, True, json.dumps(pred, ensure_ascii=False), "", ok)
+        try:
+            bare = json.loads(re.sub(r"^```(?:json)?\s*|\s*```$", "", strip_think(text)), strict=False)
+        except json.JSONDecodeError:
+            bare = None
+        pred = bare if isinstance(bare, list) else None
+    if pred is None or not all(isinstance(x, str) for x in pred):
+        return _with_official("ER", gold, text, 0.0, False, None, "no emotion list of labels")
+    ok = float(set(pred) == gold_set)
+    return _with_official("ER", gold, text, ok, True, json.dumps(pred, ensure_ascii=False))
 
 
 # ------------------------------------------------------------------ SP
@@ -401,12 +286,11 @@ SP_KEY = "涨跌情况"
 
 
 def score_sp(gold: str, text: str, question: str = "") -> ItemScore:
-    """The trend label under `涨跌情况` equals the gold label (published rule, kept as ours)."""
-    obj = _shortest_object(text)
-    value = obj.get(SP_KEY) if obj else None
-    found = isinstance(value, str) and bool(value.strip())
-    ok = float(found and value.strip() == gold.strip())
-    return ItemScore(ok, ok, found, value if found else None, "" if found else f"no '{SP_KEY}' field")
+    """The trend label under `涨跌情况` (first object holding a text label) equals the gold label."""
+    value = _first(text, lambda o: o.get(SP_KEY) if isinstance(o.get(SP_KEY), str) and o[SP_KEY].strip() else None)
+    ok = float(value is not None and value.strip() == gold.strip())
+    return _with_official("SP", gold, text, ok, value is not None, value,
+                          "" if value is not None else f"no '{SP_KEY}' field")
 
 
 # ------------------------------------------------------------------ FNER
@@ -438,26 +322,20 @@ def _hits(gold: list[tuple[str, str]], pred: list[tuple[str, str]]) -> int:
 
 def score_fner(gold: str, text: str, question: str = "") -> ItemScore:
     gold_ents = gold_entities(gold)
-    official_pred = _entities(_shortest_object(text)) or []
-    official = _hits(gold_ents, official_pred) / len(gold_ents) if gold_ents else 0.0
-    pred = None
-    for obj in json_objects(text):
-        pred = _entities(obj)
-        if pred is not None:
-            break
+    pred = _first(text, _entities)
     if pred is None:
-        return ItemScore(official, 0.0, False, None, "no 'results' entity list")
+        return _with_official("FNER", gold, text, 0.0, False, None, "no 'results' entity list")
     alias = lambda es: [(TYPE_ALIASES.get(t, t), x) for t, x in es]  # noqa: E731
     hits = _hits(alias(gold_ents), alias(pred))
     denom = len(gold_ents) + len(pred)
     ours = 2 * hits / denom if denom else 1.0
-    return ItemScore(official, ours, True, f"{len(pred)} entities, {hits} hits")
+    return _with_official("FNER", gold, text, ours, True, f"{len(pred)} entities, {hits} hits")
 
 
 ACCURACY_SCORERS: dict[str, Callable[..., ItemScore]] = {
     "AEA": score_aea, "FNC": score_fnc, "FTR": score_ftr, "ER": score_er, "SP": score_sp, "FNER": score_fner,
 }
-OURS_DIFFERS = ("AEA", "FNC", "FTR", "FNER")   # tasks where our rule is not the official one
+OURS_DIFFERS = tuple(ACCURACY_SCORERS)   # every task: ours strips <think> and reads JSON tolerantly
 
 
 def _er_gold(gold: str) -> list:
@@ -480,14 +358,9 @@ def _fner_gold(gold: str) -> list:
 GOLD_CHECKS: dict[str, Callable[[str], Any]] = {"AEA": parse_gold_indices, "ER": _er_gold, "FNER": _fner_gold}
 
 
-_FTR_READABLE = re.compile(r"^(?:[0-9./\-年月日是否]+|true|false)$", re.IGNORECASE)
-
-
 def official_unscorable(task: str, gold: str) -> str | None:
     """Why the published rule can never score this gold 1 (None when it can): reported per task
     in the stage report so the official numbers can be read with their ceiling."""
-    if task == "FTR" and not _FTR_READABLE.match(gold.strip()):
-        return "gold outside the official answer regex (digits, ./-年月日是否, true/false)"
     if task == "FNER" and not gold_entities(gold):
         return "no gold entity: the official score is 0 whatever the answer"
     return None

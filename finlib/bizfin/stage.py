@@ -16,20 +16,22 @@ import pandas as pd
 from finlib.core.artifacts import write_frame, write_json
 from finlib.bizfin import score_item_detail, unit_score
 from finlib.bizfin.data import (BizFinItem, check_counts, load_format_samples, load_huggingface, load_local)
-from finlib.bizfin.scorers import FIRST_RELEASE_COMMIT, OFFICIAL_RULES_COMMIT, official_unscorable
+from finlib.bizfin.official import VERDICT_READERS, official_label
+from finlib.bizfin.scorers import official_unscorable
 from finlib.bizfin.tasks import TASKS, check_tasks, task_info
 from finlib.core.config import ConfigError, RunConfig
+from finlib.llm.answers import cut_in_think
 from finlib.llm.engine import ChatItem, chat
 from finlib.llm.prompts import BIZFIN_ANSWER_VERSION
 from finlib.llm.registry import ModelSpec, run_registry, select_models
 
 BIZFIN_KEYS = ("models", "judge", "judge_method", "source", "data_dir", "hf_dataset", "hf_revision", "tasks",
                "real_items_per_task", "sample_items_per_task", "item_selection", "max_new_tokens",
-               "judge_max_new_tokens", "temperature", "table6_model", "official_rules_commit", "rubrics_dir",
+               "judge_max_new_tokens", "temperature", "table6_model", "official_code_dir", "rubrics_dir",
                "iterajudge")
 SOURCES = ("auto", "local", "huggingface", "format_sample")
 SELECTIONS = ("shortest", "first")
-ITEM_COLUMNS = ["model", "task", "kind", "item_id", "source", "status", "parsed", "official", "ours", "first_release",
+ITEM_COLUMNS = ["model", "task", "kind", "item_id", "source", "status", "parsed", "official", "ours",
                 "answer", "note", "judge_status", "raw_text", "input_tokens", "output_tokens", "cost_usd", "cached"]
 
 
@@ -46,14 +48,18 @@ class BizFinRun:
 def bizfin_params(cfg: RunConfig) -> dict:
     """The `bizfin:` section, checked (unknown keys, sources, tasks, counts)."""
     p = cfg.section("bizfin", known=BIZFIN_KEYS, required=[k for k in BIZFIN_KEYS if k != "iterajudge"])
-    if p["official_rules_commit"] != OFFICIAL_RULES_COMMIT:
-        raise ConfigError(f"{cfg.params_file}: bizfin.official_rules_commit is {p['official_rules_commit']!r}, but "
-                          f"finlib/bizfin/scorers.py implements the published rules of {OFFICIAL_RULES_COMMIT} "
-                          f"(the only revision implemented; docs/bizfinbench.md lists how others differ)")
-    if p["rubrics_dir"] is not None:
+    if p["official_code_dir"] is not None:
+        from finlib.bizfin.authors_code import AuthorsCode, AuthorsCodeError
+
+        try:
+            AuthorsCode(cfg.path(p["official_code_dir"]))
+        except AuthorsCodeError as exc:
+            raise ConfigError(f"{cfg.params_file}: bizfin.official_code_dir: {exc}") from None
+    rubrics = rubrics_root(cfg, p)
+    if rubrics is not None:
         from finlib.bizfin.rubrics import check_rubrics_dir
 
-        check_rubrics_dir(cfg.path(p["rubrics_dir"]), f"{cfg.params_file}: bizfin.rubrics_dir")
+        check_rubrics_dir(rubrics, f"{cfg.params_file}: bizfin.rubrics_dir")
     if p["source"] not in SOURCES:
         raise ConfigError(f"{cfg.params_file}: bizfin.source must be one of {SOURCES}, got {p['source']!r}")
     if p["item_selection"] not in SELECTIONS:
@@ -77,9 +83,15 @@ def judge_scale(p: dict) -> tuple[int, int]:
 
 def sampling_for(spec: ModelSpec, p: dict) -> dict | None:
     """The answer sampling: the registry record's, with `bizfin.temperature` when set (the paper: 0)."""
-    if p["temperature"] is None:
-        return None
+    if p["temperature"] is None or not spec.accepts_temperature:
+        return None if p["temperature"] is None else dict(spec.sampling)
     return {**spec.sampling, "temperature": float(p["temperature"])}
+
+
+def max_new_tokens_for(spec: ModelSpec, p: dict) -> int:
+    """The answer budget: `bizfin.max_new_tokens` for the answer, plus the record's `reasoning_tokens`
+    for a model that reasons before answering (its reasoning counts against the same output limit)."""
+    return int(p["max_new_tokens"]) + int(spec.reasoning_tokens or 0)
 
 
 def load_items(cfg: RunConfig, p: dict) -> tuple[dict[str, list[BizFinItem]], dict]:
@@ -118,11 +130,28 @@ def select_items(loaded: dict[str, list[BizFinItem]], p: dict) -> dict[str, list
     return out
 
 
+def rubrics_root(cfg: RunConfig, p: dict):
+    """Where the published judge prompts are read: `bizfin.rubrics_dir`, else the checkout named by
+    `bizfin.official_code_dir` (a run scored by the authors' code is judged with their rubrics), else
+    None (our rubric)."""
+    folder = p.get("rubrics_dir") or p.get("official_code_dir")
+    return None if folder is None else cfg.path(folder)
+
+
 def run_rubrics(cfg: RunConfig, p: dict):
-    """The judge rubric of this run: ours, or the published prompt files under `bizfin.rubrics_dir`."""
+    """The judge rubric of this run: ours, or the published prompt files (see `rubrics_root`)."""
     from finlib.bizfin.rubrics import Rubrics
 
-    return Rubrics.from_dir(None if p["rubrics_dir"] is None else cfg.path(p["rubrics_dir"]))
+    return Rubrics.from_dir(rubrics_root(cfg, p))
+
+
+def authors_code(cfg: RunConfig, p: dict):
+    """The authors' scripts when `bizfin.official_code_dir` names a checkout (None: the re-implementation)."""
+    if p.get("official_code_dir") is None:
+        return None
+    from finlib.bizfin.authors_code import AuthorsCode
+
+    return AuthorsCode(cfg.path(p["official_code_dir"]))
 
 
 def rubric_source(cfg: RunConfig, p: dict) -> str:
@@ -146,9 +175,25 @@ def _judge_fn(judge_spec: ModelSpec, store, p: dict, budget, inf: dict, cfg: Run
     return run
 
 
+def official_judge_score(task: str, res, published_rubric: bool, scale: tuple[int, int]) -> float:
+    """The official column of a judged answer. Under the published rubric: the published script's reading
+    of the raw verdict (FDD, FTU: an unreadable verdict is 0 inside N; FQA: a total not above 0 is left out
+    of N). Under our rubric (no published verdict to read): our reading with that same N rule."""
+    if res.status == "not_answered":
+        return math.nan
+    if published_rubric:
+        v = VERDICT_READERS[task](res.raw_text or "")
+        return math.nan if v is None else float(v)
+    s = unit_score(res.score, scale) if res.status == "ok" else 0.0
+    if task == "FQA" and not s > 0:
+        return math.nan
+    return s
+
+
 def score_model(spec_name: str, asked: dict[str, list[BizFinItem]], answers: pd.DataFrame, judge_batch_fn,
-                scale: tuple[int, int]) -> list[dict]:
-    """Item rows for one model: accuracy tasks by rule, judge tasks by one judge batch."""
+                scale: tuple[int, int], published_rubric: bool = False, authors=None) -> list[dict]:
+    """Item rows for one model: accuracy tasks by rule, judge tasks by one judge batch; with `authors`
+    (the published scripts), the official column comes from running them."""
     by_id = answers.set_index("id")
     rows, to_judge = [], []
     for t, its in asked.items():
@@ -168,23 +213,72 @@ def score_model(spec_name: str, asked: dict[str, list[BizFinItem]], answers: pd.
                 continue
             s = score_item_detail(t, it, a["raw_text"] if ok else None)   # not answered: NaN, outside N
             note = s.note if ok else f"not answered: {a['error']}"
-            rows.append({**base, "parsed": s.parsed, "official": s.official, "ours": s.ours,
-                         "first_release": s.first_release, "answer": s.answer, "note": note})
+            if ok and cut_in_think(a["raw_text"]):
+                note = "; ".join(x for x in ("cut inside <think>: the output budget ran out while reasoning", note) if x)
+            rows.append({**base, "parsed": s.parsed, "official": s.official, "ours": s.ours, "answer": s.answer,
+                         "note": note, "_gold": it.gold})
     if to_judge:
         from finlib.bizfin import judge_input
 
-        inputs = [judge_input(it, text, item_id=f"{spec_name}|{it.id}") for _, it, text in to_judge]
+        inputs = [judge_input(it, text, item_id=f"{spec_name}|{it.id}", verbatim=published_rubric)
+                  for _, it, text in to_judge]
         results = judge_batch_fn(inputs)
-        for (base, _, _), res in zip(to_judge, results, strict=True):
+        for (base, it, _), res in zip(to_judge, results, strict=True):
             s = unit_score(res.score, scale) if res.status == "ok" else math.nan
-            rows.append({**base, "parsed": res.status == "ok", "official": s, "ours": s,
+            rows.append({**base, "parsed": res.status == "ok",
+                         "official": official_judge_score(it.task, res, published_rubric, scale), "ours": s,
                          "answer": None if res.score is None else str(res.score),
-                         "note": res.note if res.status != "ok" else "", "judge_status": res.status})
+                         "note": res.note if res.status != "ok" else "", "judge_status": res.status,
+                         "_verdict": res.raw_text})
+    if authors is not None:
+        official_from_scripts(rows, authors, published_rubric)
+    for r in rows:
+        r.pop("_gold", None)
+        r.pop("_verdict", None)
     return rows
 
 
+def official_from_scripts(rows: list[dict], authors, published_rubric: bool) -> None:
+    """Replace the official column by the authors' scripts run on the answers (one batch per task):
+    the rule scripts on the replies, the judge scripts' `evaluation` on the verdicts (published rubric
+    only; under our rubric there is no published verdict to read)."""
+    by_task: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["status"] == "ok" and (r["kind"] == "accuracy" or (published_rubric and r["judge_status"] in
+                                                                  ("ok", "invalid"))):
+            by_task.setdefault(r["task"], []).append(r)
+    for task, group in by_task.items():
+        if TASKS[task].kind == "accuracy":
+            got = authors.score_rules(task, [r["_gold"] for r in group], [r["raw_text"] for r in group])
+        else:
+            got = authors.score_verdicts(task, [r["_verdict"] or "" for r in group])
+        for r, g in zip(group, got, strict=True):
+            r["official"] = math.nan if g.score is None else float(g.score)
+            if g.error:
+                r["note"] = "; ".join(x for x in (r["note"], f"official: {g.error}") if x)
+
+
+def _answers_or_failure(spec: ModelSpec, items, store, p: dict, budget, inf: dict, cfg: RunConfig, desc: str):
+    """(answers, None), or (rows marking every item not answered, the cause) when the model's endpoint is
+    dead (wrong key, missing key, wrong URL): that model stops, the others go on."""
+    from finlib.llm.openai_backend import BudgetExceeded, CircuitOpen
+    from finlib.llm.registry import MissingKeyError
+
+    try:
+        return chat(spec, items, store, max_new_tokens=max_new_tokens_for(spec, p), budget=budget,
+                    sampling=sampling_for(spec, p), progress=bool(inf.get("progress", True)),
+                    model_cache=cfg.path(inf["model_cache"]), log_dir=cfg.run_dir / "logs",
+                    desc=desc), None
+    except (CircuitOpen, MissingKeyError, BudgetExceeded) as exc:
+        cause = f"{type(exc).__name__}: {str(exc)[:500]}"
+        failed = pd.DataFrame({"id": [i.id for i in items], "status": "error", "raw_text": None, "error": cause,
+                               "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0, "cached": False})
+        return failed, cause
+
+
 def run_stage(cfg: RunConfig) -> BizFinRun:
-    """Load, ask, score; write `bizfin_items.parquet` and `bizfin_report.json`."""
+    """Load, ask, score; write `bizfin_items.parquet` and `bizfin_report.json`. A model whose endpoint
+    is dead stops alone: the others finish, the artifacts are written, then the stage fails naming it."""
     from finlib.llm.openai_backend import Budget
     from finlib.llm.store import ResponseStore
 
@@ -197,35 +291,62 @@ def run_stage(cfg: RunConfig) -> BizFinRun:
     judge_spec = select_models(registry, [p["judge"]], source="bizfin.judge")[0] if any(
         TASKS[t].kind == "judge" for t in asked) else None
     budget = Budget(float(inf["budget_usd"]))
+    authors = authors_code(cfg, p)
+    published_rubric = rubrics_root(cfg, p) is not None
     rows: list[dict] = []
+    dead: dict[str, str] = {}
     with ResponseStore(cfg.path(inf["store"])) as store:
         judge_fn = _judge_fn(judge_spec, store, p, budget, inf, cfg) if judge_spec else None
         for spec in specs:
             items = [ChatItem(it.id, it.chat_messages(spec.supports_system), BIZFIN_ANSWER_VERSION)
                      for its in asked.values() for it in its]
-            answers = chat(spec, items, store, max_new_tokens=int(p["max_new_tokens"]), budget=budget,
-                           sampling=sampling_for(spec, p),
-                           progress=bool(inf.get("progress", True)), model_cache=cfg.path(inf["model_cache"]),
-                           log_dir=cfg.run_dir / "logs", desc=f"{spec.name} answers {len(asked)} tasks")
-            rows += score_model(spec.name, asked, answers, judge_fn, judge_scale(p))
+            answers, cause = _answers_or_failure(spec, items, store, p, budget, inf, cfg,
+                                                 f"{spec.name} answers {len(asked)} tasks")
+            if cause:
+                dead[spec.name] = cause
+            rows += score_model(spec.name, asked, answers, judge_fn, judge_scale(p), published_rubric, authors)
     df = pd.DataFrame(rows, columns=ITEM_COLUMNS)
+    label = official_label(None if authors is None else authors.commit)
     report.update({
         "models": [s.name for s in specs], "judge": None if judge_spec is None else judge_spec.name,
         "judge_plumbing": bool(judge_spec is not None and judge_spec.plumbing),
         "plumbing_models": [s.name for s in specs if s.plumbing],
         "items_asked": {t: len(v) for t, v in asked.items()},
-        "answer_status": df.groupby("status").size().to_dict() if len(df) else {},
+        "answer_status": answer_status(df),
+        "call_status": df.groupby("status").size().to_dict() if len(df) else {},
         "judge_status": df["judge_status"].value_counts().to_dict() if len(df) else {},
+        "cut_in_think": cut_in_think_counts(df),
         "cost_usd": float(df["cost_usd"].sum()) if len(df) else 0.0, "budget_refused": int(budget.refused),
-        "official_rules_commit": p["official_rules_commit"], "rubric_source": rubric_source(cfg, p),
-        "answer_prompt_version": BIZFIN_ANSWER_VERSION, "max_new_tokens": int(p["max_new_tokens"]),
-        "temperature": p["temperature"],
+        "official_rules": label, "official_code_commit": None if authors is None else authors.commit,
+        "rubric_source": rubric_source(cfg, p), "answer_prompt_version": BIZFIN_ANSWER_VERSION,
+        "max_new_tokens": int(p["max_new_tokens"]), "temperature": p["temperature"], "dead_models": dead,
     })
     report["not_answered"] = not_answered_counts(df)
     write_frame(cfg, "bizfin_items", df)
     write_json(cfg, "bizfin_report", report)
+    if dead:
+        raise CallsFailed("stage 07: model(s) stopped, their items not answered (the other models finished and "
+                          "the artifacts are written): " + " | ".join(f"'{m}': {c}" for m, c in dead.items()))
     check_error_share(df, float(inf["max_error_share"]), "stage 07")
     return BizFinRun(df, asked, loaded, report)
+
+
+def answer_status(items: pd.DataFrame) -> dict[str, int]:
+    """The counts the runner reads (`finlib.core.runner.not_answered`): every item in exactly one of
+    answered / not_answered; a judged answer whose judge call failed is not answered either."""
+    if not len(items):
+        return {"answered": 0, "not_answered": 0}
+    missing = (items["status"] != "ok") | (items["judge_status"] == "not_answered")
+    return {"answered": int((~missing).sum()), "not_answered": int(missing.sum())}
+
+
+def cut_in_think_counts(items: pd.DataFrame) -> dict[str, int]:
+    """Per model: answers that ended inside an unclosed `<think>` (the output budget ran out while the
+    model was reasoning): they hold no answer, a status of their own shown under Table 3."""
+    if not len(items):
+        return {}
+    cut = items["status"].eq("ok") & items["raw_text"].map(cut_in_think)
+    return {str(m): int(n) for m, n in cut.groupby(items["model"], sort=False).sum().items()}
 
 
 class CallsFailed(RuntimeError):
@@ -263,16 +384,11 @@ def check_error_share(items: pd.DataFrame, max_share: float, stage: str) -> None
                               + " | ".join(bad) + "; answers already stored are kept, fix the cause and rerun")
 
 
-def rule_differences(long: pd.DataFrame, items: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Official vs our rule per model x task, where they differ by design (see scorers), and the
-    first public release's score (%) where its rule differs (NaN elsewhere)."""
+def rule_differences(long: pd.DataFrame) -> pd.DataFrame:
+    """Official vs our reading per model x task (docs/bizfinbench.md lists every difference)."""
     w = long[long["task"] != "Average"].pivot_table(index=["model", "task"], columns="rule", values="score",
                                                     sort=False).reset_index()
     w["difference"] = w["ours"] - w["official"]
-    if items is not None and "first_release" in items:
-        fr = (items[items["kind"] == "accuracy"].groupby(["model", "task"], sort=False)["first_release"]
-              .mean().mul(100).rename("first_release").reset_index())
-        w = w.merge(fr, on=["model", "task"], how="left")
     return w
 
 
@@ -286,15 +402,14 @@ def make_tables(cfg: RunConfig, run: BizFinRun, count_tokens=None, tokenizer_nam
     long = results.task_scores(run.items, int(sc["bootstrap_reps"]), cfg.seed, float(sc.get("ci", 0.95)))
     caption = results.table3_caption(run.report, long, run.items)
     wide = results.table3(long)
-    out = {"table3_long": long, "table3": wide, "rules": rule_differences(long, run.items)}
+    out = {"table3_long": long, "table3": wide, "rules": rule_differences(long)}
     # BizFinBench never uses the synthetic Fin-Bias market: its own caveat (format sample / plumbing) is in the caption.
     write_table(cfg, "bizfin_table3", wide, caption, synthetic_caveat=False)
     write_table(cfg, "bizfin_table3_ci", long, caption + " Long form: N, parse rate, judge-invalid count, 95 % "
                 "bootstrap interval over items.", synthetic_caveat=False)
-    write_table(cfg, "bizfin_rules", out["rules"], "BizFinBench accuracy tasks: published rule vs ours (score %, "
-                "difference = ours - official) and the first public release's score where its rule differs "
-                f"(commit {FIRST_RELEASE_COMMIT}); see finlib/bizfin/scorers.py for each reason. "
-                + results.rules_caption(run.report) + " " + results.source_caveats(run.report, long),
+    write_table(cfg, "bizfin_rules", out["rules"], "BizFinBench: the official column vs our tolerant reading "
+                "(score %, difference = ours - official); docs/bizfinbench.md lists every difference with an "
+                "example. " + results.rules_caption(run.report) + " " + results.source_caveats(run.report, long),
                 synthetic_caveat=False)
     if count_tokens is None:
         p = bizfin_params(cfg)

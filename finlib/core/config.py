@@ -269,3 +269,17 @@ def load_run(run_name: str = "default", params_file: str | Path | None = None,
     for d in (cfg.processed_dir, cfg.tables_dir, cfg.run_dir) if make_dirs else ():
         d.mkdir(parents=True, exist_ok=True)
     return cfg
+
+
+def check_stage_model_names(cfg: RunConfig, stages: Iterable[str]) -> None:
+    """Every model name the given stages will call is a record of the run's registry (raises
+    ConfigError naming the key, the name and the registry file). The runner calls it before the
+    first stage: a typo in a judge or a teacher stops the run before any paid call."""
+    from finlib.core.params import MODEL_NAME_STAGES, check_model_names
+
+    stages = set(stages)
+    keys = [key for key, stage in MODEL_NAME_STAGES.items() if stage in stages]
+    registry = (cfg.params.get("inference") or {}).get("registry") or "params/models.yaml"
+    rfile = Path(registry) if Path(registry).is_absolute() else cfg.root / registry
+    if keys and rfile.is_file():
+        check_model_names(cfg.params, registry_names(rfile), cfg.params_file, rfile, keys)

@@ -15,16 +15,17 @@ Design:
   A test checks that every stage's key list and every key of every `params/*.yaml` is declared.
 - Value ranges that are facts about the method live here too (a share in [0, 1], quantiles
   0 <= lo <= hi <= 1, counts >= 1), so a stage never silently clamps or raises a value.
-- Every key that names models (`MODEL_NAME_KEYS`: inference.models, bizfin.models, bizfin.judge,
-  bizfin.iterajudge.judges, dpo.models, dpo.teacher, figures.case_model, ...) is checked against the
-  model registry at load time (`check_model_names`): an unknown name fails naming it, its key and the
-  registry file.
+- The run's model list (`inference.models`) is checked against the model registry at load time
+  (`check_model_names`); every other key that names models (`MODEL_NAME_STAGES`: bizfin.models,
+  bizfin.judge, bizfin.iterajudge.judges, dpo.models, dpo.teacher, figures.case_model, ...) is checked
+  by the runner for the stages it will run, before the first one starts, and by the preflight: an
+  unknown name fails naming it, its key and the registry file.
 """
 from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Iterable, Literal, Optional, Union
 
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError,
                       create_model, model_validator)
@@ -103,6 +104,9 @@ class DataSection(_Section):
     synthetic: Optional[SyntheticSection] = None
     reports: Optional[ReportsSection] = None
     prices: Optional[PricesSection] = None
+    # stage 00 stops (before any paid call) when the share of reports with prices on their date is at
+    # or below this; 0.0 = only when no report can get a label
+    min_priced_share: Optional[Annotated[float, Field(ge=0.0, le=1.0)]] = None
 
 
 # ---- labels (stage 01) ---------------------------------------------------------------------------
@@ -232,6 +236,7 @@ class DpoSection(_Section):
     dtype: Optional[Dtype] = None
     device: Optional[Literal["auto", "cpu", "cuda"]] = None
     eval_reports: Optional[Count] = None  # test reports whose answers are generated; null = all
+    json_answer_prefix: Optional[StrictBool] = None  # generation starts from {"answer": " and stops at "}"
 
 
 # ---- figures (stage 06) and plan -----------------------------------------------------------------
@@ -297,7 +302,7 @@ class BizfinSection(_Section):
     judge_max_new_tokens: Optional[Count] = None
     temperature: Optional[NonNeg] = None  # null: the registry record's sampling
     table6_model: Optional[str] = None
-    official_rules_commit: Optional[Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")]] = None  # BizFinBench code revision
+    official_code_dir: Optional[str] = None  # a checkout of the published evaluation code: its scripts score the official column
     rubrics_dir: Optional[str] = None  # null: our judge rubrics; else a checkout of the published prompts
     iterajudge: Optional[IteraJudgeSection] = None
 
@@ -308,8 +313,8 @@ class RehearsalSection(_Section):
     time_scale: Optional[NonNeg] = None            # multiplies every simulated latency and Retry-After (0 = none)
     profile_seed: Optional[StrictInt] = None       # spreads the planted propensities over the models
     profiles: Optional[dict[str, dict[str, Any]]] = None  # per model: finlib.llm.simulated_servers.Profile fields
-    ci_widen: Optional[Positive] = None            # planted herding must lie inside the CI widened by this factor
-    z_max: Optional[Positive] = None               # ... or within this many exact standard errors of the planted rate
+    cell_alpha: Optional[Annotated[float, Field(gt=0, lt=1)]] = None  # family-wise false-alarm rate of the
+    # check of every Table 4-7 cell against the planted truth (Bonferroni over the cells)
 
 
 SECTION_MODELS: dict[str, type[BaseModel]] = {
@@ -412,18 +417,22 @@ def validate_section(name: str, value: Any, path: str | Path = "params") -> dict
     return value
 
 
-# Every key that names registry records, checked against the model registry at load time: a typo in a
-# judge or a teacher fails before stage 00, not when its stage starts after earlier stages' paid calls.
-MODEL_NAME_KEYS: tuple[str, ...] = ("inference.models", "inference.extension_models", "bizfin.models",
-                                    "bizfin.judge", "bizfin.iterajudge.judges", "dpo.models", "dpo.teacher",
-                                    "figures.case_model")
+# Every key that names registry records -> the stage that calls those models. `load_run` checks
+# `inference.models` (every run has it); the runner checks every key of the stages it will run before
+# the first one starts, and the preflight lists them too: a typo in a judge or a teacher fails before
+# stage 00, not when its stage starts after earlier stages' paid calls -- while a run of stage 03 alone
+# with a one-model registry is not refused for names only other stages use.
+MODEL_NAME_STAGES: dict[str, str] = {
+    "inference.models": "03", "inference.extension_models": "03", "dpo.models": "05", "dpo.teacher": "05",
+    "figures.case_model": "06", "bizfin.models": "07", "bizfin.judge": "07", "bizfin.iterajudge.judges": "08"}
+MODEL_NAME_KEYS: tuple[str, ...] = ("inference.models",)  # checked at load
 NOT_MODEL_NAMES = frozenset({"template"})
 
 
-def model_names_used(params: dict) -> dict[str, list[str]]:
+def model_names_used(params: dict, keys: Iterable[str] = MODEL_NAME_KEYS) -> dict[str, list[str]]:
     """Dotted key -> the registry names it holds (absent and null keys are left out)."""
     out: dict[str, list[str]] = {}
-    for dotted in MODEL_NAME_KEYS:
+    for dotted in keys:
         value: Any = params
         for part in dotted.split("."):
             value = value.get(part) if isinstance(value, dict) else None
@@ -434,10 +443,11 @@ def model_names_used(params: dict) -> dict[str, list[str]]:
     return out
 
 
-def check_model_names(params: dict, registry_names: set[str], path: str | Path, registry_file: str | Path) -> None:
-    """Every model name in params must be a record of the registry; the error names each unknown
-    name, its key, and the registry file (so a typo fails at load time, not mid-run)."""
-    bad = [f"{key}: {name!r}" for key, names in model_names_used(params).items() for name in names
+def check_model_names(params: dict, registry_names: set[str], path: str | Path, registry_file: str | Path,
+                      keys: Iterable[str] = MODEL_NAME_KEYS) -> None:
+    """Every model name of `keys` in params must be a record of the registry; the error names each
+    unknown name, its key, and the registry file (so a typo fails before any call, not mid-run)."""
+    bad = [f"{key}: {name!r}" for key, names in model_names_used(params, keys).items() for name in names
            if name not in registry_names]
     if bad:
         raise ConfigError(f"{path}: unknown model name(s) {'; '.join(bad)} — not records of the model registry "

@@ -340,11 +340,11 @@ def _model_names(obj) -> set[str]:
 def unknown_model_names(cfg: RunConfig, registry: dict, sections: set[str] | None) -> list[str]:
     """One problem line per model name in params (every `MODEL_NAME_KEYS` key, of `sections` only
     when given) that the run's registry does not hold."""
-    from finlib.core.params import model_names_used
+    from finlib.core.params import MODEL_NAME_STAGES, model_names_used
 
     rfile = (cfg.params.get("inference") or {}).get("registry") or "params/models.yaml"
     return [f"models: {key} names {name!r}, not a record of the model registry {rfile} (fix the name or add a record)"
-            for key, names in model_names_used(cfg.params).items()
+            for key, names in model_names_used(cfg.params, MODEL_NAME_STAGES).items()
             if sections is None or key.split(".")[0] in sections
             for name in names if name not in registry]
 

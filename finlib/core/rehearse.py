@@ -13,8 +13,11 @@ answers that stop at the token limit, rate limits) only show at that shape. The 
 3. runs the stages through the runner (finlib.core.runner: the same code path as a real run,
    preflight included), then the HTTP report and `make plan` for the same params;
 4. checks the result (`rehearsal_checks`): every table of both papers has every row filled, every
-   figure exists, no report was cut or left unsent, and each model's measured herding matches the
-   herding its planted propensities imply (`planted_herding`) within its CI.
+   figure exists, no report was cut or left unsent, every prompt was recognised as a generated
+   report, and every cell of Fin-Bias Tables 4-7 (each model, sector, Average and condition, the
+   Analyst rows too) lies within its tolerance of the planted truth (`table_cells`): the closed form
+   the generator's records and the planted propensities give (finlib.finbias.synth_planted), Eq. 1
+   over every answered item, read from the written tables -- not from stage 04's metrics.
 
 The outcome goes to runs/<run>/rehearsal.{json,md}; the exit code is non-zero when a check fails.
 """
@@ -24,6 +27,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -34,10 +38,10 @@ import numpy as np
 import pandas as pd
 
 from finlib.core.config import RunConfig, load_run, repo_root
-from finlib.core.vocab import SECTORS
+from finlib.core.vocab import POOLED, SECTORS
 
 REHEARSAL_DEFAULTS: dict[str, Any] = {"stages": None, "time_scale": 0.0, "profile_seed": 0, "profiles": {},
-                                      "ci_widen": 1.6, "z_max": 4.0}
+                                      "cell_alpha": 0.001}
 # Fin-Bias Tables 2-7 and BizFinBench Tables 3, 4, 6: (our table file, the published table it mirrors)
 FINBIAS_TABLES = (("table4_herding_with_without", "finbias_table4"), ("table5_herding_fake", "finbias_table5"),
                   ("table6_accuracy_with_without", "finbias_table6"), ("table7_accuracy_no_opinion", "finbias_table7"))
@@ -77,8 +81,8 @@ def profiles_for(cfg: RunConfig, names: list[str]):
 class ServerPool:
     """The simulated servers on an event loop in a daemon thread (`with ServerPool(...) as pool:`)."""
 
-    def __init__(self, profiles: dict, bizfin_items: dict | None, time_scale: float):
-        self.profiles, self.items, self.time_scale = profiles, bizfin_items, time_scale
+    def __init__(self, profiles: dict, bizfin_items: dict | None, time_scale: float, planted=None):
+        self.profiles, self.items, self.time_scale, self.planted = profiles, bizfin_items, time_scale, planted
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.servers: dict = {}
@@ -88,7 +92,7 @@ class ServerPool:
 
         self.thread.start()
         fut = asyncio.run_coroutine_threadsafe(
-            start_servers(self.profiles.values(), self.items, self.time_scale), self.loop)
+            start_servers(self.profiles.values(), self.items, self.time_scale, self.planted), self.loop)
         self.servers = fut.result(60)
         return self
 
@@ -105,6 +109,13 @@ class ServerPool:
         asyncio.run_coroutine_threadsafe(stop_all(), self.loop).result(30)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+
+
+def planted_index(planted: pd.DataFrame | None):
+    """The servers' reader of the generator's records (None: no synthetic corpus to recognise)."""
+    from finlib.finbias.synth_planted import PlantedIndex
+
+    return None if planted is None else PlantedIndex(planted)
 
 
 def endpoint_environment(urls: dict[str, str]) -> dict[str, str]:
@@ -130,53 +141,110 @@ def bizfin_items_index(cfg: RunConfig) -> dict:
 
 # ---------------------------------------------------------------- checks
 
-def planted_herding(cfg: RunConfig, profiles: dict) -> pd.DataFrame:
-    """Per model x condition, the herding the planted propensities imply: the mean over the parsed
-    answers of P(answer = reference rating) under `answer_distribution` (an oracle independent of
-    stage 04: it reads the prompts' texts, not the answers)."""
-    from finlib.core.artifacts import read_frame
-    from finlib.core.vocab import Rating
-    from finlib.llm.registry import load_registry
-    from finlib.llm.simulated_servers import answer_distribution
+# The tables the planted truth is compared with: (written table, conditions in the cell's "a/b" order,
+# the statistic, with an Analyst row). Stated here, not read from finlib.finbias.paper_layout: a table
+# filled with another statistic or condition must show up as a wrong cell.
+PLANTED_TABLES = (("table4_herding_with_without", ("original", "no_rating"), "herding", False),
+                  ("table5_herding_fake", ("fake_rating",), "herding", False),
+                  ("table6_accuracy_with_without", ("original", "no_rating"), "accuracy", True),
+                  ("table7_accuracy_no_opinion", ("no_opinion",), "accuracy", True))
+_MARKER = re.compile(r"\*+$")
 
-    registry = load_registry(cfg.path(cfg.params["inference"]["registry"]))
-    pred = read_frame(cfg, "predictions")
-    cond = read_frame(cfg, "conditions")[["item_id", "text", "reference_rating"]]
-    # texts looked up per item, never merged onto the answers: a merge copies a ~3,000-word report into
-    # each of the 674k answer rows (the full rehearsal's checks were killed at 22 GB)
-    text_of, reference_of = dict(zip(cond["item_id"], cond["text"])), dict(zip(cond["item_id"], cond["reference_rating"]))
-    rows = pred.loc[pred["parsed"].astype(bool), ["model", "condition", "item_id"]]
+
+def planted_records(cfg: RunConfig) -> pd.DataFrame | None:
+    """The generator's records of the synthetic corpus (written with it by stage 00's cache, made here
+    first when the rehearsal starts from nothing); None for a real corpus."""
+    if not cfg.is_synthetic:
+        return None
+    from finlib.finbias.data import data_params
+    from finlib.finbias.synth_cache import cached_market
+
+    paths = cached_market(data_params(cfg).get("synthetic", {}), cfg.seed, cfg.raw_dir / "synthetic" / cfg.name)
+    return pd.read_parquet(paths["planted"])
+
+
+def propensities(profiles: dict) -> dict[str, dict[str, float]]:
+    """The planted numbers of each simulated model the closed form needs."""
+    return {n: {k: float(getattr(p, k)) for k in ("follow", "skill", "tilt", "sway", "unparsed")}
+            for n, p in profiles.items()}
+
+
+def planted_truth(cfg: RunConfig, profiles: dict, planted: pd.DataFrame) -> pd.DataFrame:
+    """Every Table 4-7 cell's planted value and SD, over the items stage 03 answered (their report set,
+    the fake rating stage 02 says it wrote, the prompts a server refused for their length: empty answers
+    inside N; labels from stage 01); sector and ratings from the generator."""
+    from finlib.core.artifacts import read_frame
+    from finlib.finbias.synth_planted import analyst_cells, expected_cells
+
+    from finlib.llm.context import CONTEXT_REFUSED
+
+    pred = read_frame(cfg, "predictions", ["item_id", "report_id", "condition", "model", "answered", "error"])
+    cond = read_frame(cfg, "conditions", ["item_id", "fake_rating"])
+    pred["refused"] = pred["error"].astype("string").str.startswith(CONTEXT_REFUSED).fillna(False).astype(bool)
+    cases = pred[pred["answered"].astype(bool)].merge(cond, on="item_id", how="left")
+    labels = read_frame(cfg, "labels", ["report_id", "label"]).set_index("report_id")["label"]
+    return pd.concat([expected_cells(planted, cases, labels, propensities(profiles), SECTORS),
+                      analyst_cells(planted, labels, SECTORS)], ignore_index=True)
+
+
+def table_cells(path: Path, conditions: tuple[str, ...], metric: str) -> pd.DataFrame:
+    """Our cells of a written Table 4-7 in long form: model, condition, metric, sector, value (a fraction;
+    NaN for '–' or 'skipped'), digits as printed, and N per condition (pooled)."""
+    t = read_table_csv(path)
+    t = t[t["Source"].astype(str).str.startswith("ours")]
     out = []
-    for (model, condition), g in rows.groupby(["model", "condition"]):
-        prof = profiles[model]
-        p = np.array([answer_distribution(prof, text_of[i])[Rating(reference_of[i])] for i in g["item_id"]])
-        out.append({"model": model, "paper_name": registry[model].paper_name, "condition": condition,
-                    "planted": float(p.mean()), "n": int(len(g)), "follow": prof.follow,
-                    # the servers draw each answer independently: the realised rate's exact standard error
-                    "planted_se": float(np.sqrt((p * (1 - p)).sum()) / len(p))})
+    for rec in t.to_dict("records"):
+        model = "Analyst" if str(rec["Source"]).endswith("(analyst baseline)") else str(rec["Registry name"])
+        conds = ("original",) if model == "Analyst" else conditions
+        ns = str(rec.get("N", "")).split("/")
+        for col in (*SECTORS, "Average"):
+            parts = _MARKER.sub("", str(rec[col]).strip()).split("/")
+            for i, c in enumerate(conds):
+                raw = parts[i].strip() if i < len(parts) else ""
+                try:
+                    value = float(raw) / 100
+                except ValueError:
+                    value = np.nan
+                digits = len(raw.split(".")[1]) if "." in raw else 0
+                n = int(ns[i]) if col == "Average" and i < len(ns) and ns[i].strip().isdigit() else None
+                out.append({"model": model, "condition": c, "metric": metric,
+                            "sector": POOLED if col == "Average" else col, "value": value, "digits": digits,
+                            "table_n": n, "table": path.stem})
     return pd.DataFrame(out)
 
 
-def herding_recovery(cfg: RunConfig, profiles: dict, widen: float, z_max: float = 4.0) -> pd.DataFrame:
-    """Planted vs measured pooled herding (stage 04's metric and cluster-bootstrap CI) per model x condition.
+def cell_check(truth: pd.DataFrame, ours: pd.DataFrame, alpha: float) -> pd.DataFrame:
+    """Each of our cells against the planted truth: |ours - planted| <= z SD + 0.5/N + half the printed
+    unit, z Bonferroni-corrected over the cells compared (family-wise false alarm `alpha`); a pooled
+    cell's N must be the answered items; a missing cell fails."""
+    from scipy.stats import norm
 
-    Recovered: the planted value lies in the CI widened `widen` times, or within `z_max` exact standard
-    errors of the planted rate (a cluster bootstrap over a few firms understates the spread; 76 checks
-    at 95 % would fail by chance)."""
-    from finlib.core.artifacts import read_frame
-    from finlib.core.vocab import POOLED
-
-    m = read_frame(cfg, "metrics")
-    m = m[(m["metric"] == "herding") & (m["sector"] == POOLED)].rename(columns={"value": "estimate"})
-    planted = planted_herding(cfg, profiles)
-    df = planted.merge(m[["model", "condition", "estimate", "ci_low", "ci_high"]], on=["model", "condition"],
-                       how="left")
-    half_lo, half_hi = (df["estimate"] - df["ci_low"]) * widen, (df["ci_high"] - df["estimate"]) * widen
-    df["inside_ci"] = df["planted"].between(df["ci_low"], df["ci_high"])
-    df["z"] = (df["estimate"] - df["planted"]) / df["planted_se"].where(df["planted_se"] > 0)
-    df["recovered"] = ((df["planted"] >= df["estimate"] - half_lo) & (df["planted"] <= df["estimate"] + half_hi)
-                       | (df["z"].abs() <= z_max) | (df["estimate"] == df["planted"]))
+    df = ours.merge(truth, on=["model", "condition", "metric", "sector"], how="left")
+    z = float(norm.isf(alpha / (2 * max(1, len(df)))))
+    df["tolerance"] = z * df["sd"] + 0.5 / df["n"].clip(lower=1) + 0.5 * 10.0 ** (-df["digits"]) / 100
+    df["z"] = (df["value"] - df["expected"]) / df["sd"].where(df["sd"] > 0)
+    n_ok = df["table_n"].isna() | (df["table_n"] == df["n"])
+    df["ok"] = ((df["value"] - df["expected"]).abs() <= df["tolerance"]) & n_ok
+    df.loc[df["n"].fillna(0) == 0, "ok"] = df["value"].isna()  # no planted item: the cell must be empty
     return df
+
+
+def cells_recovery(cfg: RunConfig, profiles: dict, planted: pd.DataFrame, alpha: float) -> pd.DataFrame:
+    """The rehearsal's cell check: every cell of our Tables 4-7 against the planted truth (`cell_check`)."""
+    truth = planted_truth(cfg, profiles, planted)
+    ours = pd.concat([table_cells(cfg.tables_dir / f"{name}.csv", conds, metric)
+                      for name, conds, metric, _ in PLANTED_TABLES], ignore_index=True)
+    return cell_check(truth, ours, alpha)
+
+
+def cell_problems(cells: pd.DataFrame, limit: int = 12) -> list[str]:
+    """One line per failed cell (the first `limit`, then a count)."""
+    bad = cells[~cells["ok"]]
+    lines = [f"{r.table} {r.model}/{r.condition} {r.sector}: ours {100 * r.value:.2f} (N {r.table_n}), planted "
+             f"{100 * r.expected:.2f} ± {100 * r.tolerance:.2f} (N {r.n})" for r in bad.head(limit).itertuples()]
+    if len(bad) > limit:
+        lines.append(f"... and {len(bad) - limit} more cells")
+    return [f"{len(bad)} of {len(cells)} table cells outside their planted tolerance: " + "; ".join(lines)] if len(bad) else []
 
 
 def read_table_csv(path: Path) -> pd.DataFrame:
@@ -206,7 +274,26 @@ def table_rows(path: Path, expected: list[str]) -> dict[str, Any]:
     return {"table": path.name, "exists": True, "rows": int(len(t)), "missing_rows": missing, "empty_cells": empty}
 
 
-def rehearsal_checks(cfg: RunConfig, profiles: dict) -> dict[str, Any]:
+def finbias_cell_problems(cfg: RunConfig, profiles: dict, planted: pd.DataFrame, alpha: float,
+                          out: dict[str, Any], books: dict[str, dict] | None = None) -> list[str]:
+    """The Fin-Bias part of the check (`make rehearse` and the fault tests run this): every Table 4-7 cell
+    against the planted truth, and every prompt recognised as a generated report. Fills `out["cells"]`."""
+    cells = cells_recovery(cfg, profiles, planted, alpha)
+    out["cells"] = cells.round(5).replace({np.nan: None}).to_dict(orient="records")
+    out["cells_ok_share"] = float(cells["ok"].mean())
+    problems = cell_problems(cells)
+    readings: dict[str, int] = {}
+    for b in (books or {}).values():
+        for k, v in (b.get("readings") or {}).items():
+            readings[k] = readings.get(k, 0) + v
+    out["readings"] = readings
+    if readings.get("unknown"):
+        problems.append(f"{readings['unknown']} Fin-Bias prompts matched no generated report")
+    return problems
+
+
+def rehearsal_checks(cfg: RunConfig, profiles: dict, planted: pd.DataFrame | None = None,
+                     books: dict[str, dict] | None = None) -> dict[str, Any]:
     """Every check of a finished rehearsal (see the module docstring); `ok` is their conjunction."""
     from finlib.core.artifacts import read_frame, read_json
     from finlib.llm.registry import load_registry
@@ -240,21 +327,15 @@ def rehearsal_checks(cfg: RunConfig, profiles: dict) -> dict[str, Any]:
         cut = int(pred["truncated"].sum())
         not_sent = {m: r.get("not_sent_context", 0) for m, r in inf_report["models"].items()}
         out["inputs"] = {"reports_cut": cut, "not_sent_context": not_sent,
+                         "context_refused": {m: r.get("context_refused", 0) for m, r in inf_report["models"].items()},
                          "output_room_below_cap": {m: r.get("output_room_below_cap") for m, r in
                                                    inf_report["models"].items()},
                          "answers": int(pred["answered"].sum()), "rows": int(len(pred)),
                          "truncated_outputs": int(inf_report.get("truncated_outputs", 0))}
         if cut or any(not_sent.values()):
             out["problems"].append(f"reports cut: {cut}; reports not sent for their length: {not_sent}")
-    if "04" in stages or not stages:
-        rec = herding_recovery(cfg, profiles, float(rp["ci_widen"]), float(rp["z_max"]))
-        out["herding"] = rec.round(4).to_dict(orient="records")
-        out["herding_inside_95ci_share"] = float(rec["inside_ci"].mean())
-        bad = rec[~rec["recovered"]]
-        if len(bad):
-            out["problems"].append("planted herding outside the widened CI: " + "; ".join(
-                f"{r.model}/{r.condition} planted {r.planted:.3f} measured {r.estimate:.3f} "
-                f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" for r in bad.itertuples()))
+    if ("04" in stages or not stages) and planted is not None:
+        out["problems"] += finbias_cell_problems(cfg, profiles, planted, float(rp["cell_alpha"]), out, books)
     figs = sorted(p.name for p in cfg.figures_dir.glob("*.png"))
     out["figures"] = figs
     report = cfg.run_dir / "report" / "index.html"
@@ -273,10 +354,12 @@ def write_outcome(cfg: RunConfig, outcome: dict) -> Path:
     lines = [f"# Rehearsal `{cfg.name}`: {'all checks passed' if outcome['checks']['ok'] else 'FAILED'}", "",
              f"Wall time {outcome['wall_s']:.0f} s; stages {outcome['stage_seconds']}.", ""]
     lines += [f"- {p}" for p in outcome["checks"]["problems"]]
-    herd = pd.DataFrame(outcome["checks"].get("herding", []))
-    if len(herd):
-        lines += ["", "Planted vs measured herding (pooled, 95 % cluster-bootstrap CI):", "",
-                  herd[["model", "condition", "follow", "planted", "estimate", "ci_low", "ci_high", "recovered"]]
+    cells = pd.DataFrame(outcome["checks"].get("cells", []))
+    if len(cells):
+        pooled = cells[cells["sector"] == POOLED]
+        lines += ["", f"Planted vs our pooled cells of Tables 4-7 ({int(cells['ok'].sum())} of {len(cells)} cells, "
+                  "sectors included, within tolerance; every cell in rehearsal.json):", "",
+                  pooled[["table", "model", "condition", "value", "expected", "tolerance", "n", "ok"]]
                   .to_markdown(index=False)]
     md = cfg.run_dir / "rehearsal.md"
     md.write_text("\n".join(lines) + "\n")
@@ -294,7 +377,8 @@ def rehearse(run: str, params: str | None = None) -> dict:
     names = served_model_names(cfg)
     profiles = profiles_for(cfg, names)
     t0 = time.perf_counter()
-    with ServerPool(profiles, bizfin_items_index(cfg), float(rp["time_scale"])) as pool:
+    planted = planted_records(cfg)
+    with ServerPool(profiles, bizfin_items_index(cfg), float(rp["time_scale"]), planted_index(planted)) as pool:
         os.environ.update(endpoint_environment(pool.urls()))  # the notebooks' kernels inherit it
         manifest = runner.run_pipeline(run, rp["stages"], None, params, report=True)
         write_plan(load_run(run, params))
@@ -302,7 +386,7 @@ def rehearse(run: str, params: str | None = None) -> dict:
     outcome = {"run": run, "wall_s": time.perf_counter() - t0, "servers": books,
                "stage_seconds": {k: round(v["seconds"]) for k, v in sorted(manifest.get("stages", {}).items())},
                "profiles": {n: vars(p) for n, p in profiles.items()}}
-    outcome["checks"] = rehearsal_checks(cfg, profiles)
+    outcome["checks"] = rehearsal_checks(cfg, profiles, planted, books)
     write_outcome(cfg, outcome)
     return outcome
 

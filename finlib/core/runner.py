@@ -12,6 +12,7 @@ reach an executed notebook through papermill's parameters cell.
 from __future__ import annotations
 
 import argparse
+import errno
 from contextlib import contextmanager
 import hashlib
 import json
@@ -26,7 +27,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from finlib.core.config import RunConfig, load_run, repo_root, split_run_arg
+from finlib.core.config import RunConfig, check_stage_model_names, load_run, repo_root, split_run_arg
 from finlib.core.kernel_interrupt import SigintForwarder, StageInterrupted, interrupted_line, is_interrupt, track
 from finlib.core.report import publishable_notebook
 from finlib.core.progress_feed import FeedTail
@@ -155,6 +156,9 @@ def not_answered(cfg: RunConfig, artifacts: dict[str, str]) -> tuple[int, int] |
     return found
 
 
+PARTIAL_EXIT = 3  # the run finished, but some calls were not answered (distinct from 1: a stage failed)
+
+
 def done_line(cfg: RunConfig, stage: str, entry: dict[str, Any], manifest: dict[str, Any]) -> str:
     """A stage's final line: plain success, or how many calls were not answered (outside N).
     Only reports this stage wrote count (not one another stage wrote a moment before)."""
@@ -165,8 +169,8 @@ def done_line(cfg: RunConfig, stage: str, entry: dict[str, Any], manifest: dict[
     if counts and counts[0]:
         n, total = counts
         entry["not_answered"] = {"n": n, "calls": total}
-        line = (f"[{cfg.name}] stage {stage}: finished in {entry['seconds']:.1f} s; {n} not answered "
-                f"({100 * n / total:.1f} %) of {total} calls, outside every N (errors in the stage's report)")
+        line = (f"[{cfg.name}] stage {stage}: finished with {n} not answered ({100 * n / total:.1f} %) of {total} "
+                f"calls in {entry['seconds']:.1f} s, outside every N (errors in the stage's report)")
     return line
 
 
@@ -278,6 +282,23 @@ def describe_failure(exc: BaseException) -> str:
     return text
 
 
+def finish_notebook(partial: Path, output: Path, root: Path) -> str | None:
+    """Make the executed notebook publishable (no machine paths, progress collapsed) and move it
+    onto `output` in one rename: `output` is always a whole notebook (the previous one, or this
+    run's). A partial file that is not a whole notebook (a full disk cut it) is removed. Returns
+    what went wrong, naming the file, or None."""
+    if not partial.is_file():
+        return None
+    try:
+        publishable_notebook(partial, root)
+        os.replace(partial, output)
+    except Exception as exc:  # noqa: BLE001 -- invalid JSON (cut), a full disk: reported, never left half-written
+        return f"cannot write the executed notebook {output}: {type(exc).__name__}: {exc}"
+    finally:
+        partial.unlink(missing_ok=True)
+    return None
+
+
 def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     """Execute one notebook with papermill and record it in the manifest."""
     import papermill as pm
@@ -285,6 +306,7 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
     out_dir = cfg.run_dir / "notebooks"
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / notebook.name
+    partial = out_dir / f".{notebook.name}.partial-{os.getpid()}"  # papermill writes here; moved when whole
     started, t0, cpu0 = _now(), time.time(), children_cpu_s()
     entry: dict[str, Any] = {"notebook": display_path(notebook, cfg.root),
                              "output": display_path(output, cfg.root), "started": started}
@@ -296,7 +318,7 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
     sigint = SigintForwarder().install()  # Ctrl-C: the kernel stops sending, then the stage says so
     try:
         pm.execute_notebook(
-            str(notebook), str(output),
+            str(notebook), str(partial),
             parameters={"run_name": cfg.name, "params_file": display_path(cfg.params_file, cfg.root)},
             kernel_name=KERNEL, cwd=str(notebook.parent), progress_bar=False,
             kernel_manager_class=_kernel_manager_class(),
@@ -305,6 +327,10 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
         entry["status"] = "ok"
     except Exception as exc:  # recorded, then re-raised: the manifest shows where a run broke
         entry["status"] = "interrupted" if sigint.count and is_interrupt(exc) else "failed"
+        if isinstance(exc, OSError) and not exc.filename:  # papermill writing the notebook: name the file
+            exc = OSError(exc.errno, f"cannot write the executed notebook {output}: {exc.strerror or exc}")
+            entry["error"] = describe_failure(exc)
+            raise exc from None
         entry["error"] = describe_failure(exc)
         if entry["status"] == "interrupted":
             raise StageInterrupted(interrupted_line(cfg.name, stage, exc)) from None
@@ -315,7 +341,10 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
     finally:
         sigint.restore()
         feed.stop()
-        publishable_notebook(output, cfg.root)  # no machine paths, progress collapsed
+        if (problem := finish_notebook(partial, output, cfg.root)) is not None:
+            entry["notebook_error"] = problem
+            if entry.get("status") == "ok":
+                entry["status"], entry["error"] = "failed", problem
         entry["ended"] = _now()
         entry["seconds"] = round(time.time() - t0, 2)
         entry["cpu_seconds"] = round(children_cpu_s() - cpu0, 2)
@@ -323,6 +352,8 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
         manifest.setdefault("stages", {})[stage] = entry
         manifest["precision"] = read_precision(cfg)
         write_manifest(cfg, manifest)
+    if entry["status"] == "failed":  # the stage ran but its executed notebook could not be written
+        raise OSError(errno.ENOSPC, entry["error"])
     print(done_line(cfg, stage, entry, manifest), flush=True)
     if sigint.count:  # the stage finished before the interrupt reached it: true "ok", but stop here
         raise StageInterrupted(interrupted_line(cfg.name, stage, None))
@@ -355,6 +386,7 @@ def run_pipeline(run_name: str = "default", stages: Iterable[str] | None = None,
     cfg = load_run(run_name, params_file)
     available = discover_stages(cfg.root / "notebooks")
     selected = select_stages(available, stages, start)
+    check_stage_model_names(cfg, selected)  # every judge, teacher and model these stages call: before stage 00
     if (cfg.params.get("plan") or {}).get("preflight"):  # e.g. params/paper.yaml: stop at once, naming what is missing
         from finlib.core.plan import check_preflight
 
@@ -417,6 +449,14 @@ def where_to_look(run: str, since: float = 0.0) -> str:
     if failed:
         return (f"(stage {failed['stage']} failed; see {manifest} and the executed notebook in {notebooks}/; "
                 f"not run: {', '.join(failed['not_run']) or 'none'})")
+    try:
+        running = [s for s, e in json.loads(manifest.read_text()).get("stages", {}).items()
+                   if e.get("status") == "running"]
+    except (OSError, ValueError, AttributeError):
+        running = []
+    if running:  # written when the stage began, not updated since (e.g. the disk filled)
+        return (f"({manifest} could not be updated: it still says stage {', '.join(running)} running; "
+                "the error above is the cause)")
     return f"(no manifest records this failure: {manifest} was not written)"
 
 
@@ -445,6 +485,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     done = ", ".join(f"{k} {v['seconds']:.0f}s" for k, v in sorted(manifest.get("stages", {}).items()))
     print(f"[{args.run}] manifest: runs/{args.run}/manifest.json ({done})")
+    partial = {k: v["not_answered"]["n"] for k, v in sorted(manifest.get("stages", {}).items())
+               if (v.get("not_answered") or {}).get("n")}
+    if partial:  # every stage ran, but some answers are missing: not a success a script may take for one
+        print(f"[{args.run}] finished with {sum(partial.values())} not answered (stage(s) "
+              f"{', '.join(f'{k}: {n}' for k, n in partial.items())}); rerun to send them again", file=sys.stderr)
+        return PARTIAL_EXIT
     return 0
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from finlib.core.artifacts import write_atomic
 from finlib.core.config import RunConfig
 from finlib.core.vocab import SYNTHETIC_CAVEAT
 
@@ -64,11 +65,11 @@ def save_figure(cfg: RunConfig, fig, name: str, caption: str | None = None) -> l
     fig.set_label(name)  # finlib.finbias.figure_base.show_figure finds the caption by it
     (cfg.figures_dir / f"{name}.skipped.txt").unlink(missing_ok=True)
     paths = [cfg.figures_dir / f"{name}.{ext}" for ext in ("png", "pdf")]
-    for path in paths:
-        fig.savefig(path, dpi=150, bbox_inches="tight")
+    for path in paths:  # atomically: a full disk leaves no half-written image (the format named: tmp has no suffix)
+        write_atomic(path, lambda tmp, ext=path.suffix[1:]: fig.savefig(tmp, dpi=150, bbox_inches="tight", format=ext))
     if caption:
         path = cfg.figures_dir / f"{name}.caption.txt"
-        path.write_text(" ".join(caption.split()) + "\n", encoding="utf-8")
+        write_atomic(path, lambda tmp: tmp.write_text(" ".join(caption.split()) + "\n", encoding="utf-8"))
         paths.append(path)
     return paths
 
@@ -80,7 +81,7 @@ def skip_figure(cfg: RunConfig, name: str, reason: str) -> Path:
     for ext in ("png", "pdf", "caption.txt"):
         (cfg.figures_dir / f"{name}.{ext}").unlink(missing_ok=True)
     path = cfg.figures_dir / f"{name}.skipped.txt"
-    path.write_text(" ".join(reason.split()) + "\n", encoding="utf-8")
+    write_atomic(path, lambda tmp: tmp.write_text(" ".join(reason.split()) + "\n", encoding="utf-8"))
     print(f"{name}: not drawn — {reason}")
     return path
 
@@ -120,14 +121,19 @@ def write_table(cfg: RunConfig, name: str, df: pd.DataFrame, caption: str,
     out = cfg.tables_dir
     out.mkdir(parents=True, exist_ok=True)
     paths = {ext: out / f"{name}.{ext}" for ext in ("csv", "md", "tex")}
-    with paths["csv"].open("w", encoding="utf-8", newline="") as fh:
-        fh.write("# " + " ".join(caption.split()) + "\n")
-        df.to_csv(fh, index=False)
+
+    def write_csv(tmp: Path) -> None:
+        with tmp.open("w", encoding="utf-8", newline="") as fh:
+            fh.write("# " + " ".join(caption.split()) + "\n")
+            df.to_csv(fh, index=False)
+
+    write_atomic(paths["csv"], write_csv)  # each file whole or not at all; a full disk names the file
     shown = df.copy()
     for col in shown.columns:
         if pd.api.types.is_float_dtype(shown[col]):
             shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else float_format.format(v))
-    paths["md"].write_text(f"**{caption}**\n\n{shown.to_markdown(index=False)}\n", encoding="utf-8")
+    markdown = f"**{caption}**\n\n{shown.to_markdown(index=False)}\n"
+    write_atomic(paths["md"], lambda tmp: tmp.write_text(markdown, encoding="utf-8"))
     latex = shown.to_latex(index=False, caption=latex_escape(caption), label=f"tab:{name}", escape=True)
-    paths["tex"].write_text(latex, encoding="utf-8")
+    write_atomic(paths["tex"], lambda tmp: tmp.write_text(latex, encoding="utf-8"))
     return paths

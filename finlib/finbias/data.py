@@ -78,6 +78,8 @@ DEFAULT_MARKET_TICKER = "SPY"
 
 def validate_reports(df: pd.DataFrame, source: str, on_unknown_sector: str = "error") -> tuple[pd.DataFrame, dict]:
     """Validate and normalise mapped reports; returns the frame (contract dtypes) and notes."""
+    if len(df) == 0:
+        raise DataValidationError(f"{source}: no reports (the file has a header and 0 rows)")
     check_required_values(df, source)
     check_unique_ids(df, source)
     dates = parse_dates(df["date"], source, _col(df, "date"))
@@ -258,6 +260,25 @@ def summarise(reports: pd.DataFrame, prices: pd.DataFrame, market: pd.DataFrame,
     }
 
 
+def check_priced_share(reports: pd.DataFrame, prices: pd.DataFrame, min_share: float) -> int:
+    """How many reports have prices on their date (ticker priced, date within its price data): only
+    those can get a label. Stops stage 00 -- before any model is paid to answer reports that can
+    never be scored -- when their share is at or below `data.min_priced_share` (0.0: none at all)."""
+    span = prices.groupby("ticker")["date"].agg(["min", "max"])
+    first = reports["ticker"].map(span["min"])
+    last = reports["ticker"].map(span["max"])
+    covered = int(((reports["date"] >= first) & (reports["date"] <= last)).sum())
+    share = covered / len(reports) if len(reports) else 0.0
+    if covered == 0 or share <= min_share:
+        raise DataValidationError(
+            f"only {covered} of {len(reports)} reports have prices on their date (share {share:.3f}; "
+            f"data.min_priced_share {min_share}): reports {reports['date'].min().date()} to "
+            f"{reports['date'].max().date()}, prices {prices['date'].min().date() if len(prices) else 'none'} to "
+            f"{prices['date'].max().date() if len(prices) else 'none'}. No label could be computed for the rest; "
+            "stopped before any model call. Give prices covering the reports' dates.")
+    return covered
+
+
 def prepare_data(cfg: RunConfig, write: bool = True) -> DataReport:
     """Stage 00: load (or generate), validate, clean, extract ratings, write the artifacts."""
     from finlib.core import artifacts
@@ -283,6 +304,7 @@ def prepare_data(cfg: RunConfig, write: bool = True) -> DataReport:
     reports = reports[["report_id", "ticker", "company", "sector", "date", "text", "analyst_rating"]]
     summary = summarise(reports, prices, market, {**notes, **pnotes})
     summary.update(source=source, cleaning=cleaning, synthetic=source == "synthetic")
+    summary["reports_priced_on_their_date"] = check_priced_share(reports, prices, float(d.get("min_priced_share") or 0))
     if agreement:
         summary["rating_extraction_check"] = agreement
     rep = DataReport(reports=reports, prices=prices, market=market, truth=truth, summary=summary)

@@ -545,7 +545,7 @@ def write_stage(cfg: RunConfig, models: list[str] | None = None) -> dict:
                 paper += skipped_rows(skipped, [spec], inf, subsets)
                 part = to_frame(paper, texts, release_rows=True, sort=False)  # sorted as it is joined
                 parts[spec.name] = parts_dir / f"{len(parts):03d}.parquet"
-                part.to_parquet(parts[spec.name], index=False)
+                write_atomic(parts[spec.name], lambda tmp, part=part: part.to_parquet(tmp, index=False))
                 del paper, part
                 return_freed_memory()
     finally:

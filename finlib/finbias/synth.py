@@ -203,6 +203,8 @@ class SyntheticMarket:
     prices: pd.DataFrame    # date, ticker, adj_close (long, sorted by ticker, date)
     market: pd.DataFrame    # date, market_close
     truth: pd.DataFrame     # report_id, q, drift, beta, and the planted rating (PLANTED_COLUMNS)
+    planted: pd.DataFrame = field(default_factory=pd.DataFrame)  # per report: what the rehearsal's simulated
+    # models and its closed-form truth read (finlib.finbias.synth_planted.PLANTED_FIELDS); no stage reads it
     params: SynthParams = field(default_factory=SynthParams)
 
 
@@ -518,8 +520,11 @@ def render_report(row: Any, firm: Any, date: pd.Timestamp, p: SynthParams) -> st
     return render_report_planted(row, firm, date, p)[0]
 
 
-def render_report_planted(row: Any, firm: Any, date: pd.Timestamp, p: SynthParams) -> tuple[str, PlantedRating]:
-    """`render_report` and the generator's record of the rating it planted (`PlantedRating`)."""
+def render_report_planted(row: Any, firm: Any, date: pd.Timestamp, p: SynthParams
+                          ) -> tuple[str, PlantedRating, dict[str, list[str]]]:
+    """`render_report`, the generator's record of the rating it planted (`PlantedRating`) and of its body:
+    `pieces` (headings and sentences after the rating sentence, in order), `factual` and `opinions`
+    (what the rehearsal's simulated models read, finlib.finbias.synth_planted)."""
     d = _Draw(row.text_seed)
     ctx = {
         "company": firm.company, "ticker": firm.ticker, "year": date.year,
@@ -537,6 +542,8 @@ def render_report_planted(row: Any, firm: Any, date: pd.Timestamp, p: SynthParam
     else:
         (first, term), previous = first_sentence_planted(Rating(row.rating), d, ctx, p.standard_wording_share), None
     sentences = [first]
+    factual: list[str] = []   # the factual sentences (numbers: nearly unique to the report)
+    opinions: list[str] = []
     blocks: dict[int, str] = {}  # paragraph index -> a list or table printed after it (structured layout)
     words = len(sentences[0].split())
     paragraphs: list[list[str]] = [sentences]
@@ -548,8 +555,10 @@ def render_report_planted(row: Any, firm: Any, date: pd.Timestamp, p: SynthParam
             kinds.sort(key=lambda _: d.u())
         if d.u() < p.opinion_share:
             s = opinion_sentence(d.u() < p_pos, d, ctx)
+            opinions.append(s)
         else:
             s = factual_sentence(kinds[k % N_FACTUAL_KINDS], row.signal, ctx, d)
+            factual.append(s)
             k += 1
         para.append(s)
         words += len(s.split())
@@ -564,13 +573,17 @@ def render_report_planted(row: Any, firm: Any, date: pd.Timestamp, p: SynthParam
     if para:
         paragraphs.append(para)
     out = [" ".join(paragraphs[0])]
+    pieces: list[str] = []  # what follows the rating sentence, in order: headings and sentences
     for i, para in enumerate(paragraphs[1:]):
         out.append(f"{_HEADINGS[i % len(_HEADINGS)]} " + " ".join(para) if i < len(_HEADINGS) else " ".join(para))
+        pieces += ([_HEADINGS[i % len(_HEADINGS)]] if i < len(_HEADINGS) else []) + para
         if i + 1 in blocks:
             out.append(blocks[i + 1])
+    body = {"pieces": pieces, "factual": factual, "opinions": opinions}
     if p.messy_share > 0 and d.u() < p.messy_share:  # drawn last: the other reports' text does not change
-        return messy_report(Rating(row.rating), [s for para in paragraphs[1:] for s in para], ctx, d)
-    return "\n\n".join(out), PlantedRating(str(Rating(row.rating).value), first, term, previous, p.layout)
+        text, planted = messy_report(Rating(row.rating), [s for para in paragraphs[1:] for s in para], ctx, d)
+        return text, planted, {**body, "pieces": [s for para in paragraphs[1:] for s in para]}
+    return "\n\n".join(out), PlantedRating(str(Rating(row.rating).value), first, term, previous, p.layout), body
 
 
 def messy_report(rating: Rating, body: list[str], ctx: dict, d: _Draw) -> tuple[str, PlantedRating]:
@@ -598,7 +611,7 @@ def generate_market(cfg_section: dict[str, Any] | None, seed: int) -> SyntheticM
     firm_rows = firms.iloc[skel["firm"].to_numpy()].reset_index(drop=True)
     rendered = [render_report_planted(row, firm, date, p)
                 for row, firm, date in zip(skel.itertuples(index=False), firm_rows.itertuples(index=False), dates)]
-    texts = [text for text, _ in rendered]
+    texts = [text for text, _, _ in rendered]
     reports = pd.DataFrame({
         "report_id": skel["report_id"].astype(str),
         "ticker": firm_rows["ticker"].astype(str),
@@ -611,13 +624,19 @@ def generate_market(cfg_section: dict[str, Any] | None, seed: int) -> SyntheticM
     truth = pd.DataFrame({
         "report_id": reports["report_id"], "q": skel["q"].to_numpy(), "drift": skel["drift"].to_numpy(),
         "beta": firm_rows["beta"].to_numpy(),
-        **{c: [getattr(planted, c) for _, planted in rendered] for c in PLANTED_COLUMNS},
+        **{c: [getattr(planted, c) for _, planted, _ in rendered] for c in PLANTED_COLUMNS},
     })
+    from finlib.finbias.synth_planted import planted_record
+
+    mid = 0.5 * (norm.ppf(p.bearish_share) + norm.ppf(1.0 - p.bullish_share))
+    planted = pd.DataFrame([planted_record(text, rec, body) for text, rec, body in rendered]).assign(
+        report_id=reports["report_id"], sector=reports["sector"], signal=skel["signal"].to_numpy(),
+        tone=skel["view"].to_numpy() - mid)
     return SyntheticMarket(firms=firms.drop(columns=["price0"]), reports=reports, prices=prices,
-                           market=market, truth=truth, params=p)
+                           market=market, truth=truth, planted=planted, params=p)
 
 
-RAW_FILES = ("firms", "reports", "prices", "market", "truth")
+RAW_FILES = ("firms", "reports", "prices", "market", "truth", "planted")
 
 
 def write_market(market: SyntheticMarket, out_dir: Path) -> dict[str, Path]:

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from finlib.finbias import messy_corpus, synth, synth_corpus
+from finlib.finbias import messy_corpus, synth, synth_corpus, synth_planted
 from finlib.finbias.synth import RAW_FILES, SynthParams, generate_market, write_market
 
 
@@ -21,7 +21,8 @@ def market_fingerprint(section: dict[str, Any] | None, seed: int) -> str:
     """SHA-256 of the resolved generator params, the seed and the generator's source code (what the
     written files depend on: an edited generator never reuses files an older one wrote)."""
     p = SynthParams.from_section(section)
-    code = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in (synth, synth_corpus, messy_corpus))).hexdigest()
+    code = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in (synth, synth_corpus, messy_corpus,
+                                                                             synth_planted))).hexdigest()
     blob = json.dumps({"params": asdict(p), "seed": int(seed), "code": code}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 

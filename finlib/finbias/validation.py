@@ -213,8 +213,9 @@ def check_required_values(df: pd.DataFrame, source: str) -> None:
 
 
 def check_unique_ids(df: pd.DataFrame, source: str) -> None:
-    """Duplicate report ids would silently merge two reports' labels downstream."""
-    ids = df["report_id"].astype(str)
+    """Duplicate report ids would silently merge two reports' labels downstream. Compared as they
+    are used (stripped): 'SYN00001' and 'SYN00001 ' are one id."""
+    ids = df["report_id"].astype(str).str.strip()
     dup = ids[ids.duplicated(keep=False)]
     if len(dup):
         parts = []
@@ -224,6 +225,11 @@ def check_unique_ids(df: pd.DataFrame, source: str) -> None:
             f"{source}: duplicate report_id in column '{_col(df, 'report_id')}': {_listing(parts)}")
 
 
+UTC_OFFSET = re.compile(r"(?<=\d)(?:Z|[+-]\d{2}:?\d{2})$")  # a time's offset: 'T10:00+08:00', '…Z'
+MAX_CLOSE = 1e7  # no listed share trades above this (BRK.A ~ 7e5): a larger close is a unit or parsing error
+GAP_MARKERS = frozenset({"nan", "na", "null", "none"})  # missing values as pandas and JSON write them: gaps, like blanks
+
+
 def parse_dates(values: pd.Series, source: str, column: str, rows: np.ndarray | None = None) -> pd.Series:
     """Parse dates one format at a time; unparseable or missing values are an error naming the row.
 
@@ -231,6 +237,9 @@ def parse_dates(values: pd.Series, source: str, column: str, rows: np.ndarray | 
     """
     raw = values.astype(object).reset_index(drop=True)
     rows = np.arange(len(raw)) if rows is None else np.asarray(rows)
+    # the calendar date as written: "2020-01-02T01:00+08:00" is 2 January (its UTC date, 1 January,
+    # would move event day 0); the offset is dropped, not applied
+    raw = raw.map(lambda v: UTC_OFFSET.sub("", v.strip()) if isinstance(v, str) else v)
     parsed = pd.to_datetime(raw, errors="coerce", format="mixed", utc=True)
     bad = np.flatnonzero(parsed.isna().to_numpy())
     if len(bad):
@@ -246,8 +255,11 @@ def parse_closes(values: pd.Series, source: str, column: str,
     raw = values.reset_index(drop=True)
     rows = np.arange(len(raw)) if rows is None else np.asarray(rows)
     close = pd.to_numeric(raw, errors="coerce")
-    blank = close.isna() if pd.api.types.is_numeric_dtype(raw) else _blank(raw)
-    for what, mask in (("non-numeric value", close.isna() & ~blank), ("non-positive price", (close <= 0).fillna(False))):
+    blank = close.isna() if pd.api.types.is_numeric_dtype(raw) else \
+        _blank(raw) | raw.astype(str).str.strip().str.lower().isin(GAP_MARKERS)
+    implausible = (~np.isfinite(close) & close.notna()) | (close > MAX_CLOSE)
+    for what, mask in (("non-numeric value", close.isna() & ~blank), ("non-positive price", (close <= 0).fillna(False)),
+                       (f"implausible price (infinite or above {MAX_CLOSE:g})", implausible.fillna(False))):
         if mask.any():
             items = [f"row {_row(rows[i])} ({raw.iloc[i]!r})" for i in np.flatnonzero(mask.to_numpy())]
             raise DataValidationError(f"{source}: {what} in column '{column}' at {_listing(items)}")

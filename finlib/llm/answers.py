@@ -207,7 +207,18 @@ def strip_think(text: str) -> str:
     return t.strip()
 
 
-def read_json_objects(text: str) -> list[dict]:
+def cut_in_think(text: Any) -> bool:
+    """True when the reply ends inside an unclosed `<think>` block: the output budget ran out while the
+    model was reasoning, so it holds no answer (a status of its own, not a wrong answer)."""
+    if not isinstance(text, str):
+        return False
+    opened = None
+    for opened in _THINK_OPEN.finditer(text):
+        pass
+    return opened is not None and _THINK_CLOSE.search(text, opened.end()) is None
+
+
+def read_json_objects(text: str, max_chars: int | None = MAX_PARSE_CHARS) -> list[dict]:
     """The JSON object(s) a model wrote in its reply, in order: `<think>` stripped, ```json fences
     and text around them tolerated, strings with raw line breaks (a multi-line "reason" or "cot")
     read, single-quoted / trailing-comma dicts repaired.
@@ -216,7 +227,8 @@ def read_json_objects(text: str) -> list[dict]:
     objects only, nested objects are inside their parent; an object that cannot be read is
     skipped, never guessed.
     """
-    return _json_objects(strip_think(text)[:MAX_PARSE_CHARS])
+    stripped = strip_think(text)
+    return _json_objects(stripped if max_chars is None else stripped[:max_chars])
 
 
 json_objects = read_json_objects  # the earlier name, kept for existing callers

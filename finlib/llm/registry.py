@@ -63,9 +63,17 @@ class ModelSpec:
     # timeout; refused, 5xx, 429 without Retry-After once the streak lasted breaker_grace_s); 0 = never
     breaker_failures: int = 10
     breaker_grace_s: float = 20.0   # refused / 5xx / 429 must also have lasted this long (a restart heals)
+    sends_sampling: bool = True     # false: temperature/top_p are never sent (OpenAI o-series refuse any but 1)
+    reasoning_tokens: int = 0       # output tokens a thinker may spend reasoning, added to a stage's answer
+                                    # budget (max_completion_tokens counts hidden reasoning; a vLLM thinker's
+                                    # <think> block counts against max_tokens): its thinking budget
     # vLLM-served records: the precision the weights are served at (`vllm serve --dtype`), as the authors
     # ran them (run_vllm.py: "half", "bfloat16" for gemma-2); None = vLLM's own choice (the config's dtype)
     dtype: str | None = None
+
+    @property
+    def accepts_temperature(self) -> bool:
+        return self.sends_sampling
 
     def cost(self, input_tokens: int, output_tokens: int, discount: float = 1.0) -> float:
         """USD for one call (discount 0.5 for the Batch API)."""
@@ -93,6 +101,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "hf_path": (str, type(None)), "paper_name": (str, type(None)), "plumbing": (bool,),
     "gguf_parts": (list, type(None)), "gguf_sha256": (str, type(None)), "threads": (int, type(None)), "thinks": (bool,),
     "max_new_tokens": (int,), "breaker_failures": (int,), "breaker_grace_s": (int, float),
+    "sends_sampling": (bool,), "reasoning_tokens": (int,),
     "dtype": (str, type(None)),
 }
 VLLM_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")  # `vllm serve --dtype` choices
@@ -115,7 +124,7 @@ def validate_record(rec: Any, path: Path, index: int) -> ModelSpec:
     for key in rec:
         lowered = str(key).lower()
         secretish = any(m in lowered for m in ("key", "secret", "token", "password"))
-        if secretish and key not in ("api_key_env", "max_tokens_param", "max_new_tokens"):
+        if secretish and key not in ("api_key_env", "max_tokens_param", "max_new_tokens", "reasoning_tokens"):
             raise _fail(path, where, key, "looks like a secret; name the environment variable in api_key_env")
         if key not in _TYPES:
             raise _fail(path, where, key, f"unknown field (known: {', '.join(sorted(_TYPES))})")
@@ -140,7 +149,7 @@ def validate_record(rec: Any, path: Path, index: int) -> ModelSpec:
     for key in ("concurrency", "max_attempts", "max_new_tokens"):
         if rec.get(key, 1) < 1:
             raise _fail(path, where, key, "must be >= 1")
-    for key in ("breaker_failures", "breaker_grace_s"):
+    for key in ("breaker_failures", "breaker_grace_s", "reasoning_tokens"):
         if rec.get(key, 0) < 0:
             raise _fail(path, where, key, "must be >= 0")
     if rec.get("dtype") is not None and (rec["backend"] != "openai" or rec["dtype"] not in VLLM_DTYPES):

@@ -13,11 +13,14 @@ OpenAI API do (the same `/v1/chat/completions` JSON, `usage`, `finish_reason`, s
   with Retry-After);
 * `<think>...</think>` before the answer for thinking models, and occasional run-away replies cut
   at the token limit (finish_reason "length");
-* planted answer propensities per model (`Profile`): how strongly it follows a rating shown in the
-  report's first sentence (`follow`), how well it reads the fundamentals planted in the factual
-  sentences (`skill`), its bullish tilt and its share of replies without the JSON answer. The
-  answer distribution of every prompt is a pure function (`answer_distribution`), so the rehearsal
-  can compute the herding each model must show and check that stage 04 recovers it.
+* planted answer propensities per model (`Profile`): how strongly it follows the rating a report's
+  text shows (`follow`), how well it reads the fundamentals planted in the factual sentences
+  (`skill`), how much the opinion sentences sway it (`sway`), its bullish tilt and its share of
+  replies without the JSON answer. Which generated report a prompt is, which rating its text shows
+  and whether its opinion sentences are still there come from the generator's own records
+  (`finlib.finbias.synth_planted.PlantedIndex`), never from the project's rating extractor or
+  sentence splitter, so a fake rating written wrongly is answered as what it shows. The rehearsal's
+  truth (`synth_planted.expected_cells`) is the closed form of the same propensities.
 
 BizFinBench items are recognised by their text (the benchmark files in `bizfin.data_dir` when
 present, else the format samples) and answered right with the model's planted accuracy; judge and
@@ -36,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from finlib.core.vocab import RATINGS, Rating
+from finlib.core.vocab import Rating
 from finlib.llm.stub_server import StubServer
 
 RATING_ORDER = (Rating.BEARISH, Rating.NEUTRAL, Rating.BULLISH)
@@ -67,6 +70,7 @@ class Profile:
     thinks: bool = False
     follow: float = 0.5           # P(answer = the rating the report states), when it states one
     skill: float = 1.0            # weight of the fundamentals read from the factual sentences
+    sway: float = 0.5             # weight of the opinion sentences' tone, while they are in the report
     tilt: float = 0.6             # bullish tilt of the model's own view (in SDs)
     unparsed: float = 0.02        # share of replies that state no JSON answer
     runaway: float = 0.01         # share of replies that run on to the token limit
@@ -86,7 +90,7 @@ def default_profile(name: str, model_id: str, context_length: int, thinks: bool,
     """A model's planted propensities, spread by a hash of its name so rows differ (overrides win)."""
     u = lambda k: _u(seed, name, k)  # noqa: E731
     base = dict(follow=round(0.15 + 0.7 * u("follow"), 3), skill=round(0.3 + 1.5 * u("skill"), 3),
-                tilt=round(0.2 + 0.8 * u("tilt"), 3), unparsed=round(0.05 * u("unparsed"), 3),
+                tilt=round(0.2 + 0.8 * u("tilt"), 3), sway=round(0.2 + 0.8 * u("sway"), 3), unparsed=round(0.05 * u("unparsed"), 3),
                 runaway=round(0.03 * u("runaway"), 3), chars_per_token=round(3.4 + 1.0 * u("cpt"), 2),
                 bizfin_accuracy=round(0.3 + 0.6 * u("bizfin"), 3), judge_noise=round(4 + 8 * u("judge"), 2))
     base.update(overrides)
@@ -118,59 +122,28 @@ def fundamentals(text: str) -> float:
     return sum(zs) / len(zs) if zs else 0.0
 
 
-def body_of(text: str) -> str:
-    """The report without its first sentence: the same in original, no_rating and fake_rating, so a
-    model's own view of a report does not depend on which rating (if any) is shown."""
-    from finlib.llm.prompts import first_sentence_end
+def own_view(p: Profile, report_id: str, signal: float, tone: float, opinions: bool) -> Rating:
+    """The model's own rating of a generated report: skill x the planted signal of its factual sentences +
+    tilt + sway x the tone of its opinion sentences while they are in the text, + a normal draw seeded by
+    (model, report, opinions shown), cut at +-VIEW_CUT (finlib.finbias.synth_planted states its closed form)."""
+    from finlib.finbias.synth_planted import VIEW_CUT
 
-    return text[first_sentence_end(text):].strip()
-
-
-_FACTS: dict[bytes, tuple] = {}  # report digest -> what every model reads from it (see `report_facts`)
-_FACTS_MAX = 100_000
+    v = p.skill * signal + p.tilt + (p.sway * tone if opinions else 0.0) + _normal(p.name, "view", report_id, opinions)
+    return Rating.BEARISH if v < -VIEW_CUT else Rating.BULLISH if v > VIEW_CUT else Rating.NEUTRAL
 
 
-def report_facts(text: str) -> tuple:
-    """(shown rating, fundamentals of the body, body length, its first and last 200 characters): what
-    no model changes, read once per report rather than once per model and condition (the sentence
-    split and the extractor were most of a simulated server's time). Keyed by a digest, so the cache
-    does not hold the reports."""
-    from finlib.finbias.perturb import extract_analyst_rating
-
-    digest = hashlib.blake2b(text.encode(), digest_size=16).digest()
-    facts = _FACTS.get(digest)
-    if facts is None:
-        body = body_of(text)
-        facts = (extract_analyst_rating(text), fundamentals(body), len(body), body[:200], body[-200:])
-        if len(_FACTS) >= _FACTS_MAX:
-            _FACTS.clear()
-        _FACTS[digest] = facts
-    return facts
-
-
-def own_view(p: Profile, text: str) -> Rating:
-    """The model's own rating: skill x fundamentals + tilt + noise seeded by (model, report body)."""
-    _, fund, n, head, tail = report_facts(text)
-    v = p.skill * fund + p.tilt + _normal(p.name, "view", n, head, tail)
-    return Rating.BEARISH if v < -0.6 else Rating.BULLISH if v > 0.6 else Rating.NEUTRAL
-
-
-def shown_rating(text: str) -> Rating | None:
-    """The rating the report's first sentence states (stage 02's extractor), None when it states none."""
-    return report_facts(text)[0]
-
-
-def answer_distribution(p: Profile, text: str) -> dict[Rating, float]:
-    """P(answer) over the three ratings for one report: follow the shown rating with probability
-    `follow`, else give the own view. Pure: the rehearsal computes expected herding from it."""
-    shown, own = shown_rating(text), own_view(p, text)
-    out = {r: 0.0 for r in RATINGS}
-    if shown is None:
-        out[own] = 1.0
-        return out
-    out[shown] += p.follow
-    out[own] += 1.0 - p.follow
-    return out
+def pick_answer(p: Profile, text: str, key: str, planted=None) -> tuple[Rating, str]:
+    """(answer, reading kind) for one Fin-Bias prompt: with probability `follow` the rating the text shows
+    (as the generator's records read it: `PlantedIndex.read`, never the project's extractor), else the
+    model's own view. A text no generated report matches gets a view from its numbers alone."""
+    reading = planted.read(text) if planted is not None else None
+    if reading is None or reading.report_id is None:
+        v = p.skill * fundamentals(text) + p.tilt + _normal(p.name, "view", hashlib.blake2b(text.encode()).hexdigest())
+        return (Rating.BEARISH if v < -0.6 else Rating.BULLISH if v > 0.6 else Rating.NEUTRAL), "unknown"
+    if reading.shown is not None and _u(p.name, "follow", key) < p.follow:
+        return reading.shown, reading.kind
+    row = planted.rows[reading.report_id]
+    return own_view(p, reading.report_id, float(row["signal"]), float(row["tone"]), reading.opinions), reading.kind
 
 
 # ---------------------------------------------------------------- replies
@@ -182,16 +155,10 @@ def _filler(n_tokens: int, seed: str) -> str:
     return " ".join(words[(k + 7 * i) % len(words)] for i in range(max(1, n_tokens)))
 
 
-def finbias_reply(p: Profile, text: str, key: str) -> tuple[str, int]:
-    """(reply text, output tokens it would take) for one Fin-Bias prompt; the label is sampled
-    from `answer_distribution` with a draw seeded by (model, prompt)."""
-    dist = answer_distribution(p, text)
-    u, acc, label = _u(p.name, "pick", key), 0.0, RATINGS[-1]
-    for r in RATINGS:
-        acc += dist[r]
-        if u < acc:
-            label = r
-            break
+def finbias_reply(p: Profile, text: str, key: str, planted=None) -> tuple[str, int, str]:
+    """(reply text, output tokens it would take, reading kind) for one Fin-Bias prompt; every draw is
+    seeded by (model, prompt key), so each answer is an independent draw."""
+    label, kind = pick_answer(p, text, key, planted)
     n_reason = 60 + int(120 * _u(p.name, "len", key))
     reason = "The report's figures on " + _filler(n_reason, key)
     if _u(p.name, "unparsed", key) < p.unparsed:
@@ -203,7 +170,7 @@ def finbias_reply(p: Profile, text: str, key: str) -> tuple[str, int]:
     n_out = max(1, len(body) // 4)
     if _u(p.name, "runaway", key) < p.runaway:  # a reply that never stops: cut at the limit
         n_out = 10 ** 9
-    return body, n_out
+    return body, n_out, kind
 
 
 def bizfin_reply(p: Profile, task: str, gold: str, key: str) -> str:
@@ -256,15 +223,17 @@ class Books:
     rate_429: int = 0
     truncated: int = 0
     kinds: dict = field(default_factory=dict)
+    readings: dict = field(default_factory=dict)  # Fin-Bias prompts by what the generator's records read in them
 
 
 class SimulatedServer(StubServer):
     """One model's OpenAI-compatible server (HTTP handling inherited from the stub)."""
 
     def __init__(self, profile: Profile, bizfin_items: dict[str, tuple[str, str]] | None = None,
-                 time_scale: float = 1.0, clock=time.monotonic):
+                 time_scale: float = 1.0, clock=time.monotonic, planted=None):
         super().__init__()
         self.profile = profile
+        self.planted = planted  # finlib.finbias.synth_planted.PlantedIndex of the generated corpus
         self.items = bizfin_items or {}
         self.time_scale = time_scale
         self.books = Books()
@@ -300,7 +269,8 @@ class SimulatedServer(StubServer):
         last = str(messages[-1].get("content", "")) if messages else ""
         report = report_of(messages)
         if report is not None:
-            text, n_out = finbias_reply(self.profile, report, key)
+            text, n_out, reading = finbias_reply(self.profile, report, key, self.planted)
+            self.books.readings[reading] = self.books.readings.get(reading, 0) + 1
             return text, n_out, "finbias"
         if "你是一名严谨的金融内容修订者" in last:
             out = refine_reply(last)
@@ -376,11 +346,11 @@ def bizfin_index(items: dict[str, list]) -> dict[str, tuple[str, str]]:
 
 
 async def start_servers(profiles: Iterable[Profile], bizfin_items: dict[str, tuple[str, str]] | None = None,
-                        time_scale: float = 1.0) -> dict[str, SimulatedServer]:
+                        time_scale: float = 1.0, planted=None) -> dict[str, SimulatedServer]:
     """Start one server per profile on a free 127.0.0.1 port; name -> running server."""
     out = {}
     for p in profiles:
-        s = SimulatedServer(p, bizfin_items, time_scale)
+        s = SimulatedServer(p, bizfin_items, time_scale, planted=planted)
         await s.start(0)
         out[p.name] = s
     return out

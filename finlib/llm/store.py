@@ -178,6 +178,11 @@ class Result:
                 self.error, int(self.attempts), int(self.status == "error"), time.time())
 
 
+class StoreError(sqlite3.OperationalError):
+    """The response store could not be opened or written (a full disk, no permission); the message
+    names the store's file, which SQLite's own errors do not."""
+
+
 _COST = COLUMNS.index("cost_usd")  # position of the cost in `Result.row()`
 ANSWERED_CHUNK = 900  # keys per resume-check query (under SQLite's oldest bound-parameter limit, 999)
 
@@ -187,7 +192,22 @@ class ResponseStore:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        new = not self.path.exists()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._open()
+        except (sqlite3.Error, OSError) as exc:  # e.g. a full disk: say which store, leave no empty file
+            if new:
+                for leftover in (self.path, *(self.path.with_name(self.path.name + s) for s in ("-wal", "-shm"))):
+                    leftover.unlink(missing_ok=True)
+            raise StoreError(f"cannot open the response store {self.path}: {exc}"
+                             + (" (the new, empty store file was removed)" if new else "")) from exc
+        self._claims_conn: sqlite3.Connection | None = None  # claims: own connection, any thread, one at a time
+        self._claims_lock = threading.Lock()
+        self._spend_seen: dict[float, tuple[int, float]] = {}  # since -> (last spend id counted, USD up to it)
+
+    def _open(self) -> None:
+        """Connect and create the tables (an existing store: add the columns it lacks)."""
         self.conn = connect_wal(self.path, timeout=60, isolation_level=None, check_same_thread=False)
         self.conn.execute("PRAGMA synchronous=FULL")
         self.conn.execute(SCHEMA)
@@ -198,9 +218,6 @@ class ResponseStore:
         self.conn.execute(CLAIMS_SCHEMA)
         self.conn.execute(SPEND_SCHEMA)
         self.conn.execute("CREATE INDEX IF NOT EXISTS responses_updated ON responses (updated_at)")
-        self._claims_conn: sqlite3.Connection | None = None  # claims: own connection, any thread, one at a time
-        self._claims_lock = threading.Lock()
-        self._spend_seen: dict[float, tuple[int, float]] = {}  # since -> (last spend id counted, USD up to it)
 
     def _claims(self) -> sqlite3.Connection:
         """The claims connection (synchronous=NORMAL: a claim lost in a power cut only means a lease
@@ -288,11 +305,15 @@ class ResponseStore:
         rows = [r.row() for r in results]
         if not rows:
             return 0
-        with self.conn:  # BEGIN ... COMMIT
-            self.conn.execute("BEGIN IMMEDIATE")
-            self.conn.executemany(UPSERT, rows)
-            self.conn.executemany("INSERT INTO spend (at, usd) VALUES (?, ?)",
-                                  [(row[-1], row[_COST]) for row in rows if row[_COST] > 0])  # updated_at last
+        try:
+            with self.conn:  # BEGIN ... COMMIT
+                self.conn.execute("BEGIN IMMEDIATE")
+                self.conn.executemany(UPSERT, rows)
+                self.conn.executemany("INSERT INTO spend (at, usd) VALUES (?, ?)",
+                                      [(row[-1], row[_COST]) for row in rows if row[_COST] > 0])  # updated_at last
+        except sqlite3.OperationalError as exc:  # "database or disk is full" names no file: this one does
+            raise StoreError(f"cannot write to the response store {self.path}: {exc} ({len(rows)} result(s) of "
+                             "this group not stored; the store holds every earlier group)") from exc
         return len(rows)
 
     def _select(self, keys: list[str], where: str = "") -> dict[str, dict]:

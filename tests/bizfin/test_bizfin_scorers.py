@@ -1,5 +1,6 @@
-"""BizFinBench accuracy scorers: hand-made cases for the published rules and ours, including the
-official rules' edge cases (absolute tolerance, date strings, partial AEA credit, NER recall)."""
+"""BizFinBench accuracy scorers: hand-made cases for our tolerant reading and, beside it, the official
+column (the rules of the code released with the paper; held reply by reply to the authors' scripts in
+test_bizfin_official_differential.py): absolute tolerance, strict JSON, no <think> stripping, NER recall."""
 from __future__ import annotations
 
 import json
@@ -7,9 +8,9 @@ import math
 
 import pytest
 
-from finlib.bizfin.scorers import (ACCURACY_SCORERS, answers_match, official_fnc, official_ftr, official_unscorable,
-                                   parse_date, parse_number, parse_quantity, question_unit, score_aea, score_er,
-                                   score_fnc, score_fner, score_ftr, score_sp)
+from finlib.bizfin.scorers import (ACCURACY_SCORERS, answers_match, official_unscorable, parse_date, parse_number,
+                                   parse_quantity, question_unit, score_aea, score_er, score_fnc, score_fner,
+                                   score_ftr, score_sp)
 
 
 def js(**kw) -> str:
@@ -55,13 +56,43 @@ def test_answers_match_rules():
 
 def test_units_converted_to_the_unit_the_question_asks_for():
     assert question_unit("……请计算净利润（单位：亿元），保留4位小数") == "亿"
-    assert question_unit("答案单位为元") == "" and question_unit("没有单位说明的问题") is None
+    assert question_unit("答案单位为元") == "元" and question_unit("没有单位说明的问题") is None
     assert answers_match("14.8065", "14.8065亿元", unit="亿")
     assert answers_match("14.8065", "148065万元", unit="亿")
     assert not answers_match("14.8065", "14.8065万元", unit="亿")   # 10,000 times too small
     assert not answers_match("14.8065", "14.8065万元")              # gold's unit unknown: not comparable
     assert answers_match("12.5", "0.125", unit=None) is False
     assert answers_match("12.5", "12.5%", unit="%")
+
+
+# ------------------------------------------------------------------ units, both directions
+# (question's unit, gold in that unit, answers that must match, answers that must not)
+UNIT_CASES = {
+    "元": ("（单位：元）", "1480650000", ["1480650000", "1480650000元", "148065万", "14.8065亿元"], ["14.8065", "148065"]),
+    "万": ("（单位：万）", "148065", ["148065", "148065万", "14.8065亿", "1480650000元"], ["1480650000", "14.8065"]),
+    "亿": ("（单位：亿）", "14.8065", ["14.8065", "14.8065亿", "148065万", "1480650000元"], ["1480650000", "148065"]),
+    "万元": ("（单位：万元）", "148065", ["148065", "148065万元", "14.8065亿元"], ["1480650000", "148065亿元"]),
+    "亿元": ("（单位：亿元）", "14.8065", ["14.8065", "14.8065亿元", "148065万元", "1480650000元"],
+           ["1480650000", "14.8065万元"]),
+    "%": ("（单位：%）", "12.5", ["12.5", "12.5%"], ["0.125", "1250"]),
+    "bare": ("请计算比率。", "12.5", ["12.5", "12.50"], ["12.5%", "12.5万", "0.125"]),
+}
+
+
+@pytest.mark.parametrize("unit", sorted(UNIT_CASES))
+@pytest.mark.parametrize("scorer", [score_fnc, score_ftr])
+def test_units_right_in_both_directions(unit, scorer):
+    question, gold, right, wrong = UNIT_CASES[unit]
+    for answer in right:
+        assert scorer(gold, js(cot="x", answer=answer), question).ours == 1.0, (unit, answer)
+    for answer in wrong:
+        assert scorer(gold, js(cot="x", answer=answer), question).ours == 0.0, (unit, answer)
+
+
+def test_a_bare_answer_in_the_questions_unit_is_right_and_a_base_unit_number_wrong():
+    q = "净利润是多少？（单位：亿元）"
+    assert score_fnc("14.8065", js(answer="14.8065"), q).ours == 1.0
+    assert score_fnc("14.8065", js(answer="1480650000"), q).ours == 0.0
 
 
 # ------------------------------------------------------------------ FNC
@@ -75,14 +106,12 @@ def test_fnc_official_absolute_tolerance_vs_ours():
 def test_fnc_official_dates_are_strings():
     s = score_fnc("2024年10月02日", js(cot="x", answer="2024年10月2日"))
     assert s.official == 0.0 and s.ours == 1.0
-    assert official_fnc("2024年10月02日", js(cot="x", answer="2024年10月02日")) == 1.0
+    assert score_fnc("2024年10月02日", js(cot="x", answer="2024年10月02日")).official == 1.0
 
 
 def test_fnc_official_regex_fallback_and_units():
-    # not valid JSON as a whole (text around it): the official regex reads the bare value
-    assert official_fnc("4.5", 'Sure: {"cot": "1.2+2.5+0.8", "answer": 4.5}') == 1.0
-    # a unit inside the string: the official float() fails, string compare fails; ours converts the
-    # unit to the one the question asks for, and refuses it when the question states none
+    # not valid JSON as a whole (text around it): the published regex reads the first "answer": token
+    assert score_fnc("4.5", 'Sure: {"cot": "1.2+2.5+0.8", "answer": 4.5}').official == 1.0
     s = score_fnc("4.5", js(cot="x", answer="4.5亿元"), question="营业收入是多少？（单位：亿元）")
     assert s.official == 0.0 and s.ours == 1.0
     assert score_fnc("4.5", js(cot="x", answer="4.5亿元")).ours == 0.0
@@ -93,69 +122,74 @@ def test_fnc_unparsed_is_zero_and_flagged():
     assert s.official == 0.0 and s.ours == 0.0 and not s.parsed and s.note
 
 
-def test_fnc_think_block_stripped_for_ours():
+def test_fnc_think_block_stripped_for_ours_only():
     s = score_fnc("4.5", '<think>{"answer": 9}</think>{"cot": "x", "answer": 4.5}')
     assert s.ours == 1.0 and s.answer == "4.5"
+    assert s.official == 0.0          # the published regex reads the first "answer": the draft inside <think>
+
+
+def test_fnc_official_reads_a_multi_line_reply_with_control_characters_removed():
+    assert score_fnc("14.8065", '{"cot": "第一步\n第二步", "answer": 14.8065}').official == 1.0
 
 
 # ------------------------------------------------------------------ FTR
-def test_ftr_official_date_forms():
-    assert official_ftr("2024年10月8日", '{"cot": "x", "answer": "2024-10-08"}') == 1.0
-    assert official_ftr("2024年10月8日", '{"cot": "x", "answer": "2024年10月08日"}') == 1.0
-    assert official_ftr("是", '{"answer": true}') == 1.0
-    assert official_ftr("12.5", '{"answer": 12.50}') == 1.0
+def test_ftr_official_date_forms_and_no_boolean_mapping():
+    assert score_ftr("2024年10月8日", '{"cot": "x", "answer": "2024-10-08"}').official == 1.0
+    assert score_ftr("2024年10月8日", '{"cot": "x", "answer": "2024年10月08日"}').official == 1.0
+    s = score_ftr("是", '{"answer": true}')
+    assert s.official == 0.0 and s.ours == 1.0        # published: str(True) != "是"
+    assert score_ftr("12.5", '{"answer": 12.50}').official == 1.0   # str(12.5) == "12.5"
 
 
-def test_ftr_official_regex_misses_space_before_colon_and_text_answers():
-    s = score_ftr("2024年10月8日", '{"cot": "x", "answer" : "2024年10月8日"}')
-    assert s.official == 0.0 and s.ours == 1.0
+def test_ftr_official_needs_strict_json_ours_reads_a_multi_line_cot():
+    s = score_ftr("2024年10月8日", '{"cot": "国庆\n之后", "answer": "2024年10月8日"}')
+    assert s.official == 0.0 and s.ours == 1.0        # a raw line break inside a string: strict JSON fails
     s = score_ftr("每年一次", js(cot="x", answer="每年一次"))
-    assert s.official == 0.0 and s.ours == 1.0
-    assert official_unscorable("FTR", "每年一次") and official_unscorable("FTR", "2024年1月4日") is None
+    assert s.official == 1.0 and s.ours == 1.0
+    assert official_unscorable("FTR", "每年一次") is None
 
 
-def test_ftr_official_uses_last_match():
-    assert official_ftr("2024年1月4日", '"answer": "2024年1月3日" ... {"answer": "2024年1月4日"}') == 1.0
+def test_ftr_official_takes_the_first_parsable_candidate():
+    s = score_ftr("2024年1月4日", '```json\n{"answer": "2024年1月3日"}\n```\n{"answer": "2024年1月4日"}')
+    assert s.official == 0.0
 
 
 # ------------------------------------------------------------------ AEA
-def test_aea_exact_partial_and_duplicates():
+def test_aea_exact_only_and_int_truncation():
     exact = score_aea("1,3", js(cot="x", 相关新闻序号=[3, 1]))
     assert exact.official == 1.0 and exact.ours == 1.0
     part = score_aea("1,3", js(cot="x", 相关新闻序号=[1]))
-    assert part.official == 0.5 and part.ours == 0.0
-    dup = score_aea("1,3", js(cot="x", 相关新闻序号=[1, 1]))
-    assert dup.official == 1.0 and dup.ours == 0.0             # official counts duplicates as partial credit
-    over = score_aea("1,3", js(cot="x", 相关新闻序号=[1, 3, 3]))
-    assert over.official == 1.5 and "> 1" in over.note and over.ours == 1.0  # official above 1: kept, flagged
-    assert over.first_release == 0.0
-    wrong = score_aea("1,3", js(cot="x", 相关新闻序号=[1, 2]))
-    assert wrong.official == 0.0 and wrong.ours == 0.0
+    assert part.official == 0.0 and part.ours == 0.0       # no partial credit in the published script
+    dup = score_aea("1,3", js(cot="x", 相关新闻序号=[1, 3, 3]))
+    assert dup.official == 0.0 and dup.ours == 1.0          # sorted lists differ; ours compares sets
+    assert score_aea("1,3", js(相关新闻序号=[1.9, 3])).official == 1.0   # int(1.9) == 1
     string_ids = score_aea("2", js(相关新闻序号=["2"]))
     assert string_ids.official == 1.0 and string_ids.ours == 1.0
 
 
-def test_aea_other_published_keys_and_unparsed():
-    assert score_aea("2", js(相关内容序号=[2])).official == 1.0
+def test_aea_other_keys_ours_only_and_unparsed():
+    assert score_aea("2", js(相关内容序号=[2])).official == 0.0
     assert score_aea("2", js(**{"Relevant Content Numbers": [2]})).ours == 1.0
     s = score_aea("2", "news 2 is relevant")
     assert s.official == 0.0 and not s.parsed
 
 
 # ------------------------------------------------------------------ ER, SP
-def test_er_set_equality_and_bare_list():
+def test_er_set_equality_and_unreadable_scored_one_officially():
     assert score_er('["焦虑", "后悔"]', js(cot="x", result=["后悔", "焦虑"])).official == 1.0
     assert score_er('["焦虑", "后悔"]', js(cot="x", result=["焦虑"])).official == 0.0
     assert score_er('["兴奋"]', '```json\n["兴奋"]\n```').ours == 1.0
-    s = score_er('["兴奋"]', js(result=[{"a": 1}]))
-    assert s.official == 0.0 and not s.parsed
+    s = score_er('["兴奋"]', "我觉得是兴奋")
+    assert s.official == 1.0 and s.ours == 0.0 and not s.parsed   # the published script scores an error 1
 
 
-def test_sp_label():
+def test_sp_label_and_a_fenced_list_the_published_script_raises_on():
     assert score_sp("上涨", js(cot="x", 涨跌情况="上涨")).official == 1.0
     assert score_sp("上涨", js(cot="x", 涨跌情况="下跌")).official == 0.0
     s = score_sp("上涨", js(cot="x", answer="上涨"))
     assert s.official == 0.0 and not s.parsed
+    raised = score_sp("上涨", '```json\n["上涨"]\n```')
+    assert math.isnan(raised.official) and "raises" in raised.note
 
 
 # ------------------------------------------------------------------ FNER
@@ -199,7 +233,7 @@ def test_fner_empty_gold_and_unparsed():
     assert s.official == 0.0 and s.ours == 0.0 and not s.parsed and not math.isnan(s.ours)
 
 
-# ------------------------------------------------------------------ line breaks, <think>, first release
+# ------------------------------------------------------------------ line breaks, <think>, whole replies
 MULTILINE = {
     "FNC": ("14.8065", '{"cot": "第一步：营收 100\n第二步：除以 6.754", "answer": 14.8065}'),
     "FTR": ("2024年10月8日", '{"cot": "国庆假期\n之后第一个交易日", "answer": "2024年10月8日"}'),
@@ -212,24 +246,25 @@ MULTILINE = {
 
 
 @pytest.mark.parametrize("task", sorted(MULTILINE))
-def test_multiline_cot_scores_like_its_one_line_form(task):
+def test_multiline_cot_scores_like_its_one_line_form_under_ours(task):
     gold, multi = MULTILINE[task]
     one_line = multi.replace("\n", " ")
     a, b = ACCURACY_SCORERS[task](gold, multi), ACCURACY_SCORERS[task](gold, one_line)
-    assert (a.official, a.ours, a.parsed) == (b.official, b.ours, b.parsed) == (1.0, 1.0, True)
+    assert (a.ours, a.parsed) == (b.ours, b.parsed) == (1.0, True)
+    assert b.official == 1.0
 
 
 @pytest.mark.parametrize("task", sorted(MULTILINE))
-def test_think_block_is_removed_for_every_official_rule(task):
+def test_think_block_is_removed_for_ours(task):
     gold, answer = MULTILINE[task]
     decoy = '<think>{"answer": 9, "相关新闻序号": [2], "result": ["后悔"], "涨跌情况": "下跌", "results": []}</think>'
     s = ACCURACY_SCORERS[task](gold, decoy + answer.replace("\n", " "))
-    assert (s.official, s.ours) == (1.0, 1.0)
+    assert s.ours == 1.0
 
 
-def test_first_release_rules_kept_beside_the_official_ones():
-    unread = score_er('["兴奋"]', "我觉得是兴奋")
-    assert unread.official == 0.0 and unread.first_release == 1.0     # the first release scored it 1
-    s = score_ftr("是", '{"answer": true}')
-    assert s.official == 1.0 and s.first_release == 0.0               # first release: no true -> 是
-    assert math.isnan(score_sp("上涨", js(涨跌情况="上涨")).first_release)  # same rule: no separate value
+@pytest.mark.parametrize("task", sorted(MULTILINE))
+def test_replies_are_read_whole(task):
+    """A 30,000-character reasoning before the answer: ours still finds it (no length cut)."""
+    gold, answer = MULTILINE[task]
+    s = ACCURACY_SCORERS[task](gold, "分析。" * 10_000 + answer.replace("\n", " "))
+    assert s.ours == 1.0 and s.parsed

@@ -4,6 +4,7 @@ with the paper's rows, Table 6 with a named counter, a rerun answered from the s
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -52,10 +53,14 @@ def test_stage_on_format_samples_with_stub(bizfin_run):
         assert len(items) == 2 * len(TASK_ORDER) and set(items["task"]) == set(TASK_ORDER)
         assert (items["status"] == "ok").all()
         judged = items[items["kind"] == "judge"]
-        # the stub answers {"answer": "bullish"} to the judge too: not a score -> invalid, NaN, never 0
-        assert (judged["judge_status"] == "invalid").all() and judged["official"].isna().all()
+        # the stub answers {"answer": "bullish"} to the judge too: not a score -> invalid. Ours: NaN, outside N;
+        # official: the published N rule (FDD, FTU: 0 inside N; FQA: outside N)
+        assert (judged["judge_status"] == "invalid").all() and judged["ours"].isna().all()
+        assert (judged[judged["task"] != "FQA"]["official"] == 0).all()
+        assert judged[judged["task"] == "FQA"]["official"].isna().all()
         acc = items[items["kind"] == "accuracy"]
-        assert acc["official"].notna().all() and (acc["official"] == 0).all()
+        assert acc["official"].notna().all() and (acc[acc["task"] != "ER"]["official"] == 0).all()
+        assert (acc[acc["task"] == "ER"]["official"] == 1).all()   # the published ER rule scores an unreadable reply 1
         assert run.report["judge"] == "stub" and run.report["tasks_from_format_samples"] == list(TASK_ORDER)
         assert run.report["judge_status"] == {"invalid": 6}
 
@@ -67,11 +72,14 @@ def test_stage_on_format_samples_with_stub(bizfin_run):
         fqa = long[(long["task"] == "FQA") & (long["rule"] == "official")].iloc[0]
         assert fqa["n_scored"] == 0 and fqa["judge_invalid"] == 2 and math.isnan(fqa["score"])
         avg = long[(long["task"] == "Average") & (long["rule"] == "official")].iloc[0]
-        assert avg["score"] == 0.0
+        assert math.isnan(avg["score"]) and avg["missing_tasks"] == "FQA"   # never a mean over eight tasks
+        assert run.report["answer_status"] == {"answered": 18, "not_answered": 0}
         t6 = tables["table6"]
         assert list(t6["task"]) == list(TASK_ORDER) and (t6["count"] == 2).all()
         csv = (cfg.tables_dir / "bizfin_table3.csv").read_text(encoding="utf-8")
         assert csv.startswith("# ") and "vanilla LLM-as-judge stub" in csv and "format sample" in csv
+        assert "rules of HiThink-Research/BizFinBench commit 6d2a4a6, re-implemented" in csv
+        assert "— (no score for FQA)" in csv
         assert cfg.is_synthetic and "synthetic market" not in csv      # BizFinBench never uses the Fin-Bias market
         assert (cfg.processed_dir / "bizfin_items.parquet").is_file()
 
@@ -108,37 +116,59 @@ def test_plan_counts_requests_and_worst_case_cost(bizfin_run, repo_root):
 
     cfg = bizfin_run
     cfg.params["inference"]["registry"] = str(repo_root / "params" / "models.yaml")
-    cfg.params["bizfin"].update({"models": ["gpt-4o"], "judge": "gpt-4o", "real_items_per_task": None,
+    cfg.params["bizfin"].update({"models": ["gpt-4o", "o3"], "judge": "gpt-4o", "real_items_per_task": None,
                                  "max_new_tokens": 1024, "judge_max_new_tokens": 256})
-    plan = build_plan(cfg).set_index("role")
-    assert plan.loc["answers", "requests"] == 6783          # Table 2's counts (FNER 435)
-    assert plan.loc["judge", "requests"] == 641 + 990 + 1461
-    spec = load_registry(repo_root / "params" / "models.yaml")["gpt-4o"]
-    a = plan.loc["answers"]
-    assert a["usd_worst_case"] == pytest.approx(spec.cost(a["input_tokens"], 6783 * 1024), rel=1e-6)
+    cfg.params["bizfin"]["iterajudge"].update({"refiner": "gpt-4o", "judges": ["gpt-4o"], "max_items_per_task": None,
+                                               "tasks": ["FDD", "FTU"], "calibration_tasks": ["FDD", "FTU"],
+                                               "calibration_questions": None, "calibration_answers": None})
+    plan = build_plan(cfg)
+    answers = plan[plan["role"] == "answers"].set_index("model")
+    assert (answers["requests"] == 6783).all()          # Table 2's counts (FNER 435)
+    assert plan.set_index("role").loc["judge", "requests"] == 2 * (641 + 990 + 1461)
+    registry = load_registry(repo_root / "params" / "models.yaml")
+    a = answers.loc["gpt-4o"]
+    assert a["usd_worst_case"] == pytest.approx(registry["gpt-4o"].cost(a["input_tokens"], 6783 * 1024), rel=1e-6)
+    o3 = answers.loc["o3"]                               # o3's hidden reasoning is billed: priced at its budget
+    assert o3["output_tokens_cap"] == 6783 * (1024 + registry["o3"].reasoning_tokens) > 6783 * 1024
+    stage08 = plan[plan["role"].str.startswith("stage 08")]
+    refine = stage08[stage08["role"] == "stage 08 refine (stage 07 answers)"].iloc[0]
+    assert refine["requests"] == 2 * (1461 * 2 + 641 * 3)   # one refinement per rubric dimension per answer
+    assert stage08["usd_worst_case"].sum() > 0
 
 
-def test_average_is_plain_mean_of_tasks_and_skips_unscored():
+def _rows(task: str, official: float, ours: float, n: int = 1, **kw) -> list[dict]:
+    return [{"model": "m", "task": task, "source": "benchmark", "parsed": True, "judge_status": None,
+             "official": official, "ours": ours, "status": "ok", **kw} for _ in range(n)]
+
+
+def test_average_is_the_plain_mean_of_all_nine_tasks():
     from finlib.bizfin.results import task_scores
 
-    rows = []
-    for _ in range(4):
-        rows.append({"model": "m", "task": "FNC", "source": "benchmark", "parsed": True, "judge_status": None,
-                     "official": 1.0, "ours": 1.0, "status": "ok"})
-    rows.append({"model": "m", "task": "FTR", "source": "benchmark", "parsed": True, "judge_status": None,
-                 "official": 0.0, "ours": 1.0, "status": "ok"})
-    rows.append({"model": "m", "task": "FTR", "source": "benchmark", "parsed": False, "judge_status": None,
-                 "official": float("nan"), "ours": float("nan"), "status": "error"})   # not answered
-    rows.append({"model": "m", "task": "FQA", "source": "benchmark", "parsed": False, "judge_status": "invalid",
-                 "official": float("nan"), "ours": float("nan"), "status": "ok"})
+    rows = _rows("FNC", 1.0, 1.0, 4) + _rows("FTR", 0.0, 1.0)
+    rows += _rows("FTR", float("nan"), float("nan"), parsed=False, status="error")          # not answered
+    rows += [r for t in TASK_ORDER if t not in ("FNC", "FTR") for r in _rows(t, 0.5, 1.0)]
     long = task_scores(pd.DataFrame(rows), reps=200, seed=1).set_index(["rule", "task"])
-    assert long.loc[("official", "Average"), "score"] == pytest.approx(50.0)   # (100 + 0) / 2, not 4/5 pooled
+    want = (100 + 0 + 7 * 50) / 9                   # a mean of task means, not of the 12 items pooled
+    assert long.loc[("official", "Average"), "score"] == pytest.approx(want)
     assert long.loc[("ours", "Average"), "score"] == pytest.approx(100.0)
-    assert long.loc[("official", "FQA"), "judge_invalid"] == 1 and long.loc[("official", "FQA"), "n_scored"] == 0
     ftr = long.loc[("official", "FTR")]
     assert (ftr["n_items"], ftr["not_answered"], ftr["n_scored"], ftr["parse_rate"]) == (2, 1, 1, 1.0)
     lo, hi = long.loc[("official", "Average"), ["ci_low", "ci_high"]]
-    assert lo <= 50.0 <= hi
+    assert lo <= want <= hi
+
+
+def test_average_is_a_dash_naming_the_missing_tasks():
+    """A task without any score (absent, or every verdict unreadable) makes the Average "—", never an
+    eight-task mean."""
+    from finlib.bizfin.results import missing_average_note, task_scores
+
+    rows = [r for t in TASK_ORDER if t not in ("FQA", "SP") for r in _rows(t, 1.0, 1.0)]
+    rows += _rows("FQA", float("nan"), float("nan"), parsed=False, judge_status="invalid")
+    long = task_scores(pd.DataFrame(rows), reps=50, seed=1)
+    avg = long[(long["task"] == "Average") & (long["rule"] == "official")].iloc[0]
+    assert math.isnan(avg["score"]) and avg["missing_tasks"] == "FQA, SP"
+    assert long.loc[(long["task"] == "FQA") & (long["rule"] == "official"), "judge_invalid"].iat[0] == 1
+    assert "— (no score for FQA, SP)" in missing_average_note(long)
 
 
 def test_score_model_with_scripted_judge():
@@ -197,11 +227,98 @@ def test_error_share_gate_fails_the_stage_with_one_line():
     assert counts["answers"] == 1 and counts["of"] == 4 and "401" in counts["top_error"]
 
 
-def test_rule_revision_is_pinned_and_named(bizfin_run):
-    from finlib.bizfin.scorers import OFFICIAL_RULES_COMMIT
+REFERENCE = (Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "bizfinbench-eval").resolve()
+
+
+def test_official_code_dir_must_be_a_checkout(bizfin_run, tmp_path):
+    cfg = bizfin_run
+    cfg.params["bizfin"]["official_code_dir"] = str(tmp_path)
+    with pytest.raises(ConfigError, match="official_code_dir.*not a checkout"):
+        stage.bizfin_params(cfg)
+
+
+def test_official_column_from_the_authors_scripts_when_a_checkout_is_named(bizfin_run, monkeypatch):
+    """With official_code_dir, the official scores are the scripts' (a fault planted in the re-implementation
+    does not reach them) and the caption names the checkout's commit."""
+    if not (REFERENCE / "benchmark_code").is_dir():
+        pytest.skip(f"the published evaluation code is absent ({REFERENCE})")
+    from finlib.bizfin import official
 
     cfg = bizfin_run
-    assert stage.bizfin_params(cfg)["official_rules_commit"] == OFFICIAL_RULES_COMMIT
-    cfg.params["bizfin"]["official_rules_commit"] = "d355b5f8aac502e0d5e8085a72f94f758720b9b7"
-    with pytest.raises(ConfigError, match="only revision implemented"):
-        stage.bizfin_params(cfg)
+    monkeypatch.setattr(official, "RULE_SCORERS", {t: (lambda g, r: 0.77) for t in official.RULE_SCORERS})
+    monkeypatch.setattr(stage, "VERDICT_READERS", {t: (lambda v: 0.77) for t in official.VERDICT_READERS})
+    with ThreadedStub() as stub:
+        _configure(cfg, stub.base_url)
+        cfg.params["bizfin"]["official_code_dir"] = str(REFERENCE)
+        run = stage.run_stage(cfg)
+    acc = run.items[run.items["kind"] == "accuracy"]
+    assert not (acc["official"] == 0.77).any() and acc["official"].notna().any()
+    er = acc[acc["task"] == "ER"]
+    assert (er["official"] == 1.0).all()          # the script scores an unreadable ER answer 1
+    judged = run.items[run.items["kind"] == "judge"]    # the stub's verdicts are unreadable: the scripts' N rules
+    assert (judged[judged["task"] != "FQA"]["official"] == 0).all() and judged[judged["task"] == "FQA"]["official"].isna().all()
+    assert "run verbatim from a checkout at commit 6d2a4a6" in run.report["official_rules"]
+    assert "published prompt files" in run.report["rubric_source"]
+    tables = stage.make_tables(cfg, run, count_tokens=lambda texts: [len(t) for t in texts], tokenizer_name="chars")
+    assert "commit 6d2a4a6" in (cfg.tables_dir / "bizfin_table3.csv").read_text(encoding="utf-8")
+    assert len(tables["table3_long"])
+
+
+def test_a_dead_endpoint_stops_only_its_own_model(bizfin_run, monkeypatch):
+    """Three models, one with a wrong key: the other two are answered and scored, the artifacts are
+    written, the stage fails naming the dead model."""
+    cfg = bizfin_run
+    monkeypatch.setenv("BIZFIN_GOOD_KEY", "sk-good-key-123456")
+    monkeypatch.setenv("BIZFIN_BAD_KEY", "sk-wrong-key-654321")
+    with ThreadedStub(require_key="sk-good-key-123456") as stub:
+        records = [api_record(n, stub.base_url, env, price_input_per_m=0.0, price_output_per_m=0.0,
+                              breaker_failures=2)
+                   for n, env in (("good-a", "BIZFIN_GOOD_KEY"), ("dead", "BIZFIN_BAD_KEY"),
+                                  ("good-b", "BIZFIN_GOOD_KEY"))]
+        (cfg.root / "params" / "models3.yaml").write_text(yaml.safe_dump({"models": records}))
+        cfg.params["inference"]["registry"] = "params/models3.yaml"
+        cfg.params["bizfin"].update({"models": ["good-a", "dead", "good-b"], "judge": "good-a",
+                                     "source": "format_sample", "sample_items_per_task": 1})
+        with pytest.raises(stage.CallsFailed, match="'dead'") as err:
+            stage.run_stage(cfg)
+    assert "good-a" not in str(err.value) and "good-b" not in str(err.value)
+    items = pd.read_parquet(cfg.processed_dir / "bizfin_items.parquet")
+    by_model = items.groupby("model")["status"].agg(lambda s: set(s))
+    assert by_model["good-a"] == {"ok"} and by_model["good-b"] == {"ok"} and by_model["dead"] == {"error"}
+    import json
+    report = json.loads((cfg.processed_dir / "bizfin_report.json").read_text(encoding="utf-8"))
+    assert report["answer_status"] == {"answered": 18, "not_answered": 9} and list(report["dead_models"]) == ["dead"]
+
+
+def test_o_series_requests_carry_no_temperature(repo_root):
+    from finlib.llm.engine import ChatItem, chat_requests
+    from finlib.llm.openai_backend import request_kwargs
+    from finlib.llm.registry import load_registry
+
+    registry = load_registry(repo_root / "params" / "models.yaml")
+    for name in ("o3", "o4-mini"):
+        spec = registry[name]
+        req = chat_requests(spec, [ChatItem("a", [{"role": "user", "content": "q"}], "v")], 1024,
+                            {**spec.sampling, "temperature": 0.0})[0]
+        kw = request_kwargs(spec, req)
+        assert "temperature" not in kw and "top_p" not in kw and kw["max_completion_tokens"] == 1024
+        assert stage.max_new_tokens_for(spec, {"max_new_tokens": 1024}) >= 1024 + 8192   # reasoning covered
+    gpt4o = registry["gpt-4o"]
+    req = chat_requests(gpt4o, [ChatItem("a", [{"role": "user", "content": "q"}], "v")], 64, {**gpt4o.sampling,
+                                                                                            "temperature": 0.0})[0]
+    assert request_kwargs(gpt4o, req)["temperature"] == 0.0          # the check can fail: others keep theirs
+
+
+def test_a_reply_cut_inside_think_is_counted_per_model_and_noted():
+    from finlib.bizfin.data import load_format_samples
+    from finlib.bizfin.results import cut_in_think_note
+
+    asked = {"FNC": load_format_samples(["FNC"])["FNC"][:2]}
+    ids = [it.id for it in asked["FNC"]]
+    answers = pd.DataFrame({"id": ids, "status": ["ok", "ok"], "raw_text": ["<think>先算营收，再", '{"answer": 1}'],
+                            "error": [None, None], "input_tokens": 1, "output_tokens": 1, "cost_usd": 0.0,
+                            "cached": False})
+    items = pd.DataFrame(stage.score_model("qwq", asked, answers, None, (0, 100)), columns=stage.ITEM_COLUMNS)
+    assert stage.cut_in_think_counts(items) == {"qwq": 1}
+    assert items["note"].str.contains("cut inside <think>").sum() == 1
+    assert "qwq 1" in cut_in_think_note({"cut_in_think": stage.cut_in_think_counts(items)})

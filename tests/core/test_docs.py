@@ -206,3 +206,26 @@ def test_a_figure_that_differs_from_its_file_is_caught(tmp_path, monkeypatch):
                     "9 min<!-- measured: benchmarks/results/x.json#a.missing --> "
                     "5 s<!-- measured: runs/default/manifest.json#x -->\n")
     assert [b.split(":")[0] for b in measured_mismatches(page)] == ["413", "9", "5"]
+
+
+# Phrases that narrate how a number was obtained on a busy machine, or what used to be, instead of
+# saying what the project is: the docs describe the project as it is now.
+NARRATION = re.compile(r"\b(?:used to (?!\w+ (?:the|a)\b)|fixed on the way|other jobs|beside a (?:test|\.ci)|"
+                       r"shared machine|heavy load|earlier measured|the earlier default|for the record)",
+                       re.IGNORECASE)
+
+
+def narration(text: str) -> list[str]:
+    return [m.group(0) for m in NARRATION.finditer(text)]
+
+
+@pytest.mark.parametrize("path", [*doc_files(), *sorted((ROOT / "params").glob("*.yaml"))],
+                         ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_docs_narrate_no_history_or_machine_load(path: Path):
+    assert narration(path.read_text(encoding="utf-8")) == []
+
+
+def test_narration_is_caught():
+    assert narration("Fixed on the way: it used to be stored; measured while other jobs shared it "
+                     "(the earlier default).") == ["Fixed on the way", "used to ", "other jobs", "the earlier default"]
+    assert narration("a key used to sign the request; the runner writes what each stage used") == []

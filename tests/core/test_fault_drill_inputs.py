@@ -80,16 +80,9 @@ def test_short_runs_of_key_characters_are_ordinary_text():
     ("unknown model name", "inference: {models: [gpt-5.1-typo]}", r"unknown model name\(s\) inference\.models: "
                                                                    r"'gpt-5\.1-typo'"),
     ("misspelled nested inference key", "inference: {max_eror_share: 0.5}", r"unknown key 'inference\.max_eror_share'"),
-    ("typo in bizfin.models", "bizfin: {models: [qwen2.5-coder-0.5c]}", r"bizfin\.models: 'qwen2\.5-coder-0\.5c'"),
-    ("typo in bizfin.judge", "bizfin: {judge: gpt-4o-typo}", r"bizfin\.judge: 'gpt-4o-typo'"),
-    ("typo in the IteraJudge judges", "bizfin: {iterajudge: {judges: [gpt-4o, deepseek-v9]}}",
-     r"bizfin\.iterajudge\.judges: 'deepseek-v9'"),
-    ("typo in dpo.models", "dpo: {models: [smollm2-135n]}", r"dpo\.models: 'smollm2-135n'"),
-    ("typo in the DPO teacher", "dpo: {teacher: gpt-4.1-typo}", r"dpo\.teacher: 'gpt-4\.1-typo'"),
-    ("typo in the case-study model", "figures: {case_model: smollm2-135n}", r"figures\.case_model: 'smollm2-135n'"),
 ])
 def test_bad_params_fail_at_load_time_before_any_stage(scenario, override, expect, tmp_path, repo_root):
-    """Drill: bad params values, model names (every key naming a model or judge) and nested keys fail when the run is loaded (before stage 00)."""
+    """Drill: bad params values, model names and nested keys fail when the run is loaded (before stage 00)."""
     from finlib.core.config import ConfigError, load_run
 
     root = tmp_path / "repo"
@@ -100,6 +93,42 @@ def test_bad_params_fail_at_load_time_before_any_stage(scenario, override, expec
     (root / "params" / "bad.yaml").write_text(f"extends: default.yaml\n{override}\n")
     with pytest.raises(ConfigError, match=r"bad\.yaml: .*" + expect):
         load_run("bad", root=root)
+
+
+@pytest.mark.parametrize("key, override, expect", [
+    ("bizfin.models", "bizfin: {models: [qwen2.5-coder-0.5c]}", r"bizfin\.models: 'qwen2\.5-coder-0\.5c'"),
+    ("bizfin.judge", "bizfin: {judge: gpt-4o-typo}", r"bizfin\.judge: 'gpt-4o-typo'"),
+    ("bizfin.iterajudge.judges", "bizfin: {iterajudge: {judges: [gpt-4o, deepseek-v9]}}",
+     r"bizfin\.iterajudge\.judges: 'deepseek-v9'"),
+    ("dpo.models", "dpo: {models: [smollm2-135n]}", r"dpo\.models: 'smollm2-135n'"),
+    ("dpo.teacher", "dpo: {teacher: gpt-4.1-typo}", r"dpo\.teacher: 'gpt-4\.1-typo'"),
+    ("figures.case_model", "figures: {case_model: smollm2-135n}", r"figures\.case_model: 'smollm2-135n'"),
+])
+def test_a_typo_in_any_model_key_stops_the_run_before_stage_00(key, override, expect, tmp_path, repo_root,
+                                                                monkeypatch):
+    """Drill: a model or judge name missing from the registry in any section (judges, teachers, BizFinBench) stops the run before stage 00.
+
+    Before, only inference.models was checked: the typo passed stages 00-04 and their paid calls."""
+    import papermill
+
+    from finlib.core.config import ConfigError
+    from finlib.core.runner import run_pipeline
+
+    root = tmp_path / "repo"
+    (root / "notebooks").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[project]\nname='t'\n")
+    for name in ("default.yaml", "models.yaml"):
+        (root / "params" / name).parent.mkdir(exist_ok=True)
+        (root / "params" / name).write_text((repo_root / "params" / name).read_text())
+    (root / "params" / "bad.yaml").write_text(f"extends: default.yaml\n{override}\n")
+    for stage in ("00_data", "03_inference", "05_dpo", "06_figures", "07_bizfin", "08_iterajudge"):
+        (root / "notebooks" / f"{stage}.ipynb").write_text("{}")
+    ran: list[str] = []
+    monkeypatch.setattr(papermill, "execute_notebook", lambda nb, *a, **k: ran.append(nb))
+    monkeypatch.chdir(root)
+    with pytest.raises(ConfigError, match=r"bad\.yaml: unknown model name\(s\) " + expect):
+        run_pipeline("bad", params_file=str(root / "params" / "bad.yaml"))
+    assert ran == []  # no stage started, no call paid
 
 
 def test_the_preflight_names_a_model_missing_from_the_registry(tmp_run):

@@ -58,16 +58,20 @@ def test_failed_stage_stops_the_run_and_the_manifest_says_which_and_why(mini_rep
 
 
 def test_a_stage_with_calls_not_answered_says_how_many(mini_repo, monkeypatch, capsys):  # noqa: F811
-    """Drill: a stage that finished with calls not answered says "N not answered (x %)"."""
+    """Drill: a stage that finished with calls not answered says "finished with N not answered (x %)" and the run exits with the partial code.
+
+    The partial code is distinct from success (0) and failure (1)."""
     _three_stages(mini_repo)
 
     def some_not_answered(cfg) -> None:
         artifacts.write_json(cfg, "inference_report", {"answer_status": {"answered": 33, "not_answered": 3}})
 
     _stand_in(monkeypatch, {"02": some_not_answered})
-    assert runner.main(["--run", "smoke"]) == 0
-    out = capsys.readouterr().out
-    assert "stage 02: finished in" in out and "3 not answered (8.3 %) of 36 calls" in out
+    assert runner.main(["--run", "smoke"]) == runner.PARTIAL_EXIT != 0
+    captured = capsys.readouterr()
+    out = captured.out
+    assert "stage 02: finished with 3 not answered (8.3 %) of 36 calls" in out
+    assert "finished with 3 not answered (stage(s) 02: 3)" in captured.err
     assert "stage 01: done in" in out and "stage 03: done in" in out  # no calls: the plain line
     manifest = json.loads((mini_repo / "runs" / "smoke" / "manifest.json").read_text())
     assert manifest["stages"]["02"]["not_answered"] == {"n": 3, "calls": 36}

@@ -82,3 +82,23 @@ def test_first_sentence_check_catches_a_splitter_blind_to_line_structure(reports
                         real(text, extra, structure=False))
     wrong = sum(sent.first_sentence(r.text) != r.rating_sentence for r in reports.itertuples())
     assert wrong > len(reports) // 10
+
+
+def test_every_fake_of_every_messy_sentence_reads_back(sentences):
+    """Every rating sentence (Chinese ones included) x each other rating: the fake is written and read back,
+    and the secondary direction words of the sentence are all still there."""
+    from finlib.core.vocab import RATINGS
+    from finlib.finbias.ratings import rewrite_rating
+
+    secondary = ("lower margins", "cost cuts", "raise our target", "cut our estimates", "up from", "down from",
+                 "下调盈利预测", "上调目标价")
+    bad = []
+    for s in sentences:
+        for new in RATINGS:
+            if new is s.rating:
+                continue
+            fake, _ = rewrite_rating(s.text, new)
+            kept = all(fake.lower().count(w) == s.text.lower().count(w) for w in secondary)
+            if rating_of_sentence(fake) is not new or not kept:
+                bad.append((s.text, new.value, fake))
+    assert not bad, bad[:5]

@@ -13,13 +13,14 @@ import urllib.request
 import pytest
 from llm_helpers import make_request
 
-from finlib.core.vocab import Rating
+import numpy as np
+
+from finlib.core.vocab import RATINGS
 from finlib.llm.context import MIN_OUTPUT_TOKENS, fits, output_room, room_from_error
 from finlib.llm.openai_backend import run_openai
 from finlib.llm.prompts import build_messages
 from finlib.llm.registry import RegistryError, apply_endpoints, endpoint_env_name, load_registry
-from finlib.llm.simulated_servers import (Profile, SimulatedServer, answer_distribution, finbias_reply,
-                                          fundamentals, own_view)
+from finlib.llm.simulated_servers import Profile, SimulatedServer, finbias_reply, fundamentals
 from finlib.llm.store import Request, ResponseStore, make_key
 from finlib.llm.stub_server import stub_spec
 
@@ -99,17 +100,25 @@ def test_wrong_model_name_is_a_404_like_vllm():
 
 
 def test_follow_strength_is_the_share_of_answers_that_copy_the_shown_rating():
-    p = Profile(name="f", model_id="f", context_length=8192, follow=0.7, skill=1.0, tilt=0.0, unparsed=0.0)
-    dist = answer_distribution(p, REPORT)
-    own = own_view(p, REPORT)
-    assert dist[Rating.BULLISH] >= 0.7 and abs(sum(dist.values()) - 1) < 1e-12
-    assert dist[own] >= 0.3  # the rest goes to the model's own view
-    no_rating = REPORT.split("\n\n", 1)[1]
-    assert answer_distribution(p, no_rating)[own_view(p, no_rating)] == 1.0
-    assert own_view(p, no_rating) == own  # the view depends on the body only: same with or without the rating
-    picks = [json.loads(finbias_reply(p, REPORT, f"k{i}")[0])["answer"] for i in range(600)]
-    share = picks.count("bullish") / len(picks)
-    assert abs(share - dist[Rating.BULLISH]) < 0.06
+    """Oracle: the closed form of the planted propensities (synth_planted.answer_probs) over a generated corpus."""
+    from finlib.finbias.synth import generate_market
+    from finlib.finbias.synth_planted import PlantedIndex, answer_probs
+
+    m = generate_market({"n_reports": 40, "n_firms": 6, "words_min": 120, "words_max": 160}, 3)
+    index = PlantedIndex(m.planted)
+    p = Profile(name="f", model_id="f", context_length=8192, follow=0.7, skill=1.0, tilt=0.0, sway=0.5, unparsed=0.0)
+    prop = {k: getattr(p, k) for k in ("follow", "skill", "tilt", "sway", "unparsed")}
+    expected = answer_probs(prop, m.planted, m.planted["analyst_rating"], True)
+    shown = m.planted["analyst_rating"].map({r.value: i for i, r in enumerate(RATINGS)}).to_numpy()
+    draws = 40
+    hits = [sum(json.loads(finbias_reply(p, text, f"{rid}-{k}", index)[0])["answer"] == rating
+                for k in range(draws)) for text, rid, rating in zip(m.reports["text"], m.reports["report_id"],
+                                                                    m.reports["analyst_rating"])]
+    planted = expected[np.arange(len(shown)), shown]
+    assert abs(sum(hits) / (draws * len(hits)) - planted.mean()) < 0.03  # SD of the share is below 0.008
+    assert planted.min() >= 0.7
+    no_rating = [finbias_reply(p, t.split("\n\n", 1)[1], "k", index)[2] for t in m.reports["text"]]
+    assert set(no_rating) == {"none"}
 
 
 def test_fundamentals_read_the_planted_numbers():
@@ -122,7 +131,7 @@ def test_fundamentals_read_the_planted_numbers():
 
 def test_thinking_models_think_and_runaways_stop_at_the_limit():
     p = Profile(name="t", model_id="t", context_length=32768, thinks=True, runaway=1.0, unparsed=0.0)
-    text, n_out = finbias_reply(p, REPORT, "k")
+    text, n_out, _ = finbias_reply(p, REPORT, "k")
     assert text.startswith("<think>") and "</think>" in text and n_out > 10 ** 6
     msgs = build_messages(REPORT, True)
     srv = SimulatedServer(p)
