@@ -9,6 +9,7 @@ validated; a bad one is an error naming the file, the line and the field, never 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -91,6 +92,38 @@ def _text_of(content, path, line: int, fld: str) -> str:
     return "".join(texts)
 
 
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # never in a prompt (newline, tab, CR kept)
+
+
+class TaskItems(list):
+    """A task file's items, with what reading them set aside (counted, shown in the stage report):
+    `duplicates` -- (line, line of its first copy) of each line identical to an earlier one, asked
+    and scored once; `control_cleaned` -- items whose text held control characters (removed, as
+    stage 00 does for Fin-Bias reports)."""
+
+    duplicates: list[tuple[int, int]]
+    control_cleaned: int
+
+    def __init__(self, items=(), duplicates=None, control_cleaned: int = 0):
+        super().__init__(items)
+        self.duplicates = list(duplicates or [])
+        self.control_cleaned = control_cleaned
+
+
+def _without_control(rec):
+    """The record with control characters removed from every string (and whether any was)."""
+    if isinstance(rec, str):
+        clean = CONTROL.sub("", rec)
+        return clean, clean != rec
+    if isinstance(rec, list):
+        pairs = [_without_control(v) for v in rec]
+        return [v for v, _ in pairs], any(c for _, c in pairs)
+    if isinstance(rec, dict):
+        pairs = {k: _without_control(v) for k, v in rec.items()}
+        return {k: v for k, (v, _) in pairs.items()}, any(c for _, c in pairs.values())
+    return rec, False
+
+
 def parse_record(rec, task: str, line: int, path: Path | str, source: str) -> BizFinItem:
     """Validate one decoded line and turn it into an item (errors name file, line and field)."""
     if not isinstance(rec, dict):
@@ -130,19 +163,39 @@ def read_jsonl(path: Path | str, task: str, source: str = "benchmark", text: str
     """All items of one task file (`text` given: parse it instead of reading `path`)."""
     task_info(task)
     body = _read_utf8(Path(path)) if text is None else text
-    items = []
-    for n, raw in enumerate(body.splitlines(), 1):
-        if not raw.strip():
+    items, first_line, duplicates, cleaned = [], {}, [], 0
+    for n, rec in _records(body, path):
+        key = json.dumps(rec, sort_keys=True, ensure_ascii=False)
+        if key in first_line:  # the same item again: asked and scored once, the copy counted
+            duplicates.append((n, first_line[key]))
             continue
-        try:
-            rec = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise _fail(path, n, "<line>", f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+        first_line[key] = n
+        rec, changed = _without_control(rec)
+        cleaned += changed
         items.append(parse_record(rec, task, n, path, source))
+    items = TaskItems(items, duplicates, cleaned)
     if not items:
         raise BizFinDataError(f"{path}: no items (the file is empty or holds only blank lines); a {task} task "
                               f"file holds one JSON object per line")
     return items
+
+
+def _records(body: str, path: Path | str):
+    """(line, decoded object) of a JSONL body -- or of a JSON array (a task file saved as `.json`)."""
+    if str(path).lower().endswith(".json") and body.lstrip().startswith("["):
+        try:
+            records = json.loads(body)
+        except json.JSONDecodeError as exc:
+            raise _fail(path, exc.lineno, "<file>", f"not a valid JSON array ({exc.msg} at column {exc.colno})") from None
+        yield from ((i, rec) for i, rec in enumerate(records, 1))  # "line" = the record's position
+        return
+    for n, raw in enumerate(body.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            yield n, json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise _fail(path, n, "<line>", f"not valid JSON ({exc.msg} at column {exc.colno})") from None
 
 
 def _read_utf8(path: Path) -> str:
@@ -162,10 +215,24 @@ def load_local(folder: Path | str, tasks: list[str]) -> dict[str, list[BizFinIte
     folder = Path(folder)
     out = {}
     for t in tasks:
-        p = folder / f"{task_info(t).file_stem}.jsonl"
-        if p.exists():
+        p = task_file(folder, task_info(t).file_stem)
+        if p is not None:
             out[t] = read_jsonl(p, t)
     return out
+
+
+def task_file(folder: Path, stem: str) -> Path | None:
+    """`<folder>/<stem>.jsonl`, else the one file named like it in another case or as `.json`
+    (`financial_data_description.json`); two such files are an error naming both, never a guess."""
+    exact = folder / f"{stem}.jsonl"
+    if exact.is_file():
+        return exact
+    wanted = {f"{stem}.jsonl".lower(), f"{stem}.json".lower()}
+    found = sorted(p for p in folder.iterdir() if p.is_file() and p.name.lower() in wanted)
+    if len(found) > 1:
+        raise BizFinDataError(f"{folder}: {len(found)} files could be the {stem} task file "
+                              f"({', '.join(p.name for p in found)}); keep one, named {stem}.jsonl")
+    return found[0] if found else None
 
 
 def load_huggingface(tasks: list[str], repo: str = HF_DATASET, revision: str | None = None) -> dict[str, list[BizFinItem]]:
@@ -210,9 +277,12 @@ def check_counts(items: dict[str, list[BizFinItem]]) -> pd.DataFrame:
     rows = []
     for t, its in items.items():
         info = TASKS[t]
-        n = len(its)
+        n, dups = len(its), len(getattr(its, "duplicates", []))
         source = its[0].source if its else "none"
         paper2, paper6 = int(t2[t]), int(t6[info.table6_name])
-        rows.append({"task": t, "source": source, "items": n, "table2": paper2, "table6": paper6,
-                     "matches_paper": bool(source == "benchmark" and n in (paper2, paper6))})
-    return pd.DataFrame(rows, columns=["task", "source", "items", "table2", "table6", "matches_paper"])
+        rows.append({"task": t, "source": source, "items": n, "duplicate_lines_excluded": dups,
+                     "control_characters_removed": int(getattr(its, "control_cleaned", 0)),
+                     "table2": paper2, "table6": paper6,
+                     "matches_paper": bool(source == "benchmark" and n + dups in (paper2, paper6))})
+    return pd.DataFrame(rows, columns=["task", "source", "items", "duplicate_lines_excluded",
+                                       "control_characters_removed", "table2", "table6", "matches_paper"])

@@ -1,6 +1,6 @@
 """Ctrl-C during a stage reaches the notebook's kernel, not only the runner.
 
-jupyter_client starts a kernel in a session of its own, so a terminal's Ctrl-C reaches the runner
+jupyter_client starts a kernel in a process group of its own, so a terminal's Ctrl-C reaches the runner
 alone: left to itself, the runner raised KeyboardInterrupt while the kernel went on running the
 cell -- sending every pending model call -- until papermill shut it down. While a stage runs, the
 first SIGINT is forwarded to the kernel (as Jupyter's "interrupt kernel" does); the kernel's senders

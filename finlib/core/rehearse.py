@@ -170,13 +170,17 @@ def propensities(profiles: dict) -> dict[str, dict[str, float]]:
 
 
 def planted_truth(cfg: RunConfig, profiles: dict, planted: pd.DataFrame) -> pd.DataFrame:
-    """Every Table 4-7 cell's planted value and SD, over the items stage 03 answered (their report set
-    and the fake rating stage 02 says it wrote; labels from stage 01); sector and ratings from the generator."""
+    """Every Table 4-7 cell's planted value and SD, over the items stage 03 answered (their report set,
+    the fake rating stage 02 says it wrote, the prompts a server refused for their length: empty answers
+    inside N; labels from stage 01); sector and ratings from the generator."""
     from finlib.core.artifacts import read_frame
     from finlib.finbias.synth_planted import analyst_cells, expected_cells
 
-    pred = read_frame(cfg, "predictions", ["item_id", "report_id", "condition", "model", "answered"])
+    from finlib.llm.context import CONTEXT_REFUSED
+
+    pred = read_frame(cfg, "predictions", ["item_id", "report_id", "condition", "model", "answered", "error"])
     cond = read_frame(cfg, "conditions", ["item_id", "fake_rating"])
+    pred["refused"] = pred["error"].astype("string").str.startswith(CONTEXT_REFUSED).fillna(False).astype(bool)
     cases = pred[pred["answered"].astype(bool)].merge(cond, on="item_id", how="left")
     labels = read_frame(cfg, "labels", ["report_id", "label"]).set_index("report_id")["label"]
     return pd.concat([expected_cells(planted, cases, labels, propensities(profiles), SECTORS),
@@ -323,6 +327,7 @@ def rehearsal_checks(cfg: RunConfig, profiles: dict, planted: pd.DataFrame | Non
         cut = int(pred["truncated"].sum())
         not_sent = {m: r.get("not_sent_context", 0) for m, r in inf_report["models"].items()}
         out["inputs"] = {"reports_cut": cut, "not_sent_context": not_sent,
+                         "context_refused": {m: r.get("context_refused", 0) for m, r in inf_report["models"].items()},
                          "output_room_below_cap": {m: r.get("output_room_below_cap") for m, r in
                                                    inf_report["models"].items()},
                          "answers": int(pred["answered"].sum()), "rows": int(len(pred)),

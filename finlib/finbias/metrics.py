@@ -427,15 +427,17 @@ PAIRED_TESTS: tuple[PairedTest, ...] = (
 
 
 def _outcomes(pr: pd.DataFrame, outcome: str) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
-    """Pairs where both answers parsed (and the target exists) and the two binary outcomes.
+    """Pairs with the target and the two binary outcomes, each Eq. 1's per-answer hit
+    (`eq1_values`: an unparsed answer is no match), so a marker tests the difference of the rates
+    the table prints. Both rows of a pair were answered (not-answered rows never reach scoring).
 
     fake_herding: does the answer equal the *fake* rating, when it is shown (a) vs on the
     original report (b)? An increase is herding towards the fake, not mere agreement.
     """
     target = {"herding": "reference_rating_a", "fake_herding": "reference_rating_a", "accuracy": "label_a"}[outcome]
-    ok = pr["parsed_a"] & pr["parsed_b"] & pr[target].notna()
-    d = pr[ok].reset_index(drop=True)
-    return d, _eq(d["answer_a"], d[target]), _eq(d["answer_b"], d[target])
+    d = pr[pr[target].notna()].reset_index(drop=True)
+    return (d, eq1_values(d["answer_a"], d[target])[:, 0].astype(bool),
+            eq1_values(d["answer_b"], d[target])[:, 0].astype(bool))
 
 
 def paired_tests(rows: pd.DataFrame, tests: Iterable[PairedTest] = PAIRED_TESTS, reps: int = 0,
@@ -443,8 +445,10 @@ def paired_tests(rows: pd.DataFrame, tests: Iterable[PairedTest] = PAIRED_TESTS,
     """Every paired test per model, pooled and by sector, with Holm across models.
 
     Holm's family is one test x one sector across all models (the paper's claims are per
-    table and column: "does *each* model herd?"). Pairs need both answers parsed. McNemar rows
-    also carry the paired difference rate_a - rate_b with a cluster-bootstrap CI (reps > 0).
+    table and column: "does *each* model herd?"). McNemar pairs are every report answered in both
+    conditions, an unparsed answer counting as no match (Eq. 1, as the cells); Stuart-Maxwell
+    compares answer distributions and needs both answers parsed. McNemar rows also carry the
+    paired difference rate_a - rate_b with a cluster-bootstrap CI (reps > 0).
     """
     names = [r.value for r in RATINGS]
     records = []

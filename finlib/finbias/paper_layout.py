@@ -29,7 +29,8 @@ from finlib.finbias.metrics import ACCURACY, ACCURACY_PARSED, HERDING, HERDING_P
 
 OURS, PAPER = "ours", "Fin-Bias (published)"
 AVERAGE = "Average"   # ours: the pooled rate; the paper's rows: the printed Average
-SIGNIF_NOTE = ("Markers: exact McNemar on paired reports (both answers parsed), Holm-adjusted across "
+SIGNIF_NOTE = ("Markers: exact McNemar on paired reports (every report answered in both conditions, an unparsed "
+               "answer counting as no match, as in the cells), Holm-adjusted across "
                "models per column: * p<0.05, ** p<0.01, *** p<0.001.")
 GROUPS = {"private": "Private Models", "open": "Open-Source Models", "analyst": "Analyst"}
 NOT_IN_PAPER = "Not in the paper"

@@ -254,7 +254,7 @@ def expected_cells(planted: pd.DataFrame, cases: pd.DataFrame, labels: pd.Series
     """Planted herding and accuracy (Eq. 1: every answered item in N) per model x condition x sector.
 
     `cases`: one row per (model, condition, report_id) answered, with `fake_rating` for the fake
-    condition (the rating stage 02 says it wrote); `labels`: report_id -> return-based label (stage
+    condition (the rating stage 02 says it wrote) and optionally `refused` (no reply); `labels`: report_id -> return-based label (stage
     01's). Analyst rating, sector, signal and tone come from the generator's own records."""
     base = planted.set_index("report_id")
     sectors = tuple(sectors)
@@ -268,6 +268,8 @@ def expected_cells(planted: pd.DataFrame, cases: pd.DataFrame, labels: pd.Series
             rows["fake_rating"] = g["fake_rating"].to_numpy()
         shown = rows[shown_col] if shown_col else pd.Series([None] * len(rows))
         p = answer_probs(propensities[model], rows, shown, opinions)
+        if "refused" in g:  # a prompt the server refused for its length: an empty answer, inside N
+            p = p * ~g["refused"].to_numpy(bool)[:, None]
         for metric, target in (("herding", rows[ref_col]), ("accuracy", rows["report_id"].map(labels))):
             for s in _summaries(rows, _pick(p, target), sectors):
                 out.append({"model": model, "condition": cond, "metric": metric, **s})

@@ -19,8 +19,9 @@ class Interrupted(KeyboardInterrupt):
     calls were in flight and that a rerun resumes (stored answers are not sent again)."""
 
 
-class StopSignal:
-    """A threading.Event that each event loop can also await (`event()`), set from any thread."""
+class ThreadsafeEvent:
+    """A threading.Event that each event loop can also await (`event()`), set from any thread (the
+    interrupt below; an open circuit breaker, `openai_backend.Breaker`)."""
 
     def __init__(self) -> None:
         self._set = threading.Event()
@@ -56,7 +57,7 @@ class StopSignal:
                 ev.clear()
 
 
-STOP = StopSignal()
+STOP = ThreadsafeEvent()
 
 
 def resume_hint(in_flight: int, answered: int) -> str:

@@ -22,11 +22,10 @@ import re
 import socket
 import threading
 import time
-import weakref
 from typing import Iterable
 
 from finlib.llm.context import CONTEXT_REFUSED, is_context_refusal, room_from_error
-from finlib.llm.interrupt import STOP, Interrupted, resume_hint
+from finlib.llm.interrupt import STOP, Interrupted, ThreadsafeEvent, resume_hint
 from finlib.llm.registry import ModelSpec
 from finlib.llm.store import Request, Result, ResponseStore, process_owner
 
@@ -75,7 +74,7 @@ class Breaker:
         self.cause: str | None = None
         self.next_probe = 0.0
         self._lock = threading.Lock()
-        self._events: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> asyncio.Event
+        self._opened = ThreadsafeEvent()
 
     def now(self) -> float:
         return (self._clock or clock)()
@@ -86,26 +85,11 @@ class Breaker:
 
     def event(self) -> asyncio.Event:
         """This event loop's "opened" event (set already when the breaker is open)."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            ev = self._events.get(loop)
-            if ev is None:
-                ev = self._events[loop] = asyncio.Event()
-                if self.cause is not None:
-                    ev.set()
-        return ev
+        return self._opened.event()
 
     def _open(self, cause: str) -> None:
         self.cause = cause
-        try:
-            here = asyncio.get_running_loop()
-        except RuntimeError:
-            here = None
-        for loop, ev in list(self._events.items()):
-            if loop is here:
-                ev.set()
-            elif not loop.is_closed():
-                loop.call_soon_threadsafe(ev.set)
+        self._opened.set()
 
     @property
     def suspect(self) -> bool:

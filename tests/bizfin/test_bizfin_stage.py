@@ -246,6 +246,7 @@ def test_official_column_from_the_authors_scripts_when_a_checkout_is_named(bizfi
 
     cfg = bizfin_run
     monkeypatch.setattr(official, "RULE_SCORERS", {t: (lambda g, r: 0.77) for t in official.RULE_SCORERS})
+    monkeypatch.setattr(stage, "VERDICT_READERS", {t: (lambda v: 0.77) for t in official.VERDICT_READERS})
     with ThreadedStub() as stub:
         _configure(cfg, stub.base_url)
         cfg.params["bizfin"]["official_code_dir"] = str(REFERENCE)
@@ -254,6 +255,8 @@ def test_official_column_from_the_authors_scripts_when_a_checkout_is_named(bizfi
     assert not (acc["official"] == 0.77).any() and acc["official"].notna().any()
     er = acc[acc["task"] == "ER"]
     assert (er["official"] == 1.0).all()          # the script scores an unreadable ER answer 1
+    judged = run.items[run.items["kind"] == "judge"]    # the stub's verdicts are unreadable: the scripts' N rules
+    assert (judged[judged["task"] != "FQA"]["official"] == 0).all() and judged[judged["task"] == "FQA"]["official"].isna().all()
     assert "run verbatim from a checkout at commit 6d2a4a6" in run.report["official_rules"]
     assert "published prompt files" in run.report["rubric_source"]
     tables = stage.make_tables(cfg, run, count_tokens=lambda texts: [len(t) for t in texts], tokenizer_name="chars")

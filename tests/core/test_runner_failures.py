@@ -58,8 +58,9 @@ def test_failed_stage_stops_the_run_and_the_manifest_says_which_and_why(mini_rep
 
 
 def test_a_stage_with_calls_not_answered_says_how_many(mini_repo, monkeypatch, capsys):  # noqa: F811
-    """Drill: a stage that finished with calls not answered says "finished with N not answered (x %)" and the
-    run exits with the distinct partial code, not 0."""
+    """Drill: a stage that finished with calls not answered says "finished with N not answered (x %)" and the run exits with the partial code.
+
+    The partial code is distinct from success (0) and failure (1)."""
     _three_stages(mini_repo)
 
     def some_not_answered(cfg) -> None:

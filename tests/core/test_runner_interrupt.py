@@ -1,5 +1,5 @@
 """Ctrl-C to the runner while a stage's kernel sends model calls: the runner forwards the signal to
-the kernel (which jupyter_client starts in a session of its own), no request starts after it, the
+the kernel (which jupyter_client starts in a process group of its own), no request starts after it, the
 stage is marked `interrupted`, one line says what was in flight and how to resume, and the resume
 completes exactly. A real runner process, a real kernel, the stub server in this process."""
 from __future__ import annotations

@@ -68,7 +68,7 @@ def fake_train(cfg, dp, name):
     return res
 
 
-def fake_predict(cfg, spec, items, store, name, gen_ids, adapter=None, adapter_sha256=None):
+def fake_predict(cfg, spec, items, store, name, gen_ids, adapter=None, adapter_sha256=None, answer_prefix=None):
     """Stage 03-shaped rows: tuned models answer 'bearish', base models 'bullish' (generated for
     `gen_ids`, label scores for all); one generated base answer is unparseable prose."""
     tuned = adapter is not None

@@ -260,11 +260,13 @@ def test_confusion_table_has_n_and_parse_rate(result):
 def test_paired_mcnemar_pairs(result):
     t = result.tests
     h = t[(t.test == "herding_with_vs_without") & (t.model == "gen") & (t.sector == scoring.POOLED)].iloc[0]
-    # both parsed with reference: r1 (herd -> not), r2 (herd -> herd)
-    assert (h.n_pairs, h.only_a, h.only_b, h.pvalue) == (2, 1, 0, 1.0)
+    # every pair with a reference, unparsed = no match (Eq. 1): r1 (herd -> not), r2 (herd -> herd),
+    # r3 (unparsed -> herd), r4 (herd -> unparsed); r5 has no analyst rating
+    assert (h.n_pairs, h.only_a, h.only_b, h.pvalue) == (4, 2, 1, 1.0)
+    assert (h.rate_a, h.rate_b) == (pytest.approx(3 / 4), pytest.approx(2 / 4))   # the Eq. 1 rates on the pairs
     f = t[(t.test == "fake_herding_fake_vs_original") & (t.model == "gen") & (t.sector == scoring.POOLED)].iloc[0]
-    # r1: follows fake neutral (was bullish) -> only_a; r2: neither; r3 and r4 unparsed on one side
-    assert (f.n_pairs, f.only_a, f.only_b) == (2, 1, 0)
+    # the fake followed by r1 (neutral) and r3 (bearish, unparsed on the original) -> only_a; r2, r4 neither
+    assert (f.n_pairs, f.only_a, f.only_b) == (4, 2, 0)
     assert set(t.loc[t.test.str.startswith("answer_shift"), "method"]) == {"Stuart-Maxwell"}
 
 
@@ -389,15 +391,15 @@ def test_herding_no_opinion_vs_no_rating_is_tested_and_marked_in_table7():
     rows = pd.DataFrame(rows)
     tests = scoring.paired_tests(rows)
     h = tests[(tests.test == "herding_no_opinion_vs_no_rating") & (tests.sector == scoring.POOLED)].iloc[0]
-    assert (h.n_pairs, h.only_a, h.only_b) == (3, 0, 2)          # r3 unparsed on no_opinion
+    assert (h.n_pairs, h.only_a, h.only_b) == (4, 0, 2)          # r3: unparsed on no_opinion = no match
     assert h.pvalue == pytest.approx(0.5)                         # exact binomial: 2 * 0.5**2
-    assert (h.rate_a, h.rate_b) == (pytest.approx(1 / 3), 1.0)
+    assert (h.rate_a, h.rate_b) == (pytest.approx(1 / 4), pytest.approx(3 / 4))   # Eq. 1 over the 4 pairs
     spec = scoring.TABLE_SPECS[3]
     assert spec.extra_test == "herding_no_opinion_vs_no_rating"
     metrics = scoring.metrics_long(rows, reps=10, seed=1)
     t7 = scoring.build_table(spec, metrics, tests, rows, pd.DataFrame())
     # Table 7 prints 2 decimals; Holm p 0.5: no marker
-    assert t7.set_index("Model").loc["m", spec.extra_label] == "33.33/100.00 (pairs 3)"
+    assert t7.set_index("Model").loc["m", spec.extra_label] == "25.00/75.00 (pairs 4)"
 
 
 def test_table7_skipped_not_zero(result):
@@ -500,9 +502,10 @@ def test_a_model_run_in_two_modes_is_two_rows():
 def test_paired_difference_and_its_interval(result):
     t = result.tests
     h = t[(t.test == "herding_with_vs_without") & (t.model == "gen") & (t.sector == scoring.POOLED)].iloc[0]
-    # pairs r1 (1 vs 0) and r2 (1 vs 1): mean difference 0.5; r1, r2 share firm T1 -> one cluster
-    assert h["diff"] == pytest.approx(0.5)
-    assert h.diff_ci_low == pytest.approx(0.5) and h.diff_ci_high == pytest.approx(0.5)
+    # pairs r1 (1 vs 0), r2 (1 vs 1), r3 (0 vs 1), r4 (1 vs 0): mean difference 0.25; firms T1 (r1, r2:
+    # +0.5 each on average), T2 (r3: -1), T3 (r4: +1) -> the interval spans the resampled firm mixes
+    assert h["diff"] == pytest.approx(0.25)
+    assert h.diff_ci_low <= 0.25 <= h.diff_ci_high and h.diff_ci_low < h.diff_ci_high
 
 
 def _with_second_fake():

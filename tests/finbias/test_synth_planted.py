@@ -70,5 +70,8 @@ def test_the_closed_form_by_hand():
     assert cells.loc[("herding", POOLED), "sd"] == pytest.approx(np.sqrt(2 * 0.25) / 2)
     assert cells.loc[("accuracy", POOLED), "expected"] == pytest.approx(0.25)  # r1 right half the time, r2 never
     assert cells.loc[("herding", "Energy"), "n"] == 1
+    refused = expected_cells(planted, cases.assign(refused=[False, True]), labels, prop, ["Energy", "Utilities"])
+    herding = refused.set_index(["metric", "sector"]).loc[("herding", POOLED)]
+    assert herding["expected"] == pytest.approx(0.25) and herding["n"] == 2  # a refused prompt: empty, inside N
     p = own_view_probs(0.0, 0.0, 0.0, np.zeros(1), np.zeros(1), False)[0]
     assert p.sum() == pytest.approx(1.0) and p[0] == pytest.approx(p[2]) and p[1] == pytest.approx(0.4514938, abs=1e-6)
