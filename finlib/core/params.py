@@ -236,6 +236,7 @@ class DpoSection(_Section):
     dtype: Optional[Dtype] = None
     device: Optional[Literal["auto", "cpu", "cuda"]] = None
     eval_reports: Optional[Count] = None  # test reports whose answers are generated; null = all
+    json_answer_prefix: Optional[StrictBool] = None  # generation starts from {"answer": " and stops at "}"
 
 
 # ---- figures (stage 06) and plan -----------------------------------------------------------------

@@ -4,7 +4,9 @@ Two modes over the same chat prompt:
 - score: one forward pass over prompt + assistant prefix `{"answer": "`; the next-token
   log-probabilities of the three label stems (`bull`, `neutral`, `bear`) renormalised over the
   three give p_bullish/p_neutral/p_bearish. No decoding, no parsing, ~1 forward pass per prompt.
-- generate: free chain-of-thought decoding (the paper's protocol), parsed later.
+- generate: free chain-of-thought decoding (the paper's protocol), parsed later; a request may
+  pre-fill the answer's start (`answer_prefix`) and stop at a string (`stop`): stage 05's named
+  JSON-prefix option, both in the request's params and so in its store key.
 
 A failure (tokenizer, out of memory, ...) is narrowed to the item(s) that fail by retrying the
 batch item by item; those become error rows (retried on the next run), the rest are answered.
@@ -139,7 +141,8 @@ class LocalModel:
 
     def __init__(self, spec: ModelSpec, cache_root: Path, dtype: str = "auto", batch_size: int = 8,
                  score_batch_size: int | None = None, max_batch_tokens: int = 16384, seed: int = 0,
-                 threads: int | None = None, device: str = "cpu", adapter: Path | None = None):
+                 threads: int | None = None, device: str = "cpu", adapter: Path | None = None,
+                 chat_template_kwargs: dict | None = None):
         from tqdm import TqdmWarning
 
         with warnings.catch_warnings():  # transformers imports tqdm.auto, which warns in a kernel without ipywidgets
@@ -153,6 +156,7 @@ class LocalModel:
             torch.set_num_threads(threads)
         self.spec, self.batch_size, self.max_batch_tokens, self.seed = spec, batch_size, max_batch_tokens, seed
         self.score_batch_size = score_batch_size or batch_size
+        self.template_kwargs = dict(chat_template_kwargs or {})  # e.g. stage 05's thinking off (Qwen3)
         t0 = time.perf_counter()
         path = ensure_cache(spec, cache_root)
         self.tok = AutoTokenizer.from_pretrained(path)
@@ -175,7 +179,8 @@ class LocalModel:
     # -- prompts ---------------------------------------------------------------------------
     def prompt_text(self, messages: list[dict], mode: str) -> str:
         """The chat-formatted prompt; score mode pre-fills the assistant turn with the prefix."""
-        text = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        text = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
+                                            **self.template_kwargs)
         return text + SCORE_PREFIX if mode == "score" else text
 
     def n_tokens(self, text: str) -> int:
@@ -231,7 +236,8 @@ class LocalModel:
         encoded, failed = [], []
         for r in requests:
             try:
-                encoded.append((r, self.tok(self.prompt_text(r.messages, mode), add_special_tokens=False)["input_ids"]))
+                text = self.prompt_text(r.messages, mode) + (r.params.get("answer_prefix", "") if mode == "generate" else "")
+                encoded.append((r, self.tok(text, add_special_tokens=False)["input_ids"]))
             except Exception as exc:  # noqa: BLE001 -- recorded as this item's error row
                 failed.append(self._error(r, exc))
         if failed:
@@ -296,6 +302,9 @@ class LocalModel:
                       do_sample=temperature > 0)
         if temperature > 0:
             kwargs.update(temperature=temperature, top_p=float(params.get("top_p", 1.0)), top_k=0)
+        stops = list(params.get("stop") or [])
+        if stops:  # e.g. the closing brace of a pre-filled JSON answer (stage 05's named option)
+            kwargs.update(stop_strings=stops, tokenizer=self.tok)
         with torch.inference_mode():
             out = self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
         new = out[:, ids.shape[1]:].tolist()
@@ -306,6 +315,10 @@ class LocalModel:
             if stopped:
                 toks = toks[:toks.index(self.tok.eos_token_id) + 1]
             text = self.tok.decode(toks, skip_special_tokens=True)
+            if stops and not stopped and any(s_ in text for s_ in stops):  # ended at a stop string
+                text, stopped = text[:min(text.index(s_) + len(s_) for s_ in stops if s_ in text)], True
+                toks = self.tok(text, add_special_tokens=False)["input_ids"]
+            text = req.params.get("answer_prefix", "") + text  # a pre-filled answer start is part of the answer
             results.append(Result.for_request(
                 req, mode="generate", status="ok", raw_text=text, input_tokens=len(seq), output_tokens=len(toks),
                 cost_usd=self.spec.cost(len(seq), len(toks)), latency_s=dt,

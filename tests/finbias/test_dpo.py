@@ -5,6 +5,7 @@ The training run itself (needs the embedded model) is in test_dpo_train.py.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -372,33 +373,56 @@ class CharTokenizer:
         return list(text) if tokenize else text
 
 
-class ThinkingTokenizer:
-    """Qwen3's rendering: a stored final assistant turn gets an empty think block. `closed_prompt` mimics
-    the mismatch to catch: a generation prompt that pre-closes the thought (enable_thinking=False) while
-    the stored turn is rendered without one."""
-
-    def __init__(self, closed_prompt: bool = False):
-        self.closed_prompt = closed_prompt
-
-    def apply_chat_template(self, messages, add_generation_prompt=False, tokenize=True, return_dict=False):
-        text = ""
-        for m in messages:
-            think = m["role"] == "assistant" and not self.closed_prompt
-            body = f"<think>\n\n</think>\n\n{m['content']}" if think else m["content"]
-            text += f"<|im_start|>{m['role']}\n{body}<|im_end|>\n"
-        if add_generation_prompt:
-            text += "<|im_start|>assistant\n" + ("<think>\n\n</think>\n\n" if self.closed_prompt else "")
-        return list(text) if tokenize else text
+QWEN3_TEMPLATE = Path(__file__).parent / "fixtures" / "qwen3_chat_template.jinja"
 
 
-def test_training_sequences_continue_the_evaluation_prompt_also_for_thinking_models():
+@pytest.fixture(scope="module")
+def qwen3_tokenizer(tmp_path_factory):
+    """A tokenizer with Qwen3's published chat template (Qwen/Qwen3-8B tokenizer_config.json, Apache-2.0;
+    the tool-calling branches left out: stage 05 sends none)."""
+    from transformers import AutoTokenizer
+
+    from tiny_lm import write_tiny_lm
+
+    tok = AutoTokenizer.from_pretrained(write_tiny_lm(tmp_path_factory.mktemp("q3") / "m"))
+    tok.chat_template = QWEN3_TEMPLATE.read_text()
+    return tok
+
+
+def test_qwen3_thinking_is_off_in_training_and_evaluation_alike(qwen3_tokenizer):
+    """With thinking off (registry `thinks: true`), Qwen3's template renders the generation prompt with
+    the same empty think block it renders before a stored answer: the training sequence is the
+    evaluation prompt + the answer. Seeded fault: thinking left on (the template's default) -- trained
+    after an empty thought, evaluated where the model writes its own -- is refused."""
+    from finlib.llm.registry import load_registry
+    from finlib.core.config import repo_root
+
+    spec = load_registry(repo_root() / "params" / "models.yaml")["qwen3-8b"]
+    assert tr.chat_template_kwargs(spec) == {"enable_thinking": False}
     trip = pd.DataFrame({"report_id": ["a"], "prompt_text": ["report"], "chosen": ['{"answer": "bearish"}'],
                          "rejected": ['{"answer": "bullish"}']})
-    recs = tr.to_records(trip, lambda text: [{"role": "user", "content": text}])
-    tr.check_prompt_prefix(recs, ThinkingTokenizer())          # empty think block = part of the learned answer
-    tr.check_prompt_prefix(recs, CharTokenizer())
-    with pytest.raises(ValueError, match="different prompt"):
-        tr.check_prompt_prefix(recs, ThinkingTokenizer(closed_prompt=True))
+    build = lambda text: [{"role": "system", "content": "sys"}, {"role": "user", "content": text}]  # noqa: E731
+    recs = tr.to_records(trip, build, tr.chat_template_kwargs(spec))
+    tr.check_prompt_prefix(recs, qwen3_tokenizer)
+    prompt = tr.render(qwen3_tokenizer, recs[0])
+    assert prompt.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert tr.render(qwen3_tokenizer, recs[0], "chosen") == prompt + '{"answer": "bearish"}<|im_end|>\n'
+    with pytest.raises(ValueError, match="between the evaluation prompt and the answer"):
+        tr.check_prompt_prefix(tr.to_records(trip, build), qwen3_tokenizer)     # thinking on
+    smollm = load_registry(repo_root() / "params" / "models.yaml")["smollm2-135m"]
+    assert tr.chat_template_kwargs(smollm) == {}
+    tr.check_prompt_prefix(tr.to_records(trip, build), CharTokenizer())
+
+
+def test_evaluation_renders_the_prompt_with_the_training_switches(qwen3_tokenizer):
+    """The local backend given the same switches renders the same prompt (what evaluation sends)."""
+    from finlib.llm.local_backend import LocalModel
+
+    m = LocalModel.__new__(LocalModel)
+    m.tok, m.template_kwargs = qwen3_tokenizer, {"enable_thinking": False}
+    recs = tr.to_records(pd.DataFrame({"report_id": ["a"], "prompt_text": ["r"], "chosen": ["c"], "rejected": ["d"]}),
+                         lambda t: [{"role": "user", "content": t}], {"enable_thinking": False})
+    assert m.prompt_text(recs[0]["prompt"], "generate") == tr.render(qwen3_tokenizer, recs[0])
 
 
 def test_max_length_is_computed_from_the_data_and_guarded():

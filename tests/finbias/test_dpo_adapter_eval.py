@@ -109,3 +109,25 @@ def test_a_bfloat16_merge_would_be_caught(tiny, monkeypatch):
     real = local_backend.attach_adapter
     monkeypatch.setattr(local_backend, "attach_adapter", lambda model, a: real(model, a).merge_and_unload())
     assert not adapter_as_trained(spec, root, adapter)
+
+
+def test_generation_from_a_prefilled_answer_stops_at_the_stop_string(tiny):
+    """Stage 05's named JSON-prefix option in the local backend: the prompt ends with the answer's
+    start, the reply is that start + the continuation, cut after the first stop string (not marked
+    truncated), and without the stop string it runs to max_new_tokens (truncated)."""
+    from finlib.llm.local_backend import LocalModel
+    from finlib.llm.store import Request
+
+    spec, root, _ = tiny
+    m = LocalModel(spec, root, dtype="float32")
+
+    def reply(params):
+        req = Request(key="k", backend="local", model="tiny", messages=PROMPT, params=params, mode="generate")
+        return next(iter(m.generate([req])))[0]
+
+    free = reply({"max_new_tokens": 40, "temperature": 0, "answer_prefix": '{"answer": "'})
+    assert free.raw_text.startswith('{"answer": "') and free.truncated_output
+    stop = free.raw_text[len('{"answer": "'):][5]          # a character the greedy reply writes (6th)
+    cut = reply({"max_new_tokens": 40, "temperature": 0, "answer_prefix": '{"answer": "', "stop": [stop]})
+    assert cut.raw_text.endswith(stop) and not cut.truncated_output
+    assert free.raw_text.startswith(cut.raw_text) and len(cut.raw_text) < len(free.raw_text)

@@ -70,11 +70,16 @@ def eval_report_ids(items: pd.DataFrame, n: int | None, out_of_time: set[str] = 
     return set(order[:n])
 
 
+JSON_PREFIX = {"answer_prefix": '{"answer": "', "stop": ["}"]}   # `dpo.json_answer_prefix` (named option)
+
+
 def predict_test_items(cfg, spec, items: pd.DataFrame, store, name: str, gen_ids: set[str], adapter=None,
-                       adapter_sha256: str | None = None) -> pd.DataFrame:
+                       adapter_sha256: str | None = None, answer_prefix: dict | None = None) -> pd.DataFrame:
     """Stage 03's request planning, store and parser for one model on the test items: generated answers
     for `gen_ids`, label scores for every item (local models). `adapter` attaches a LoRA adapter (unmerged)
-    and `adapter_sha256` keys its answers. Returns stage 03's prediction rows, model column = `name`."""
+    and `adapter_sha256` keys its answers. `answer_prefix` (`JSON_PREFIX`, a named option): generation
+    starts from the pre-filled `{"answer": "` and stops at `}`; it is in the request's params, hence in
+    its store key. Returns stage 03's prediction rows, model column = `name`."""
     from finlib.llm.engine import engine_key, send_pending
     from finlib.llm.progress import Progress
     from finlib.llm.local_backend import LocalModel
@@ -82,6 +87,7 @@ def predict_test_items(cfg, spec, items: pd.DataFrame, store, name: str, gen_ids
     from finlib.finbias.inference import _rows, inference_params, plan_requests, to_frame
     from finlib.llm.store import make_key
     from finlib.llm.answers import condition_texts
+    from finlib.finbias.dpo.train import chat_template_kwargs
 
     if spec.backend != "local":
         raise ValueError(f"dpo evaluation: model {spec.name!r} has backend {spec.backend!r}; the tuned model is "
@@ -92,13 +98,20 @@ def predict_test_items(cfg, spec, items: pd.DataFrame, store, name: str, gen_ids
     inf = {**inf, "dtype": resolve_dtype(inf["dtype"], inf["device"])[0], "constrained_json": []}  # as stage 03
     model = LocalModel(spec, cfg.path(inf["model_cache"]), dtype=inf["dtype"], batch_size=inf["batch_size"],
                        score_batch_size=inf["score_batch_size"], max_batch_tokens=inf["max_batch_tokens"],
-                       seed=cfg.seed, threads=inf["threads"], device=inf["device"], adapter=adapter)
+                       seed=cfg.seed, threads=inf["threads"], device=inf["device"], adapter=adapter,
+                       chat_template_kwargs=chat_template_kwargs(spec))
     overhead = model.n_tokens(model.prompt_text(build_messages("", spec.supports_system, inf["prompt_version"]),
                                                 "score"))
     requests = plan_requests(items, spec, lambda row: (["generate"] if str(row["report_id"]) in gen_ids else [])
                              + ["score"], inf, model.n_tokens, overhead)
-    if adapter_sha256:  # same request, the tuned weights named in the key
-        engine = engine_key(spec, inf["dtype"], adapter_sha256=adapter_sha256)
+    if answer_prefix:
+        requests = [dataclasses.replace(r, params={**r.params, **answer_prefix}) if r.mode == "generate" else r
+                    for r in requests]
+    template = chat_template_kwargs(spec)
+    if template:  # the prompt is rendered with these switches (thinking off): named in every key
+        requests = [dataclasses.replace(r, params={**r.params, "chat_template_kwargs": template}) for r in requests]
+    if adapter_sha256 or answer_prefix or template:  # the tuned weights / the prefix named in the key
+        engine = engine_key(spec, inf["dtype"], **({"adapter_sha256": adapter_sha256} if adapter_sha256 else {}))
         requests = [dataclasses.replace(r, model=name, key=make_key(r.backend, spec.model_id, r.messages, r.params,
                                                                     inf["prompt_version"], r.mode, engine))
                     for r in requests]

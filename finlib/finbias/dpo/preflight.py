@@ -148,7 +148,8 @@ def build_tiny_trainer(conf, tok, records: list[dict], args, dp: dict, torch_dty
     if missing:
         raise ValueError(f"dpo.lora.target_modules {missing} match no module of {type(model).__name__} "
                          f"(its linear layers: {sorted({n.rsplit('.', 1)[-1] for n, m in model.named_modules() if type(m).__name__ == 'Linear'})})")
-    ds = Dataset.from_list([{k: r[k] for k in ("prompt", "chosen", "rejected")} for r in records[:2]])
+    ds = Dataset.from_list([{k: r[k] for k in ("prompt", "chosen", "rejected", "chat_template_kwargs") if k in r}
+                            for r in records[:2]])
     return DPOTrainer(model=model, args=args, train_dataset=ds, processing_class=tok, peft_config=tr.lora_config(dp["lora"]))
 
 

@@ -30,7 +30,7 @@ from finlib.finbias.dpo import triplets as tp
 DPO_KEYS = ("models", "teacher", "teacher_max_new_tokens", "split_cutoff", "train_share", "test_firm_share",
             "split_seed", "seen_firm_test", "max_train_pairs", "max_length_cap", "lora", "beta", "learning_rate", "max_steps",
             "num_train_epochs", "batch_size", "grad_accum", "gradient_checkpointing", "dtype", "device",
-            "eval_reports")
+            "eval_reports", "json_answer_prefix")
 LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
 PARTS = ("triplets", "train", "evaluate")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -72,7 +72,7 @@ def dpo_params(cfg: RunConfig) -> dict:
             raise ConfigError(f"{where}: dpo.{k} must be a number in (0, 1), got {dp[k]!r}")
     if dp["dtype"] not in DTYPES:
         raise ConfigError(f"{where}: dpo.dtype must be one of {DTYPES}, got {dp['dtype']!r}")
-    for k in ("gradient_checkpointing", "seen_firm_test"):
+    for k in ("gradient_checkpointing", "seen_firm_test", "json_answer_prefix"):
         if not isinstance(dp[k], bool):
             raise ConfigError(f"{where}: dpo.{k} must be true or false")
     return dp
@@ -220,10 +220,11 @@ def train_records(cfg: RunConfig, dp: dict, spec) -> list[dict]:
     version = _inference(cfg)["prompt_version"]
     trip = read_frame(cfg, "dpo_triplets")
     train = trip[trip["split"] == tp.TRAIN].sort_values(["date", "report_id"])
-    return tr.to_records(train, lambda text: build_messages(text, spec.supports_system, version))
+    return tr.to_records(train, lambda text: build_messages(text, spec.supports_system, version),
+                         tr.chat_template_kwargs(spec))
 
 
-NOT_TRAINING_INPUTS = ("models", "eval_reports", "device")   # dpo keys that do not change the adapter
+NOT_TRAINING_INPUTS = ("models", "eval_reports", "device", "json_answer_prefix")   # dpo keys that do not change the adapter
 
 
 class AdapterMissingError(RuntimeError):
@@ -358,9 +359,11 @@ def evaluate(cfg: RunConfig, dp: dict, trained: tr.TrainResult, model_name: str)
     gen_ids = ev.eval_report_ids(items, dp["eval_reports"], parts[ev.OUT_OF_TIME])
     tuned = spec.name + ev.DPO_SUFFIX
     with ResponseStore(_store_path(cfg)) as store:
-        pred = pd.concat([ev.predict_test_items(cfg, spec, items, store, spec.name, gen_ids),
+        prefix = ev.JSON_PREFIX if dp["json_answer_prefix"] else None
+        pred = pd.concat([ev.predict_test_items(cfg, spec, items, store, spec.name, gen_ids, answer_prefix=prefix),
                           ev.predict_test_items(cfg, spec, items, store, tuned, gen_ids, adapter=trained.adapter_dir,
-                                                adapter_sha256=trained.adapter_sha256)], ignore_index=True)
+                                                adapter_sha256=trained.adapter_sha256, answer_prefix=prefix)],
+                         ignore_index=True)
     reps, ci = int(sc["bootstrap_reps"]), float(sc["ci"])
     labels, reports = read_frame(cfg, "labels"), read_frame(cfg, "reports")
     metrics, tests = [], []

@@ -31,13 +31,35 @@ class SequenceTooLongError(ValueError):
     """A prompt + answer is longer than the allowed `max_length`: raising beats TRL's silent cut."""
 
 
-def to_records(triplets: pd.DataFrame, build_messages: Callable[[str], list[dict]]) -> list[dict]:
+def chat_template_kwargs(spec) -> dict:
+    """Chat-template switches used in BOTH training and evaluation of stage 05. A thinking model
+    (registry `thinks: true`, e.g. Qwen3) runs with thinking off: its template then renders the
+    generation prompt with an empty `<think>\n\n</think>\n\n` block, the same block it renders
+    before a stored final answer, so the tuned model is trained on exactly the text it continues at
+    evaluation (trained after an empty thought and evaluated after a long one, it would not be).
+    Base and tuned model are evaluated the same way; stage 03 keeps the model's default."""
+    return {"enable_thinking": False} if getattr(spec, "thinks", False) else {}
+
+
+def to_records(triplets: pd.DataFrame, build_messages: Callable[[str], list[dict]],
+               template_kwargs: dict | None = None) -> list[dict]:
     """TRL conversational preference records: prompt = inference messages, chosen/rejected = one
-    assistant turn each; `report_id` is kept to name an offending record."""
+    assistant turn each, `chat_template_kwargs` (TRL passes them to the chat template) when any;
+    `report_id` is kept to name an offending record."""
+    extra = {"chat_template_kwargs": dict(template_kwargs)} if template_kwargs else {}
     return [{"report_id": r["report_id"], "prompt": build_messages(r["prompt_text"]),
              "chosen": [{"role": "assistant", "content": r["chosen"]}],
-             "rejected": [{"role": "assistant", "content": r["rejected"]}]}
+             "rejected": [{"role": "assistant", "content": r["rejected"]}], **extra}
             for _, r in triplets.iterrows()]
+
+
+def render(tok, rec: dict, side: str | None = None, tokenize: bool = False):
+    """The record's prompt with the generation prompt (`side` None) or prompt + one side, rendered
+    with the record's chat-template switches, as TRL renders it (text, or token ids)."""
+    msgs = rec["prompt"] if side is None else rec["prompt"] + rec[side]
+    extra = {"return_dict": False} if tokenize else {}
+    return tok.apply_chat_template(msgs, add_generation_prompt=side is None, tokenize=tokenize, **extra,
+                                   **rec.get("chat_template_kwargs", {}))
 
 
 def sequence_lengths(records: list[dict], tok) -> pd.DataFrame:
@@ -45,9 +67,7 @@ def sequence_lengths(records: list[dict], tok) -> pd.DataFrame:
     with the same chat template TRL applies."""
     rows = []
     for rec in records:
-        p = tok.apply_chat_template(rec["prompt"], add_generation_prompt=True, tokenize=True, return_dict=False)
-        c = tok.apply_chat_template(rec["prompt"] + rec["chosen"], tokenize=True, return_dict=False)
-        r = tok.apply_chat_template(rec["prompt"] + rec["rejected"], tokenize=True, return_dict=False)
+        p, c, r = (render(tok, rec, side, tokenize=True) for side in (None, "chosen", "rejected"))
         rows.append({"report_id": rec["report_id"], "prompt": len(p), "chosen": len(c), "rejected": len(r)})
     return pd.DataFrame(rows, columns=["report_id", "prompt", "chosen", "rejected"])
 
@@ -117,21 +137,25 @@ def lora_config(p: dict):
 
 
 def check_prompt_prefix(records: list[dict], tok) -> None:
-    """The evaluation prompt (chat template + generation prompt, as stage 03 renders it) must be a
-    prefix of every training sequence, so the tuned model answers exactly where it was trained to.
-
-    For thinking models (Qwen3) the template renders a stored assistant turn as an empty
-    `<think></think>` block + the answer: training then teaches "close the thought, answer" right
-    after the same generation prompt that evaluation uses (thinking left on), and the shared parser
-    strips any `<think>` block from the generated reply."""
+    """Every training sequence must be the evaluation prompt (chat template + generation prompt, as
+    stage 05 renders it) followed directly by the answer, so the tuned model answers exactly where it
+    was trained to. A template that inserts text between them fails here: Qwen3 with thinking on
+    renders an empty `<think></think>` block before a stored answer but none in the generation
+    prompt (`chat_template_kwargs` turns thinking off in both)."""
     for rec in records:
-        prompt = tok.apply_chat_template(rec["prompt"], add_generation_prompt=True, tokenize=False)
+        prompt = render(tok, rec)
         for side in ("chosen", "rejected"):
-            full = tok.apply_chat_template(rec["prompt"] + rec[side], tokenize=False)
+            full = render(tok, rec, side)
             if not full.startswith(prompt):
                 raise ValueError(f"dpo: record {rec['report_id']!r} ({side}): the chat template renders the "
                                  "training sequence with a different prompt than the evaluation prompt; "
                                  "training and evaluation would see different inputs")
+            answer = rec[side][-1]["content"]
+            if not full[len(prompt):].startswith(answer):
+                raise ValueError(f"dpo: record {rec['report_id']!r} ({side}): the chat template puts "
+                                 f"{full[len(prompt):len(prompt) + 40]!r} between the evaluation prompt and the "
+                                 "answer; the model would be trained on text it does not see when evaluated "
+                                 "(a thinking model: set its registry `thinks: true` so both run with thinking off)")
 
 
 def steps_and_epochs(dp: dict) -> dict:
@@ -211,7 +235,8 @@ def train_dpo(model, tok, records: list[dict], out_dir: Path, dp: dict, seed: in
     max_length = required_max_length(lengths, int(dp["max_length_cap"]))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    ds = Dataset.from_list([{k: r[k] for k in ("prompt", "chosen", "rejected")} for r in records])
+    ds = Dataset.from_list([{k: r[k] for k in ("prompt", "chosen", "rejected", "chat_template_kwargs") if k in r}
+                            for r in records])
     if args is None:
         args = dpo_config(dp, out_dir, max_length, seed, dtype)
     elif args.max_length < max_length:
@@ -266,8 +291,7 @@ def _side_rewards(model, tok, rec: dict, side: str, beta: float) -> tuple[float,
     with a PEFT model). Rating tokens: those overlapping a rating word of the answer."""
     import torch
 
-    prompt = tok.apply_chat_template(rec["prompt"], add_generation_prompt=True, tokenize=False)
-    full = tok.apply_chat_template(rec["prompt"] + rec[side], tokenize=False)
+    prompt, full = render(tok, rec), render(tok, rec, side)
     enc = tok(full, add_special_tokens=False, return_offsets_mapping=True)
     ids, offsets = enc["input_ids"], enc["offset_mapping"]
     start = next(i for i, (a, _) in enumerate(offsets) if a >= len(prompt))
