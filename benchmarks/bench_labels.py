@@ -10,17 +10,23 @@ and compute alpha, beta, CAR, n_obs exactly as the stage defines them.
 The loop is timed on a random subset (default 1,500 events per method) and extrapolated
 per event to all 8,868 (`--full` times all of them); the subset is also where the largest
 absolute differences are measured. Usage: `python benchmarks/bench_labels.py [--full]`.
+The figures go to benchmarks/results/labels.json (benchmarks/results.py) as well as to the terminal.
 """
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import statsmodels.api as sm
 
 from finlib.finbias.labels import build_panel, compute_labels, labels_from_panel
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import machine, write_result  # noqa: E402
 
 N_TICKERS, N_EVENTS, WINDOW, L, GAP = 500, 8868, 60, 250, 30
 
@@ -116,6 +122,8 @@ def main() -> None:
     ap.add_argument("--subset", type=int, default=1500, help="events in the timed lean-loop subset")
     ap.add_argument("--naive-subset", type=int, default=100, help="events in the timed naive-loop subset")
     args = ap.parse_args()
+    before = machine()
+    results: dict = {"events": N_EVENTS, "tickers": N_TICKERS}
     prices, market, events = make_panel()
     E = len(events)
     print(f"panel: {N_TICKERS} tickers x {len(market)} days, {len(prices):,} price rows; {E:,} events")
@@ -152,9 +160,15 @@ def main() -> None:
               f"{d_naive:.2e} vs naive loop; n_obs mismatches {nd_lean + nd_naive}; hot vs end to end {d_hot:.1e}")
         met = r_hot >= 50 and max(d_lean, d_naive) <= 1e-10 and nd_lean + nd_naive == 0
         ok &= met
+        results[method] = {"hot_path_ms": round(t_hot * 1e3, 1), "end_to_end_ms": round(t_e2e * 1e3, 1),
+                           "lean_loop_s": round(lean_all, 3), "naive_loop_s": round(naive_all, 1),
+                           "ratio_hot_path": round(r_hot, 1), "ratio_end_to_end": round(r_e2e, 1),
+                           "ratio_naive": round(r_naive, 1), "max_abs_diff": max(d_lean, d_naive), "goal_met": met}
         print(f"[{method}] goal (>= 50x on the hot path, diff <= 1e-10): {'MET' if met else 'NOT MET'}; "
               f"end to end vs the lean loop: {'>= 50x' if r_e2e >= 50 else 'below 50x'}")
     print("overall:", "goal met" if ok else "goal NOT met")
+    results["goal_met"] = ok
+    print("written:", write_result("labels", results, before))
 
 
 if __name__ == "__main__":

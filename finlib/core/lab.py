@@ -27,6 +27,7 @@ from typing import Any
 from finlib.core.config import RunConfig, load_run, repo_root, split_run_arg
 
 RUN_ENV = "FINLIB_RUN"
+PINNED_ENV = "FINLIB_PINNED_RUN"  # set by the runner while it executes a run's stages
 FALLBACK_RUN = "default"
 LAB_MARK = "-lab-"
 NOTEBOOK_ORIGIN = "notebook"
@@ -111,6 +112,18 @@ def _record_exploration(cfg: RunConfig, derived_from: str) -> None:
     })
 
 
+def pinned_config(cfg: RunConfig, manifest: dict[str, Any]) -> RunConfig:
+    """The run with the parameters its manifest recorded when the runner started it (checked again
+    against the schema), its folders made."""
+    from finlib.core.params import validate_params
+
+    params = validate_params(manifest["params"], cfg.params_file)
+    pinned = RunConfig(name=cfg.name, params=params, root=cfg.root, params_file=cfg.params_file)
+    for d in (pinned.processed_dir, pinned.tables_dir, pinned.run_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    return pinned
+
+
 def open_run(run_name: str | None = None, params_file: str | Path | None = None,
              root: Path | None = None, quiet: bool = False) -> RunConfig:
     """The run a notebook works on (see the module docstring), printed with where its params came
@@ -124,7 +137,11 @@ def open_run(run_name: str | None = None, params_file: str | Path | None = None,
     cfg = load_run(run, pfile, root=root, make_dirs=False)
     manifest = _manifest(root, run)
     source = _relative(cfg.params_file, root)
-    if manifest is not None and not _same_params(manifest, cfg.params):
+    if manifest is not None and os.environ.get(PINNED_ENV) == run and not _same_params(manifest, cfg.params):
+        cfg = pinned_config(cfg, manifest)  # the runner's stages: the params the run started with
+        why = (f"{why}; {source} changed since run '{run}' started: using the params its manifest recorded "
+               "at the start, so every stage of one run reads the same parameters")
+    elif manifest is not None and not _same_params(manifest, cfg.params):
         lab = f"{run}{LAB_MARK}{params_digest(cfg.params)}"
         note = (f"params ({source}) differ from those run '{run}' was made with "
                 f"({manifest.get('params_file')}): writing to run '{lab}' so '{run}' stays as it is")

@@ -246,6 +246,14 @@ def extension_counts(cfg: RunConfig, spec: ModelSpec, counts: dict[str, int]) ->
     return out
 
 
+def generator_counts(spec: ModelSpec, counts: dict[str, int], generator_reports: int | None) -> dict[str, int]:
+    """Requests per condition for one model: a llama.cpp generator answers every condition of the first
+    `inference.generator_reports` reports only (stage 03's subset_reports), every other model all."""
+    if spec.backend != "llamacpp" or generator_reports is None:
+        return counts
+    return {c: min(n, int(generator_reports)) for c, n in counts.items()}
+
+
 def build_plan(cfg: RunConfig) -> pd.DataFrame:
     """The whole plan: one row per model x condition. Makes no model call and downloads nothing."""
     p = plan_params(cfg)
@@ -259,8 +267,9 @@ def build_plan(cfg: RunConfig) -> pd.DataFrame:
     for spec in specs:
         counter = tokenizer_counter(spec, cache) or estimate_counter(float(p["estimate_chars"]))
         extra = extension_counts(cfg, spec, counts)  # beyond the paper: sweep and repeated draws
+        mine = generator_counts(spec, counts, inf.get("generator_reports"))
         rows += model_plan(cfg, spec, {**texts, **{c: texts.get(Condition.ORIGINAL.value) for c in extra}},
-                           {**counts, **extra}, counter, answers, rates.get(spec.name))
+                           {**mine, **extra}, counter, answers, rates.get(spec.name))
     return pd.DataFrame(rows)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+from contextlib import contextmanager
 import hashlib
 import json
 import os
@@ -24,7 +25,7 @@ import time
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from finlib.core.config import RunConfig, check_stage_model_names, load_run, repo_root, split_run_arg
 from finlib.core.kernel_interrupt import SigintForwarder, StageInterrupted, interrupted_line, is_interrupt, track
@@ -306,6 +307,8 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / notebook.name
     partial = out_dir / f".{notebook.name}.partial-{os.getpid()}"  # papermill writes here; moved when whole
+    for stale in out_dir.glob(f".{notebook.name}.partial-*"):  # left by a run killed with -9
+        stale.unlink(missing_ok=True)
     started, t0, cpu0 = _now(), time.time(), children_cpu_s()
     entry: dict[str, Any] = {"notebook": display_path(notebook, cfg.root),
                              "output": display_path(output, cfg.root), "started": started}
@@ -359,6 +362,23 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
     return entry
 
 
+@contextmanager
+def pinned_run(run: str) -> Iterator[None]:
+    """While the runner executes a stage, its kernel reads the params the run's manifest recorded at the
+    start (finlib.core.lab.open_run), even if the params file is edited mid-run; restored afterwards."""
+    from finlib.core.lab import PINNED_ENV
+
+    before = os.environ.get(PINNED_ENV)
+    os.environ[PINNED_ENV] = run
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(PINNED_ENV, None)
+        else:
+            os.environ[PINNED_ENV] = before
+
+
 def run_pipeline(run_name: str = "default", stages: Iterable[str] | None = None,
                  start: str | None = None, params_file: str | None = None,
                  report: bool = False) -> dict[str, Any]:
@@ -394,7 +414,8 @@ def run_pipeline(run_name: str = "default", stages: Iterable[str] | None = None,
     manifest["status"] = "running"
     for stage in selected:  # a failed stage stops the run: later stages would read what it did not make
         try:
-            run_stage(cfg, stage, available[stage], manifest)
+            with pinned_run(cfg.name):
+                run_stage(cfg, stage, available[stage], manifest)
         except BaseException as exc:
             entry = manifest.get("stages", {}).get(stage, {})
             manifest["status"] = "failed" if isinstance(exc, Exception) else "interrupted"

@@ -156,3 +156,19 @@ def test_a_notebook_executed_with_other_params_leaves_the_run_unchanged(repo: Pa
     assert "stays as it is" in outputs and str(repo) not in outputs
     # the runner's executed notebook (published in the report) names no absolute path either
     assert str(repo) not in (repo / "runs" / "default" / "notebooks" / "00_write.ipynb").read_text()
+
+
+def test_the_runners_stages_keep_the_params_the_run_started_with(repo: Path, monkeypatch, capsys):
+    """A params file edited while the runner executes a run: its stages read the manifest's params,
+    never a diverted run (which would leave the run's later stages without inputs)."""
+    import yaml
+
+    _runner_manifest(repo, "smoke")
+    path = repo / "params" / "smoke.yaml"
+    edited = yaml.safe_load(path.read_text())
+    edited["seed"] = 999
+    path.write_text(yaml.safe_dump(edited))
+    assert lab.open_run("smoke", root=repo, quiet=True).name.startswith("smoke-lab-")   # in Lab: an exploration
+    monkeypatch.setenv(lab.PINNED_ENV, "smoke")
+    cfg = lab.open_run("smoke", root=repo)
+    assert cfg.name == "smoke" and cfg.seed != 999 and "changed since run 'smoke' started" in capsys.readouterr().out

@@ -206,6 +206,10 @@ def test_local_model_time_from_its_measured_throughput(tmp_path):
         tokens = p.loc["original", "input_tokens"] + p.loc["original", "output_tokens_expected"]
         assert p.loc["original", "wall_hours"] == pytest.approx(tokens / 1000 / 3600, rel=1e-3)
         assert "1,000 tok/s" in p.loc["original", "binding_limit"] and "earlier" in p.loc["original", "binding_limit"]
+        # a llama.cpp generator answers the first inference.generator_reports reports only (stage 03's subset)
+        cfg.params["inference"]["generator_reports"] = 3
+        assert (plan.build_plan(cfg)["requests"] == 3).all()
+        del cfg.params["inference"]["generator_reports"]
         # without a measurement: the latency bound, said as such
         (tmp_path / "data" / "processed" / "earlier" / "inference_report.json").unlink()
         p = plan.build_plan(cfg).set_index("condition")

@@ -124,6 +124,7 @@ def test_git_state_counts_untracked_files(tmp_path: Path):
     assert state["dirty"] is True and any("new_module.py" in f for f in state["changed_files"])
 
 
+@pytest.mark.slow
 def test_manifest_records_reruns_and_key_variable_names_only(mini_repo: Path, monkeypatch):
     """The manifest records which stages an invocation reran, and the NAMES of the key variables."""
     from llm_helpers import api_record, write_registry

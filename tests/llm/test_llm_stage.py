@@ -114,6 +114,7 @@ def batch_conditions() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@pytest.mark.slow
 def test_inference_batch_routes_api_models_through_the_batch_api(tmp_run, monkeypatch):
     import openai
     from test_llm_batch import FakeClient

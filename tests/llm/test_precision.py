@@ -83,6 +83,7 @@ def test_unknown_dtype_is_refused():
         resolve_dtype("fp8")
 
 
+@pytest.mark.slow
 def test_real_measurement_is_positive_and_cached():
     pytest.importorskip("torch")
     g = precision.measure_gflops("float32", "cpu", shape=(16, 36, 32), min_time_s=0.001)

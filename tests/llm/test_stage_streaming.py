@@ -83,6 +83,7 @@ def fake_sender(seen: list):
     return send
 
 
+@pytest.mark.slow
 def test_stage_streams_messages_and_joins_per_model_parts(tmp_run, monkeypatch):
     two_models(tmp_run)
     monkeypatch.setenv("STREAM_KEY", "dummy")
