@@ -5,8 +5,9 @@ Two modes over the same chat prompt:
   log-probabilities of the three label stems (`bull`, `neutral`, `bear`) renormalised over the
   three give p_bullish/p_neutral/p_bearish. No decoding, no parsing, ~1 forward pass per prompt.
 - generate: free chain-of-thought decoding (the paper's protocol), parsed later; a request may
-  pre-fill the answer's start (`answer_prefix`) and stop at a string (`stop`): stage 05's named
-  JSON-prefix option, both in the request's params and so in its store key.
+  pre-fill the answer's start (`answer_prefix`), restrict its first token to the label stems
+  (`label_first`) and stop at a string (`stop`): stage 05's named JSON-prefix option, all in the
+  request's params and so in its store key.
 
 A failure (tokenizer, out of memory, ...) is narrowed to the item(s) that fail by retrying the
 batch item by item; those become error rows (retried on the next run), the rest are answered.
@@ -302,6 +303,9 @@ class LocalModel:
                       do_sample=temperature > 0)
         if temperature > 0:
             kwargs.update(temperature=temperature, top_p=float(params.get("top_p", 1.0)), top_k=0)
+        if params.get("label_first"):  # the answer's first token is one of the three label stems (named option)
+            start, allowed, every = ids.shape[1], list(self.label_ids), list(range(len(self.tok)))
+            kwargs["prefix_allowed_tokens_fn"] = lambda _b, seq: allowed if seq.shape[-1] == start else every
         stops = list(params.get("stop") or [])
         if stops:  # e.g. the closing brace of a pre-filled JSON answer (stage 05's named option)
             kwargs.update(stop_strings=stops, tokenizer=self.tok)

@@ -131,3 +131,5 @@ def test_generation_from_a_prefilled_answer_stops_at_the_stop_string(tiny):
     cut = reply({"max_new_tokens": 40, "temperature": 0, "answer_prefix": '{"answer": "', "stop": [stop]})
     assert cut.raw_text.endswith(stop) and not cut.truncated_output
     assert free.raw_text.startswith(cut.raw_text) and len(cut.raw_text) < len(free.raw_text)
+    first = reply({"max_new_tokens": 2, "temperature": 0, "answer_prefix": '{"answer": "', "label_first": True})
+    assert any(first.raw_text[len('{"answer": "'):].startswith(m.tok.decode([i])) for i in m.label_ids)

@@ -70,7 +70,9 @@ def eval_report_ids(items: pd.DataFrame, n: int | None, out_of_time: set[str] = 
     return set(order[:n])
 
 
-JSON_PREFIX = {"answer_prefix": '{"answer": "', "stop": ["}"]}   # `dpo.json_answer_prefix` (named option)
+# `dpo.json_answer_prefix` (named option): the reply starts from the pre-filled `{"answer": "`, its first
+# token is one of the three label stems (label scoring's tokens), and it stops at the closing brace
+JSON_PREFIX = {"answer_prefix": '{"answer": "', "label_first": True, "stop": ["}"]}
 
 
 def predict_test_items(cfg, spec, items: pd.DataFrame, store, name: str, gen_ids: set[str], adapter=None,
@@ -78,7 +80,8 @@ def predict_test_items(cfg, spec, items: pd.DataFrame, store, name: str, gen_ids
     """Stage 03's request planning, store and parser for one model on the test items: generated answers
     for `gen_ids`, label scores for every item (local models). `adapter` attaches a LoRA adapter (unmerged)
     and `adapter_sha256` keys its answers. `answer_prefix` (`JSON_PREFIX`, a named option): generation
-    starts from the pre-filled `{"answer": "` and stops at `}`; it is in the request's params, hence in
+    starts from the pre-filled `{"answer": "`, its first token a label stem, and stops at `}`; it is in the
+    request's params, hence in
     its store key. Returns stage 03's prediction rows, model column = `name`."""
     from finlib.llm.engine import engine_key, send_pending
     from finlib.llm.progress import Progress
