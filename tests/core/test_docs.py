@@ -183,16 +183,21 @@ def unmarked_figures(text: str) -> list[tuple[int, str]]:
     The rule, kept simple: outside fenced code blocks, inline code spans and HTML comments, a FIGURE
     counts as a measurement unless (1) a `<!-- measured: file#key -->` marker follows it (the file then
     holds it, checked above), (2) a comparison sign comes right before it (`≤ 10 min`, `> 3×`: a goal or
-    a limit, not a measurement), or (3) it sits in a table row whose first cell is a params key in
-    backticks (a table of settings and their defaults)."""
+    a limit, not a measurement), (3) it sits in a table row whose first cell is a params key in
+    backticks (a table of settings and their defaults), or (4) it sits under a heading that says
+    "estimate" (arithmetic shown in the text, not a measurement). A setting or a test's input is
+    written as code (`timeout_s: 60`, `Retry-After: 4`), which (like any code) is not scanned."""
     found = []
-    in_code = False
+    in_code = estimate = False
     for number, line in enumerate(text.splitlines(), 1):
         if line.lstrip().startswith("```"):
             in_code = not in_code
             continue
+        heading = None if in_code else re.match(r"^#+\s+(.*)", line)
+        if heading:
+            estimate = bool(re.search(r"\bestimate", heading.group(1), re.IGNORECASE))
         first_cell = re.match(r"^\|\s*`([^`]+)`", line)
-        if in_code or (first_cell and PARAMS_KEY.match(first_cell.group(1))):
+        if in_code or estimate or (first_cell and PARAMS_KEY.match(first_cell.group(1))):
             continue
         line = MEASURED.sub(" ", line)
         line = re.sub(r"<!--.*?-->|`[^`]*`", " ", line)
@@ -252,9 +257,10 @@ def test_an_unmarked_timing_is_caught():
     page = ("Stage 03 took 412 s and 1.2 GB; the client sent 343 req/s, 2.4× the baseline (~15 s per call).\n"
             "Marked: **412 s**<!-- measured: benchmarks/results/x.json#a.s -->, goal ≤ 10 min, `timeout 30 s`.\n"
             "| `inference.timeout_s` | 30 s |\n| `make test` | 9 min |\n```\nreal 3m12s 45 s\n```\n"
-            "500 tickers × 10 years, 19 models, 4,096-token cap, a 90-minute limit, Tables 4–7.\n")
+            "500 tickers × 10 years, 19 models, 4,096-token cap, a 90-minute limit, Tables 4–7.\n"
+            "## Memory (estimates)\n| weights | 16 GB |\n## Measured\n| weights | 17 GB |\n")
     assert unmarked_figures(page) == [(1, "412 s"), (1, "1.2 GB"), (1, "343 req/s"), (1, "2.4×"), (1, "15 s"),
-                                      (4, "9 min")]
+                                      (4, "9 min"), (12, "17 GB")]
 
 
 # Phrases that narrate how a number was obtained on a busy machine, or what used to be, instead of
