@@ -38,7 +38,7 @@ from finlib.finbias.figure_base import (  # noqa: F401  (data_source, caption: u
     text_color_on,
 )
 
-FIGURES_KEYS = ("example_report", "case_model", "case_report", "text_chars")
+FIGURES_KEYS = ("example_report", "case_model", "case_report", "text_chars", "caption_in_image")
 
 
 def figures_params(cfg: RunConfig) -> dict:
