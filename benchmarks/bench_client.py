@@ -10,7 +10,8 @@ is its own) and sends the same N prompts at concurrency C:
 - gather (baseline): one asyncio task per prompt behind a semaphore, asyncio.gather, then write
   every result to the store at the end.
 Goals: streaming >= 300 requests/s and peak RSS < 300 MB. CPU seconds are the child's own (the stub
-runs in its own process), so answers per CPU-second is the client's cost whatever the load.
+runs in its own process), so answers per CPU-second is the client's cost whatever the load. The figures
+go to benchmarks/results/client.json (benchmarks/results.py) as well as to the terminal.
 
     .venv/bin/python benchmarks/bench_client.py [--n 30000] [--concurrency 64]
 """
@@ -27,7 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import ROOT, machine, write_result  # noqa: E402
 sys.path.insert(0, str(ROOT))
 
 from finlib.llm.registry import ModelSpec  # noqa: E402
@@ -110,6 +112,7 @@ def main() -> None:
         child(args.child, args.base_url, args.n, args.concurrency)
         return
     env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_STUB_KEY": "bench-dummy"}
+    before = machine()
     server = subprocess.Popen([sys.executable, "-m", "finlib.llm.stub_server", "--port", "0", "--max-seconds", "600"],
                               stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
     try:
@@ -137,6 +140,13 @@ def main() -> None:
           f"{(s['done'] / s['cpu_s']) / (h['done'] / h['cpu_s']):.2f}x")
     print(f"goals: >= 300 req/s: {'met' if s['req_per_s'] >= 300 else 'NOT met'}; "
           f"RSS < 300 MB: {'met' if s['peak_rss_mb'] < 300 else 'NOT met'}")
+    variants = {r["variant"]: {**r, "answers_per_cpu_s": round(r["done"] / r["cpu_s"], 1)} for r in rows}
+    ratios = {"throughput_streaming_vs_gather": round(s["req_per_s"] / g["req_per_s"], 2),
+              "rss_streaming_vs_gather": round(s["peak_rss_mb"] / g["peak_rss_mb"], 2),
+              "answers_per_cpu_s_aiohttp_vs_httpx": round((s["done"] / s["cpu_s"]) / (h["done"] / h["cpu_s"]), 2)}
+    print("written:", write_result("client", {"n": args.n, "concurrency": args.concurrency, "variants": variants,
+                                              "ratios": ratios, "goal_met": s["req_per_s"] >= 300
+                                              and s["peak_rss_mb"] < 300}, before))
 
 
 VARIANTS = {"streaming": streaming, "streaming-httpx": streaming_httpx, "gather": gather_then_write}

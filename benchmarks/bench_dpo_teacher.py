@@ -3,14 +3,21 @@ generation (SmolLM2-135M, torch), per call, on a run's own texts. Prints seconds
 default run's sizes (`dpo.teacher`, `dpo.max_train_pairs`, `dpo.eval_reports`) can be chosen from them.
 
     .venv/bin/python benchmarks/bench_dpo_teacher.py --run default --calls 4
-Needs stages 00-02's artifacts of the run (no_opinion texts need the MPQA lexicon).
+Needs stages 00-02's artifacts of the run (no_opinion texts need the MPQA lexicon). The figures go to
+benchmarks/results/dpo_teacher_<run>.json (benchmarks/results.py) as well as to the terminal.
 """
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import ROOT, machine, write_result  # noqa: E402
+
+sys.path.insert(0, str(ROOT))
 
 
 def main() -> None:
@@ -28,6 +35,7 @@ def main() -> None:
     from finlib.llm.llamacpp import close_servers
     from finlib.llm.store import ResponseStore
 
+    before = machine()
     cfg = load_run(args.run)
     dp = st.dpo_params(cfg)
     cond = read_frame(cfg, "conditions")
@@ -49,6 +57,8 @@ def main() -> None:
     print(f"teacher {name}: {len(calls)} calls in {dt:.1f} s = {dt / len(calls):.1f} s/call "
           f"(incl. server start); intended rating parsed: {parsed}/{len(calls)}")
     print(out.assign(raw_text=out["raw_text"].str[:120]).to_string())
+    result = {"run": args.run, "teacher": {"model": name, "calls": len(calls), "seconds": round(dt, 1),
+                                           "seconds_per_call": round(dt / len(calls), 1), "parsed": parsed}}
 
     if args.generate:
         from finlib.llm.local_backend import LocalModel
@@ -70,6 +80,10 @@ def main() -> None:
         print(f"smollm2-135m generate: {len(res)} answers (batch {args.generate}, max_new_tokens "
               f"{inf['max_new_tokens']}) in {dt:.1f} s = {dt / len(res):.1f} s/answer; output tokens "
               f"{[r.output_tokens for r in res]}")
+        result["generate"] = {"model": "smollm2-135m", "answers": len(res), "seconds": round(dt, 1),
+                              "seconds_per_answer": round(dt / len(res), 1),
+                              "output_tokens": [r.output_tokens for r in res]}
+    print("written:", write_result(f"dpo_teacher_{args.run}", result, before))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ Both produce the filtered text and the removal counts; they are asserted identic
 the baseline runs (a seeded random subset, `--baseline-n`: the baseline is slow). The fast path is
 timed on the whole workload (words/s, share of time in the tagger, the hour-scale extrapolation to the
 real corpus) and on the same subset (the ratio). `--policy ignore` benchmarks the POS-blind matcher
-(no tagger in either path).
+(no tagger in either path). The figures go to benchmarks/results/lexicon_<policy>.json
+(benchmarks/results.py) as well as to the terminal.
 
     .venv/bin/python benchmarks/bench_lexicon.py [--reports 200] [--words 3000] [--baseline-n 8] [--policy respect]
 """
@@ -33,7 +34,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import ROOT, machine, write_result  # noqa: E402
+
 sys.path.insert(0, str(ROOT))
 
 from nltk.stem import PorterStemmer  # noqa: E402
@@ -164,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     naive = NaiveFilter(lexicon, args.policy, None)
     subset = set(random.Random(args.seed).sample(range(args.reports), min(args.baseline_n, args.reports)))
 
+    before_machine = machine()
     t_fast = t_fast_sub = t_naive = 0.0
     words_all = words_sub = 0
     digest = hashlib.sha256()
@@ -220,6 +224,12 @@ def main(argv: list[str] | None = None) -> int:
           f"(whole-workload fast throughput vs naive: {(words_all / t_fast) / (words_sub / t_naive):.1f}x)")
     print(f"outputs identical on the subset: {mismatches == 0}; sha256 of all filtered texts "
           f"{digest.hexdigest()[:16]}; peak RSS {peak_mb:.0f} MB")
+    print("written:", write_result(f"lexicon_{args.policy}", {
+        "reports": args.reports, "words": words_all, "policy": args.policy, "baseline_reports": len(subset),
+        "baseline_words": words_sub, "fast_seconds": round(t_fast, 2), "tagging_seconds": round(tag_s, 2),
+        "fast_words_per_s": round(words_all / t_fast), "naive_words_per_s": round(words_sub / t_naive, 1),
+        "ratio_same_texts": round(t_naive / t_fast_sub, 1), "peak_rss_mb": round(peak_mb),
+        "outputs_identical": mismatches == 0}, before_machine))
     return 1 if mismatches else 0
 
 

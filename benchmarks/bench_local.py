@@ -10,6 +10,7 @@ SmolLM2 in the run's dtype (params inference.dtype), measured side by side in on
 2. prompt tokens/s of the scoring path vs a plain single forward pass per prompt (batch 1, no
    padding, logits_to_keep=1: the machine's prefill limit). Goal >= 80 %. Best of 2 rounds each,
    alternated, to damp noise from other processes on the machine.
+The figures go to benchmarks/results/local.json (benchmarks/results.py) as well as to the terminal.
 
     .venv/bin/python benchmarks/bench_local.py [--n 16] [--max-new-tokens 256]
 """
@@ -21,7 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import ROOT, machine, write_result  # noqa: E402
+
 sys.path.insert(0, str(ROOT))
 
 from finlib.core.config import load_run  # noqa: E402
@@ -87,6 +90,7 @@ def main() -> None:
     seqs = [model.tok(model.prompt_text(r.messages, "score"), add_special_tokens=False)["input_ids"]
             for r in score_reqs]
     n_tokens = sum(map(len, seqs))
+    before = machine()
     list(model.score(score_reqs[:2]))  # warm-up (allocator, kernels)
     plain_forward(model, seqs[:2])
 
@@ -116,6 +120,13 @@ def main() -> None:
           f"({parsed} parsed)")
     print(f"scoring prompt tok/s vs plain forward: {100 * efficiency:.0f} % (goal >= 80 %: "
           f"{'met' if efficiency >= 0.8 else 'NOT met'})")
+    print("written:", write_result("local", {
+        "model": "smollm2-135m", "dtype": str(model.dtype), "n": args.n, "prompt_tokens": n_tokens,
+        "max_new_tokens": args.max_new_tokens, "parsed": parsed, "new_tokens": out_tokens,
+        "seconds": {"plain_forward": round(best_plain, 3), "scoring": round(best_score, 3), "generate": round(gen_s, 3)},
+        "prompts_per_s": {"scoring": round(args.n / best_score, 2), "generate": round(args.n / gen_s, 2)},
+        "ratio_scoring_vs_generate": round(speedup, 1), "scoring_vs_plain_forward_pct": round(100 * efficiency),
+        "goal_met": speedup >= 3 and efficiency >= 0.8}, before))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ the most common user CPU class):
    and in every candidate the probe did not find hopeless (> 4x slower than float32 is skipped:
    bf16 on AVX2 would take minutes), prompt tokens/s, best of 2 alternated rounds.
 Goal: the chosen precision is never slower than float32 on the real workload (5 % noise margin).
+The figures go to benchmarks/results/precision_native.json and (the AVX2-forced child)
+benchmarks/results/precision_avx2.json (benchmarks/results.py) as well as to the terminal.
 
     .venv/bin/python benchmarks/bench_precision.py [--n 8] [--native-only]
 """
@@ -20,7 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import ROOT, machine, write_result  # noqa: E402
+
 sys.path.insert(0, str(ROOT))
 
 from finlib.llm.precision import CANDIDATES, cpu_features, resolve_dtype  # noqa: E402
@@ -62,7 +66,7 @@ def forward_tok_s(dtype: str, texts: list[str], rounds: int = 2) -> float:
     return sum(map(len, seqs)) / best
 
 
-def run(n: int) -> bool:
+def run(n: int) -> dict:
     import torch
 
     chosen, report = resolve_dtype("auto", "cpu", cache_file=False)  # measure now; leave the run's saved choice alone
@@ -88,7 +92,9 @@ def run(n: int) -> bool:
     ok = speed[chosen] >= NOISE * speed["float32"]
     print(f"chosen {chosen}: {speed[chosen]:.0f} vs float32 {speed['float32']:.0f} prompt tok/s -> never slower: "
           f"{'met' if ok else 'NOT met'}")
-    return ok
+    return {"kernels": report["torch_cpu_capability"], "threads": torch.get_num_threads(), "probe_gflops": g,
+            "chosen": chosen, "prompt_tok_s": {c: round(s, 1) for c, s in speed.items()},
+            "ratio_to_float32": {c: round(s / speed["float32"], 2) for c, s in speed.items()}, "goal_met": ok}
 
 
 def main() -> int:
@@ -96,9 +102,13 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--native-only", action="store_true", help="skip the AVX2-emulated child run")
     args = ap.parse_args()
-    print("== native CPU kernels")
-    ok = run(args.n)
-    if not args.native_only and not all(os.environ.get(k) == v for k, v in AVX2_ENV.items()):
+    forced = all(os.environ.get(k) == v for k, v in AVX2_ENV.items())
+    print("== " + ("torch forced to AVX2 kernels" if forced else "native CPU kernels"))
+    before = machine()
+    result = run(args.n)
+    print("written:", write_result("precision_avx2" if forced else "precision_native", {"n": args.n, **result}, before))
+    ok = result["goal_met"]
+    if not args.native_only and not forced:
         print("== torch forced to AVX2 kernels (ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2)", flush=True)
         child = subprocess.run([sys.executable, __file__, "--n", str(args.n), "--native-only"],
                                env={**os.environ, **AVX2_ENV}, capture_output=True, text=True)

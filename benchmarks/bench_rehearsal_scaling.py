@@ -4,7 +4,9 @@ Each fraction is `make rehearse` (params/rehearsal.yaml: 19 simulated models x 4
 grid) on a synthetic market of that fraction of the reports and firms, in its own child process, with an
 empty response store and an empty POS-tag cache of its own: every stage does a first run's work (no answer
 or tag is reused from another fraction). It prints, side by side, each stage's seconds, stage 03's answers
-per second and peak memory (its report's `peak_rss_mb`), and the seconds per 1,000 reports.
+per second and peak memory (its report's `peak_rss_mb`), and the seconds per 1,000 reports, and writes them to
+benchmarks/results/rehearsal_scaling.json under `fractions.<fraction>` (a fraction measured again replaces its
+entry; each entry keeps the machine's CPU flags and load before and after it).
 
     nice .venv/bin/python benchmarks/bench_rehearsal_scaling.py --fractions 1/8 1/4 1/2 [--keep]
 
@@ -24,7 +26,9 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import RESULTS, ROOT, machine, write_result  # noqa: E402
+
 FULL_REPORTS, FULL_FIRMS = 8_868, 480
 WORK = ROOT / "data" / "interim" / "bench-rehearsal-scaling"
 
@@ -55,6 +59,7 @@ def measure(fraction: Fraction) -> dict:
     run = f"rehearsal_scale_{fraction.numerator}of{fraction.denominator}"
     clean(run)
     params = scaled_params(fraction, run)
+    machine_before = machine()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "finlib.core.rehearse", "--run", run, "--params", str(params)],
@@ -73,7 +78,16 @@ def measure(fraction: Fraction) -> dict:
             "stages": outcome["stage_seconds"], "answers_sent": sent,
             "stage03_answers_per_s": round(sent / max(outcome["stage_seconds"].get("03", 0), 1), 1),
             "stage03_peak_rss_mb": inference.get("peak_rss_mb"),
-            "stage03_peak_rss_mb_sending": inference.get("peak_rss_mb_sending"), "run": run}
+            "stage03_peak_rss_mb_sending": inference.get("peak_rss_mb_sending"), "run": run,
+            "machine_before": machine_before, "machine_after": machine()}
+
+
+def write_rows(rows: list[dict]) -> Path:
+    """benchmarks/results/rehearsal_scaling.json: the fractions measured before, with these replaced."""
+    path = RESULTS / "rehearsal_scaling.json"
+    fractions = json.loads(path.read_text(encoding="utf-8")).get("fractions", {}) if path.is_file() else {}
+    fractions.update({r["fraction"]: r for r in rows})
+    return write_result("rehearsal_scaling", {"fractions": fractions}, rows[0]["machine_before"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  stage {s}: " + ", ".join(f"{r['fraction']}: {p:.1f} s ({p / max(per[0], 1e-9):.2f}x)"
                                           for r, p in zip(rows, per)))
     shutil.rmtree(WORK / "params", ignore_errors=True)
+    print("written:", write_rows(rows))
     return 0 if all(r["checks"] == "passed" for r in rows) and base else 1
 
 

@@ -14,6 +14,9 @@ folder), measured side by side. Stages:
 - 06: the figures and HTML report are timed by `make figures`/`make report` on a run (see
   docs/performance.md), not here.
 
+Every figure also goes to benchmarks/results/scale.json under `<stage>.<fraction>.<variant>` (fractions
+written 1/8, 1/4, 1/2, 1), with the machine's CPU flags and load before and after.
+
     nice .venv/bin/python benchmarks/bench_scale.py [--stages 04 store 03] [--fractions 0.125 0.25 0.5 1]
         [--base REV] [--reps 1000]
 """
@@ -28,9 +31,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from fractions import Fraction
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import ROOT, machine, write_result  # noqa: E402
+
 FULL_REPORTS = 8_868
 
 
@@ -192,6 +198,8 @@ def main() -> None:
     variants = a.variants or (["old", "new"] if a.base else ["new"])
     if "old" in variants and not a.base:
         ap.error("the old variant needs --base REV (the revision to compare against)")
+    before = machine()
+    measured: dict[str, dict[str, dict[str, dict]]] = {}
     load = os.getloadavg()
     print(f"CPU flags: {_cpu_flags()}; cores: {os.cpu_count()}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -222,6 +230,9 @@ def main() -> None:
                             "store": ["store", str(store_path), str(reports * 4 * 19)],
                             "03": ["03", str(reports * 4), url if server else ""]}[stage]
                     r = _run_child(variant, args, base_dir)
+                    fraction = str(Fraction(frac).limit_denominator(1000))
+                    measured.setdefault(stage, {}).setdefault(fraction, {})[variant] = {
+                        "reports": reports, **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}}
                     print(f"stage {stage:<5} N={frac:<6} ({reports} reports) {variant:<4} " + json.dumps(
                         {k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()}), flush=True)
                 if server is not None:
@@ -229,6 +240,7 @@ def main() -> None:
                     server.wait(10)
                 if store_path is not None:
                     store_path.unlink()
+    print("written:", write_result("scale", {"base": a.base, "reps": a.reps, **measured}, before))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ is its own:
 - llama.cpp: `finlib.llm.llamacpp.serve` (xllamacpp, Q4_K_M as shipped), one slot, called over
   HTTP through the openai client; prompt and generated tok/s from the server's own timings, peak
   RSS of the server process (VmHWM).
-The faster path is the default (`backend: llamacpp` in params/models.yaml).
+The faster path is the default (`backend: llamacpp` in params/models.yaml). The figures go to
+benchmarks/results/server.json (benchmarks/results.py) as well as to the terminal.
 
     .venv/bin/python benchmarks/bench_server.py [--n 3] [--max-new-tokens 64] [--threads N]
 """
@@ -24,7 +25,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import ROOT, machine, write_result  # noqa: E402
+
 sys.path.insert(0, str(ROOT))
 
 from finlib.core.config import load_run  # noqa: E402
@@ -136,6 +139,7 @@ def main() -> int:
         print(json.dumps(fn(args.n, args.max_new_tokens, args.threads)))
         return 0
     rows = []
+    before = machine()
     for engine in ("llamacpp", "transformers"):
         cmd = [sys.executable, __file__, "--child", engine, "--n", str(args.n), "--max-new-tokens",
                str(args.max_new_tokens)] + (["--threads", str(args.threads)] if args.threads else [])
@@ -153,6 +157,12 @@ def main() -> int:
     print(f"llama.cpp vs transformers: prompt {lc['prompt_tok_s'] / tf['prompt_tok_s']:.1f}x, generated "
           f"{lc['gen_tok_s'] / tf['gen_tok_s']:.1f}x, memory {lc['peak_rss_mb'] / tf['peak_rss_mb']:.2f}x -> default: "
           f"{'llama.cpp server' if lc['gen_tok_s'] >= tf['gen_tok_s'] else 'transformers'}")
+    ratios = {"prompt": round(lc["prompt_tok_s"] / tf["prompt_tok_s"], 2),
+              "generated": round(lc["gen_tok_s"] / tf["gen_tok_s"], 2),
+              "memory": round(lc["peak_rss_mb"] / tf["peak_rss_mb"], 2)}
+    print("written:", write_result("server", {"model": MODEL, "n": args.n, "max_new_tokens": args.max_new_tokens,
+                                              "threads": args.threads, "llamacpp": lc, "transformers": tf,
+                                              "ratios_llamacpp_vs_transformers": ratios}, before))
     return 0
 
 

@@ -16,6 +16,9 @@ full corpus (x 1/scale: every step is linear in the number of reports):
 - lemmatizer: spaCy's tagger with vs without its lemmatizer on a sample of sentences, the cost of
   reading inflections off lemmas instead of the inflection rules (`finlib.finbias.lexicon.base_forms`).
 
+Every scale's row goes to benchmarks/results/stage02.json under `scales.<scale>` (seconds per step, the
+deterministic counts of sentences and characters through the tagger), with the machine's CPU flags and load.
+
     nice .venv/bin/python benchmarks/bench_stage02.py --scales 1/64 1/32 --processes 2
 """
 from __future__ import annotations
@@ -33,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_lexicon import synthetic_reports  # noqa: E402
+from results import machine, write_result  # noqa: E402
 
 from finlib.finbias.lexicon import TOKEN  # noqa: E402
 from finlib.finbias.perturb import report_conditions, shipped_lexicon  # noqa: E402
@@ -107,9 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--processes", type=int, default=2)
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args(argv)
+    before = machine()
+    rows = {}
     for s in args.scales:
         scale = Fraction(s)
         r = bench_scale(scale, args.words, args.processes, args.seed)
+        rows[str(scale)] = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}
         k = 1 / float(scale)
         old = r["split"] + r["tag_old"] + r["match_old"]
         new = r["split"] + r["need"] + r["tag_new"] + r["match_new"]
@@ -125,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ratio old/new (filter): {old / new:.1f}x; lemmatizer on {400} sentences: "
               f"{r['lemma_sample_with_lemmatizer']:.2f} s vs tagger only {r['lemma_sample_tag_only']:.2f} s "
               f"({r['lemma_sample_with_lemmatizer'] / r['lemma_sample_tag_only']:.2f}x); fake rewrites {r['fake_kinds']}")
+    print("written:", write_result("stage02", {"words": args.words, "processes": args.processes, "seed": args.seed,
+                                               "scales": rows}, before))
     return 0
 
 

@@ -47,7 +47,7 @@ CSS = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 .wide{overflow-x:auto;max-width:100%} .wide table{font-size:.8em;white-space:nowrap}
 .wide th:first-child,.wide td:first-child{position:sticky;left:0;background:#fff}
-nav.toc ul{columns:2;font-size:.9em} .caption{font-size:.85em;color:#444;max-width:60em}
+nav.toc{font-size:.9em} nav.toc ul ul{columns:2} .caption{font-size:.85em;color:#444;max-width:60em}
 h1{font-size:1.5em} h2{font-size:1.2em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}
 table{border-collapse:collapse;font-size:.85em} td,th{border:1px solid #ddd;padding:.2em .5em;text-align:left}
 .banner{background:#fff3cd;border:1px solid #e0b040;padding:.6em 1em;margin:1em 0}

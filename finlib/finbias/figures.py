@@ -287,6 +287,7 @@ def plot_dpo(cfg: RunConfig, dpo: pd.DataFrame) -> tuple[object, FigureRecord]:
                 ax.set_xlabel("N (pooled): " + ", ".join(f"{k} {int(v)}" for k, v in n.items()))
             ax.set_xticks(range(len(d)), d.index, rotation=60, ha="right")
             ax.set_title(m)
+            ax.set_ylim(0, 100)  # a 0 % bar reads as 0 %, not as an empty panel
             legend_outside(ax)
         axes[0][0].set_ylabel("accuracy %")
         fig.tight_layout()

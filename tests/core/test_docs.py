@@ -169,6 +169,51 @@ def test_every_measured_figure_matches_the_file_that_measured_it(path: Path):
     assert measured_mismatches(path) == []
 
 
+# A figure that looks measured: a number followed by a unit of time (ms, s, min, h and their words), of memory
+# (KB/MB/GB, KiB/MiB/GiB) or a rate (anything per second: tok/s, answers/s, GFLOP/s), or a speed-up written
+# `2.4×` / `2.4x`. It is unmarked unless a `measured:` marker follows it.
+UNIT = (r"(?:ms|s|min|h|seconds?|minutes?|hours?|[KMG]i?B|[A-Za-z]+/s)(?![\w/])")
+FIGURE = re.compile(r"(?P<cmp>(?:[≤≥<>]=?|[<>]=)\s?)?(?<![\w.,])(?P<num>\d[\d,]*(?:\.\d+)?)"
+                    r"(?:\s?" + UNIT + r"|[×x](?![\w\d]))")
+
+
+def unmarked_figures(text: str) -> list[tuple[int, str]]:
+    """(line, figure) for every measurement-looking figure without a `measured:` marker.
+
+    The rule, kept simple: outside fenced code blocks, inline code spans and HTML comments, a FIGURE
+    counts as a measurement unless (1) a `<!-- measured: file#key -->` marker follows it (the file then
+    holds it, checked above), (2) a comparison sign comes right before it (`≤ 10 min`, `> 3×`: a goal or
+    a limit, not a measurement), (3) it sits in a table row whose first cell is a params key in
+    backticks (a table of settings and their defaults), or (4) it sits under a heading that says
+    "estimate" (arithmetic shown in the text, not a measurement). A setting or a test's input is
+    written as code (`timeout_s: 60`, `Retry-After: 4`), which (like any code) is not scanned."""
+    found = []
+    in_code = estimate = False
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            in_code = not in_code
+            continue
+        heading = None if in_code else re.match(r"^#+\s+(.*)", line)
+        if heading:
+            estimate = bool(re.search(r"\bestimate", heading.group(1), re.IGNORECASE))
+        first_cell = re.match(r"^\|\s*`([^`]+)`", line)
+        if in_code or estimate or (first_cell and PARAMS_KEY.match(first_cell.group(1))):
+            continue
+        line = MEASURED.sub(" ", line)
+        line = re.sub(r"<!--.*?-->|`[^`]*`", " ", line)
+        found += [(number, m.group(0).strip()) for m in FIGURE.finditer(line) if not m.group("cmp")]
+    return found
+
+
+@pytest.mark.parametrize("path", [p for p in doc_files() if p.name not in {"dpo.md", "reliability.md", "bizfinbench.md"}],
+                         ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_measured_looking_figure_is_marked(path: Path):
+    """A time, size, rate or speed-up quoted in a doc comes from a results file a project command writes
+    (benchmarks/results/*.json): it carries a `measured:` marker, or the doc names the command instead."""
+    rel = path.relative_to(ROOT).as_posix()
+    assert [f"{rel}:{n}: {fig}" for n, fig in unmarked_figures(path.read_text(encoding="utf-8"))] == []
+
+
 def test_readme_types_no_test_counts():
     """How many tests there are is pytest's to say (`pytest --collect-only -q`), not a typed number."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -206,6 +251,16 @@ def test_a_figure_that_differs_from_its_file_is_caught(tmp_path, monkeypatch):
                     "9 min<!-- measured: benchmarks/results/x.json#a.missing --> "
                     "5 s<!-- measured: runs/default/manifest.json#x -->\n")
     assert [b.split(":")[0] for b in measured_mismatches(page)] == ["413", "9", "5"]
+
+
+def test_an_unmarked_timing_is_caught():
+    page = ("Stage 03 took 412 s and 1.2 GB; the client sent 343 req/s, 2.4× the baseline (~15 s per call).\n"
+            "Marked: **412 s**<!-- measured: benchmarks/results/x.json#a.s -->, goal ≤ 10 min, `timeout 30 s`.\n"
+            "| `inference.timeout_s` | 30 s |\n| `make test` | 9 min |\n```\nreal 3m12s 45 s\n```\n"
+            "500 tickers × 10 years, 19 models, 4,096-token cap, a 90-minute limit, Tables 4–7.\n"
+            "## Memory (estimates)\n| weights | 16 GB |\n## Measured\n| weights | 17 GB |\n")
+    assert unmarked_figures(page) == [(1, "412 s"), (1, "1.2 GB"), (1, "343 req/s"), (1, "2.4×"), (1, "15 s"),
+                                      (4, "9 min"), (12, "17 GB")]
 
 
 # Phrases that narrate how a number was obtained on a busy machine, or what used to be, instead of
