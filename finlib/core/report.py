@@ -282,7 +282,7 @@ def _tables_section(cfg: RunConfig, out: Path) -> str:
 
 def _notebooks_section(cfg: RunConfig, out: Path) -> str:
     items = []
-    for nb in sorted((cfg.run_dir / "notebooks").glob("*.ipynb")):
+    for nb in sorted((cfg.run_dir / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         target = out / "notebooks" / f"{nb.stem}.html"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(notebook_html(nb, cfg.root), encoding="utf-8")

@@ -306,8 +306,8 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
     out_dir = cfg.run_dir / "notebooks"
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / notebook.name
-    partial = out_dir / f".{notebook.name}.partial-{os.getpid()}"  # papermill writes here; moved when whole
-    for stale in out_dir.glob(f".{notebook.name}.partial-*"):  # left by a run killed with -9
+    partial = out_dir / f".{notebook.stem}.partial-{os.getpid()}.ipynb"  # papermill writes here; moved when whole
+    for stale in out_dir.glob(f".{notebook.stem}.partial-*.ipynb"):  # left by a run killed with -9
         stale.unlink(missing_ok=True)
     started, t0, cpu0 = _now(), time.time(), children_cpu_s()
     entry: dict[str, Any] = {"notebook": display_path(notebook, cfg.root),
