@@ -50,8 +50,10 @@ def _model_rows(g: pd.DataFrame, model: str, rule: str, reps: int, seed: int, ci
         vals = gt[rule].to_numpy(dtype=float)
         est = bootstrap_ci(_sums(vals), ratio, reps, seed, ci)
         answered = gt[gt["status"] == "ok"]   # a failed call is not answered: outside N and the parse rate
+        # a judged answer whose judge call failed has no verdict either: not answered, as the runner counts it
+        missing = (gt["status"] != "ok") | (gt["judge_status"] == "not_answered")
         rows.append({"model": model, "rule": rule, "task": t, "source": ",".join(sorted(set(gt["source"]))),
-                     "n_items": len(gt), "not_answered": int(len(gt) - len(answered)),
+                     "n_items": len(gt), "not_answered": int(missing.sum()),
                      "n_scored": int(np.isfinite(vals).sum()),
                      "parse_rate": float(answered["parsed"].mean()) if len(answered) else np.nan,
                      "judge_invalid": int((gt["judge_status"] == "invalid").sum()),

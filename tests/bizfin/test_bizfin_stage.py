@@ -157,6 +157,21 @@ def test_average_is_the_plain_mean_of_all_nine_tasks():
     assert lo <= want <= hi
 
 
+def test_an_item_whose_judge_call_failed_is_counted_not_answered():
+    """Every item in exactly one status: answered and judged, judge verdict unreadable (judge_invalid), or not
+    answered (its own call or its judge call failed), so the table's counts add up to n_items.
+
+    Drill: a BizFinBench item whose judge call failed is counted not answered."""
+    from finlib.bizfin.results import task_scores
+
+    rows = _rows("FDD", 1.0, 1.0, 3, judge_status="ok")
+    rows += _rows("FDD", float("nan"), float("nan"), judge_status="not_answered")   # the judge call failed
+    rows += _rows("FDD", float("nan"), float("nan"), judge_status="invalid")        # unreadable verdict
+    rows += _rows("FDD", float("nan"), float("nan"), parsed=False, status="error")   # the answer call failed
+    fdd = task_scores(pd.DataFrame(rows), reps=50, seed=1).set_index(["rule", "task"]).loc[("official", "FDD")]
+    assert (fdd["n_items"], fdd["not_answered"], fdd["judge_invalid"], fdd["n_scored"]) == (6, 2, 1, 3)
+
+
 def test_average_is_a_dash_naming_the_missing_tasks():
     """A task without any score (absent, or every verdict unreadable) makes the Average "—", never an
     eight-task mean."""
