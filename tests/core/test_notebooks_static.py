@@ -4,6 +4,7 @@ Executing them is nbval's job (`make test`); these checks keep them honest witho
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -34,6 +35,8 @@ def test_notebook_follows_the_conventions(path: Path):
         "run_name defaults to None: open_run resolves the most recent run (never a fixed test run)"
     assert re.search(r"^params_file = None", params[0].source, re.M)
     assert nb.metadata.get("kernelspec", {}).get("name") == "python3"
+    raw_cells = json.loads(path.read_text(encoding="utf-8"))["cells"]  # as written (nbformat.read fills ids in)
+    assert all("id" in c for c in raw_cells), "every cell has an id (nbformat 4.5; papermill warns otherwise)"
     for cell in code:
         assert not re.search(r"^\s*(def|class|lambda)\b", cell.source, re.M), \
             f"logic belongs in finlib, not in a notebook cell:\n{cell.source[:200]}"
