@@ -16,6 +16,9 @@ import yaml
 from finlib.core.errors import ConfigError
 
 SECRET_MARKERS = ("api_key", "apikey", "secret", "token", "password")
+# Set by the runner while it executes a run's stages: the kernel then reads the params the run's manifest
+# recorded at its start (finlib.core.lab.open_run), never a params file edited mid-run.
+PINNED_ENV = "FINLIB_PINNED_RUN"
 
 
 def repo_root(start: Path | None = None) -> Path:

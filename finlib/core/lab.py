@@ -24,10 +24,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from finlib.core.config import RunConfig, load_run, repo_root, split_run_arg
+from finlib.core.config import PINNED_ENV, RunConfig, load_run, repo_root, split_run_arg
 
 RUN_ENV = "FINLIB_RUN"
-PINNED_ENV = "FINLIB_PINNED_RUN"  # set by the runner while it executes a run's stages
 FALLBACK_RUN = "default"
 LAB_MARK = "-lab-"
 NOTEBOOK_ORIGIN = "notebook"

@@ -366,7 +366,7 @@ def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, An
 def pinned_run(run: str) -> Iterator[None]:
     """While the runner executes a stage, its kernel reads the params the run's manifest recorded at the
     start (finlib.core.lab.open_run), even if the params file is edited mid-run; restored afterwards."""
-    from finlib.core.lab import PINNED_ENV
+    from finlib.core.config import PINNED_ENV
 
     before = os.environ.get(PINNED_ENV)
     os.environ[PINNED_ENV] = run

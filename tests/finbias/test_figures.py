@@ -25,6 +25,7 @@ def make_cfg(tmp_path: Path, source: str = "synthetic", **fig_params) -> RunConf
     params = {"seed": 7, "data": {"source": source, "reports": {"hf_dataset": "x/y", "path": None}},
               "inference": {"registry": str(ROOT / "params" / "models.yaml")},
               "figures": {"example_report": None, "case_model": None, "case_report": None, "text_chars": 800,
+                          "caption_in_image": False,
                           **fig_params}}
     cfg = RunConfig(name="t", params=params, root=tmp_path, params_file=tmp_path / "t.yaml")
     for d in (cfg.processed_dir, cfg.tables_dir, cfg.run_dir):

@@ -67,6 +67,7 @@ def test_chat_template_gets_a_generation_prompt():
 
     class Fake:
         tok = Tok()
+        template_kwargs: dict = {}
 
     text = LocalModel.prompt_text(Fake(), build_messages("R."), "generate")
     assert text.endswith("<assistant>")

@@ -73,7 +73,7 @@ def test_key_stays_out_of_the_executed_notebook_and_manifest(tmp_path, repo_root
     with debug_log(log_file), ThreadedStub(require_key=KEY) as stub:  # papermill / nbclient / httpx logs too
         registry = write_registry(root, api_record("stub-api", stub.base_url, "STUB_SECRET_KEY", concurrency=4))
         smoke = yaml.safe_load((root / "params" / "smoke.yaml").read_text())
-        smoke.setdefault("inference", {}).update(registry=registry, models=["stub-api"], budget_usd=1.0,
+        smoke.setdefault("inference", {}).update(registry=registry, models=["stub-api"], extension_models=[], budget_usd=1.0,
                                                  progress=True)
         (root / "params" / "smoke.yaml").write_text(yaml.safe_dump(smoke))
         write_frame(load_run("smoke", root=root), "conditions", conditions())
