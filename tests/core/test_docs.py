@@ -205,8 +205,7 @@ def unmarked_figures(text: str) -> list[tuple[int, str]]:
     return found
 
 
-@pytest.mark.parametrize("path", [p for p in doc_files() if p.name not in {"dpo.md", "reliability.md", "bizfinbench.md"}],
-                         ids=lambda p: p.relative_to(ROOT).as_posix())
+@pytest.mark.parametrize("path", doc_files(), ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_measured_looking_figure_is_marked(path: Path):
     """A time, size, rate or speed-up quoted in a doc comes from a results file a project command writes
     (benchmarks/results/*.json): it carries a `measured:` marker, or the doc names the command instead."""
