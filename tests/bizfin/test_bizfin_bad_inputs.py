@@ -16,7 +16,7 @@ STEM = task_info("FNC").file_stem  # Financial_Numerical_Computation
 
 
 def test_a_repeated_item_line_is_asked_once_and_counted(tmp_path):
-    """Drill: a BizFinBench task file repeats an item line (before: asked and scored twice)."""
+    """Drill: a BizFinBench task file repeats an item line."""
     path = tmp_path / f"{STEM}.jsonl"
     path.write_text("\n".join([line("一加一", "2"), line("二加二", "4"), line("一加一", "2")]) + "\n",
                     encoding="utf-8")
@@ -27,7 +27,7 @@ def test_a_repeated_item_line_is_asked_once_and_counted(tmp_path):
 
 
 def test_control_characters_never_reach_a_bizfinbench_prompt(tmp_path):
-    """Drill: NUL and other control characters in a BizFinBench item are removed and counted (before: \\u0000 reached the prompt)."""
+    """Drill: NUL and other control characters in a BizFinBench item are removed and counted."""
     path = tmp_path / f"{STEM}.jsonl"
     path.write_text("\n".join([line("一加\u0000一\u0007", "2"), line("二加二\n换行", "4")]) + "\n", encoding="utf-8")
     items = read_jsonl(path, "FNC")
@@ -39,7 +39,7 @@ def test_control_characters_never_reach_a_bizfinbench_prompt(tmp_path):
 
 @pytest.mark.parametrize("name", [f"{STEM.lower()}.jsonl", f"{STEM}.json", f"{STEM.upper()}.JSON"])
 def test_a_task_file_in_another_case_or_saved_as_json_is_found(name, tmp_path):
-    """Drill: a task file named in lower case or saved as .json is found (before: silently replaced by the format samples)."""
+    """Drill: a task file named in lower case or saved as .json is found."""
     body = [line("一加一", "2"), line("二加二", "4")]
     text = "[" + ",".join(body) + "]" if name.lower().endswith(".json") else "\n".join(body)
     (tmp_path / name).write_text(text, encoding="utf-8")

@@ -23,7 +23,7 @@ def _reports(tmp_path: Path, rows: str) -> Path:
 
 
 def test_a_reports_file_with_only_a_header_names_the_file(tmp_path):
-    """Drill: a reports CSV with only a header (before: an IndexError naming no file)."""
+    """Drill: a reports CSV with only a header."""
     path = _reports(tmp_path, "")
     with pytest.raises(DataValidationError, match=rf"{path}: no reports \(the file has a header and 0 rows\)"):
         load_reports_file(path, IDENT)
@@ -38,7 +38,7 @@ def test_ids_that_differ_only_in_spaces_are_duplicates_naming_the_rows(tmp_path)
 
 
 def test_a_date_with_a_utc_offset_keeps_its_calendar_date(tmp_path):
-    """Drill: report dates with a UTC offset keep the date as written (before: moved to their UTC date, another event day 0)."""
+    """Drill: report dates with a UTC offset keep the date as written."""
     path = _reports(tmp_path, 'R1,AAPL,Apple,Information Technology,2021-03-02T01:00:00+08:00,"Buy. Text.",\n'
                               'R2,MSFT,Microsoft,Information Technology,2021-03-02T22:30:00-05:00,"Sell. Text.",\n'
                               'R3,IBM,IBM,Information Technology,2021-03-02T10:00:00Z,"Hold. Text.",\n')
@@ -55,7 +55,7 @@ def _prices(tmp_path: Path, closes: list[str]) -> Path:
 
 @pytest.mark.parametrize("value", ["1e308", "inf", "2e7"])
 def test_an_implausible_close_is_an_error_naming_the_row(value, tmp_path):
-    """Drill: a close of 1e308 (or infinite) is refused naming file, row and column (before: CAR 3.4e305)."""
+    """Drill: a close of 1e308 (or infinite) is refused naming file, row and column."""
     path = _prices(tmp_path, ["120.5", value, "121.0"])
     with pytest.raises(DataValidationError, match=rf"{path}: implausible price .* column 'adj_close' at row 2 "):
         load_prices(path)
@@ -63,7 +63,7 @@ def test_an_implausible_close_is_an_error_naming_the_row(value, tmp_path):
 
 @pytest.mark.parametrize("marker", ["NaN", "nan", "NA", "null", ""])
 def test_a_written_out_gap_is_dropped_and_counted_like_a_blank(marker, tmp_path):
-    """Drill: a literal NaN close is a vendor gap, dropped and counted like a blank one (before: an error for NaN, a drop for blank)."""
+    """Drill: a literal NaN close is a vendor gap, dropped and counted like a blank one."""
     prices, notes = load_prices(_prices(tmp_path, ["120.5", marker, "121.0"]))
     assert len(prices) == 2 and notes["missing_adj_close_dropped"] == 1
 
