@@ -210,27 +210,24 @@ class AuthorsCode:
 
     def judge_prompts(self, task: str, queries: list[str], replies: list[str]) -> list[str]:
         """The judge prompt of every reply as the script's `data_preprocess` writes it."""
-        mod = self.module(SCRIPTS[task])
-        with tempfile.TemporaryDirectory(prefix="bizfin-official-") as tmp:
-            _write_jsonl(Path(tmp) / "answers.jsonl", [{"query": q, "predict_result": r}
-                                                       for q, r in zip(queries, replies, strict=True)])
-            with self._imports(), contextlib.redirect_stdout(io.StringIO()):
-                mod.data_preprocess(tmp, "answers.jsonl", save_dir="step1")
-            rows = _read_jsonl(Path(tmp) / "step1" / "answers.jsonl")
+        rows = self._preprocessed(SCRIPTS[task], queries, replies)
         return [r.get("instruction") or r["query"] for r in rows]
 
     def iterajudge_prompts(self, queries: list[str], replies: list[str]) -> list[str]:
         """FDD's published IteraJudge: `eval_financial_description_revise.data_preprocess` revises every
         reply twice through GPT4OClient (this object's `judge` route) and writes the final judge
         instructions, returned here."""
-        mod = self.module("eval_financial_description_revise.py")
+        return [r["query"] for r in self._preprocessed("eval_financial_description_revise.py", queries, replies)]
+
+    def _preprocessed(self, script: str, queries: list[str], replies: list[str]) -> list[dict]:
+        """The rows a script's `data_preprocess` writes for (query, reply) pairs, read back from its folder."""
+        mod = self.module(script)
         with tempfile.TemporaryDirectory(prefix="bizfin-official-") as tmp:
             _write_jsonl(Path(tmp) / "answers.jsonl", [{"query": q, "predict_result": r}
                                                        for q, r in zip(queries, replies, strict=True)])
             with self._imports(), contextlib.redirect_stdout(io.StringIO()):
                 mod.data_preprocess(tmp, "answers.jsonl", save_dir="step1")
-            rows = _read_jsonl(Path(tmp) / "step1" / "answers.jsonl")
-        return [r["query"] for r in rows]
+            return _read_jsonl(Path(tmp) / "step1" / "answers.jsonl")
 
     def score_verdicts(self, task: str, verdicts: list[str]) -> list[ScriptScore]:
         """Per-item judge scores (0..1) as the script's `evaluation` reads the judge's replies: each
