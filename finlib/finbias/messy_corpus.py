@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
-from finlib.core.vocab import RATING_SCALES, RATINGS, Rating, is_cjk
+from finlib.core.vocab import RATING_SCALES, Rating, is_cjk
 
 CASES = ("as_written", "upper", "lower", "title")
 _RANK = {Rating.BEARISH: 0, Rating.NEUTRAL: 1, Rating.BULLISH: 2}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from test_runner import _notebook, mini_repo  # noqa: F401 -- the fixture
-from test_runner_failures import _disk_full_for, _stand_in
+from test_runner_failures import _disk_full_for
 
 from finlib.core import runner
 from finlib.llm import store as store_module

@@ -21,7 +21,7 @@ from finlib.llm.openai_backend import run_openai
 from finlib.llm.prompts import build_messages
 from finlib.llm.registry import RegistryError, apply_endpoints, endpoint_env_name, load_registry
 from finlib.llm.simulated_servers import Profile, SimulatedServer, finbias_reply, fundamentals
-from finlib.llm.store import Request, ResponseStore, make_key
+from finlib.llm.store import ResponseStore
 from finlib.llm.stub_server import stub_spec
 
 REPORT = ("We upgrade Corvanta Systems (CRVS) to Outperform from Sector Perform.\n\n"

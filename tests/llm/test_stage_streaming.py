@@ -7,13 +7,11 @@ import collections.abc
 import json
 
 import pandas as pd
-import pyarrow.parquet as pq
 import pytest
 import yaml
 
 from finlib.core.artifacts import ArtifactTexts, artifact_path, write_frame
 from finlib.finbias import inference as stage
-from finlib.llm import engine
 from finlib.llm.prompts import build_messages
 from finlib.llm.store import Result
 

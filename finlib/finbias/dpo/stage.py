@@ -80,7 +80,6 @@ def dpo_params(cfg: RunConfig) -> dict:
 
 def _registry(cfg: RunConfig) -> dict:
     from finlib.llm.registry import run_registry
-    from finlib.finbias.inference import inference_params
 
     return run_registry(cfg)
 
