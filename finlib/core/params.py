@@ -53,7 +53,7 @@ class _Section(BaseModel):
 # ---- data (stage 00) -----------------------------------------------------------------------------
 
 class SyntheticSection(_Section):
-    """data.synthetic: the knobs of finlib.finbias.synth.SynthParams (a test keeps the two equal)."""
+    """data.synthetic: the knobs of finlib.finbias.data.synth.SynthParams (a test keeps the two equal)."""
     n_reports: Optional[Count] = None
     n_firms: Optional[Count] = None
     start: Optional[DateLike] = None
@@ -98,7 +98,7 @@ class PricesSection(_Section):
 
 class DataSection(_Section):
     source: Optional[Literal["synthetic", "local", "huggingface"]] = None
-    # stage 00's text cleaning rules (finlib.finbias.validation.CLEANING_RULES); []: the text as the authors send it
+    # stage 00's text cleaning rules (finlib.finbias.data.validation.CLEANING_RULES); []: the text as the authors send it
     text_cleaning: Optional[list[Literal["mojibake", "nbsp", "invisible", "control", "hyphenation",
                                          "whitespace"]]] = None
     synthetic: Optional[SyntheticSection] = None
@@ -152,7 +152,7 @@ class PerturbSection(_Section):
     tagger_model: Optional[str] = None
     tagger_processes: Optional[Count] = None
     tag_cache: Optional[str] = None
-    sweep_reports: Optional[NonNegInt] = None  # rating sweep (finlib.finbias.rating_sweep); null = all, 0 = off
+    sweep_reports: Optional[NonNegInt] = None  # rating sweep (finlib.finbias.beyond.rating_sweep); null = all, 0 = off
     max_set_aside_share: Optional[Share] = None  # stage 02 fails when more reports than this share are set aside
 
 
@@ -308,11 +308,11 @@ class BizfinSection(_Section):
 
 
 class RehearsalSection(_Section):
-    """`make rehearse` (finlib.core.rehearse): the simulated servers and the checks of the offline rehearsal."""
+    """`make rehearse` (finlib.rehearsal.rehearse): the simulated servers and the checks of the offline rehearsal."""
     stages: Optional[list[StrictStr]] = None       # stage ids run through the runner (DPO, stage 05, is a GPU run)
     time_scale: Optional[NonNeg] = None            # multiplies every simulated latency and Retry-After (0 = none)
     profile_seed: Optional[StrictInt] = None       # spreads the planted propensities over the models
-    profiles: Optional[dict[str, dict[str, Any]]] = None  # per model: finlib.llm.simulated_servers.Profile fields
+    profiles: Optional[dict[str, dict[str, Any]]] = None  # per model: finlib.rehearsal.simulated_servers.Profile fields
     cell_alpha: Optional[Annotated[float, Field(gt=0, lt=1)]] = None  # family-wise false-alarm rate of the
     # check of every Table 4-7 cell against the planted truth (Bonferroni over the cells)
 

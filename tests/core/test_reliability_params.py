@@ -135,7 +135,7 @@ def test_synthetic_section_declares_exactly_the_generator_knobs():
     import dataclasses
 
     from finlib.core.params import SyntheticSection
-    from finlib.finbias.synth import SynthParams
+    from finlib.finbias.data.synth import SynthParams
 
     assert set(SyntheticSection.model_fields) == {f.name for f in dataclasses.fields(SynthParams)}
 
@@ -143,18 +143,18 @@ def test_synthetic_section_declares_exactly_the_generator_knobs():
 def test_schema_declares_every_key_the_stages_read():
     """Each stage's key list (the keys it reads and requires) equals its section's declared keys,
     so a key added to a stage without the schema (or the reverse) fails here."""
-    from finlib.bizfin.judge_stage import ITERAJUDGE_KEYS
-    from finlib.bizfin.stage import BIZFIN_KEYS
+    from finlib.bizfin.iterajudge.stage import ITERAJUDGE_KEYS
+    from finlib.bizfin.benchmark.stage import BIZFIN_KEYS
     from finlib.core.params import (DataSection, IteraJudgeSection, LoraSection, MackinlaySection, PricesSection,
                                     ReportsSection, declared_keys)
-    from finlib.core.plan import PLAN_KEYS
-    from finlib.finbias.data import DATA_KEYS, PRICES_KEYS, REPORTS_KEYS
+    from finlib.pipeline.plan import PLAN_KEYS
+    from finlib.finbias.data.stage import DATA_KEYS, PRICES_KEYS, REPORTS_KEYS
     from finlib.finbias.dpo.stage import DPO_KEYS, LORA_KEYS
-    from finlib.finbias.figures import FIGURES_KEYS
-    from finlib.finbias.inference import INFERENCE_KEYS
-    from finlib.finbias.labels import LABEL_KEYS, MACKINLAY_KEYS
-    from finlib.finbias.perturb import PERTURB_KEYS
-    from finlib.finbias.scoring import SCORING_KEYS
+    from finlib.finbias.figures.stage import FIGURES_KEYS
+    from finlib.finbias.inference.stage import INFERENCE_KEYS
+    from finlib.finbias.labels.stage import LABEL_KEYS, MACKINLAY_KEYS
+    from finlib.finbias.perturb.stage import PERTURB_KEYS
+    from finlib.finbias.scoring.stage import SCORING_KEYS
 
     for section, keys in (("labels", LABEL_KEYS), ("perturb", PERTURB_KEYS), ("inference", INFERENCE_KEYS),
                           ("scoring", SCORING_KEYS), ("figures", FIGURES_KEYS), ("plan", PLAN_KEYS),

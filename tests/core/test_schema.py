@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from finlib.core import vocab as schema
-from finlib.core.vocab import (AMBIGUOUS_RATING_TERMS, HYPHENS, Rating, normalise_term, rating_of,
+from finlib.finbias import vocab as schema
+from finlib.finbias.vocab import (AMBIGUOUS_RATING_TERMS, HYPHENS, Rating, normalise_term, rating_of,
                            rating_vocabulary, term_pattern)
 
 B, N, S = Rating.BULLISH, Rating.NEUTRAL, Rating.BEARISH
@@ -126,7 +126,7 @@ def test_average_labels():
 
 
 def test_term_pattern_suffix_exception_is_case_insensitive():
-    from finlib.core.vocab import term_pattern
+    from finlib.finbias.vocab import term_pattern
 
     pat = term_pattern(["buy"], suffixes=("rated",))
     for text in ("a Buy-rated stock", "a BUY-RATED stock", "a Buy-Rated stock"):
@@ -135,7 +135,7 @@ def test_term_pattern_suffix_exception_is_case_insensitive():
 
 
 def test_vocabulary_comes_from_published_scales_with_sources():
-    from finlib.core.vocab import RATING_SCALES, RATING_SYNONYMS, scale_table, synonyms_from_scales
+    from finlib.finbias.vocab import RATING_SCALES, RATING_SYNONYMS, scale_table, synonyms_from_scales
 
     assert synonyms_from_scales(RATING_SCALES) == RATING_SYNONYMS
     assert all(sc.source.strip() for sc in RATING_SCALES)
