@@ -452,7 +452,7 @@ def test_misspelled_data_keys_are_errors(tmp_run, tmp_path, section, bad):
     target = cfg.params["data"] if section is None else cfg.params["data"][section]
     target[bad] = "x"
     dotted = "data." + (f"{section}." if section else "") + bad
-    with pytest.raises(ConfigError, match=rf"invalid params: unknown key '{re.escape(dotted)}'"):
+    with pytest.raises(ConfigError, match=rf"invalid params:\n  - unknown key '{re.escape(dotted)}'"):
         data.prepare_data(cfg, write=False)
 
 
