@@ -37,23 +37,23 @@ $(STAMP): pyproject.toml
 venv: $(STAMP) ## create/refresh the virtual environment (.venv)
 
 reproduce: $(STAMP) ## run every stage for params/$(RUN).yaml (default: the embedded synthetic run), then the report
-	$(PY) -m finlib.core.runner --run $(RUN) --report
+	$(PY) -m finlib.pipeline.runner --run $(RUN) --report
 
 stage: $(STAMP) ## rerun one stage alone: make stage STAGE=01 [RUN=default]
 	@test -n "$(STAGE)" || { echo "usage: make stage STAGE=NN [RUN=name]"; exit 2; }
-	$(PY) -m finlib.core.runner --run $(RUN) --stages $(STAGE)
+	$(PY) -m finlib.pipeline.runner --run $(RUN) --stages $(STAGE)
 
 figures: $(STAMP) ## regenerate tables and figures from cached artifacts (stage 04 onwards), then the report
-	$(PY) -m finlib.core.runner --run $(RUN) --from 04 --report
+	$(PY) -m finlib.pipeline.runner --run $(RUN) --from 04 --report
 
 report: $(STAMP) ## static HTML report of a run: runs/$(RUN)/report/index.html (notebooks, figures, tables)
-	$(PY) -m finlib.core.report --run $(RUN)
+	$(PY) -m finlib.pipeline.report --run $(RUN)
 
 rehearse: $(STAMP) ## both papers' full runs offline against simulated servers, checked: runs/rehearsal/rehearsal.md
-	$(PY) -m finlib.core.rehearse --run $(if $(filter default,$(RUN)),rehearsal,$(RUN))
+	$(PY) -m finlib.rehearsal.rehearse --run $(if $(filter default,$(RUN)),rehearsal,$(RUN))
 
 plan: $(STAMP) ## requests, tokens, cost and wall time of params/$(RUN).yaml (no calls): runs/$(RUN)/plan.md
-	$(PY) -m finlib.core.plan --run $(RUN)
+	$(PY) -m finlib.pipeline.plan --run $(RUN)
 
 dpo: $(STAMP) ## stage 05 alone without the notebook: triplets, LoRA DPO, Table 8 (needs stages 00-02's artifacts)
 	$(PY) -m finlib.finbias.dpo --run $(RUN)
@@ -83,7 +83,7 @@ lab: $(STAMP) ## JupyterLab on the notebooks
 	$(VENV)/bin/jupyter lab --notebook-dir=.
 
 data: $(STAMP) ## download external inputs (MPQA lexicon) for online users
-	$(PY) -m finlib.finbias.lexicon --download
+	$(PY) -m finlib.finbias.perturb.lexicon --download
 
 bench: $(STAMP) ## run the speed benchmarks (prints ratios measured side by side)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -21,7 +21,7 @@ from results import ROOT, machine, write_result  # noqa: E402
 sys.path.insert(0, str(ROOT))
 from finlib.llm.openai_backend import CircuitOpen, run_openai
 from finlib.llm.store import Request, ResponseStore, make_key
-from finlib.llm.stub_server import ThreadedStub, stub_spec
+from finlib.rehearsal.stub_server import ThreadedStub, stub_spec
 
 N = 5000
 

@@ -1,6 +1,6 @@
 """Client throughput: streaming-to-store engine vs gather-then-write, against a local stub.
 
-A zero-latency OpenAI-compatible stub (finlib.llm.stub_server, stdlib asyncio, 127.0.0.1 only,
+A zero-latency OpenAI-compatible stub (finlib.rehearsal.stub_server, stdlib asyncio, 127.0.0.1 only,
 stops itself) runs in its own process. Each variant runs in its own child process (so peak RSS
 is its own) and sends the same N prompts at concurrency C:
 - streaming: finlib.llm.openai_backend.run_openai -- a fixed worker pool pulling prompts lazily,
@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from finlib.llm.registry import ModelSpec  # noqa: E402
 from finlib.llm.store import Request, ResponseStore, Result, make_key  # noqa: E402
-from finlib.llm.stub_server import stub_spec  # noqa: E402
+from finlib.rehearsal.stub_server import stub_spec  # noqa: E402
 
 PARAMS = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 64}
 REPORT = ("Revenue grew in the quarter while margins held steady and guidance was reaffirmed. " * 24).strip()
@@ -113,7 +113,7 @@ def main() -> None:
         return
     env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_STUB_KEY": "bench-dummy"}
     before = machine()
-    server = subprocess.Popen([sys.executable, "-m", "finlib.llm.stub_server", "--port", "0", "--max-seconds", "600"],
+    server = subprocess.Popen([sys.executable, "-m", "finlib.rehearsal.stub_server", "--port", "0", "--max-seconds", "600"],
                               stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
     try:
         port = int(server.stdout.readline())

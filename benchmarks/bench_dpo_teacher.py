@@ -31,7 +31,7 @@ def main() -> None:
     from finlib.core.config import load_run
     from finlib.finbias.dpo import stage as st
     from finlib.finbias.dpo import triplets as tp
-    from finlib.finbias.inference import inference_params
+    from finlib.finbias.inference.stage import inference_params
     from finlib.llm.llamacpp import close_servers
     from finlib.llm.store import ResponseStore
 
@@ -62,7 +62,7 @@ def main() -> None:
 
     if args.generate:
         from finlib.llm.local_backend import LocalModel
-        from finlib.llm.prompts import build_messages
+        from finlib.finbias.prompts import build_messages
         from finlib.llm.registry import load_registry
 
         inf = inference_params(cfg)

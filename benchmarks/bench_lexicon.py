@@ -1,10 +1,10 @@
 """Benchmark: the MPQA strongsubj sentence filter vs a naive baseline, same texts, same run, tagging in both.
 
-Workload: synthetic reports of ~3,000 words from `finlib.finbias.synth` (Fin-Bias scale is 8,868 of them,
+Workload: synthetic reports of ~3,000 words from `finlib.finbias.data.synth` (Fin-Bias scale is 8,868 of them,
 ~27M words), generated one at a time (at no point are all texts held in memory; peak RSS is
-printed). Default policy `respect` (the stage's default: spaCy POS tags, `finlib.finbias.postag`).
+printed). Default policy `respect` (the stage's default: spaCy POS tags, `finlib.finbias.perturb.postag`).
 
-- fast: `finlib.finbias.subjectivity.SubjectivityFilter` -- Punkt sentence spans; spaCy's tagger only
+- fast: `finlib.finbias.perturb.subjectivity.SubjectivityFilter` -- Punkt sentence spans; spaCy's tagger only
   (parser/NER/lemmatizer excluded), sentences of a chunk of reports streamed through one
   `nlp.pipe`; one regex pass per sentence and the lexicon's per-(word, POS) memo. No tag cache here
   (a cached rerun costs only the matching: that is the "matching" line).
@@ -41,10 +41,10 @@ sys.path.insert(0, str(ROOT))
 
 from nltk.stem import PorterStemmer  # noqa: E402
 
-from finlib.finbias.lexicon import TOKEN, Lexicon, load_lexicon  # noqa: E402
-from finlib.finbias.postag import PosTagger, compound_pos, mpqa_pos  # noqa: E402
+from finlib.finbias.perturb.lexicon import TOKEN, Lexicon, load_lexicon  # noqa: E402
+from finlib.finbias.perturb.postag import PosTagger, compound_pos, mpqa_pos  # noqa: E402
 from finlib.finbias.sentences import sentence_spans  # noqa: E402
-from finlib.finbias.subjectivity import SubjectivityFilter, _join_kept  # noqa: E402
+from finlib.finbias.perturb.subjectivity import SubjectivityFilter, _join_kept  # noqa: E402
 
 LEXICON_CANDIDATES = (
     ROOT / "data" / "external" / "mpqa" / "subjclueslen1-HLTEMNLP05.tff",
@@ -56,7 +56,7 @@ def synthetic_reports(n: int, words: int, seed: int) -> Iterator[tuple[str, str]
     """(report_id, text) of n synthetic reports of ~`words` words, generated lazily."""
     import numpy as np
 
-    from finlib.finbias import synth
+    from finlib.finbias.data import synth
 
     p = synth.SynthParams.from_section({"n_reports": n, "n_firms": max(40, n // 20),
                                         "words_min": int(words * 0.95), "words_max": int(words * 1.05)})

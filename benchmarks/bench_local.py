@@ -29,11 +29,11 @@ sys.path.insert(0, str(ROOT))
 
 from finlib.core.config import load_run  # noqa: E402
 from finlib.llm.local_backend import LocalModel  # noqa: E402
-from finlib.llm.prompts import build_messages  # noqa: E402
+from finlib.finbias.prompts import build_messages  # noqa: E402
 from finlib.llm.registry import load_registry  # noqa: E402
-from finlib.finbias.inference import inference_params  # noqa: E402
+from finlib.finbias.inference.stage import inference_params  # noqa: E402
 from finlib.llm.store import Request, make_key  # noqa: E402
-from finlib.llm.answers import parse_rating  # noqa: E402
+from finlib.finbias.answers import parse_rating  # noqa: E402
 
 WORDS = ("revenue growth margin guidance demand cost pricing segment cash flow debt outlook risk competition "
          "quarter earnings management valuation dividend capital expenditure backlog orders inventory").split()

@@ -47,7 +47,7 @@ def forward_tok_s(dtype: str, texts: list[str], rounds: int = 2) -> float:
 
     from finlib.core.config import load_run
     from finlib.llm.local_backend import LocalModel
-    from finlib.llm.prompts import build_messages
+    from finlib.finbias.prompts import build_messages
     from finlib.llm.registry import load_registry
 
     cfg = load_run("default")

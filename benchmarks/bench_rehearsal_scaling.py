@@ -62,7 +62,7 @@ def measure(fraction: Fraction) -> dict:
     machine_before = machine()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "finlib.core.rehearse", "--run", run, "--params", str(params)],
+    proc = subprocess.run([sys.executable, "-m", "finlib.rehearsal.rehearse", "--run", run, "--params", str(params)],
                           cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

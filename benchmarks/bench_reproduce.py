@@ -41,9 +41,9 @@ def bench_params(run: str, folder: Path) -> Path:
 
 
 def run_once(name: str, params: Path) -> dict:
-    """One `python -m finlib.core.runner --report` (what `make reproduce` calls), timed from outside."""
+    """One `python -m finlib.pipeline.runner --report` (what `make reproduce` calls), timed from outside."""
     t0 = time.time()
-    subprocess.run([sys.executable, "-m", "finlib.core.runner", "--run", name, "--params", str(params), "--report"],
+    subprocess.run([sys.executable, "-m", "finlib.pipeline.runner", "--run", name, "--params", str(params), "--report"],
                    cwd=ROOT, check=True)
     wall = time.time() - t0
     manifest = json.loads((ROOT / "runs" / name / "manifest.json").read_text(encoding="utf-8"))

@@ -71,7 +71,7 @@ def _cpu_s() -> float:
 def child_04(n_reports: int, reps: int) -> dict:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from scale_data import scale_frames
-    from finlib.finbias import scoring
+    from finlib.finbias.scoring import stage as scoring
 
     f = scale_frames(n_reports)
     _reset_peak()
@@ -129,10 +129,10 @@ def child_03(n_requests: int, base_url: str) -> dict:
     import numpy as np
     import pandas as pd
     from scale_data import _body
-    from finlib.llm.answers import parse_predictions
+    from finlib.finbias.answers import parse_predictions
     from finlib.llm.openai_backend import run_openai
     from finlib.llm.store import Request, ResponseStore, make_key
-    from finlib.llm.stub_server import stub_spec
+    from finlib.rehearsal.stub_server import stub_spec
 
     os.environ.setdefault("BENCH_STUB_KEY", "bench-dummy")
     spec = stub_spec(base_url, concurrency=64, max_attempts=3, timeout_s=60, api_key_env="BENCH_STUB_KEY")
@@ -219,7 +219,7 @@ def main() -> None:
                     print(f"  (built store with {reports * 4 * 19} keys in {time.perf_counter() - t:.0f} s)")
                 server = None
                 if stage == "03":
-                    server = subprocess.Popen([sys.executable, "-m", "finlib.llm.stub_server", "--port", "0",
+                    server = subprocess.Popen([sys.executable, "-m", "finlib.rehearsal.stub_server", "--port", "0",
                                                "--max-seconds", "3000"], stdout=subprocess.PIPE, text=True, cwd=ROOT,
                                               env={**os.environ, "PYTHONPATH": str(ROOT)})
                     url = f"http://127.0.0.1:{int(server.stdout.readline())}/v1"

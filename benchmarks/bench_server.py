@@ -32,14 +32,14 @@ sys.path.insert(0, str(ROOT))
 
 from finlib.core.config import load_run  # noqa: E402
 from finlib.llm.llamacpp import gguf_path, serve, server_config, server_pid  # noqa: E402
-from finlib.llm.prompts import build_messages  # noqa: E402
+from finlib.finbias.prompts import build_messages  # noqa: E402
 from finlib.llm.registry import load_registry  # noqa: E402
 
 MODEL = "qwen2.5-coder-0.5b"
 
 
 def prompts(n: int) -> list[list[dict]]:
-    from finlib.finbias.synth import generate_market
+    from finlib.finbias.data.synth import generate_market
 
     cfg = load_run("default")
     syn = dict(cfg.section("data")["synthetic"], n_reports=max(n, 4))

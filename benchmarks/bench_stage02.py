@@ -1,6 +1,6 @@
 """Benchmark: stage 02 at the paper's shape (8,868 reports of ~3,000 words, ~27M words), old policy vs new.
 
-Corpus: synthetic reports of ~`--words` words from `finlib.finbias.synth` (the generator of
+Corpus: synthetic reports of ~`--words` words from `finlib.finbias.data.synth` (the generator of
 `benchmarks/bench_lexicon.py`), at fractions of the paper's 8,868 reports (`--scales`, e.g. 1/64 1/8).
 Each step is timed on the same texts in one run, old and new side by side, and extrapolated to the
 full corpus (x 1/scale: every step is linear in the number of reports):
@@ -14,7 +14,7 @@ full corpus (x 1/scale: every step is linear in the number of reports):
   stage reports (`respect`, `respect_porter`, `ignore`);
 - rerun: the new filter again over the same texts with the tag cache filled (a rerun from caches);
 - lemmatizer: spaCy's tagger with vs without its lemmatizer on a sample of sentences, the cost of
-  reading inflections off lemmas instead of the inflection rules (`finlib.finbias.lexicon.base_forms`).
+  reading inflections off lemmas instead of the inflection rules (`finlib.finbias.perturb.lexicon.base_forms`).
 
 Every scale's row goes to benchmarks/results/stage02.json under `scales.<scale>` (seconds per step, the
 deterministic counts of sentences and characters through the tagger), with the machine's CPU flags and load.
@@ -38,11 +38,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_lexicon import synthetic_reports  # noqa: E402
 from results import machine, write_result  # noqa: E402
 
-from finlib.finbias.lexicon import TOKEN  # noqa: E402
-from finlib.finbias.perturb import report_conditions, shipped_lexicon  # noqa: E402
-from finlib.finbias.postag import EXCLUDE, PosTagger, installed_model  # noqa: E402
+from finlib.finbias.perturb.lexicon import TOKEN  # noqa: E402
+from finlib.finbias.perturb.stage import report_conditions, shipped_lexicon  # noqa: E402
+from finlib.finbias.perturb.postag import EXCLUDE, PosTagger, installed_model  # noqa: E402
 from finlib.finbias.sentences import sentence_spans  # noqa: E402
-from finlib.finbias.subjectivity import TAG, SubjectivityFilter, _filter, sentence_need, tag_windows  # noqa: E402
+from finlib.finbias.perturb.subjectivity import TAG, SubjectivityFilter, _filter, sentence_need, tag_windows  # noqa: E402
 
 PAPER_REPORTS = 8868
 

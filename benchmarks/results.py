@@ -1,6 +1,6 @@
 """Where a benchmark writes what it measured: `benchmarks/results/<name>.json`, with the machine it ran
 on (CPU flags, cores, load average before and after) and the commit it measured. The docs quote a
-measured figure only from such a file, with a marker naming the file and key (tests/core/test_docs.py
+measured figure only from such a file, with a marker naming the file and key (tests/repository/test_docs.py
 checks that the figure and the file agree)."""
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from finlib.core.vocab import SECTORS, Condition
+from finlib.finbias.vocab import SECTORS, Condition
 
 FULL_REPORTS = 8_868
 N_MODELS = 19

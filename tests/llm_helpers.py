@@ -11,7 +11,7 @@ import yaml
 
 from finlib.llm.registry import ModelSpec
 from finlib.llm.store import Request, make_key
-from finlib.llm.stub_server import stub_spec
+from finlib.rehearsal.stub_server import stub_spec
 
 PARAMS = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 16}
 STUB_SPEC = stub_spec(concurrency=8, max_attempts=4, timeout_s=0.5)

@@ -4,7 +4,7 @@ Public entry point for one item: `score_item(task, item, prediction, judge=None)
 (0..1; the published rule's score). `item` is a loaded `BizFinItem` or the published record itself
 (the dict of one benchmark JSONL line), validated the same way. Accuracy tasks use the rule-based scorers in
 `finlib.bizfin.scorers`; judge tasks (FTU, FQA, FDD) call `judge`, a callable
-`(JudgeInput) -> JudgeResult` (`finlib.bizfin.judge`), and return NaN when the judge's output
+`(JudgeInput) -> JudgeResult` (`finlib.bizfin.iterajudge.judge`), and return NaN when the judge's output
 was invalid or the call failed: such an item is reported, never scored 0.
 """
 from __future__ import annotations
@@ -12,10 +12,13 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+from finlib.bizfin.artifacts import PRODUCERS
 from finlib.bizfin.data import BizFinItem, parse_record
+from finlib.core.artifacts import register_producers
 from finlib.bizfin.scorers import ACCURACY_SCORERS, ItemScore
 from finlib.bizfin.tasks import TASKS, task_info
 
+register_producers(PRODUCERS)
 DEFAULT_JUDGE_SCALE = (0, 100)
 FTU_USER_MARKER = "下面是用户的输入和历史对话信息："
 
@@ -27,10 +30,10 @@ def judge_input(item: BizFinItem, prediction: str, item_id: str | None = None, v
     `Actions` as a list of {Action: ActionInput} (`finlib.bizfin.official.ftu_judge_input`). `verbatim`
     (the published rubric): the reply as written, `<think>` included, as the authors' `data_preprocess`
     passes it."""
-    from finlib.llm.answers import strip_think
-    from finlib.bizfin.judge import JudgeInput
+    from finlib.llm.replies import strip_think
+    from finlib.bizfin.iterajudge.judge import JudgeInput
     from finlib.bizfin.official import ftu_judge_input
-    from finlib.bizfin.rubrics import dimensions_for
+    from finlib.bizfin.iterajudge.rubrics import dimensions_for
 
     question, answer = item.question, (prediction or "") if verbatim else strip_think(prediction or "")
     if item.task == "FTU":

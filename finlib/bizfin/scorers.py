@@ -8,7 +8,7 @@
 - **ours**: the tolerant reading. Every difference from the official rule is listed with an example
   in docs/bizfinbench.md:
   - every task reads the reply with `<think>` blocks removed (reasoning is not the answer) and JSON
-    through the one tolerant reader (`finlib.llm.answers.read_json_objects`: raw line breaks inside
+    through the one tolerant reader (`finlib.llm.replies.read_json_objects`: raw line breaks inside
     strings, fences, single quotes, trailing commas), the whole reply, however long;
   - FNC/FTR: the JSON `answer` field compared as dates, else as numbers at the gold's stated precision
     (half a unit of its last decimal) with units converted both ways (a bare number is in the unit the
@@ -33,10 +33,10 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Callable
 
 from finlib.bizfin import official as published
-from finlib.llm.answers import read_json_objects, strip_think
+from finlib.llm.replies import read_json_objects, strip_think
 
 
-def json_objects(text: str) -> list[dict]:
+def whole_reply_objects(text: str) -> list[dict]:
     """Every JSON object of the reply, `<think>` removed, the whole reply read (no length cut)."""
     return read_json_objects(text, max_chars=None)
 
@@ -66,7 +66,7 @@ def official_value(task: str, gold: str, text: str, fner_script: str = "eval_fin
 
 def answer_field(text: str, keys: tuple[str, ...] = ("answer",)) -> tuple[bool, Any]:
     """(found, value) of the first of `keys` in the reply's JSON objects (reasoning stripped)."""
-    for obj in json_objects(text):
+    for obj in whole_reply_objects(text):
         for k in keys:
             if k in obj:
                 return True, obj[k]
@@ -238,7 +238,7 @@ def parse_gold_indices(gold: str) -> list[int]:
 
 def _first(text: str, read: Callable[[dict], Any]) -> Any:
     """The first JSON object of the reply that `read` finds something in (None when none does)."""
-    for obj in json_objects(text):
+    for obj in whole_reply_objects(text):
         v = read(obj)
         if v is not None:
             return v

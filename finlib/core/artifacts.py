@@ -17,23 +17,18 @@ import pyarrow.parquet as pq
 
 from finlib.core.config import RunConfig
 
-# artifact name -> the stage (notebook prefix) that writes it; used in "run stage NN first" errors.
-PRODUCERS: dict[str, str] = {
-    "reports": "00", "prices": "00", "market": "00", "truth": "00", "data_report": "00",
-    "labels": "01", "labels_report": "01",
-    "conditions": "02", "lexicon_stats": "02", "perturb_report": "02", "perturb_set_aside": "02",
-    "predictions": "03", "inference_report": "03", "draws": "03",
-    "metrics": "04", "paired_tests": "04", "scoring_report": "04",
-    "dpo_split": "05", "dpo_triplets": "05", "dpo_drops": "05", "dpo_predictions": "05", "dpo_metrics": "05",
-    "dpo_paired_tests": "05", "dpo_report": "05",
-    "figures_report": "06",
-    "bizfin_items": "07", "bizfin_report": "07",
-    "iterajudge_trajectories": "08", "iterajudge_results": "08", "judge_calibration_scores": "08",
-    "judge_calibration": "08", "iterajudge_report": "08",
-    "beyond_noise_estimates": "09", "beyond_paper_vs_noise": "09", "beyond_draws_needed": "09",
-    "beyond_response_matrix": "09", "beyond_sweep_lift": "09", "beyond_sweep_lift_sector": "09",
-    "beyond_fully_herded": "09", "beyond_report": "09", "beyond_figures": "09",
-}
+# artifact name -> the stage (notebook prefix) that writes it; used in "run stage NN first" errors. Each
+# paper declares its own artifacts (`finlib.finbias.artifacts`, `finlib.bizfin.artifacts`) and registers
+# them when its package is imported, so this layer names no paper's files.
+PRODUCERS: dict[str, str] = {}
+
+
+def register_producers(producers: Mapping[str, str]) -> None:
+    """Record which stage writes each of a paper's artifacts; a name claimed by two stages is an error."""
+    clash = {n: (PRODUCERS[n], s) for n, s in producers.items() if PRODUCERS.get(n, s) != s}
+    if clash:
+        raise ValueError(f"artifact names claimed by two stages: {clash}")
+    PRODUCERS.update(producers)
 
 
 class MissingArtifactError(FileNotFoundError):
@@ -90,7 +85,7 @@ def stage_command(cfg: RunConfig, stage: str) -> str:
     if pfile.stem == cfg.name:
         run = cfg.name if rel == f"params/{cfg.name}.yaml" else rel
         return f"make stage STAGE={stage} RUN={run}"
-    return f".venv/bin/python -m finlib.core.runner --run {cfg.name} --params {rel} --stages {stage}"
+    return f".venv/bin/python -m finlib.pipeline.runner --run {cfg.name} --params {rel} --stages {stage}"
 
 
 def runs_with_artifact(cfg: RunConfig, name: str, suffix: str = ".parquet") -> list[str]:
@@ -196,3 +191,14 @@ def require_columns(df: pd.DataFrame, columns: Iterable[str], source: str) -> No
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise ValueError(f"{source}: missing column(s) {missing}; has {list(df.columns)}")
+
+
+def load_manifest(cfg: RunConfig) -> dict[str, Any]:
+    path = cfg.run_dir / "manifest.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def write_manifest(cfg: RunConfig, manifest: dict[str, Any]) -> Path:
+    """Atomically; a full disk raises an error naming the manifest and leaves no temporary file."""
+    text = json.dumps(manifest, indent=2, sort_keys=True, default=str)
+    return write_atomic(cfg.run_dir / "manifest.json", lambda tmp: tmp.write_text(text))

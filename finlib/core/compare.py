@@ -5,23 +5,22 @@ One function, `paper_vs_ours`, joins any of our tables to a published one on sha
 print "-it-") and gives `diff = ours - paper` where both exist. Rows present on one side only
 are kept and labelled, so a reader sees which models were not compared instead of a silently
 shorter table. Stages 07/08 call the same function for the BizFinBench tables and save the
-result with `write_comparison`; stage 06 collects every saved comparison.
+result with `write_comparison`; stage 06 collects every saved comparison. The Fin-Bias side of each
+table (which of our numbers a published column is compared with) is `finlib.finbias.scoring.compare`.
 
 Units: the caller puts both sides in the paper's unit (percent for Fin-Bias Tables 4-8).
-The paper's printed "Average" is compared with our pooled average (`schema.POOLED`): the
+A paper's printed "Average" is compared with our pooled average (Fin-Bias: `finlib.finbias.vocab.POOLED`): the
 printed one matches the pooled rate (the sector-count-weighted mean) in most cells, the plain
 mean of sectors in a few (see the paper tables' README and stage 04's captions).
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from finlib.core.config import RunConfig
-from finlib.core.vocab import POOLED, Condition
 from finlib.core.tables import paper_table, read_table_csv, write_table
 
 MATCHED, PAPER_ONLY, OURS_ONLY = "matched", "paper only", "ours only"
@@ -117,104 +116,6 @@ def comparison_summary(long: pd.DataFrame) -> pd.DataFrame:
         "mean_abs_diff": g["diff"].apply(lambda d: d.abs().mean()),
     })
     return out.reset_index()
-
-
-# ---- Fin-Bias: our side of each table -------------------------------------------------------
-
-@dataclass(frozen=True)
-class MetricView:
-    """How one published Fin-Bias column is read from our `metrics` artifact."""
-
-    paper_key: str
-    column: str          # the paper table's value column
-    metric: str          # our metric name
-    condition: Condition
-
-
-def finbias_views() -> tuple[MetricView, ...]:
-    """One view per published column of Tables 4-7, read from the tables' own specs
-    (`finlib.finbias.paper_layout.TABLE_SPECS`): the comparison takes exactly the statistic our
-    Tables 4-7 print (Eq. 1 over all N, `finlib.finbias.metrics.HERDING` / `ACCURACY`), never a
-    second choice of metric that could drift from them."""
-    from finlib.finbias.paper_layout import TABLE_SPECS
-
-    return tuple(MetricView(spec.paper_key, column, spec.metric, cond)
-                 for spec in TABLE_SPECS for column, cond in zip(spec.paper_columns, spec.conditions))
-
-
-def paper_model_rows(metrics: pd.DataFrame, paper_names: dict[str, str]) -> pd.DataFrame:
-    """Our metrics rows renamed to the paper's model names (registry `paper_name`), one row per
-    paper model: a model run both ways keeps its generated answers (the paper's protocol)."""
-    from finlib.finbias.scoring import base_model
-
-    m = metrics.copy()
-    m["base"] = m["model"].map(base_model)
-    m["paper_model"] = m["base"].map(lambda b: "Analyst" if b == "Analyst" else paper_names.get(b))
-    m = m[m["paper_model"].notna()]
-    m["rank"] = (~m["model"].str.endswith("[generate]")).astype(int)  # generate first
-    keep = m.sort_values("rank").groupby("paper_model")["model"].first()
-    return m[m["model"].isin(keep.to_numpy())].drop(columns=["rank"])
-
-
-def finbias_metric_comparisons(metrics: pd.DataFrame, paper_names: dict[str, str]) -> pd.DataFrame:
-    """Fin-Bias Tables 4-7 in the long comparison layout (percent), pooled vs the printed Average."""
-    ours_all = paper_model_rows(metrics, paper_names)
-    parts = []
-    for view in finbias_views():
-        paper = paper_table(view.paper_key)
-        paper = paper[paper[view.column].notna()]
-        # the analysts' accuracy is one number per sector, printed in Tables 6 and 7 alike: ours is on `original`
-        wanted = np.where(ours_all["paper_model"] == "Analyst", Condition.ORIGINAL.value, view.condition.value)
-        o = ours_all[(ours_all["metric"] == view.metric) & (ours_all["condition"] == wanted)]
-        if "Analyst" not in set(paper["model"]):
-            o = o[o["paper_model"] != "Analyst"]
-        o = o.assign(sector=o["sector"].replace({POOLED: "Average"}), value=100 * o["value"])
-        o = o[o["sector"].isin(set(paper["sector"]))].drop(columns=["model"]).rename(columns={"paper_model": "model"})
-        cmp = paper_vs_ours(o[["model", "sector", "value"]], paper, ["model", "sector"], "value", view.column,
-                            table=view.paper_key)
-        parts.append(long_comparison(cmp, ["model", "sector"], view.column))
-    return pd.concat(parts, ignore_index=True)
-
-
-def finbias_data_comparisons(reports: pd.DataFrame, labels: pd.DataFrame | None) -> pd.DataFrame:
-    """Fin-Bias Tables 2 (sectors) and 3 (analyst and return-based ratings): counts and percent."""
-    sec = reports["sector"].value_counts().rename_axis("sector").reset_index(name="num")
-    sec = pd.concat([sec, pd.DataFrame({"sector": ["Total"], "num": [len(reports)]})], ignore_index=True)
-    sec["percentage"] = 100 * sec["num"] / len(reports)
-    p2 = paper_table("finbias_table2")
-    parts = [long_comparison(paper_vs_ours(sec, p2, ["sector"], col, table="finbias_table2"), ["sector"], col)
-             for col in ("num", "percentage")]
-    ratings = [("analyst", reports["analyst_rating"])]
-    if labels is not None:
-        ratings.append(("return_based", labels["label"]))
-    rows = []
-    for source, values in ratings:
-        v = values.dropna().astype(str).str.capitalize()
-        counts = v.value_counts()
-        for rating, n in counts.items():
-            rows.append({"source": source, "rating": rating, "num": int(n), "percentage": 100 * n / len(v)})
-        rows.append({"source": source, "rating": "Total", "num": len(v), "percentage": 100.0})
-    ours3 = pd.DataFrame(rows)
-    p3 = paper_table("finbias_table3")
-    for col in ("num", "percentage"):
-        cmp = paper_vs_ours(ours3, p3, ["source", "rating"], col, table="finbias_table3")
-        parts.append(long_comparison(cmp, ["source", "rating"], col))
-    return pd.concat(parts, ignore_index=True)
-
-
-def finbias_dpo_comparison(dpo: pd.DataFrame, paper_names: dict[str, str]) -> pd.DataFrame:
-    """Fin-Bias Table 8 (accuracy after DPO) from stage 05's per-sector accuracy of the tuned models
-    (`accuracy`: Eq. 1 over all N, the `finlib.finbias.metrics.ACCURACY` rows of `dpo_metrics`)."""
-    need = {"model", "sector", "accuracy"}
-    if not need <= set(dpo.columns):
-        raise ValueError(f"stage 05 DPO table: needs columns {sorted(need)}, has {list(dpo.columns)}")
-    paper = paper_table("finbias_table8")
-    o = dpo.assign(model=dpo["model"].map(lambda m: paper_names.get(m, m)),
-                   sector=dpo["sector"].replace({POOLED: "Average"}))
-    o = o[o["sector"].isin(set(paper["sector"]))]
-    cmp = paper_vs_ours(o[["model", "sector", "accuracy"]], paper, ["model", "sector"], "accuracy",
-                        table="finbias_table8")
-    return long_comparison(cmp, ["model", "sector"], "accuracy")
 
 
 def split_by_table(long: pd.DataFrame) -> Iterable[tuple[str, pd.DataFrame]]:

@@ -79,5 +79,5 @@ def interrupted_line(run: str, stage: str, exc: BaseException | None) -> str:
         what = detail[-1]
     else:
         what = "stopped outside model calls (no call was being sent)"
-    return (f"[{run}] stage {stage} interrupted: {what} Resume with: python -m finlib.core.runner --run {run} "
+    return (f"[{run}] stage {stage} interrupted: {what} Resume with: python -m finlib.pipeline.runner --run {run} "
             f"--from {stage} (stored answers are not sent again)")

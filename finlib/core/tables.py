@@ -13,7 +13,12 @@ import pandas as pd
 
 from finlib.core.artifacts import write_atomic
 from finlib.core.config import RunConfig
-from finlib.core.vocab import SYNTHETIC_CAVEAT
+
+# Every table, figure caption and report page of a run on the synthetic market carries this line.
+SYNTHETIC_CAVEAT = (
+    "Synthetic data: numbers below come from finlib's seeded synthetic market, not from real "
+    "analyst reports; they exercise the pipeline and are not research results."
+)
 
 PAPER_TABLES = {
     "finbias_table2": "finbias_table2_sectors.csv",
@@ -62,7 +67,7 @@ def save_figure(cfg: RunConfig, fig, name: str, caption: str | None = None) -> l
     """
     cfg.figures_dir.mkdir(parents=True, exist_ok=True)
     literal_text(fig)
-    fig.set_label(name)  # finlib.finbias.figure_base.show_figure finds the caption by it
+    fig.set_label(name)  # finlib.finbias.figures.base.show_figure finds the caption by it
     (cfg.figures_dir / f"{name}.skipped.txt").unlink(missing_ok=True)
     paths = [cfg.figures_dir / f"{name}.{ext}" for ext in ("png", "pdf")]
     for path in paths:  # atomically: a full disk leaves no half-written image (the format named: tmp has no suffix)

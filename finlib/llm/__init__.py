@@ -1,9 +1,9 @@
 """The models both papers call: registry, engines, response store, prompts and the one answer parser.
-Stage 03's home module is `finlib.finbias.inference` (notebooks/03_inference.ipynb); stages 05, 07 and
+Stage 03's home module is `finlib.finbias.inference.stage` (notebooks/03_inference.ipynb); stages 05, 07 and
 08 call the same engine.
 
 - prompts.py      the versioned prompts (default: the Fin-Bias authors' own, verbatim from their
-                  code) and truncation (answers are parsed by finlib.llm.answers, the only parser)
+                  code) and truncation (answers are parsed by finlib.finbias.answers, the only parser)
 - registry.py     params/models.yaml: validated model records (keys only by env-var name)
 - store.py        content-addressed SQLite response store (resume, dedup, durable)
 - local_backend.py transformers: SmolLM2 / any HF causal LM; label scoring and generation

@@ -27,13 +27,12 @@ import shutil
 import time
 import warnings
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from finlib.llm.prompts import LABEL_STEMS, SCORE_PREFIX
 from finlib.llm.registry import ModelSpec
 from finlib.llm.store import Request, Result
-from finlib.core.vocab import RATINGS
 
 
 def gguf_dir(package: str) -> Path:
@@ -137,13 +136,22 @@ def attach_adapter(model, adapter: Path):
     return PeftModel.from_pretrained(model, str(adapter), is_trainable=False, autocast_adapter_dtype=True)
 
 
+@dataclass(frozen=True)
+class LabelScoring:
+    """What score mode reads: the assistant turn pre-filled with `prefix`, then each label's first token
+    (`stems`: label name -> the text that starts it). The paper owns its labels and prefix
+    (`finlib.finbias.prompts.FINBIAS_LABELS`); this backend only checks that they tokenize cleanly."""
+    prefix: str
+    stems: dict[str, str]
+
+
 class LocalModel:
     """A loaded causal LM with its tokenizer, ready to score or generate batches of requests."""
 
     def __init__(self, spec: ModelSpec, cache_root: Path, dtype: str = "auto", batch_size: int = 8,
                  score_batch_size: int | None = None, max_batch_tokens: int = 16384, seed: int = 0,
                  threads: int | None = None, device: str = "cpu", adapter: Path | None = None,
-                 chat_template_kwargs: dict | None = None):
+                 chat_template_kwargs: dict | None = None, labels: LabelScoring | None = None):
         from tqdm import TqdmWarning
 
         with warnings.catch_warnings():  # transformers imports tqdm.auto, which warns in a kernel without ipywidgets
@@ -175,14 +183,19 @@ class LocalModel:
             self.model = attach_adapter(self.model, adapter)
         self.model.eval()
         self.load_s = time.perf_counter() - t0
-        self.label_ids = self._label_token_ids()
+        self.labels = labels
+        self.label_ids = self._label_token_ids() if labels else []
 
     # -- prompts ---------------------------------------------------------------------------
     def prompt_text(self, messages: list[dict], mode: str) -> str:
         """The chat-formatted prompt; score mode pre-fills the assistant turn with the prefix."""
         text = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
                                             **self.template_kwargs)
-        return text + SCORE_PREFIX if mode == "score" else text
+        if mode != "score":
+            return text
+        if self.labels is None:
+            raise ValueError(f"{self.spec.name}: score mode needs the labels to score (LocalModel(labels=...))")
+        return text + self.labels.prefix
 
     def n_tokens(self, text: str) -> int:
         return len(self.tok(text, add_special_tokens=False)["input_ids"])
@@ -193,11 +206,11 @@ class LocalModel:
         probe = self.prompt_text([{"role": "user", "content": "x"}], "score")
         base = self.tok(probe, add_special_tokens=False)["input_ids"]
         ids = []
-        for rating in RATINGS:
-            full = self.tok(probe + LABEL_STEMS[rating], add_special_tokens=False)["input_ids"]
+        for name, stem in self.labels.stems.items():
+            full = self.tok(probe + stem, add_special_tokens=False)["input_ids"]
             if full[:len(base)] != base or len(full) == len(base):
-                raise RuntimeError(f"{self.spec.name}: label {rating} does not tokenize as a continuation "
-                                   f"of the prefix {SCORE_PREFIX!r}; label scoring is not valid for this tokenizer")
+                raise RuntimeError(f"{self.spec.name}: label {name} does not tokenize as a continuation "
+                                   f"of the prefix {self.labels.prefix!r}; label scoring is not valid for this tokenizer")
             ids.append(full[len(base)])
         if len(set(ids)) != len(ids):
             raise RuntimeError(f"{self.spec.name}: label first tokens collide: {ids}")
@@ -281,7 +294,7 @@ class LocalModel:
         mass = lab.exp().sum(-1)
         dt = (time.perf_counter() - t0) / len(batch)
         return [Result.for_request(req, mode="score", status="ok",
-                                   probs={r.value: float(x) for r, x in zip(RATINGS, p)}, input_tokens=len(seq),
+                                   probs={name: float(x) for name, x in zip(self.labels.stems, p)}, input_tokens=len(seq),
                                    cost_usd=self.spec.cost(len(seq), 0), latency_s=dt,
                                    extra={"label_mass": float(m)}, truncated_output=False)
                 for (req, seq), p, m in zip(batch, probs.tolist(), mass.tolist())]

@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from finlib.bizfin import calibration as C
-from finlib.llm.prompts import judge_rubric
+from finlib.bizfin.iterajudge import calibration as C
+from finlib.bizfin.prompts import judge_rubric
 from finlib.llm import engine
 from finlib.llm.store import ResponseStore, Result
-from finlib.llm.stub_server import stub_spec
+from finlib.rehearsal.stub_server import stub_spec
 
 FIXTURES = [
     ([1, 2, 3, 4, 5], [5, 6, 7, 8, 7]),
@@ -159,8 +159,8 @@ def test_stage08_end_to_end_on_the_smoke_params(tmp_run, monkeypatch):
     """Stage 08 with a scripted model: stage 07's FDD answer through IteraJudge, the reference set
     through both judges, every artifact, Table 4 and the paper-vs-ours comparison written."""
     from finlib.core.artifacts import read_frame, write_frame
-    from finlib.bizfin import judge_stage
-    from finlib.bizfin.stage import bizfin_params, load_items
+    from finlib.bizfin.iterajudge import stage as judge_stage
+    from finlib.bizfin.benchmark.stage import bizfin_params, load_items
 
     cfg = tmp_run
     item = load_items(cfg, bizfin_params(cfg))[0]["FDD"][0]
@@ -192,7 +192,7 @@ def test_stage08_end_to_end_on_the_smoke_params(tmp_run, monkeypatch):
 
 
 def test_stage08_params_are_checked(tmp_run):
-    from finlib.bizfin import judge_stage
+    from finlib.bizfin.iterajudge import stage as judge_stage
     from finlib.core.config import ConfigError
 
     p = tmp_run.params["bizfin"]["iterajudge"]
@@ -251,7 +251,7 @@ def test_difference_table_pairs_answers_both_methods_scored():
 def test_reference_sets_have_at_least_40_graded_answers_and_match_their_builder():
     from importlib import resources
 
-    from finlib.bizfin import reference_set
+    from finlib.bizfin.iterajudge import reference_set
 
     for task in ("FDD", "FTU"):
         shipped = (resources.files("finlib.bizfin") / "format_samples" / f"calibration_{task}.jsonl").read_text(
@@ -264,8 +264,8 @@ def test_reference_sets_have_at_least_40_graded_answers_and_match_their_builder(
 
 
 def test_stage08_gate_fails_when_the_judge_calls_fail():
-    from finlib.bizfin import judge_stage
-    from finlib.bizfin.stage import CallsFailed
+    from finlib.bizfin.iterajudge import stage as judge_stage
+    from finlib.bizfin.benchmark.stage import CallsFailed
 
     def scores(statuses):
         return pd.DataFrame({"judge": "j", "method": "vanilla", "status": statuses,

@@ -10,9 +10,9 @@ import pytest
 from finlib.bizfin import score_item, score_item_detail
 from finlib.bizfin.data import (BizFinDataError, check_counts, load_format_samples, load_huggingface, load_local,
                                 read_jsonl)
-from finlib.bizfin.judge import JudgeResult
+from finlib.bizfin.iterajudge.judge import JudgeResult
 from finlib.bizfin.tasks import JUDGE_TASKS, TASK_ORDER, TASKS, check_tasks
-from finlib.llm.prompts import judge_rubric
+from finlib.bizfin.prompts import judge_rubric
 
 
 def line(user="问题", gold="1", system=None, **extra) -> str:

@@ -8,11 +8,11 @@ import re
 
 import pytest
 
-from finlib.bizfin import judge as J
+from finlib.bizfin.iterajudge import judge as J
 from finlib.llm import engine
-from finlib.llm.prompts import JUDGE_CONTRASTIVE_VERSION, JUDGE_REFINE_VERSION
+from finlib.bizfin.prompts import JUDGE_CONTRASTIVE_VERSION, JUDGE_REFINE_VERSION
 from finlib.llm.store import ResponseStore, Result
-from finlib.llm.stub_server import ThreadedStub, stub_spec
+from finlib.rehearsal.stub_server import ThreadedStub, stub_spec
 
 SPEC = stub_spec()  # never contacted: send_pending is replaced by the fake below
 DIMS = ("准确性", "完整性", "分析深度")  # three of the FQA rubric's dimensions, in a chosen order

@@ -131,7 +131,7 @@ def test_the_paper_grid_judge_cap_holds_the_longest_published_verdict(authors, r
     pessimistic 1.5 tokens per character (a cut verdict loses its total and scores as unreadable)."""
     import yaml
 
-    from finlib.bizfin.rubrics import load_published
+    from finlib.bizfin.iterajudge.rubrics import load_published
 
     fqa = load_published(REFERENCE)["FQA"]["vanilla"]
     example = fqa[fqa.index('{"评分结果"'):fqa.index("### 各维度得分情况如下")].strip()
@@ -146,7 +146,7 @@ def test_published_judge_prompts_equal_the_scripts_data_preprocess(authors, task
     reply as written, <think> included), on real items."""
     from finlib.bizfin import judge_input
     from finlib.bizfin.data import load_local
-    from finlib.bizfin.rubrics import Rubrics
+    from finlib.bizfin.iterajudge.rubrics import Rubrics
 
     items = load_local(DATA, [task])[task][:25]
     replies = ["数据显示整体上涨。", "<think>先看表格</think>\n整体下跌，{answer} 与 {question} 字样保留。", "```json\n{}\n```"]
@@ -165,7 +165,7 @@ def test_gpt4o_stand_in_routes_the_published_revisions_through_the_engine(tmp_pa
         pytest.skip(f"the published evaluation code is absent ({REFERENCE})")
     from finlib.bizfin.authors_code import engine_judge
     from finlib.llm.store import ResponseStore
-    from finlib.llm.stub_server import ThreadedStub, stub_spec
+    from finlib.rehearsal.stub_server import ThreadedStub, stub_spec
 
     with ThreadedStub() as stub, ResponseStore(tmp_path / "store.sqlite") as store:
         route = engine_judge(stub_spec(stub.base_url, api_key_env=None), store, max_new_tokens=32,

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from finlib.bizfin import judge as J
-from finlib.bizfin.rubrics import PUBLISHED, Rubrics, RubricError, check_rubrics_dir, read_template
+from finlib.bizfin.iterajudge import judge as J
+from finlib.bizfin.iterajudge.rubrics import PUBLISHED, Rubrics, RubricError, check_rubrics_dir, read_template
 from finlib.llm import engine
-from finlib.llm.prompts import JUDGE_RUBRICS, JUDGE_VANILLA_VERSION
+from finlib.bizfin.prompts import JUDGE_RUBRICS, JUDGE_VANILLA_VERSION
 from finlib.llm.store import ResponseStore, Result
-from finlib.llm.stub_server import stub_spec
+from finlib.rehearsal.stub_server import stub_spec
 
 FIXTURE = {  # file -> source text; each template marks itself so a test can see which one was sent
     "eval_financial_description.py": 'def data_preprocess(a, b):\n    prompt = """FDD-VANILLA q={question} '

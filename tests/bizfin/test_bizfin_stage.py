@@ -11,10 +11,10 @@ import pytest
 
 import yaml
 
-from finlib.bizfin import stage
+from finlib.bizfin.benchmark import stage
 from finlib.bizfin.tasks import TASK_ORDER
 from finlib.core.config import ConfigError, RunConfig
-from finlib.llm.stub_server import ThreadedStub
+from finlib.rehearsal.stub_server import ThreadedStub
 from llm_helpers import api_record, write_registry
 
 
@@ -111,7 +111,7 @@ def test_params_refuse_unknown_and_bad_values(bizfin_run):
 
 
 def test_plan_counts_requests_and_worst_case_cost(bizfin_run, repo_root):
-    from finlib.bizfin.plan import build_plan
+    from finlib.bizfin.benchmark.plan import build_plan
     from finlib.llm.registry import load_registry
 
     cfg = bizfin_run
@@ -142,7 +142,7 @@ def _rows(task: str, official: float, ours: float, n: int = 1, **kw) -> list[dic
 
 
 def test_average_is_the_plain_mean_of_all_nine_tasks():
-    from finlib.bizfin.results import task_scores
+    from finlib.bizfin.benchmark.results import task_scores
 
     rows = _rows("FNC", 1.0, 1.0, 4) + _rows("FTR", 0.0, 1.0)
     rows += _rows("FTR", float("nan"), float("nan"), parsed=False, status="error")          # not answered
@@ -162,7 +162,7 @@ def test_an_item_whose_judge_call_failed_is_counted_not_answered():
     answered (its own call or its judge call failed), so the table's counts add up to n_items.
 
     Drill: a BizFinBench item whose judge call failed is counted not answered."""
-    from finlib.bizfin.results import task_scores
+    from finlib.bizfin.benchmark.results import task_scores
 
     rows = _rows("FDD", 1.0, 1.0, 3, judge_status="ok")
     rows += _rows("FDD", float("nan"), float("nan"), judge_status="not_answered")   # the judge call failed
@@ -175,7 +175,7 @@ def test_an_item_whose_judge_call_failed_is_counted_not_answered():
 def test_average_is_a_dash_naming_the_missing_tasks():
     """A task without any score (absent, or every verdict unreadable) makes the Average "—", never an
     eight-task mean."""
-    from finlib.bizfin.results import missing_average_note, task_scores
+    from finlib.bizfin.benchmark.results import missing_average_note, task_scores
 
     rows = [r for t in TASK_ORDER if t not in ("FQA", "SP") for r in _rows(t, 1.0, 1.0)]
     rows += _rows("FQA", float("nan"), float("nan"), parsed=False, judge_status="invalid")
@@ -190,7 +190,7 @@ def test_score_model_with_scripted_judge():
     """Judge verdicts ok / invalid / not_answered map to a 0..1 score, NaN + status, NaN + status;
     an answer call that failed is never judged."""
     from finlib.bizfin.data import load_format_samples
-    from finlib.bizfin.judge import JudgeResult
+    from finlib.bizfin.iterajudge.judge import JudgeResult
 
     asked = {"FQA": load_format_samples(["FQA"])["FQA"], "FNC": load_format_samples(["FNC"])["FNC"][:1]}
     ids = [it.id for its in asked.values() for it in its]
@@ -326,7 +326,7 @@ def test_o_series_requests_carry_no_temperature(repo_root):
 
 def test_a_reply_cut_inside_think_is_counted_per_model_and_noted():
     from finlib.bizfin.data import load_format_samples
-    from finlib.bizfin.results import cut_in_think_note
+    from finlib.bizfin.benchmark.results import cut_in_think_note
 
     asked = {"FNC": load_format_samples(["FNC"])["FNC"][:2]}
     ids = [it.id for it in asked["FNC"]]

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from finlib.core.artifacts import MissingArtifactError, read_frame, read_json, write_frame, write_json
-from finlib.core.vocab import SYNTHETIC_CAVEAT
+from finlib.core.tables import SYNTHETIC_CAVEAT
 from finlib.core.tables import PAPER_TABLES, latex_escape, paper_table, read_table_csv, write_table
 
 

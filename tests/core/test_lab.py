@@ -132,7 +132,7 @@ def test_a_notebook_executed_with_other_params_leaves_the_run_unchanged(repo: Pa
     """End to end: the runner makes `default`, then a notebook run with smoke's params (as in Lab)."""
     import papermill as pm
 
-    from finlib.core.runner import run_pipeline
+    from finlib.pipeline.runner import run_pipeline
 
     nb = nbformat.v4.new_notebook()
     params = nbformat.v4.new_code_cell("run_name = None\nparams_file = None\n")

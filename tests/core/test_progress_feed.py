@@ -97,7 +97,7 @@ def test_a_half_written_line_waits_for_its_end(tmp_path):
 @pytest.mark.slow  # starts a kernel
 def test_runner_prints_the_kernels_progress_and_the_notebook_keeps_it_in_one_block(tmp_path, repo_root,
                                                                                    monkeypatch, capsys):
-    from finlib.core.runner import run_pipeline
+    from finlib.pipeline.runner import run_pipeline
 
     root = tmp_path / "repo"
     (root / "notebooks").mkdir(parents=True)

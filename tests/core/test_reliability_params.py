@@ -135,7 +135,7 @@ def test_synthetic_section_declares_exactly_the_generator_knobs():
     import dataclasses
 
     from finlib.core.params import SyntheticSection
-    from finlib.finbias.synth import SynthParams
+    from finlib.finbias.data.synth import SynthParams
 
     assert set(SyntheticSection.model_fields) == {f.name for f in dataclasses.fields(SynthParams)}
 

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from finlib.core.artifacts import read_frame, write_frame
-from finlib.finbias.perturb import build_conditions
+from finlib.finbias.perturb.stage import build_conditions
 from finlib.llm.store import make_key
-from finlib.llm.stub_server import ThreadedStub
+from finlib.rehearsal.stub_server import ThreadedStub
 from llm_helpers import api_record
 
 TEXTS = ["We rate Firm {i} a Buy. Revenue grew {i} percent. Costs fell.",
@@ -56,9 +56,9 @@ def _setup(run, base_url: str, k: int) -> pd.DataFrame:
 
 @pytest.mark.slow
 def test_k_draws_and_the_sweep_on_a_two_model_server_then_stage_09(tmp_run, monkeypatch):
-    from finlib.core.plan import build_plan
-    from finlib.finbias import beyond
-    from finlib.finbias.inference import run_stage
+    from finlib.pipeline.plan import build_plan
+    from finlib.finbias.beyond import stage as beyond
+    from finlib.finbias.inference.stage import run_stage
 
     monkeypatch.setenv("STUB_BEYOND_KEY", "k")
     k = 3
@@ -103,8 +103,8 @@ def test_k_draws_and_the_sweep_on_a_two_model_server_then_stage_09(tmp_run, monk
 
 
 def test_paper_run_has_no_extension(tmp_run, monkeypatch):
-    from finlib.finbias import beyond
-    from finlib.finbias.inference import run_stage
+    from finlib.finbias.beyond import stage as beyond
+    from finlib.finbias.inference.stage import run_stage
 
     monkeypatch.setenv("STUB_BEYOND_KEY", "k")
     with ThreadedStub() as stub:

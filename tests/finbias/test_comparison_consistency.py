@@ -12,11 +12,14 @@ import pandas as pd
 import pytest
 
 from finlib.core import compare
+from finlib.finbias.scoring import compare as finbias_compare
 from finlib.core.artifacts import write_frame
 from finlib.core.tables import write_table
-from finlib.core.vocab import POOLED, SECTORS
-from finlib.finbias import consistency, figures, scoring
-from finlib.finbias.metrics import ACCURACY, ACCURACY_PARSED, HERDING, HERDING_PARSED, metrics_long
+from finlib.finbias.vocab import POOLED, SECTORS
+from finlib.finbias.scoring import consistency
+from finlib.finbias.figures import stage as figures
+from finlib.finbias.scoring import stage as scoring
+from finlib.finbias.scoring.metrics import ACCURACY, ACCURACY_PARSED, HERDING, HERDING_PARSED, metrics_long
 
 MODELS = ("gpt-4.1", "qwen2-7b-it")          # registry names with a paper row (GPT-4, Qwen2-7B-it)
 CONDS = ("original", "no_rating", "fake_rating", "no_opinion")
@@ -103,13 +106,13 @@ def test_every_comparison_cell_is_our_tables_cell(run):
 
 def test_a_comparison_reading_parsed_only_rates_is_caught(run, monkeypatch):
     cfg, _ = run
-    real = compare.finbias_views
+    real = finbias_compare.finbias_views
 
     def parsed_only():
         swap = {HERDING: HERDING_PARSED, ACCURACY: ACCURACY_PARSED}
-        return tuple(compare.MetricView(v.paper_key, v.column, swap[v.metric], v.condition) for v in real())
+        return tuple(finbias_compare.MetricView(v.paper_key, v.column, swap[v.metric], v.condition) for v in real())
 
-    monkeypatch.setattr(compare, "finbias_views", parsed_only)
+    monkeypatch.setattr(finbias_compare, "finbias_views", parsed_only)
     with pytest.raises(ValueError, match="disagrees with our own tables"):
         figures.FigureStage(cfg).write_comparisons()
     bad = consistency.disagreements(cfg.tables_dir, paper_names(cfg))

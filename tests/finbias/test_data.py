@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from finlib.finbias import data
-from finlib.finbias.data import DataSourceError, DataValidationError
+from finlib.finbias.data import stage as data
+from finlib.finbias.data.stage import DataSourceError, DataValidationError
 
 THEIRS = {"report_id": "id", "ticker": "symbol", "company": "name", "sector": "industry_sector",
           "date": "published", "text": "clean_content"}
@@ -321,7 +321,7 @@ def test_prepare_data_synthetic_writes_contract_artifacts(tmp_run):
     p = artifacts.read_frame(tmp_run, "prices")
     assert list(p.columns) == ["date", "ticker", "adj_close"] and p["adj_close"].dtype == "float64"
     assert list(artifacts.read_frame(tmp_run, "market").columns) == ["date", "market_close"]
-    from finlib.finbias.synth import PLANTED_COLUMNS
+    from finlib.finbias.data.synth import PLANTED_COLUMNS
     assert set(artifacts.read_frame(tmp_run, "truth").columns) == {"report_id", "q", "drift", "beta", *PLANTED_COLUMNS}
     summary = artifacts.read_json(tmp_run, "data_report")
     n = tmp_run.params["data"]["synthetic"]["n_reports"]

@@ -11,13 +11,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from finlib.llm.answers import parse_rating_detail
+from finlib.finbias.answers import parse_rating_detail
 from finlib.core.config import ConfigError
 from finlib.finbias.dpo import evaluate as ev
 from finlib.finbias.dpo import train as tr
 from finlib.finbias.dpo import triplets as tp
 from finlib.finbias.dpo.stage import dpo_params
-from finlib.core.vocab import POOLED, SECTOR_MEAN, SECTORS
+from finlib.finbias.vocab import POOLED, SECTOR_MEAN, SECTORS
 
 
 def reports_fixture() -> pd.DataFrame:
@@ -342,7 +342,7 @@ def test_model_teacher_goes_through_the_engine_and_store(tmp_path, monkeypatch):
     """A registry model as teacher (stub server answers "bullish" to everything): the herded side
     of a bullish analyst parses, the independent side for a bearish label is counted as wrong."""
     from finlib.llm.store import ResponseStore
-    from finlib.llm.stub_server import ThreadedStub, stub_spec
+    from finlib.rehearsal.stub_server import ThreadedStub, stub_spec
 
     monkeypatch.setenv("STUB_TEST_KEY", "dummy")
     reports = reports_fixture()[lambda d: d["report_id"].isin(["R1", "R7"])].assign(date=pd.Timestamp("2020-01-01"))

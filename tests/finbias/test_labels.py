@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 import statsmodels.api as sm
 
-from finlib.finbias import labels as L
-from finlib.finbias import market_model as MM
-from finlib.finbias.market_model import EXCLUSION_REASONS, assign_year_buckets, bucket_counts, compute_labels, market_series
+from finlib.finbias.labels import stage as L
+from finlib.finbias.labels import market_model as MM
+from finlib.finbias.labels.market_model import EXCLUSION_REASONS, assign_year_buckets, bucket_counts, compute_labels, market_series
 
 TOL = 1e-10
 
@@ -36,7 +36,7 @@ def random_panel(seed: int, n_tickers: int = 12, n_days: int = 700, hole_rate: f
 
 def oracle(prices: pd.DataFrame, market: pd.Series, ticker: str, date, window: int,
            method: str, L: int = 250, gap: int = 30) -> dict:
-    """Per-event statsmodels OLS, written independently of finlib.finbias.labels."""
+    """Per-event statsmodels OLS, written independently of finlib.finbias.labels.stage."""
     cal = market.index
     firm = prices[prices.ticker == ticker].set_index("date")["adj_close"].reindex(cal)
     ri = firm / firm.shift(1) - 1
@@ -439,7 +439,7 @@ def test_market_series_ending_early_is_outside_coverage():
 # --------------------------------------------------------------------------- stage entry point and tables
 
 def test_build_labels_writes_artifacts_and_counts(tmp_run):
-    from finlib.finbias import labels as L
+    from finlib.finbias.labels import stage as L
     from finlib.core.artifacts import read_frame, read_json, write_frame
 
     prices, market, tickers = random_panel(seed=9, n_tickers=8, n_days=900, hole_rate=0.0)
@@ -484,7 +484,7 @@ def test_build_labels_writes_artifacts_and_counts(tmp_run):
 
 
 def test_analyst_accuracy_by_sector_by_hand():
-    from finlib.finbias.labels import analyst_accuracy_by_sector
+    from finlib.finbias.labels.stage import analyst_accuracy_by_sector
 
     reports = pd.DataFrame({"report_id": list("abcdef"),
                             "sector": ["Energy", "Energy", "Energy", "Utilities", "Utilities", "Crypto"],

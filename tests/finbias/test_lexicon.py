@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from finlib.finbias.lexicon import (
+from finlib.finbias.perturb.lexicon import (
     Lexicon,
     LexiconError,
     LexiconUnavailable,
@@ -16,7 +16,7 @@ from finlib.finbias.lexicon import (
     load_lexicon,
     parse_tff,
 )
-from finlib.finbias.subjectivity import remove_subjective_sentences
+from finlib.finbias.perturb.subjectivity import remove_subjective_sentences
 
 MPQA_NAME = "subjclueslen1-HLTEMNLP05.tff"
 
@@ -133,7 +133,7 @@ def test_download_extracts_the_tff_from_the_zip(tmp_path: Path) -> None:
 # ---- the real upstream file, shipped with the package ---------------------------------------
 
 def test_real_mpqa_file() -> None:
-    from finlib.finbias.lexicon import MPQA_MD5, SHIPPED_LEXICON, file_md5
+    from finlib.finbias.perturb.lexicon import MPQA_MD5, SHIPPED_LEXICON, file_md5
 
     assert file_md5(SHIPPED_LEXICON) == MPQA_MD5 == "e6c79ab16e8a8e70b3a2a6dccbc4ef24"
     lex = load_lexicon(SHIPPED_LEXICON, md5=MPQA_MD5)
@@ -151,7 +151,7 @@ def test_real_mpqa_file() -> None:
 
 
 def test_a_corrupted_lexicon_copy_is_refused_naming_the_file(tmp_path: Path) -> None:
-    from finlib.finbias.lexicon import MPQA_MD5, SHIPPED_LEXICON
+    from finlib.finbias.perturb.lexicon import MPQA_MD5, SHIPPED_LEXICON
 
     bad = tmp_path / MPQA_NAME
     bad.write_bytes(SHIPPED_LEXICON.read_bytes().replace(b"word1=abuse ", b"word1=abuze ", 1))
@@ -161,7 +161,7 @@ def test_a_corrupted_lexicon_copy_is_refused_naming_the_file(tmp_path: Path) -> 
 
 
 def test_the_shipped_copy_carries_its_note() -> None:
-    from finlib.finbias.lexicon import SHIPPED_LEXICON
+    from finlib.finbias.perturb.lexicon import SHIPPED_LEXICON
 
     note = (SHIPPED_LEXICON.parent / "NOTE.md").read_text(encoding="utf-8")
     for must in ("Theresa Wilson", "Janyce Wiebe", "Paul Hoffmann", "HLT/EMNLP 2005", "GNU General Public License",
@@ -173,13 +173,13 @@ def test_the_shipped_copy_carries_its_note() -> None:
 @settings(max_examples=400, deadline=None)
 @given(st.lists(st.text(alphabet="aZq -'\u2019é ñ\n7.ß", max_size=40), max_size=12))
 def test_word_counts_equal_the_token_regex(texts) -> None:
-    from finlib.finbias.lexicon import TOKEN, word_counts
+    from finlib.finbias.perturb.lexicon import TOKEN, word_counts
 
     assert word_counts(texts).tolist() == [len(TOKEN.findall(t)) for t in texts]
 
 
 def test_word_counts_across_chunks(monkeypatch) -> None:
-    from finlib.finbias import lexicon
+    from finlib.finbias.perturb import lexicon
 
     texts = ["co-op it’s", "", "a--b", "x"] * 5
     monkeypatch.setattr(lexicon, "WORD_COUNT_CHUNK", 3)

@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 
 from finlib.core import stats
-from finlib.finbias import metrics, scoring
+from finlib.finbias.scoring import metrics
+from finlib.finbias.scoring import stage as scoring
 from test_scoring import frames
 
 

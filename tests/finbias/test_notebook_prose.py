@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import pandas as pd
 
 from finlib.core.config import RunConfig
-from finlib.finbias import inference, scoring
+from finlib.finbias.inference import stage as inference
+from finlib.finbias.scoring import stage as scoring
 
 
 def test_probability_reading_follows_the_numbers():

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from finlib.finbias.perturb import (
+from finlib.finbias.perturb.stage import (
     extract_analyst_rating,
     find_rating_mentions,
     remove_rating_sentence,
     replace_rating,
 )
-from finlib.core.vocab import CONDITIONS, RATINGS, Rating
+from finlib.finbias.vocab import CONDITIONS, RATINGS, Rating
 from finlib.finbias.sentences import sentence_spans
 
 B, N, S = Rating.BULLISH, Rating.NEUTRAL, Rating.BEARISH
@@ -164,8 +164,8 @@ def test_fake_reads_back_and_only_first_sentence_changes(sentence: str) -> None:
 
 # ---- the stage artifact ----------------------------------------------------------------------
 
-from finlib.finbias.lexicon import Lexicon, parse_tff  # noqa: E402
-from finlib.finbias.perturb import (  # noqa: E402
+from finlib.finbias.perturb.lexicon import Lexicon, parse_tff  # noqa: E402
+from finlib.finbias.perturb.stage import (  # noqa: E402
     CONDITION_COLUMNS,
     SKIP_NO_RATING,
     build_conditions,
@@ -246,7 +246,7 @@ def test_validation_checks_pass_and_can_fail(tiny_lex: Lexicon) -> None:
 
 
 def test_rematch_passed_with_the_same_filter_is_not_redone_but_a_changed_text_is(tiny_lex: Lexicon, tmp_path) -> None:
-    from finlib.finbias.postag import PosTagger
+    from finlib.finbias.perturb.postag import PosTagger
 
     def run():
         tagger = PosTagger(tmp_path / "tags")
@@ -282,7 +282,7 @@ def test_fake_draw_is_seeded_per_report() -> None:
 
 
 def test_fake_rating_mode_is_checked_with_the_params(tmp_run) -> None:
-    from finlib.finbias.perturb import perturb_params
+    from finlib.finbias.perturb.stage import perturb_params
 
     assert perturb_params(tmp_run)["fake_rating"] in ("one", "both")
     tmp_run.params["perturb"]["fake_rating"] = "all"
@@ -327,7 +327,7 @@ def test_run_stage_synthetic_with_the_default_lexicon_path(tmp_run) -> None:
 
 def test_run_stage_synthetic_without_lexicon_raises(tmp_run) -> None:
     from finlib.core.artifacts import write_frame
-    from finlib.finbias.lexicon import LexiconUnavailable
+    from finlib.finbias.perturb.lexicon import LexiconUnavailable
 
     tmp_run.params["perturb"]["lexicon_path"] = "data/external/none/missing.tff"
     write_frame(tmp_run, "reports", REPORTS)
@@ -337,7 +337,7 @@ def test_run_stage_synthetic_without_lexicon_raises(tmp_run) -> None:
 
 def test_run_stage_real_data_without_lexicon_raises(tmp_run) -> None:
     from finlib.core.artifacts import write_frame
-    from finlib.finbias.lexicon import LexiconUnavailable
+    from finlib.finbias.perturb.lexicon import LexiconUnavailable
 
     tmp_run.params["perturb"]["lexicon_path"] = "data/external/none/missing.tff"
     tmp_run.params["data"]["source"] = "local"
@@ -348,8 +348,8 @@ def test_run_stage_real_data_without_lexicon_raises(tmp_run) -> None:
 
 def test_synthetic_market_round_trip(shared_data) -> None:
     """The generator's first sentences are read back exactly and every invariant holds."""
-    from finlib.finbias.lexicon import load_lexicon
-    from finlib.finbias.synth import generate_market
+    from finlib.finbias.perturb.lexicon import load_lexicon
+    from finlib.finbias.data.synth import generate_market
 
     path = shared_data / "mpqa" / "subjclueslen1-HLTEMNLP05.tff"
     if not path.is_file():
@@ -369,7 +369,7 @@ def test_synthetic_market_round_trip(shared_data) -> None:
 def test_misspelled_perturb_keys_are_errors(tmp_run, bad) -> None:
     from finlib.core.artifacts import write_frame
     from finlib.core.config import ConfigError
-    from finlib.finbias.perturb import run_stage
+    from finlib.finbias.perturb.stage import run_stage
 
     tmp_run.params["perturb"][bad] = "both"
     write_frame(tmp_run, "reports", REPORTS)
@@ -378,7 +378,7 @@ def test_misspelled_perturb_keys_are_errors(tmp_run, bad) -> None:
 
 
 def test_example_note_names_path_and_synthetic(tmp_run) -> None:
-    from finlib.finbias.perturb import example_note
+    from finlib.finbias.perturb.stage import example_note
 
     path = tmp_run.figures_dir / "example_conditions.html"
     assert example_note(tmp_run, path) == "Saved to `figures/smoke/example_conditions.html` (synthetic data)."
@@ -388,7 +388,7 @@ def test_example_note_names_path_and_synthetic(tmp_run) -> None:
 
 def test_lexicon_latin1_lines_reach_the_stage_report(tmp_run, tmp_path) -> None:
     from finlib.core.artifacts import read_json, write_frame
-    from finlib.finbias.perturb import run_stage
+    from finlib.finbias.perturb.stage import run_stage
 
     lex = tmp_path / "lex.tff"
     lex.write_bytes(b"type=strongsubj len=1 word1=superb pos1=adj stemmed1=n priorpolarity=positive\n"
@@ -402,7 +402,7 @@ def test_lexicon_latin1_lines_reach_the_stage_report(tmp_run, tmp_path) -> None:
 
 
 def test_mpqa_pos_policy_is_checked_with_the_params(tmp_run) -> None:
-    from finlib.finbias.perturb import perturb_params
+    from finlib.finbias.perturb.stage import perturb_params
 
     assert perturb_params(tmp_run)["mpqa_pos"] == "respect"  # the default: the lexicon's POS honoured
     tmp_run.params["perturb"]["mpqa_pos"] = "sometimes"
@@ -419,7 +419,7 @@ def test_ignore_policy_reports_itself_only(tiny_lex: Lexicon) -> None:
 
 
 def test_an_overlong_first_sentence_is_not_searched_for_a_rating():
-    from finlib.finbias.perturb import MAX_RATING_SENTENCE_CHARS, extract_analyst_rating
+    from finlib.finbias.perturb.stage import MAX_RATING_SENTENCE_CHARS, extract_analyst_rating
 
     filler = "word " * (MAX_RATING_SENTENCE_CHARS // 5)
     assert extract_analyst_rating("We rate Acme a Buy. " + filler) is not None
@@ -439,7 +439,7 @@ def test_conditions_keep_the_line_structure_unless_join_lines(tiny_lex: Lexicon)
 
 
 def test_fake_examples_and_policy_differences_for_the_notebook(tiny_lex: Lexicon) -> None:
-    from finlib.finbias.subjectivity import policy_differences
+    from finlib.finbias.perturb.subjectivity import policy_differences
 
     reports = pd.DataFrame({"report_id": ["T1", "T2"],
                             "text": ["We upgrade Acme (ACM) to Buy from Hold. Sales rose.", "Maintain Hold. Sales fell."]})
@@ -455,13 +455,13 @@ def test_fake_examples_and_policy_differences_for_the_notebook(tiny_lex: Lexicon
 
 
 def perturb_fake_examples(conditions, n):
-    from finlib.finbias.perturb import fake_examples
+    from finlib.finbias.perturb.stage import fake_examples
 
     return fake_examples(conditions, n)
 
 
 def test_joined_subsequence_reads_the_kept_sentences_or_refuses():
-    from finlib.finbias.perturb import joined_subsequence
+    from finlib.finbias.perturb.stage import joined_subsequence
 
     pool = ["Sales fell 2%.", "Margins rose.", "We love it.", "Costs fell."]
     assert joined_subsequence("Sales fell 2%.\n\nMargins rose. Costs fell.", pool) == ["Sales fell 2%.", "Margins rose.",

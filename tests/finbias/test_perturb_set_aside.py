@@ -1,6 +1,6 @@
 """Stage 02 never stops on one report: failures are set aside with their reason, counted, and gated.
 
-The messy broker corpus (finlib.finbias.messy_corpus) is checked against its planted metadata: the analyst
+The messy broker corpus (finlib.finbias.data.messy_corpus) is checked against its planted metadata: the analyst
 rating and the no_rating text come from what was written, not from the extractor the stage uses.
 """
 from __future__ import annotations
@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 
 from finlib.core.artifacts import read_frame, read_json, write_frame
-from finlib.finbias import messy_corpus, perturb
-from finlib.finbias.perturb import SET_ASIDE, build_conditions, check_set_aside_gate
+from finlib.finbias.data import messy_corpus
+from finlib.finbias.perturb import stage as perturb
+from finlib.finbias.perturb.stage import SET_ASIDE, build_conditions, check_set_aside_gate
 
 REPORTS = pd.DataFrame({
     "report_id": ["A", "B", "C"],
@@ -119,9 +120,9 @@ def test_stage_02_completes_on_the_messy_corpus_with_the_tagger():
 
 def test_stage_02_completes_on_every_scale_term_in_every_generator_template():
     """Every term of every English scale in every first-sentence template of the rehearsal's generator
-    (finlib.finbias.synth_corpus), with both fakes: nothing set aside, every planted rating read."""
-    from finlib.core.vocab import RATINGS, Rating
-    from finlib.finbias import synth_corpus as sc
+    (finlib.finbias.data.synth_corpus), with both fakes: nothing set aside, every planted rating read."""
+    from finlib.finbias.vocab import RATINGS, Rating
+    from finlib.finbias.data import synth_corpus as sc
 
     rank = {Rating.BEARISH: 0, Rating.NEUTRAL: 1, Rating.BULLISH: 2}
     rows, planted = [], {}

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from finlib.finbias.lexicon import Lexicon, load_lexicon, parse_tff
-from finlib.finbias.postag import PosTagger, Tagged, TaggerUnavailable, compound_pos, installed_model, mpqa_pos
-from finlib.finbias.lexicon import MPQA_MD5, SHIPPED_LEXICON
-from finlib.finbias.subjectivity import SubjectivityFilter, remove_subjective_sentences, remove_with_tags
+from finlib.finbias.perturb.lexicon import Lexicon, load_lexicon, parse_tff
+from finlib.finbias.perturb.postag import PosTagger, Tagged, TaggerUnavailable, compound_pos, installed_model, mpqa_pos
+from finlib.finbias.perturb.lexicon import MPQA_MD5, SHIPPED_LEXICON
+from finlib.finbias.perturb.subjectivity import SubjectivityFilter, remove_subjective_sentences, remove_with_tags
 
 MPQA_NAME = "subjclueslen1-HLTEMNLP05.tff"
 HAS_SPACY_MODEL = importlib.util.find_spec("spacy") is not None and any(
@@ -174,7 +174,7 @@ def test_real_lexicon_with_spacy(real_filter: SubjectivityFilter, sentence: str,
 @needs_spacy
 def test_forked_workers_tag_exactly_as_one_process(monkeypatch):
     """Tagging split over forked workers returns the same tags, item by item, as one process."""
-    import finlib.finbias.postag as postag
+    import finlib.finbias.perturb.postag as postag
 
     texts = [f"Report {i}. The company will concern investors. Margins might improve as costs fall.\n"
              f"We assess the risk as worrying, and {i} analysts disagree." for i in range(23)]

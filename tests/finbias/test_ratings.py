@@ -1,4 +1,4 @@
-"""Rating extraction and the fake-rating rewrite (`finlib.finbias.ratings`): every term of every published
+"""Rating extraction and the fake-rating rewrite (`finlib.finbias.perturb.ratings`): every term of every published
 scale is read and faked, and a fake transition is a coherent analyst sentence (the new rating differs from
 the previous one shown, and the direction verb agrees with the move)."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from finlib.core.vocab import RATING_SCALES, RATINGS, Rating, is_cjk
-from finlib.finbias.ratings import (
+from finlib.finbias.vocab import RATING_SCALES, RATINGS, Rating, is_cjk
+from finlib.finbias.perturb.ratings import (
     FAMILIES,
     REWRITE_KINDS,
     find_rating_mentions,
@@ -31,7 +31,7 @@ def _slot(term: str) -> str:
 
 
 def test_every_scale_term_has_a_replacement_family() -> None:
-    from finlib.core.vocab import normalise_term
+    from finlib.finbias.vocab import normalise_term
 
     assert {normalise_term(t) for t, _ in TERMS} <= set(FAMILIES)
 
@@ -127,7 +127,7 @@ def test_rewrite_refuses_the_same_or_no_rating() -> None:
 
 
 def test_the_earlier_names_still_work() -> None:
-    from finlib.finbias import perturb
+    from finlib.finbias.perturb import stage as perturb
 
     assert perturb.replace_rating is replace_rating and perturb.rewrite_rating is rewrite_rating
     assert perturb.extract_analyst_rating("Maintain Hold. Sales rose.") is N

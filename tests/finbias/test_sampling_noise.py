@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from finlib.finbias.draws import draws_frame, label_draws
-from finlib.finbias.sampling_noise import (
+from finlib.finbias.inference.draws import draws_frame, label_draws
+from finlib.finbias.beyond.sampling_noise import (
     draws_needed,
     paired_share_test,
     single_draw_half_width,
@@ -153,7 +153,7 @@ def _no_gap_runs(seed: int, sims: int) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _flagged_share(joined: pd.DataFrame, run_n: pd.DataFrame) -> float:
-    from finlib.finbias.sampling_noise import paper_vs_noise
+    from finlib.finbias.beyond.sampling_noise import paper_vs_noise
 
     cmp = paper_vs_noise(joined, run_n, reps=0, seed=0)
     t4 = cmp[cmp["comparison"] == "herding_with_vs_without"]
@@ -174,7 +174,7 @@ def test_no_gap_is_flagged_beyond_noise_about_five_percent_of_runs():
 def test_a_band_sized_on_the_whole_run_over_claims(monkeypatch):
     """Seeded fault: the band sized at the run's N (what a one-draw table of all 8,868 reports would
     have) flags most no-gap runs -- the check above must be able to see that."""
-    from finlib.finbias import sampling_noise
+    from finlib.finbias.beyond import sampling_noise
 
     joined, run_n = _no_gap_runs(seed=11, sims=200)
     monkeypatch.setattr(sampling_noise, "gap_reports", lambda first: RUN_N)
@@ -185,7 +185,7 @@ def test_noise_band_uses_the_subset_and_keeps_the_run_projection_apart():
     """Hand-computed: 4 reports x 2 draws per condition, shares (1, .5, .5, 0) in both conditions:
     MSW per condition = (0 + .5 + .5 + 0) / (8 - 4) = .25, so the band is 1.96 sqrt(.5 / 4) on the
     4 reports measured, and 1.96 sqrt(.5 / 1000) at a run of 1,000 reports."""
-    from finlib.finbias.sampling_noise import paper_vs_noise
+    from finlib.finbias.beyond.sampling_noise import paper_vs_noise
 
     hits = {"R0": (1, 1), "R1": (1, 0), "R2": (0, 1), "R3": (0, 0)}
     rows = [{"model": "m", "report_id": r, "item_id": f"{r}:{c}", "condition": c, "sample": s,

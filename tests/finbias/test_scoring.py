@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from scipy.stats import entropy
 
-from finlib.finbias import scoring
-from finlib.core.vocab import SECTORS
+from finlib.finbias.scoring import stage as scoring
+from finlib.finbias.vocab import SECTORS
 
 NAN = np.nan
 # report, ticker, sector, analyst rating, return-based label

@@ -12,12 +12,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from finlib.core.vocab import SECTORS
-from finlib.finbias.synth import (NEGATIVE_STRONGSUBJ, POSITIVE_STRONGSUBJ, STRONGSUBJ_WORDS, SynthConfigError,
+from finlib.finbias.vocab import SECTORS
+from finlib.finbias.data.synth import (NEGATIVE_STRONGSUBJ, POSITIVE_STRONGSUBJ, STRONGSUBJ_WORDS, SynthConfigError,
                           SynthParams, generate_market, write_market)
 
 BIG = {"n_reports": 3000, "n_firms": 200}
-# Famous tickers typed here independently of finlib.finbias.synth's blacklist.
+# Famous tickers typed here independently of finlib.finbias.data.synth's blacklist.
 FAMOUS = {"AAPL", "MSFT", "AMZN", "GOOG", "META", "NVDA", "TSLA", "ORCL", "INTC", "CSCO", "ADBE", "NFLX",
           "PYPL", "QCOM", "AMGN", "GILD", "COST", "SBUX", "ABBV", "BKNG", "UBER", "SHOP", "SNOW", "PLTR"}
 
@@ -132,7 +132,7 @@ def shared_data_optional():
 
 
 def test_first_sentence_readable_by_extractor(big):
-    from finlib.finbias.perturb import extract_analyst_rating
+    from finlib.finbias.perturb.stage import extract_analyst_rating
 
     got = big.reports["text"].map(lambda t: (lambda r: None if r is None else str(r))(extract_analyst_rating(t)))
     bad = big.reports.loc[got != big.reports["analyst_rating"], "text"].str.slice(0, 90).tolist()
@@ -234,9 +234,9 @@ def test_factual_numbers_carry_q(big):
 
 
 def test_every_synthetic_rating_word_is_a_synonym_of_its_rating():
-    """The generator's first-sentence vocabulary must stay inside finlib.core.vocab.RATING_SYNONYMS."""
-    from finlib.core.vocab import RATING_SYNONYMS, Rating
-    from finlib.finbias.synth import _RATING_WORDS
+    """The generator's first-sentence vocabulary must stay inside finlib.finbias.vocab.RATING_SYNONYMS."""
+    from finlib.finbias.vocab import RATING_SYNONYMS, Rating
+    from finlib.finbias.data.synth import _RATING_WORDS
 
     assert set(_RATING_WORDS) == {"standard", "broker"}
     for style, by_rating in _RATING_WORDS.items():
@@ -249,8 +249,8 @@ def test_every_synthetic_rating_word_is_a_synonym_of_its_rating():
 
 
 def test_every_rating_word_is_read_back_by_the_extractor():
-    from finlib.finbias.perturb import extract_analyst_rating
-    from finlib.finbias.synth import _FIRST_SENTENCE, _RATING_WORDS
+    from finlib.finbias.perturb.stage import extract_analyst_rating
+    from finlib.finbias.data.synth import _FIRST_SENTENCE, _RATING_WORDS
 
     for style, by_rating in _RATING_WORDS.items():
         for rating, words in by_rating.items():
@@ -266,8 +266,8 @@ def test_every_rating_word_is_read_back_by_the_extractor():
 def test_truth_records_the_planted_rating_as_written(section):
     """The truth table says, for every report, the rating the generator planted and the text holding it,
     so checks of the pipeline need not read it back with the project's extractor."""
-    from finlib.core.vocab import rating_of
-    from finlib.finbias.synth import PLANTED_COLUMNS
+    from finlib.finbias.vocab import rating_of
+    from finlib.finbias.data.synth import PLANTED_COLUMNS
 
     m = generate_market(section, 5)
     t = m.truth.merge(m.reports[["report_id", "text", "analyst_rating"]], on="report_id")
@@ -285,7 +285,7 @@ def test_truth_records_the_planted_rating_as_written(section):
 def test_messy_share_lays_out_broker_text_and_records_it():
     """A quarter of the reports in broker layouts; their planted rating line is the first sentence and the
     rating the extractor reads is the planted one; the other reports are the same text as without the mix."""
-    from finlib.finbias.ratings import extract_analyst_rating
+    from finlib.finbias.perturb.ratings import extract_analyst_rating
     from finlib.finbias.sentences import first_sentence
 
     base = {"n_reports": 200, "n_firms": 15, "rating_wording": "scales", "layout": "structured",

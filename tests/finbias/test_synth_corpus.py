@@ -5,10 +5,10 @@ import re
 
 import pytest
 
-from finlib.core.vocab import Rating
-from finlib.finbias.synth import SynthConfigError, generate_market
-from finlib.finbias.synth_cache import cached_market
-from finlib.finbias.synth_corpus import _TEMPLATES, display_term, english_scales
+from finlib.finbias.vocab import Rating
+from finlib.finbias.data.synth import SynthConfigError, generate_market
+from finlib.finbias.data.synth_cache import cached_market
+from finlib.finbias.data.synth_corpus import _TEMPLATES, display_term, english_scales
 
 SHAPED = {"n_reports": 300, "n_firms": 20, "start": "2013-06-01", "end": "2024-12-31",
           "first_report": "2015-01-01", "words_min": 600, "words_max": 800,
@@ -21,7 +21,7 @@ def shaped():
 
 
 def test_every_scale_term_and_action_is_read_back_by_the_extractor():
-    from finlib.finbias.perturb import extract_analyst_rating
+    from finlib.finbias.perturb.stage import extract_analyst_rating
 
     assert len(english_scales()) >= 10
     for scale in english_scales():
@@ -37,7 +37,7 @@ def test_every_scale_term_and_action_is_read_back_by_the_extractor():
 
 
 def test_generated_first_sentences_match_the_planted_rating(shaped):
-    from finlib.finbias.perturb import extract_analyst_rating
+    from finlib.finbias.perturb.stage import extract_analyst_rating
 
     got = shaped.reports["text"].map(lambda t: str(extract_analyst_rating(t)))
     assert (got == shaped.reports["analyst_rating"]).all()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from finlib.finbias.data import analyst_rating_table, table3_footnote
+from finlib.finbias.data.stage import analyst_rating_table, table3_footnote
 
 
 def test_the_inconsistent_neutral_share_gets_a_note() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from finlib.finbias.inference import plan_requests
+from finlib.finbias.inference.stage import plan_requests
 from finlib.llm.context import MIN_OUTPUT_TOKENS, SAFETY_TOKENS
 from finlib.llm.registry import ModelSpec
 
@@ -53,8 +53,8 @@ def test_a_report_the_count_says_fills_the_context_is_still_sent_to_a_server():
 def test_a_local_models_prompt_that_fills_its_context_is_an_empty_answer_inside_n():
     import dataclasses
 
-    from finlib.finbias.inference import _rows
-    from finlib.llm.answers import parse_predictions
+    from finlib.finbias.inference.stage import _rows
+    from finlib.finbias.answers import parse_predictions
     from finlib.llm.context import CONTEXT_REFUSED
 
     local = dataclasses.replace(SPEC, backend="local")
@@ -84,7 +84,7 @@ class WordTokenizer:
 
 
 def test_output_room_is_sized_with_the_models_own_tokenizer_when_on_disk(monkeypatch):
-    from finlib.finbias import inference
+    from finlib.finbias.inference import stage as inference
 
     seen = []
     monkeypatch.setattr(inference, "hub_tokenizer", lambda model_id: seen.append(model_id) or WordTokenizer())
@@ -97,7 +97,7 @@ def test_output_room_is_sized_with_the_models_own_tokenizer_when_on_disk(monkeyp
 
 
 def test_the_estimate_is_a_named_fallback(monkeypatch):
-    from finlib.finbias import inference
+    from finlib.finbias.inference import stage as inference
 
     monkeypatch.setattr(inference, "hub_tokenizer", lambda model_id: None)   # not on disk
     n_tokens, _, how = inference.server_token_counter(SPEC, {**INF, "prompt_length_by": "model_tokenizer"})
@@ -108,7 +108,7 @@ def test_the_estimate_is_a_named_fallback(monkeypatch):
 
 
 def test_a_tokenizer_that_is_not_cached_is_never_downloaded(monkeypatch):
-    from finlib.finbias import inference
+    from finlib.finbias.inference import stage as inference
 
     calls = []
 

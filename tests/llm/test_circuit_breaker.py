@@ -13,7 +13,7 @@ from llm_helpers import STUB_SPEC, make_request as req
 
 from finlib.llm.openai_backend import Breaker, CircuitOpen, run_openai
 from finlib.llm.store import ResponseStore
-from finlib.llm.stub_server import ThreadedStub
+from finlib.rehearsal.stub_server import ThreadedStub
 
 N_ITEMS = 40
 
@@ -184,7 +184,7 @@ def _stage_on(tmp_run, base_url: str, **fields) -> None:
 
 def test_wrong_key_stops_a_finbias_stage_after_the_breaker_threshold(tmp_run, monkeypatch):
     """Drill: wrong key in a Fin-Bias stage (stage 03 stops after the breaker's threshold)."""
-    from finlib.finbias.inference import run_stage
+    from finlib.finbias.inference.stage import run_stage
 
     monkeypatch.setenv("STUB_RELIABILITY_KEY", "sk-wrong-key-0000000000")
     with ThreadedStub(require_key="sk-right-key-1111111111") as stub:
@@ -199,7 +199,7 @@ def test_wrong_key_stops_a_finbias_stage_after_the_breaker_threshold(tmp_run, mo
 
 def test_dead_server_stops_a_finbias_stage(tmp_run, monkeypatch, simulated_clock):
     """Drill: server down during a Fin-Bias stage (connection refused: stage 03 stops)."""
-    from finlib.finbias.inference import run_stage
+    from finlib.finbias.inference.stage import run_stage
 
     monkeypatch.setenv("STUB_RELIABILITY_KEY", "k")
     _stage_on(tmp_run, f"http://127.0.0.1:{_dead_port()}/v1", breaker_grace_s=0)

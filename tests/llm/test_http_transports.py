@@ -13,7 +13,7 @@ import pytest
 from llm_helpers import STUB_SPEC, make_request as req
 
 from finlib.llm.openai_backend import HTTP_TRANSPORTS, RateLimiter, call_with_retries, lasting_kind, make_client
-from finlib.llm.stub_server import FaultPlan, ThreadedStub
+from finlib.rehearsal.stub_server import FaultPlan, ThreadedStub
 
 
 def _dead_port() -> int:

@@ -17,7 +17,7 @@ from finlib.llm.engine import run_in_thread
 from finlib.llm.interrupt import Interrupted
 from finlib.llm.openai_backend import run_openai
 from finlib.llm.store import ResponseStore
-from finlib.llm.stub_server import ThreadedStub
+from finlib.rehearsal.stub_server import ThreadedStub
 
 N, SIGNAL_AFTER = 40, 8
 HANDLED_WITHIN_S = 0.05  # the main thread turns the signal into the stop within this

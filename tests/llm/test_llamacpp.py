@@ -148,7 +148,7 @@ def test_served_spec_is_a_keyless_openai_record():
 def test_engine_sends_llamacpp_records_through_the_openai_backend(monkeypatch, tmp_path):
     """The engine's llamacpp branch: server URL from the pool, calls through the openai backend
     (here the project's stub server stands in for llama.cpp), stored under the llamacpp key."""
-    from finlib.llm.stub_server import ThreadedStub
+    from finlib.rehearsal.stub_server import ThreadedStub
 
     spec = validate_record(record(), Path("models.yaml"), 0)
     with ThreadedStub() as stub:
@@ -208,7 +208,7 @@ def _ok_rows(n_reports: int):
 
 
 def test_generator_answers_every_condition_of_the_first_reports_only():
-    from finlib.finbias.inference import subset_reports
+    from finlib.finbias.inference.stage import subset_reports
 
     gen = validate_record(record(), Path("models.yaml"), 0)
     scorer = validate_record({**record(name="smol", backend="local", gguf_package="p", gguf_parts=None,
@@ -221,7 +221,7 @@ def test_generator_answers_every_condition_of_the_first_reports_only():
 
 def test_constrained_json_is_refused_for_the_paper_models():
     from finlib.core.config import ConfigError
-    from finlib.finbias.inference import subset_reports
+    from finlib.finbias.inference.stage import subset_reports
 
     gpt = load_registry(ROOT / "params" / "models.yaml")["gpt-4.1"]
     with pytest.raises(ConfigError, match="never for the paper's models"):
@@ -230,8 +230,8 @@ def test_constrained_json_is_refused_for_the_paper_models():
 
 def test_constrained_requests_carry_the_schema_into_key_and_call():
     from finlib.llm.openai_backend import request_kwargs
-    from finlib.llm.prompts import finbias_response_format
-    from finlib.finbias.inference import plan_requests
+    from finlib.finbias.prompts import finbias_response_format
+    from finlib.finbias.inference.stage import plan_requests
 
     spec = validate_record(record(), Path("models.yaml"), 0)
     inf = {"prompt_version": "finbias-authors-v1", "max_new_tokens": 64, "max_input_tokens": 512, "dtype": "auto"}
@@ -246,7 +246,7 @@ def test_constrained_requests_carry_the_schema_into_key_and_call():
 
 
 def test_rows_outside_the_subset_are_not_planned():
-    from finlib.finbias.inference import plan_requests
+    from finlib.finbias.inference.stage import plan_requests
 
     spec = validate_record(record(), Path("models.yaml"), 0)
     inf = {"prompt_version": "finbias-authors-v1", "max_new_tokens": 64, "max_input_tokens": 512, "dtype": "auto",

@@ -8,10 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from finlib.finbias.prompts import FINBIAS_LABELS
 from finlib.core.artifacts import read_json, write_frame
-from finlib.llm.prompts import build_messages, first_sentence_end
+from finlib.finbias.prompts import build_messages, first_sentence_end
 from finlib.llm.registry import load_registry
-from finlib.finbias.inference import PREDICTION_COLUMNS, check_conditions, plan_requests, run_stage
+from finlib.finbias.inference.stage import PREDICTION_COLUMNS, check_conditions, plan_requests, run_stage
 from finlib.llm.store import Request, make_key
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,7 +30,7 @@ def smol():
     from finlib.llm.local_backend import LocalModel
 
     spec = load_registry(ROOT / "params" / "models.yaml")["smollm2-135m"]
-    return LocalModel(spec, MODEL_CACHE, dtype="float32", batch_size=8)
+    return LocalModel(spec, MODEL_CACHE, dtype="float32", batch_size=8, labels=FINBIAS_LABELS)
 
 
 def score_request(model, text: str) -> Request:

@@ -17,7 +17,7 @@ from finlib.llm import openai_backend
 from finlib.llm.openai_backend import Budget, BudgetExceeded, RateLimiter, backoff_s, redact, request_kwargs, run_openai
 from finlib.llm.registry import MissingKeyError
 from finlib.llm.store import ResponseStore
-from finlib.llm.stub_server import ThreadedStub
+from finlib.rehearsal.stub_server import ThreadedStub
 
 
 @pytest.fixture()

@@ -115,7 +115,7 @@ def test_missing_key_names_the_variable(tmp_path, monkeypatch):
 
 def test_inference_params_are_checked(tmp_run):
     from finlib.core.config import ConfigError
-    from finlib.finbias.inference import inference_params
+    from finlib.finbias.inference.stage import inference_params
 
     inf = inference_params(tmp_run)
     assert inf["mode"] in ("score", "generate") and inf["score_batch_size"] >= 1

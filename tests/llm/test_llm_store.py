@@ -13,7 +13,7 @@ from pathlib import Path
 from llm_helpers import STUB_SPEC, make_request
 
 from finlib.llm.store import Request, ResponseStore, Result, make_key
-from finlib.llm.stub_server import ThreadedStub
+from finlib.rehearsal.stub_server import ThreadedStub
 
 ROOT = Path(__file__).resolve().parents[2]
 MSGS = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]

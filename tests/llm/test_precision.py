@@ -116,7 +116,7 @@ def test_cpu_features_reads_flags(tmp_path):
 def test_runner_copies_the_recorded_choice_into_the_manifest(tmp_path):
     from types import SimpleNamespace
 
-    from finlib.core.runner import read_precision
+    from finlib.pipeline.runner import read_precision
 
     cfg = SimpleNamespace(run_dir=tmp_path)
     assert read_precision(cfg) == {}

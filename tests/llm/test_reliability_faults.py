@@ -9,10 +9,10 @@ import time
 import pandas as pd
 import pytest
 
-from finlib.llm.answers import parse_predictions
+from finlib.finbias.answers import parse_predictions
 from finlib.llm.engine import ChatItem, chat
 from finlib.llm.store import ResponseStore
-from finlib.llm.stub_server import FAULT_KINDS, FaultPlan, ThreadedStub, stub_spec
+from finlib.rehearsal.stub_server import FAULT_KINDS, FaultPlan, ThreadedStub, stub_spec
 
 N = 2000
 RATE = 0.30

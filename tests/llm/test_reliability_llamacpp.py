@@ -1,6 +1,6 @@
 """A real server end to end (`make test-integration`; skipped in `make test`): the embedded
 Qwen2.5-Coder-0.5B behind llama.cpp's OpenAI-compatible server, with the fault proxy in front
-(`finlib.llm.fault_proxy`) keeping the books.
+(`finlib.rehearsal.fault_proxy`) keeping the books.
 
 - the server is SIGKILLed mid-run and restarted (on a new port): the run resumes without losing
   or re-sending answered calls;
@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from finlib.llm.engine import ChatItem, chat
-from finlib.llm.fault_proxy import ThreadedProxy
+from finlib.rehearsal.fault_proxy import ThreadedProxy
 from finlib.llm.store import ResponseStore
-from finlib.llm.stub_server import FaultPlan
+from finlib.rehearsal.stub_server import FaultPlan
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     os.environ.get("FINLIB_INTEGRATION") != "1",

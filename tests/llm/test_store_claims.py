@@ -14,7 +14,7 @@ import pytest
 from llm_helpers import make_request
 
 from finlib.llm.store import ResponseStore, Result
-from finlib.llm.stub_server import ThreadedStub
+from finlib.rehearsal.stub_server import ThreadedStub
 
 TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent

@@ -2,7 +2,7 @@
 
 As the paper measures it, both models *generate* an answer to the evaluation prompt through stage
 03's code (same request planning, prompt, truncation, sampling and store), read by the one parser
-(`finlib.llm.answers`): an unparseable answer counts as unparsed, never as a rating. Label scoring
+(`finlib.finbias.answers`): an unparseable answer counts as unparsed, never as a rating. Label scoring
 (next-token probabilities after a pre-filled `{"answer": "`) is kept as an extra row, named so.
 The tuned model is the base with the LoRA adapter attached UNMERGED by the local backend (its
 float32 weights as trained: a merge into bfloat16 would round a small update away), and its answers
@@ -18,11 +18,12 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
+from finlib.finbias.prompts import FINBIAS_LABELS
 from finlib.core import stats
-from finlib.core.vocab import POOLED, SECTOR_MEAN, SECTORS, Condition
+from finlib.finbias.vocab import POOLED, SECTOR_MEAN, SECTORS, Condition
 from finlib.core.tables import paper_table
 
-from finlib.finbias.metrics import ACCURACY, ACCURACY_PARSED, HERDING, HERDING_PARSED  # noqa: E402
+from finlib.finbias.scoring.metrics import ACCURACY, ACCURACY_PARSED, HERDING, HERDING_PARSED  # noqa: E402
 
 # accuracy / herding: Eq. 1 over ALL N (unparsed = no match), the one definition of Tables 4-7;
 # *_parsed: parsed answers only, a named extra column
@@ -86,10 +87,10 @@ def predict_test_items(cfg, spec, items: pd.DataFrame, store, name: str, gen_ids
     from finlib.llm.engine import engine_key, send_pending
     from finlib.llm.progress import Progress
     from finlib.llm.local_backend import LocalModel
-    from finlib.llm.prompts import build_messages
-    from finlib.finbias.inference import _rows, inference_params, plan_requests, to_frame
+    from finlib.finbias.prompts import build_messages
+    from finlib.finbias.inference.stage import _rows, inference_params, plan_requests, to_frame
     from finlib.llm.store import make_key
-    from finlib.llm.answers import condition_texts
+    from finlib.finbias.answers import condition_texts
     from finlib.finbias.dpo.train import chat_template_kwargs
 
     if spec.backend != "local":
@@ -101,7 +102,7 @@ def predict_test_items(cfg, spec, items: pd.DataFrame, store, name: str, gen_ids
     inf = {**inf, "dtype": resolve_dtype(inf["dtype"], inf["device"])[0], "constrained_json": []}  # as stage 03
     model = LocalModel(spec, cfg.path(inf["model_cache"]), dtype=inf["dtype"], batch_size=inf["batch_size"],
                        score_batch_size=inf["score_batch_size"], max_batch_tokens=inf["max_batch_tokens"],
-                       seed=cfg.seed, threads=inf["threads"], device=inf["device"], adapter=adapter,
+                       seed=cfg.seed, threads=inf["threads"], device=inf["device"], adapter=adapter, labels=FINBIAS_LABELS,
                        chat_template_kwargs=chat_template_kwargs(spec))
     overhead = model.n_tokens(model.prompt_text(build_messages("", spec.supports_system, inf["prompt_version"]),
                                                 "score"))
@@ -135,7 +136,7 @@ def predict_test_items(cfg, spec, items: pd.DataFrame, store, name: str, gen_ids
 def evaluate(pred: pd.DataFrame, conditions: pd.DataFrame, labels: pd.DataFrame, reports: pd.DataFrame,
              reps: int, seed: int, ci: float) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(scored rows, metrics long) for base and tuned predictions, with stage 04's code."""
-    from finlib.finbias.scoring import METRIC_SPECS, metrics_long, score_frame
+    from finlib.finbias.scoring.stage import METRIC_SPECS, metrics_long, score_frame
 
     scored = score_frame(pred, conditions, labels, reports)
     specs = [s for s in METRIC_SPECS if s.name in TABLE8_METRICS]

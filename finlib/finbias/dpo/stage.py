@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from finlib.finbias.prompts import FINBIAS_LABELS
 from finlib.core.artifacts import read_frame, write_frame, write_json
 from finlib.core.config import ConfigError, RunConfig
 from finlib.finbias.dpo import evaluate as ev
@@ -85,7 +86,7 @@ def _registry(cfg: RunConfig) -> dict:
 
 
 def _inference(cfg: RunConfig) -> dict:
-    from finlib.finbias.inference import inference_params
+    from finlib.finbias.inference.stage import inference_params
 
     return inference_params(cfg)
 
@@ -121,7 +122,7 @@ def make_teacher(cfg: RunConfig, dp: dict, store):
         from finlib.llm.local_backend import LocalModel
 
         local = LocalModel(spec, cfg.path(inf["model_cache"]), dtype=inf["dtype"], batch_size=inf["batch_size"],
-                           seed=cfg.seed, threads=inf["threads"], device=inf["device"])
+                           seed=cfg.seed, threads=inf["threads"], device=inf["device"], labels=FINBIAS_LABELS)
     teach = tp.model_teacher(spec, store, max_new_tokens=dp["teacher_max_new_tokens"],
                              budget=Budget(float(inf["budget_usd"])), progress=bool(inf["progress"]),
                              model_cache=cfg.path(inf["model_cache"]), log_dir=cfg.run_dir, local_model=local,
@@ -131,7 +132,7 @@ def make_teacher(cfg: RunConfig, dp: dict, store):
 
 def label_window(cfg: RunConfig) -> int:
     """Stage 01's return window in trading days (the embargo's length)."""
-    from finlib.finbias.labels import options_from_params
+    from finlib.finbias.labels.stage import options_from_params
 
     return int(options_from_params(dict(cfg["labels"] or {}))["window"])
 
@@ -214,7 +215,7 @@ def load_model(path: str, name: str, torch_dtype):
 def train_records(cfg: RunConfig, dp: dict, spec) -> list[dict]:
     """Training records from the train triplets (earliest first; the cap was applied before any
     teacher call), with the inference prompt of stage 03 (same prompt version and system handling)."""
-    from finlib.llm.prompts import build_messages
+    from finlib.finbias.prompts import build_messages
 
     version = _inference(cfg)["prompt_version"]
     trip = read_frame(cfg, "dpo_triplets")
@@ -345,7 +346,7 @@ def evaluate(cfg: RunConfig, dp: dict, trained: tr.TrainResult, model_name: str)
     first `dpo.eval_reports` test reports, label scores for all; metrics and paired tests per
     measure. Written to runs/<run>/dpo/<model>/eval/ (one folder per model: nothing is overwritten)."""
     from finlib.llm.store import ResponseStore
-    from finlib.finbias.scoring import scoring_params
+    from finlib.finbias.scoring.stage import scoring_params
 
     sc = scoring_params(cfg)
     spec = as_local(_spec(cfg, model_name))
@@ -469,7 +470,7 @@ def _skipped(cfg: RunConfig, dp: dict, report: dict) -> DPOResult:
                          + ", ".join(f"{r.split}/{r.reason}: {r.n}" for r in drops.itertuples()) + ")")
     write_json(cfg, "dpo_report", report)
     empty = pd.DataFrame()
-    from finlib.finbias.inference import PREDICTION_COLUMNS
+    from finlib.finbias.inference.stage import PREDICTION_COLUMNS
 
     return DPOResult(split_df, ssum, tsum, drops, pd.DataFrame(columns=["model", *tr.LOG_COLUMNS]),
                      empty, pd.DataFrame(columns=list(ev.PAIRED_COLUMNS)), empty, report,
@@ -501,7 +502,7 @@ def caveat(cfg: RunConfig, res: DPOResult) -> str:
 def plot_training(cfg: RunConfig, res: DPOResult):
     """The per-step training curves (first model), saved as figures/<run>/fig_dpo_training.{png,pdf}."""
     from finlib.core.tables import save_figure, skip_figure, synthetic_title
-    from finlib.finbias.figure_base import caption
+    from finlib.finbias.figures.base import caption
 
     log = res.train_log
     model = log["model"].iloc[0] if len(log) else (res.report.get("models") or ["-"])[0]
@@ -520,7 +521,7 @@ def pooled_metrics(res: DPOResult) -> pd.DataFrame:
     parse rate, base and DPO, per measure and test part."""
     if res.metrics.empty:
         return res.metrics
-    from finlib.core.vocab import POOLED
+    from finlib.finbias.vocab import POOLED
 
     m = res.metrics
     return m[(m["sector"] == POOLED) & m["metric"].isin(ev.TABLE8_METRICS)].reset_index(drop=True)

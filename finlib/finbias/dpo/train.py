@@ -334,7 +334,7 @@ def plot_log(log: pd.DataFrame, title: str):
     """Loss, reward margin and reward accuracy per step (one figure, three panels)."""
     import matplotlib.pyplot as plt
 
-    from finlib.finbias.figure_base import DOUBLE_COLUMN_IN, figure_style
+    from finlib.finbias.figures.base import DOUBLE_COLUMN_IN, figure_style
 
     if log.empty:
         raise LookupError("no training steps logged")

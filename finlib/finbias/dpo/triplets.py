@@ -24,9 +24,9 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from finlib.llm.answers import parse_rating_detail
+from finlib.finbias.answers import parse_rating_detail
 from finlib.core.artifacts import require_columns
-from finlib.core.vocab import RATINGS, Condition
+from finlib.finbias.vocab import RATINGS, Condition
 from finlib.finbias.sentences import split_sentences
 
 TEMPLATE_TEACHER = "template teacher"
@@ -249,9 +249,9 @@ def template_teacher(calls: list[TeacherCall]) -> pd.DataFrame:
 def model_teacher(spec, store, *, max_new_tokens: int, budget=None, progress: bool = True,
                   model_cache=None, log_dir=None, local_model=None, dtype: str | None = None) -> Teacher:
     """A registry model as the teacher, through the inference engine (store-cached, resumable,
-    cost-counted); prompts from `finlib.llm.prompts` (their version is in every key)."""
+    cost-counted); prompts from `finlib.finbias.dpo.prompts` (their version is in every key)."""
     from finlib.llm.engine import ChatItem, chat
-    from finlib.llm.prompts import dpo_teacher_version, build_dpo_teacher_messages
+    from finlib.finbias.dpo.prompts import dpo_teacher_version, build_dpo_teacher_messages
 
     def teach(calls: list[TeacherCall]) -> pd.DataFrame:
         items = [ChatItem(c.id, build_dpo_teacher_messages(c.kind, c.text, c.rating), dpo_teacher_version(c.kind))

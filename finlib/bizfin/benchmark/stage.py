@@ -1,0 +1,453 @@
+"""Stage 07: BizFinBench — load items, ask the models through the engine, score, write tables.
+
+Flow: items (real files where present, else the format samples) -> `engine.chat` per model
+(response store: cached, resumable, cost-counted) -> accuracy tasks scored by the published
+rules (and ours beside them) -> judge tasks scored by the vanilla LLM-as-judge
+(`finlib.bizfin.iterajudge.judge`) -> item-level artifact `bizfin_items.parquet` -> Table 3 and Table 6
+(`finlib.bizfin.benchmark.results`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from finlib.core.artifacts import write_frame, write_json
+from finlib.bizfin import score_item_detail, unit_score
+from finlib.bizfin.data import (BizFinItem, check_counts, load_format_samples, load_huggingface, load_local)
+from finlib.bizfin.official import VERDICT_READERS, official_label
+from finlib.bizfin.scorers import official_unscorable
+from finlib.bizfin.tasks import TASKS, check_tasks, task_info
+from finlib.core.config import ConfigError, RunConfig
+from finlib.llm.replies import cut_in_think
+from finlib.llm.engine import ChatItem, chat
+from finlib.bizfin.prompts import BIZFIN_ANSWER_VERSION
+from finlib.llm.registry import ModelSpec, run_registry, select_models
+
+BIZFIN_KEYS = ("models", "judge", "judge_method", "source", "data_dir", "hf_dataset", "hf_revision", "tasks",
+               "real_items_per_task", "sample_items_per_task", "item_selection", "max_new_tokens",
+               "judge_max_new_tokens", "temperature", "table6_model", "official_code_dir", "rubrics_dir",
+               "iterajudge")
+SOURCES = ("auto", "local", "huggingface", "format_sample")
+SELECTIONS = ("shortest", "first")
+ITEM_COLUMNS = ["model", "task", "kind", "item_id", "source", "status", "parsed", "official", "ours",
+                "answer", "note", "judge_status", "raw_text", "input_tokens", "output_tokens", "cost_usd", "cached"]
+
+
+@dataclass
+class BizFinRun:
+    """What stage 07 produced: item-level scores, the items asked, and the stage report."""
+
+    items: pd.DataFrame
+    asked: dict[str, list[BizFinItem]]
+    loaded: dict[str, list[BizFinItem]]
+    report: dict = field(default_factory=dict)
+
+
+def bizfin_params(cfg: RunConfig) -> dict:
+    """The `bizfin:` section, checked (unknown keys, sources, tasks, counts)."""
+    p = cfg.section("bizfin", known=BIZFIN_KEYS, required=[k for k in BIZFIN_KEYS if k != "iterajudge"])
+    if p["official_code_dir"] is not None:
+        from finlib.bizfin.authors_code import AuthorsCode, AuthorsCodeError
+
+        try:
+            AuthorsCode(cfg.path(p["official_code_dir"]))
+        except AuthorsCodeError as exc:
+            raise ConfigError(f"{cfg.params_file}: bizfin.official_code_dir: {exc}") from None
+    rubrics = rubrics_root(cfg, p)
+    if rubrics is not None:
+        from finlib.bizfin.iterajudge.rubrics import check_rubrics_dir
+
+        check_rubrics_dir(rubrics, f"{cfg.params_file}: bizfin.rubrics_dir")
+    if p["source"] not in SOURCES:
+        raise ConfigError(f"{cfg.params_file}: bizfin.source must be one of {SOURCES}, got {p['source']!r}")
+    if p["item_selection"] not in SELECTIONS:
+        raise ConfigError(f"{cfg.params_file}: bizfin.item_selection must be one of {SELECTIONS}")
+    if p["judge_method"] != "vanilla":
+        raise ConfigError(f"{cfg.params_file}: bizfin.judge_method: stage 07 uses the vanilla judge "
+                          f"(IteraJudge is stage 08); got {p['judge_method']!r}")
+    check_tasks(list(p["tasks"]), "bizfin.tasks")
+    for k in ("real_items_per_task", "sample_items_per_task"):
+        if p[k] is not None and (not isinstance(p[k], int) or p[k] < 1):
+            raise ConfigError(f"{cfg.params_file}: bizfin.{k} must be a positive integer or null")
+    return p
+
+
+def judge_scale(p: dict) -> tuple[int, int]:
+    """The judge's integer score scale: `bizfin.iterajudge.score_range` when set (one scale for
+    both judges), else the paper's 0-100."""
+    rng = (p.get("iterajudge") or {}).get("score_range", [0, 100])
+    return int(rng[0]), int(rng[1])
+
+
+def sampling_for(spec: ModelSpec, p: dict) -> dict | None:
+    """The answer sampling: the registry record's, with `bizfin.temperature` when set (the paper: 0)."""
+    if p["temperature"] is None or not spec.accepts_temperature:
+        return None if p["temperature"] is None else dict(spec.sampling)
+    return {**spec.sampling, "temperature": float(p["temperature"])}
+
+
+def max_new_tokens_for(spec: ModelSpec, p: dict) -> int:
+    """The answer budget: `bizfin.max_new_tokens` for the answer, plus the record's `reasoning_tokens`
+    for a model that reasons before answering (its reasoning counts against the same output limit)."""
+    return int(p["max_new_tokens"]) + int(spec.reasoning_tokens or 0)
+
+
+def load_items(cfg: RunConfig, p: dict) -> tuple[dict[str, list[BizFinItem]], dict]:
+    """Every available item per task: the real files for the tasks they cover, the format samples
+    for the rest (source `auto`), and a report saying which task came from where."""
+    tasks = list(p["tasks"])
+    real: dict[str, list[BizFinItem]] = {}
+    if p["source"] in ("auto", "local"):
+        folder = cfg.path(p["data_dir"])
+        real = load_local(folder, tasks) if folder.is_dir() else {}
+        if p["source"] == "local" and not real:
+            raise FileNotFoundError(f"bizfin.source: local, but no task file (e.g. {task_info(tasks[0]).file_stem}"
+                                    f".jsonl) in {folder}. Link or copy the published JSONL files there.")
+    elif p["source"] == "huggingface":
+        real = load_huggingface(tasks, p["hf_dataset"], p["hf_revision"])
+    rest = [t for t in tasks if t not in real] if p["source"] in ("auto", "format_sample") else []
+    samples = load_format_samples(rest)
+    loaded = {t: real.get(t) or samples.get(t) for t in tasks if t in real or t in samples}
+    missing = [t for t in tasks if t not in loaded]
+    counts = check_counts(loaded)
+    unscorable = {t: sum(official_unscorable(t, it.gold) is not None for it in its) for t, its in real.items()}
+    report = {"source_param": p["source"], "tasks_from_files": sorted(real, key=tasks.index),
+              "tasks_from_format_samples": sorted(samples, key=tasks.index), "tasks_missing": missing,
+              "counts": counts.to_dict(orient="records"), "official_rule_unscorable_gold": unscorable}
+    return loaded, report
+
+
+def select_items(loaded: dict[str, list[BizFinItem]], p: dict) -> dict[str, list[BizFinItem]]:
+    """The items asked this run: `real_items_per_task` benchmark items (the shortest queries or
+    the first ones: `item_selection`) and `sample_items_per_task` format samples; null = all."""
+    out = {}
+    for t, its in loaded.items():
+        n = p["real_items_per_task"] if its and its[0].source == "benchmark" else p["sample_items_per_task"]
+        order = sorted(its, key=lambda i: (len(i.query_text()), i.line)) if p["item_selection"] == "shortest" else its
+        out[t] = list(order if n is None else order[:n])
+    return out
+
+
+def rubrics_root(cfg: RunConfig, p: dict):
+    """Where the published judge prompts are read: `bizfin.rubrics_dir`, else the checkout named by
+    `bizfin.official_code_dir` (a run scored by the authors' code is judged with their rubrics), else
+    None (our rubric)."""
+    folder = p.get("rubrics_dir") or p.get("official_code_dir")
+    return None if folder is None else cfg.path(folder)
+
+
+def run_rubrics(cfg: RunConfig, p: dict):
+    """The judge rubric of this run: ours, or the published prompt files (see `rubrics_root`)."""
+    from finlib.bizfin.iterajudge.rubrics import Rubrics
+
+    return Rubrics.from_dir(rubrics_root(cfg, p))
+
+
+def authors_code(cfg: RunConfig, p: dict):
+    """The authors' scripts when `bizfin.official_code_dir` names a checkout (None: the re-implementation)."""
+    if p.get("official_code_dir") is None:
+        return None
+    from finlib.bizfin.authors_code import AuthorsCode
+
+    return AuthorsCode(cfg.path(p["official_code_dir"]))
+
+
+def rubric_source(cfg: RunConfig, p: dict) -> str:
+    """What the captions say about the judge rubric."""
+    return run_rubrics(cfg, p).label()
+
+
+def _judge_fn(judge_spec: ModelSpec, store, p: dict, budget, inf: dict, cfg: RunConfig):
+    """A batch judge with everything but the inputs fixed (the stage's vanilla judge, sampled at
+    `bizfin.temperature` like the answers)."""
+    from finlib.bizfin.iterajudge.judge import judge_batch
+
+    rubrics = run_rubrics(cfg, p)
+
+    def run(inputs):
+        return judge_batch(judge_spec, store, inputs, method="vanilla", budget=budget,
+                           max_new_tokens=int(p["judge_max_new_tokens"]), score_range=judge_scale(p),
+                           model_cache=cfg.path(inf["model_cache"]), log_dir=cfg.run_dir / "logs",
+                           progress=bool(inf.get("progress", True)), sampling=sampling_for(judge_spec, p),
+                           rubrics=rubrics)
+    return run
+
+
+def official_judge_score(task: str, res, published_rubric: bool, scale: tuple[int, int]) -> float:
+    """The official column of a judged answer. Under the published rubric: the published script's reading
+    of the raw verdict (FDD, FTU: an unreadable verdict is 0 inside N; FQA: a total not above 0 is left out
+    of N). Under our rubric (no published verdict to read): our reading with that same N rule."""
+    if res.status == "not_answered":
+        return math.nan
+    if published_rubric:
+        v = VERDICT_READERS[task](res.raw_text or "")
+        return math.nan if v is None else float(v)
+    s = unit_score(res.score, scale) if res.status == "ok" else 0.0
+    if task == "FQA" and not s > 0:
+        return math.nan
+    return s
+
+
+def score_model(spec_name: str, asked: dict[str, list[BizFinItem]], answers: pd.DataFrame, judge_batch_fn,
+                scale: tuple[int, int], published_rubric: bool = False, authors=None) -> list[dict]:
+    """Item rows for one model: accuracy tasks by rule, judge tasks by one judge batch; with `authors`
+    (the published scripts), the official column comes from running them."""
+    by_id = answers.set_index("id")
+    rows, to_judge = [], []
+    for t, its in asked.items():
+        for it in its:
+            a = by_id.loc[it.id]
+            ok = a["status"] == "ok"
+            base = {"model": spec_name, "task": t, "kind": TASKS[t].kind, "item_id": it.id, "source": it.source,
+                    "status": a["status"], "raw_text": a["raw_text"], "input_tokens": int(a["input_tokens"]),
+                    "output_tokens": int(a["output_tokens"]), "cost_usd": float(a["cost_usd"]),
+                    "cached": bool(a["cached"]), "judge_status": None}
+            if TASKS[t].kind == "judge":
+                if ok:
+                    to_judge.append((base, it, a["raw_text"]))
+                else:
+                    rows.append({**base, "parsed": False, "official": math.nan, "ours": math.nan, "answer": None,
+                                 "note": f"no answer to judge ({a['error']})", "judge_status": "no_answer"})
+                continue
+            s = score_item_detail(t, it, a["raw_text"] if ok else None)   # not answered: NaN, outside N
+            note = s.note if ok else f"not answered: {a['error']}"
+            if ok and cut_in_think(a["raw_text"]):
+                note = "; ".join(x for x in ("cut inside <think>: the output budget ran out while reasoning", note) if x)
+            rows.append({**base, "parsed": s.parsed, "official": s.official, "ours": s.ours, "answer": s.answer,
+                         "note": note, "_gold": it.gold})
+    if to_judge:
+        from finlib.bizfin import judge_input
+
+        inputs = [judge_input(it, text, item_id=f"{spec_name}|{it.id}", verbatim=published_rubric)
+                  for _, it, text in to_judge]
+        results = judge_batch_fn(inputs)
+        for (base, it, _), res in zip(to_judge, results, strict=True):
+            s = unit_score(res.score, scale) if res.status == "ok" else math.nan
+            rows.append({**base, "parsed": res.status == "ok",
+                         "official": official_judge_score(it.task, res, published_rubric, scale), "ours": s,
+                         "answer": None if res.score is None else str(res.score),
+                         "note": res.note if res.status != "ok" else "", "judge_status": res.status,
+                         "_verdict": res.raw_text})
+    if authors is not None:
+        official_from_scripts(rows, authors, published_rubric)
+    for r in rows:
+        r.pop("_gold", None)
+        r.pop("_verdict", None)
+    return rows
+
+
+def official_from_scripts(rows: list[dict], authors, published_rubric: bool) -> None:
+    """Replace the official column by the authors' scripts run on the answers (one batch per task):
+    the rule scripts on the replies, the judge scripts' `evaluation` on the verdicts (published rubric
+    only; under our rubric there is no published verdict to read)."""
+    by_task: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["status"] == "ok" and (r["kind"] == "accuracy" or (published_rubric and r["judge_status"] in
+                                                                  ("ok", "invalid"))):
+            by_task.setdefault(r["task"], []).append(r)
+    for task, group in by_task.items():
+        if TASKS[task].kind == "accuracy":
+            got = authors.score_rules(task, [r["_gold"] for r in group], [r["raw_text"] for r in group])
+        else:
+            got = authors.score_verdicts(task, [r["_verdict"] or "" for r in group])
+        for r, g in zip(group, got, strict=True):
+            r["official"] = math.nan if g.score is None else float(g.score)
+            if g.error:
+                r["note"] = "; ".join(x for x in (r["note"], f"official: {g.error}") if x)
+
+
+def _answers_or_failure(spec: ModelSpec, items, store, p: dict, budget, inf: dict, cfg: RunConfig, desc: str):
+    """(answers, None), or (rows marking every item not answered, the cause) when the model's endpoint is
+    dead (wrong key, missing key, wrong URL): that model stops, the others go on."""
+    from finlib.llm.openai_backend import BudgetExceeded, CircuitOpen
+    from finlib.llm.registry import MissingKeyError
+
+    try:
+        return chat(spec, items, store, max_new_tokens=max_new_tokens_for(spec, p), budget=budget,
+                    sampling=sampling_for(spec, p), progress=bool(inf.get("progress", True)),
+                    model_cache=cfg.path(inf["model_cache"]), log_dir=cfg.run_dir / "logs",
+                    desc=desc), None
+    except (CircuitOpen, MissingKeyError, BudgetExceeded) as exc:
+        cause = f"{type(exc).__name__}: {str(exc)[:500]}"
+        failed = pd.DataFrame({"id": [i.id for i in items], "status": "error", "raw_text": None, "error": cause,
+                               "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0, "cached": False})
+        return failed, cause
+
+
+def run_stage(cfg: RunConfig) -> BizFinRun:
+    """Load, ask, score; write `bizfin_items.parquet` and `bizfin_report.json`. A model whose endpoint
+    is dead stops alone: the others finish, the artifacts are written, then the stage fails naming it."""
+    from finlib.llm.openai_backend import Budget
+    from finlib.llm.store import ResponseStore
+
+    p = bizfin_params(cfg)
+    inf = cfg["inference"]
+    loaded, report = load_items(cfg, p)
+    asked = select_items(loaded, p)
+    registry = run_registry(cfg)
+    specs = select_models(registry, list(p["models"]), source="bizfin.models")
+    judge_spec = select_models(registry, [p["judge"]], source="bizfin.judge")[0] if any(
+        TASKS[t].kind == "judge" for t in asked) else None
+    budget = Budget(float(inf["budget_usd"]))
+    authors = authors_code(cfg, p)
+    published_rubric = rubrics_root(cfg, p) is not None
+    rows: list[dict] = []
+    dead: dict[str, str] = {}
+    with ResponseStore(cfg.path(inf["store"])) as store:
+        judge_fn = _judge_fn(judge_spec, store, p, budget, inf, cfg) if judge_spec else None
+        for spec in specs:
+            items = [ChatItem(it.id, it.chat_messages(spec.supports_system), BIZFIN_ANSWER_VERSION)
+                     for its in asked.values() for it in its]
+            answers, cause = _answers_or_failure(spec, items, store, p, budget, inf, cfg,
+                                                 f"{spec.name} answers {len(asked)} tasks")
+            if cause:
+                dead[spec.name] = cause
+            rows += score_model(spec.name, asked, answers, judge_fn, judge_scale(p), published_rubric, authors)
+    df = pd.DataFrame(rows, columns=ITEM_COLUMNS)
+    label = official_label(None if authors is None else authors.commit)
+    report.update({
+        "models": [s.name for s in specs], "judge": None if judge_spec is None else judge_spec.name,
+        "judge_plumbing": bool(judge_spec is not None and judge_spec.plumbing),
+        "plumbing_models": [s.name for s in specs if s.plumbing],
+        "items_asked": {t: len(v) for t, v in asked.items()},
+        "answer_status": answer_status(df),
+        "call_status": df.groupby("status").size().to_dict() if len(df) else {},
+        "judge_status": df["judge_status"].value_counts().to_dict() if len(df) else {},
+        "cut_in_think": cut_in_think_counts(df),
+        "cost_usd": float(df["cost_usd"].sum()) if len(df) else 0.0, "budget_refused": int(budget.refused),
+        "official_rules": label, "official_code_commit": None if authors is None else authors.commit,
+        "rubric_source": rubric_source(cfg, p), "answer_prompt_version": BIZFIN_ANSWER_VERSION,
+        "max_new_tokens": int(p["max_new_tokens"]), "temperature": p["temperature"], "dead_models": dead,
+    })
+    report["not_answered"] = not_answered_counts(df)
+    write_frame(cfg, "bizfin_items", df)
+    write_json(cfg, "bizfin_report", report)
+    if dead:
+        raise CallsFailed("stage 07: model(s) stopped, their items not answered (the other models finished and "
+                          "the artifacts are written): " + " | ".join(f"'{m}': {c}" for m, c in dead.items()))
+    check_error_share(df, float(inf["max_error_share"]), "stage 07")
+    return BizFinRun(df, asked, loaded, report)
+
+
+def answer_status(items: pd.DataFrame) -> dict[str, int]:
+    """The counts the runner reads (`finlib.pipeline.runner.not_answered`): every item in exactly one of
+    answered / not_answered; a judged answer whose judge call failed is not answered either."""
+    if not len(items):
+        return {"answered": 0, "not_answered": 0}
+    missing = (items["status"] != "ok") | (items["judge_status"] == "not_answered")
+    return {"answered": int((~missing).sum()), "not_answered": int(missing.sum())}
+
+
+def cut_in_think_counts(items: pd.DataFrame) -> dict[str, int]:
+    """Per model: answers that ended inside an unclosed `<think>` (the output budget ran out while the
+    model was reasoning): they hold no answer, a status of their own shown under Table 3."""
+    if not len(items):
+        return {}
+    cut = items["status"].eq("ok") & items["raw_text"].map(cut_in_think)
+    return {str(m): int(n) for m, n in cut.groupby(items["model"], sort=False).sum().items()}
+
+
+class CallsFailed(RuntimeError):
+    """Most calls of a model failed (wrong key, server down, ...): the stage must not report them as
+    answers (stage 03's rule, `finlib.finbias.inference.stage.InferenceFailed`, for BizFinBench)."""
+
+
+def not_answered_counts(items: pd.DataFrame) -> dict[str, dict]:
+    """Per model: answers whose call ended in an error and judge calls that failed, with the most
+    frequent error (outside every N, shown in the report)."""
+    out = {}
+    for model, g in items.groupby("model", sort=False):
+        failed = g[g["status"] != "ok"]
+        judged = g[g["judge_status"].notna() & (g["judge_status"] != "no_answer")]
+        out[str(model)] = {"answers": int(len(failed)), "of": int(len(g)),
+                           "judge_calls": int((judged["judge_status"] == "not_answered").sum()),
+                           "judged": int(len(judged)),
+                           "top_error": failed["note"].astype(str).str[:300].mode().iat[0] if len(failed) else None}
+    return out
+
+
+def check_error_share(items: pd.DataFrame, max_share: float, stage: str) -> None:
+    """Fail the stage (after its artifacts are written) when, for any model, more than
+    `inference.max_error_share` of its answer calls or of its judge calls ended in an error: a run
+    whose every call got HTTP 401 must not print a table of zeros and succeed. One line, naming the
+    model and the most frequent error (the rule of Fin-Bias stage 03)."""
+    bad = []
+    for model, c in not_answered_counts(items).items():
+        if c["of"] and c["answers"] / c["of"] > max_share:
+            bad.append(f"model '{model}': {c['answers']}/{c['of']} answer calls failed ({c['top_error']})")
+        if c["judged"] and c["judge_calls"] / c["judged"] > max_share:
+            bad.append(f"model '{model}': {c['judge_calls']}/{c['judged']} judge calls failed")
+    if bad:
+        raise CallsFailed(f"{stage}: too many failed calls (inference.max_error_share={max_share:g}): "
+                              + " | ".join(bad) + "; answers already stored are kept, fix the cause and rerun")
+
+
+def rule_differences(long: pd.DataFrame) -> pd.DataFrame:
+    """Official vs our reading per model x task (docs/bizfinbench.md lists every difference)."""
+    w = long[long["task"] != "Average"].pivot_table(index=["model", "task"], columns="rule", values="score",
+                                                    sort=False).reset_index()
+    w["difference"] = w["ours"] - w["official"]
+    return w
+
+
+def make_tables(cfg: RunConfig, run: BizFinRun, count_tokens=None, tokenizer_name: str | None = None) -> dict:
+    """Table 3 (long with CIs, wide with the paper's rows), the rule comparison and Table 6;
+    all written as CSV/Markdown/LaTeX. `count_tokens` defaults to the `bizfin.table6_model` model's."""
+    from finlib.bizfin.benchmark import results
+    from finlib.core.tables import write_table
+
+    sc = cfg["scoring"]
+    long = results.task_scores(run.items, int(sc["bootstrap_reps"]), cfg.seed, float(sc.get("ci", 0.95)))
+    caption = results.table3_caption(run.report, long, run.items)
+    wide = results.table3(long)
+    out = {"table3_long": long, "table3": wide, "rules": rule_differences(long)}
+    # BizFinBench never uses the synthetic Fin-Bias market: its own caveat (format sample / plumbing) is in the caption.
+    write_table(cfg, "bizfin_table3", wide, caption, synthetic_caveat=False)
+    write_table(cfg, "bizfin_table3_ci", long, caption + " Long form: N, parse rate, judge-invalid count, 95 % "
+                "bootstrap interval over items.", synthetic_caveat=False)
+    write_table(cfg, "bizfin_rules", out["rules"], "BizFinBench: the official column vs our tolerant reading "
+                "(score %, difference = ours - official); docs/bizfinbench.md lists every difference with an "
+                "example. " + results.rules_caption(run.report) + " " + results.source_caveats(run.report, long),
+                synthetic_caveat=False)
+    if count_tokens is None:
+        p = bizfin_params(cfg)
+        registry = run_registry(cfg)
+        spec = select_models(registry, [p["table6_model"]], source="bizfin.table6_model")[0]
+        count_tokens = results.hf_counter(results.load_tokenizer(spec, cfg.path(cfg["inference"]["model_cache"])))
+        tokenizer_name = f"{spec.name} ({spec.model_id})"
+    t6 = results.token_lengths(run.loaded, count_tokens)
+    out["table6"] = t6
+    write_table(cfg, "bizfin_table6", t6, f"BizFinBench Table 6: query token lengths of the items present, tokenizer "
+                f"{tokenizer_name} (the paper does not name its tokenizer); format-sample rows measure our samples, "
+                f"not the benchmark. " + results.rules_caption(run.report), float_format="{:.1f}",
+                synthetic_caveat=False)
+    return out
+
+
+def item_view(run: BizFinRun, width: int = 140) -> pd.DataFrame:
+    """Item-level view for the notebook: scores, parse flags, notes and the start of each answer."""
+    cols = ["model", "task", "item_id", "source", "status", "parsed", "official", "ours", "answer", "judge_status",
+            "note"]
+    v = run.items[cols].copy()
+    v["reply"] = run.items["raw_text"].fillna("").str.replace(r"\s+", " ", regex=True).str.slice(0, width)
+    return v
+
+
+def caveat_banner(run: BizFinRun) -> str:
+    """What the numbers are: the judge, the sources, and the plumbing caveat, in one paragraph."""
+    r = run.report
+    lines = [f"**Models:** {', '.join(r['models'])}; **judge (FTU/FQA/FDD):** {r['judge']} (vanilla LLM-as-judge; "
+             f"the paper used GPT-4o)."]
+    if r["tasks_from_files"]:
+        lines.append(f"**Real benchmark files:** {', '.join(r['tasks_from_files'])} — only "
+                     f"{max(r['items_asked'][t] for t in r['tasks_from_files'])} item(s) per task asked: a plumbing result.")
+    if r["tasks_from_format_samples"]:
+        lines.append(f"**Format samples (not the benchmark):** {', '.join(r['tasks_from_format_samples'])}.")
+    if r["tasks_missing"]:
+        lines.append(f"**Tasks without items:** {', '.join(r['tasks_missing'])}.")
+    if r["plumbing_models"] or r["judge_plumbing"]:
+        lines.append("**Plumbing model(s):** the embedded model and judge test the pipeline; their scores are not "
+                     "research results.")
+    return "\n\n".join(lines)

@@ -1,0 +1,160 @@
+"""What every figure shares: one matplotlib style at print size (double column <= 7.2 in, text
+>= 7 pt, drawn literally), one palette (a colour means one thing in every figure), and a caption
+naming the run and its data source, saved beside the figure (under it only on request).
+
+Kept apart from `figures` (results figures and the stage) and `figures_paper` (the paper's
+example and case-study figures) so that both import it and neither imports the other.
+"""
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from finlib.core.config import RunConfig
+from finlib.core.tables import save_figure
+from finlib.finbias.vocab import Condition, Rating
+
+CONDITION_ORDER = (Condition.ORIGINAL, Condition.NO_RATING, Condition.NO_OPINION, Condition.FAKE_RATING)
+
+# ---- one palette: each colour means one thing in every figure --------------------------------
+# ratings (answers, labels, shown ratings) and conditions take the saturated hues; models take a
+# separate qualitative set (Paul Tol's "muted", minus hues a rating or condition already uses), and
+# base/DPO variants two neutrals, so blue never means "a model" in one figure and "original" in another.
+RATING_COLORS = {Rating.BULLISH.value: "#2a9d55", Rating.NEUTRAL.value: "#8c8c8c", Rating.BEARISH.value: "#c8423b",
+                 "unparsed": "#e0b040"}
+CONDITION_COLORS = {"original": "#1f5a99", "no_rating": "#e08a1e", "no_opinion": "#6a4c93", "fake_rating": "#c8423b"}
+MODEL_COLORS = ("#332288", "#44aa99", "#88ccee", "#999933", "#882255", "#ddcc77", "#117733")
+MODEL_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+VARIANT_COLORS = {"base": "#b8b8b8", "dpo": "#3b3b3b"}
+HEATMAP_CMAP = "viridis"
+
+# journal column widths are 3.5 in (single) and 7.2 in (double); figures are drawn 0.2 in narrower,
+# the padding savefig's tight bounding box adds around them
+SINGLE_COLUMN_IN = 3.3
+DOUBLE_COLUMN_IN = 7.0
+MIN_TEXT_PT = 7          # smallest text at print size
+CJK_FAMILIES = ("WenQuanYi Micro Hei", "WenQuanYi Zen Hei", "Noto Sans CJK SC", "Noto Sans CJK JP",
+                "Source Han Sans SC", "SimHei", "Microsoft YaHei")
+
+STYLE = {
+    "figure.dpi": 100, "savefig.dpi": 150, "font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8,
+    "xtick.labelsize": 7, "ytick.labelsize": 7, "legend.fontsize": 7, "legend.frameon": False,
+    "figure.titlesize": 9,
+    "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3,
+    "pdf.fonttype": 42,
+    "text.parse_math": False,  # "$111 mn and a $0.84" is text, not math
+}
+
+
+def model_colors(models) -> dict[str, str]:
+    """A fixed colour per model (sorted order, cycling), from the models' own palette."""
+    return {m: MODEL_COLORS[i % len(MODEL_COLORS)] for i, m in enumerate(sorted(models))}
+
+
+def model_markers(models) -> dict[str, str]:
+    return {m: MODEL_MARKERS[i % len(MODEL_MARKERS)] for i, m in enumerate(sorted(models))}
+
+
+def text_color_on(rgba) -> str:
+    """Black or white, whichever reads better on a cell of colour `rgba` (WCAG relative luminance:
+    white text on viridis' yellow end, where herding is high, is unreadable)."""
+    def lin(c: float) -> float:
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+    r, g, b = (lin(float(c)) for c in rgba[:3])
+    luminance = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    return "black" if luminance > 0.179 else "white"
+
+
+def legend_outside(ax, ncol: int | None = None, **kwargs):
+    """A legend above the axes, never over the data."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return None
+    ncol = ncol or min(len(handles), 4)
+    legend = ax.legend(handles, labels, loc="lower left", bbox_to_anchor=(0, 1.02), borderaxespad=0,
+                       ncol=ncol, **kwargs)
+    for loc in ("left", "center", "right"):  # a title moves up above the legend
+        title = ax.get_title(loc=loc)
+        if title:
+            ax.set_title(title, loc=loc, pad=6 + 1.5 * MIN_TEXT_PT * -(-len(handles) // ncol))
+    return legend
+
+
+def font_families() -> list[str]:
+    """DejaVu Sans, then the first installed CJK family as a glyph fallback (Chinese model names,
+    report text); only installed families are named, so matplotlib warns about none."""
+    from matplotlib import font_manager
+
+    installed = {f.name for f in font_manager.fontManager.ttflist}
+    return ["DejaVu Sans", *[f for f in CJK_FAMILIES if f in installed][:1]]
+
+
+@contextmanager
+def figure_style() -> Iterator[None]:
+    """One look for every figure (fonts >= 7 pt, grid, no top/right spines, text drawn literally)."""
+    import matplotlib.pyplot as plt
+
+    with plt.rc_context({**STYLE, "font.family": font_families()}):
+        yield
+
+
+def data_source(cfg: RunConfig) -> str:
+    """Where the numbers come from, in words, for every caption."""
+    data = cfg.params.get("data", {})
+    source = data.get("source", "synthetic")
+    if source == "synthetic":
+        return f"seeded synthetic market (finlib.finbias.data.synth, seed {cfg.seed}) — synthetic data"
+    if source == "huggingface":
+        return f"Hugging Face dataset {data.get('reports', {}).get('hf_dataset')}"
+    return f"local corpus {data.get('reports', {}).get('path')}"
+
+
+def caption(cfg: RunConfig, text: str) -> str:
+    """Caption = what the figure shows + run + data source (says "synthetic data" when synthetic)."""
+    return f"{text} Run '{cfg.name}'; data: {data_source(cfg)}."
+
+
+@dataclass
+class FigureRecord:
+    """One figure of the stage: its name, caption and files, or why it was not drawn."""
+
+    name: str
+    caption: str
+    files: list[str] = field(default_factory=list)
+    skipped: str | None = None
+
+
+def show_figure(cfg: RunConfig, fig) -> None:
+    """Show a saved figure in a notebook with its caption under it (the caption file save_figure wrote
+    beside it), then close it; None (a figure not drawn) shows nothing: the reason was printed."""
+    if fig is None:
+        return
+    import matplotlib.pyplot as plt
+    from IPython.display import Markdown, display
+
+    display(fig)
+    path = cfg.figures_dir / f"{fig.get_label()}.caption.txt"
+    if fig.get_label() and path.is_file():
+        display(Markdown(f"*{path.read_text(encoding='utf-8').strip()}*"))
+    plt.close(fig)
+
+
+def caption_in_image(cfg: RunConfig) -> bool:
+    """`figures.caption_in_image: true` burns the caption under the image (slides); by default the
+    caption lives in the report and the notebook, where a journal wants it."""
+    return bool((cfg.params.get("figures") or {}).get("caption_in_image"))
+
+
+def finish(cfg: RunConfig, fig, name: str, text: str) -> FigureRecord:
+    """Save PNG + PDF with the caption beside them (and under the image only when asked), return the record."""
+    cap = caption(cfg, text)
+    if caption_in_image(cfg):
+        box = fig.get_tightbbox(fig.canvas.get_renderer())  # below everything drawn (rotated tick labels)
+        left, bottom = box.x0 / fig.get_figwidth(), box.y0 / fig.get_figheight()
+        width_chars = int(fig.get_figwidth() * 72 / (0.55 * MIN_TEXT_PT))
+        fig.text(min(left, 0.01), min(bottom, 0.0) - 0.02, "\n".join(textwrap.wrap(cap, width_chars)), ha="left",
+                 va="top", fontsize=MIN_TEXT_PT, color="#333333")
+    paths = save_figure(cfg, fig, name, caption=cap)
+    return FigureRecord(name, cap, [str(p.relative_to(cfg.root)) for p in paths if p.suffix != ".txt"])

@@ -1,0 +1,521 @@
+"""Stage 06: the paper's figures and the results figures, in one matplotlib style.
+
+Every figure is drawn from artifacts on disk (stages 00-05), saved as PNG + PDF under
+`figures/<run>/`, and carries a caption that names its data source and, on the synthetic
+default, says "synthetic data". A figure whose input is absent (e.g. stage 05 not run) is not
+drawn; `build_figures` lists it with the reason instead of failing the stage.
+"""
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from finlib.core.artifacts import MissingArtifactError, artifact_path, read_frame, write_json
+from finlib.core.config import RunConfig
+from finlib.finbias.vocab import POOLED, SECTORS, Condition, Rating
+from finlib.finbias.scoring.metrics import ACCURACY, HERDING
+from finlib.finbias.figures.base import (  # noqa: F401  (data_source, caption: used by notebook 06)
+    CONDITION_COLORS,
+    CONDITION_ORDER,
+    DOUBLE_COLUMN_IN,
+    HEATMAP_CMAP,
+    MIN_TEXT_PT,
+    RATING_COLORS,
+    VARIANT_COLORS,
+    FigureRecord,
+    caption,
+    data_source,
+    figure_style,
+    finish,
+    legend_outside,
+    model_colors,
+    model_markers,
+    text_color_on,
+)
+
+FIGURES_KEYS = ("example_report", "case_model", "case_report", "text_chars", "caption_in_image")
+
+
+def figures_params(cfg: RunConfig) -> dict:
+    """The `figures:` section, checked by the params schema (`finlib.core.params.FiguresSection`:
+    misspellings and wrong types are errors); every key is read, so every key is required."""
+    return cfg.section("figures", required=FIGURES_KEYS)
+
+
+# ---- Results figures from stage 04's metrics ------------------------------------------------
+
+def _metric(metrics: pd.DataFrame, metric: str) -> pd.DataFrame:
+    return metrics[(metrics["metric"] == metric) & (metrics["model"] != "Analyst")]
+
+
+def plot_herding_heatmap(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object, FigureRecord]:
+    """Herding (%) model x sector, one panel per condition; N (all answered items, Eq. 1) in each cell."""
+    import matplotlib.pyplot as plt
+
+    h = _metric(metrics, HERDING)
+    if h["value"].notna().sum() == 0:
+        raise LookupError("no herding values in metrics.parquet (no answered item in any condition)")
+    models = sorted(h["model"].unique())
+    cols = [s for s in (*SECTORS, POOLED) if s in set(h["sector"])]
+    cmap = plt.get_cmap(HEATMAP_CMAP)
+    with figure_style():
+        fig, axes = plt.subplots(2, 2, figsize=(DOUBLE_COLUMN_IN, 2 * (1.6 + 0.32 * max(len(models), 1))),
+                                 squeeze=False, constrained_layout=True)
+        for col, (ax, cond) in enumerate(zip(axes.ravel(), CONDITION_ORDER)):
+            d = h[h["condition"] == cond.value]
+            val = d.pivot(index="model", columns="sector", values="value").reindex(index=models, columns=cols)
+            im = ax.imshow(100 * val.to_numpy(float), vmin=0, vmax=100, cmap=cmap, aspect="auto")
+            for i in range(len(models)):
+                for j in range(len(cols)):
+                    v = val.iat[i, j]
+                    label = "–" if pd.isna(v) else f"{100 * v:.0f}"
+                    ax.text(j, i, label, ha="center", va="center", fontsize=MIN_TEXT_PT,
+                            color="#555555" if pd.isna(v) else text_color_on(cmap(float(v))))
+            ax.set_xticks(range(len(cols)), cols if col >= 2 else [""] * len(cols), rotation=90)
+            ax.set_yticks(range(len(models)), models)
+            ax.tick_params(labelleft=col % 2 == 0)
+            ax.set_title(cond.value)
+            ax.grid(False)
+        fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="herding %")
+    n_range = h["n"].dropna()
+    n_text = f"N per cell {int(n_range.min())}–{int(n_range.max())} answered items" if len(n_range) else "N unknown"
+    rec = finish(cfg, fig, "fig_herding_heatmap",
+                 "Herding score (Eq. 1: % of all N answers equal to the reference rating, an unparsed answer "
+                 f"counting as no match) by model and sector, per condition; {n_text} (per-cell N in the "
+                 "tables' *_ci companions), '–' = no answers (stage 04 metrics).")
+    return fig, rec
+
+
+def _interval(d: pd.DataFrame) -> np.ndarray:
+    return 100 * np.vstack([d["value"] - d["ci_low"], d["ci_high"] - d["value"]]).clip(min=0)
+
+
+def plot_with_without(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object, FigureRecord]:
+    """Dumbbell: herding with vs without the rating per model x sector, 95 % intervals."""
+    import matplotlib.pyplot as plt
+
+    h = _metric(metrics, HERDING)
+    h = h[h["condition"].isin([Condition.ORIGINAL.value, Condition.NO_RATING.value])]
+    has = set(map(tuple, h.loc[h["value"].notna(), ["model", "sector"]].to_numpy()))
+    rows = [(m, s) for m in sorted(h["model"].unique()) for s in (POOLED, *SECTORS) if (m, s) in has]
+    with figure_style():
+        if not rows:
+            raise LookupError("no herding value for original or no_rating in metrics.parquet")
+        fig, ax = plt.subplots(figsize=(DOUBLE_COLUMN_IN, 1.2 + 0.2 * len(rows)), layout="constrained")
+        for y, (m, s) in enumerate(rows):
+            d = h[(h["model"] == m) & (h["sector"] == s)].set_index("condition")
+            pts = [d.loc[c] if c in d.index else None for c in ("original", "no_rating")]
+            xs = [100 * p["value"] for p in pts if p is not None and pd.notna(p["value"])]
+            if len(xs) == 2:
+                ax.plot(xs, [y, y], color="#bbbbbb", lw=2, zorder=1)
+            for cond, p in zip(("original", "no_rating"), pts):
+                if p is None or pd.isna(p["value"]):
+                    continue
+                err = _interval(p.to_frame().T)
+                ax.errorbar(100 * p["value"], y, xerr=err, fmt="o", ms=4, capsize=2,
+                            color=CONDITION_COLORS[cond], label=cond if y == 0 else None)
+        ax.set_yticks(range(len(rows)), [f"{m} · {s}" for m, s in rows])
+        ax.invert_yaxis()
+        ax.set_xlabel("herding % (95 % cluster-bootstrap CI)")
+        ax.set_xlim(-2, 102)
+        legend_outside(ax)
+    rec = finish(cfg, fig, "fig_herding_with_without",
+                 "Herding with the analyst rating (original) vs without it (no_rating), per model and sector, "
+                 "with 95 % cluster-bootstrap intervals (Fin-Bias Table 4 as a figure).")
+    return fig, rec
+
+
+def plot_fake_transitions(cfg: RunConfig, transitions: pd.DataFrame) -> tuple[object, FigureRecord]:
+    """Stacked shares of answers per (model, analyst rating -> fake rating): followed the fake?"""
+    import matplotlib.pyplot as plt
+
+    if transitions.empty:
+        raise LookupError("no fake_rating rows scored (table5_fake_transitions is empty)")
+    t = transitions.assign(group=transitions["model"] + ": " + transitions["analyst_rating"].astype(str)
+                           + " → " + transitions["fake_rating"].astype(str))
+    wide = t.pivot_table(index="group", columns="answer", values="share", aggfunc="sum", fill_value=0.0)
+    n = t.groupby("group")["n"].sum()
+    order = [c for c in RATING_COLORS if c in wide.columns]
+    with figure_style():
+        fig, ax = plt.subplots(figsize=(DOUBLE_COLUMN_IN, 1.2 + 0.25 * len(wide)), layout="constrained")
+        left = np.zeros(len(wide))
+        for ans in order:
+            ax.barh(range(len(wide)), 100 * wide[ans], left=left, color=RATING_COLORS[ans], label=ans)
+            left += 100 * wide[ans].to_numpy()
+        ax.set_yticks(range(len(wide)), [f"{g} (N={int(n[g])})" for g in wide.index])
+        ax.invert_yaxis()
+        ax.set_xlabel("% of answers")
+        legend_outside(ax)
+    rec = finish(cfg, fig, "fig_fake_transitions",
+                 "Answers under a fake rating: for each model and (analyst rating → fake rating shown), the "
+                 "share of answers per label; unparsed answers shown, not dropped (stage 04 transitions).")
+    return fig, rec
+
+
+def plot_accuracy_vs_analyst(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object, FigureRecord]:
+    """Pooled accuracy per model x condition with 95 % intervals, the analyst's accuracy as a band."""
+    import matplotlib.pyplot as plt
+
+    acc = metrics[(metrics["metric"] == ACCURACY) & (metrics["sector"] == POOLED)]
+    analyst = acc[acc["model"] == "Analyst"]
+    acc = acc[acc["model"] != "Analyst"]
+    models = sorted(acc["model"].unique())
+    if acc["value"].notna().sum() == 0:
+        raise LookupError("no pooled accuracy value in metrics.parquet (no labelled, answered item)")
+    width = 0.8 / len(CONDITION_ORDER)
+    with figure_style():
+        fig, ax = plt.subplots(figsize=(DOUBLE_COLUMN_IN, 3.2), layout="constrained")
+        if not analyst.empty:
+            a = analyst.iloc[0]
+            ax.axhspan(100 * a["ci_low"], 100 * a["ci_high"], color="#cccccc", alpha=0.5, lw=0)
+            ax.axhline(100 * a["value"], color="black", lw=1, ls="--", label=f"analyst {100 * a['value']:.1f} %")
+        for i, cond in enumerate(CONDITION_ORDER):
+            d = acc[acc["condition"] == cond.value].set_index("model").reindex(models)
+            x = np.arange(len(models)) + (i - 1.5) * width
+            ax.bar(x, 100 * d["value"], width, yerr=np.nan_to_num(_interval(d)), capsize=2,
+                   color=CONDITION_COLORS[cond.value], label=cond.value)
+        ax.axhline(100 / 3, color="#888888", lw=0.8, ls=":", label="chance (1/3)")
+        ax.set_xticks(range(len(models)), models, rotation=15)
+        ax.set_ylabel("accuracy % (pooled, 95 % CI)")
+        ax.set_ylim(0, 100)
+        legend_outside(ax, ncol=3)
+    rec = finish(cfg, fig, "fig_accuracy_vs_analyst",
+                 "Accuracy against the return-based labels, pooled over sectors, per model and condition, with "
+                 "95 % cluster-bootstrap intervals; dashed line and band: the analysts' own rating and its interval.")
+    return fig, rec
+
+
+def plot_labels_by_year(cfg: RunConfig, labels: pd.DataFrame, reports: pd.DataFrame) -> tuple[object, FigureRecord]:
+    """CAR distribution per report year and the label shares per year (30/40/30 by construction)."""
+    import matplotlib.pyplot as plt
+
+    df = labels.merge(reports[["report_id", "date"]], on="report_id", how="left")
+    df = df.dropna(subset=["car"]).assign(year=lambda d: pd.to_datetime(d["date"]).dt.year)
+    years = sorted(df["year"].unique())
+    if not years:
+        raise LookupError("no labelled report with a CAR (stage 01 excluded every report)")
+    with figure_style():
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(DOUBLE_COLUMN_IN, 3.2))
+        if years:
+            a1.boxplot([100 * df.loc[df.year == y, "car"] for y in years], positions=range(len(years)),
+                       widths=0.5, showfliers=True)
+            a1.set_xticks(range(len(years)), [str(y) for y in years])
+            shares = pd.crosstab(df["year"], df["label"], normalize="index").reindex(years)
+            bottom = np.zeros(len(years))
+            for lab in (Rating.BEARISH.value, Rating.NEUTRAL.value, Rating.BULLISH.value):
+                if lab in shares.columns:
+                    a2.bar(range(len(years)), 100 * shares[lab], bottom=bottom, color=RATING_COLORS[lab], label=lab)
+                    bottom += 100 * shares[lab].to_numpy()
+            counts = df["year"].value_counts().reindex(years)
+            a2.set_xticks(range(len(years)), [f"{y}\nN={counts[y]}" for y in years])
+            a2.legend(ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.25))
+        a1.axhline(0, color="black", lw=0.5)
+        a1.set_ylabel("CAR % (days +1..+window)")
+        a1.set_title("CAR per report year")
+        a2.set_ylabel("% of labelled reports")
+        a2.set_title("return-based labels per year")
+        fig.tight_layout()
+    rec = finish(cfg, fig, "fig_labels_by_year",
+                 "Cumulative abnormal returns and return-based label shares per report year (stage 01 labels; "
+                 "excluded reports left out).")
+    return fig, rec
+
+
+def plot_prob_herding(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object, FigureRecord]:
+    """Mean probability on the reference rating per condition (label-scored models), 95 % CIs."""
+    import matplotlib.pyplot as plt
+
+    p = metrics[(metrics["metric"] == "prob_herding") & (metrics["sector"] == POOLED)]
+    p = p[p["value"].notna()]
+    if p.empty:
+        raise LookupError("no label-scored model in this run (prob_herding needs inference.mode: score)")
+    conds = [c.value for c in CONDITION_ORDER]
+    colors, markers = model_colors(p["model"].unique()), model_markers(p["model"].unique())
+    with figure_style():
+        fig, ax = plt.subplots(figsize=(DOUBLE_COLUMN_IN * 0.75, 3.0))
+        for m, d in p.groupby("model"):
+            d = d.set_index("condition").reindex(conds)
+            ax.errorbar(range(len(conds)), 100 * d["value"], yerr=np.nan_to_num(_interval(d)), marker=markers[m],
+                        capsize=3, label=m, color=colors[m])
+        ax.set_xticks(range(len(conds)), conds)
+        ax.set_ylabel("mean p(reference rating) % (95 % CI)")
+        ax.set_ylim(0, 100)
+        legend_outside(ax, ncol=2)
+    rec = finish(cfg, fig, "fig_prob_herding",
+                 "Probability-level herding: the label-scored models' mean probability on the reference rating per "
+                 "condition (pooled), a finer view of the shift than the argmax herding score.")
+    return fig, rec
+
+
+def plot_dpo(cfg: RunConfig, dpo: pd.DataFrame) -> tuple[object, FigureRecord]:
+    """Fin-Bias Table 8 as a figure: accuracy per sector, base vs DPO-tuned, per model."""
+    import matplotlib.pyplot as plt
+
+    need = {"model", "sector", "variant", "accuracy"}
+    if not need <= set(dpo.columns):
+        raise ValueError(f"stage 05 DPO accuracy: needs columns {sorted(need)}, has {list(dpo.columns)}")
+    dpo = dpo[dpo["accuracy"].notna() & (dpo["n"].fillna(0) > 0 if "n" in dpo.columns else True)]
+    if dpo.empty:
+        raise LookupError("stage 05 scored no item (N = 0): no DPO accuracy to draw")
+    models = sorted(dpo["model"].unique())
+    ncols = min(len(models), 2)
+    nrows = -(-len(models) // ncols)
+    with figure_style():
+        fig, axes = plt.subplots(nrows, ncols, figsize=(DOUBLE_COLUMN_IN if ncols > 1 else 3.5 * 1.3, 3.2 * nrows),
+                                 squeeze=False, sharey=True)
+        for ax in axes.ravel()[len(models):]:
+            ax.remove()
+        for ax, m in zip(axes.ravel(), models):
+            g = dpo[dpo["model"] == m]
+            d = g.pivot_table(index="sector", columns="variant", values="accuracy")
+            d = d.reindex([s for s in (*SECTORS, POOLED) if s in d.index])
+            for i, variant in enumerate(sorted(d.columns)):
+                ci = g[g["variant"] == variant].set_index("sector").reindex(d.index)
+                err = (np.vstack([d[variant] - ci["ci_low"], ci["ci_high"] - d[variant]]).clip(min=0)
+                       if {"ci_low", "ci_high"} <= set(ci.columns) else None)
+                ax.bar(np.arange(len(d)) + (i - 0.5) * 0.4, d[variant], 0.4, label=variant,
+                       yerr=None if err is None else np.nan_to_num(err), capsize=2,
+                       color=VARIANT_COLORS.get(variant, "#777777"))
+            n = g[g["sector"] == POOLED].set_index("variant")["n"] if "n" in g.columns else pd.Series(dtype=float)
+            if len(n):
+                ax.set_xlabel("N (pooled): " + ", ".join(f"{k} {int(v)}" for k, v in n.items()))
+            ax.set_xticks(range(len(d)), d.index, rotation=60, ha="right")
+            ax.set_title(m)
+            ax.set_ylim(0, 100)  # a 0 % bar reads as 0 %, not as an empty panel
+            legend_outside(ax)
+        axes[0][0].set_ylabel("accuracy %")
+        fig.tight_layout()
+    rec = finish(cfg, fig, "fig_dpo_accuracy",
+                 "Accuracy per sector of each model before (base) and after DPO fine-tuning, with 95 % "
+                 "cluster-bootstrap intervals (stage 05; Fin-Bias Table 8).")
+    return fig, rec
+
+
+def plot_paper_vs_ours(cfg: RunConfig, long: pd.DataFrame) -> tuple[object, FigureRecord]:
+    """Ours against the published value for every matched cell, one panel per paper table."""
+    import matplotlib.pyplot as plt
+
+    from finlib.core.compare import MATCHED, NOT_COMPARABLE
+
+    m = long[(long["status"] == MATCHED) & (long["column"] != "num")]  # counts scale with the corpus size
+    if m.empty:
+        raise LookupError("no row of our run matches a published row (models/tasks differ from the papers')")
+    tables = sorted(m["table"].unique())
+    ncols = min(len(tables), 3)
+    nrows = -(-len(tables) // ncols)
+    markers = ("o", "s", "^", "D", "v", "P", "X")
+    with figure_style():
+        fig, axes = plt.subplots(nrows, ncols, figsize=(DOUBLE_COLUMN_IN, 2.6 * nrows + 0.4), squeeze=False)
+        for ax in axes.ravel()[len(tables):]:
+            ax.remove()
+        for ax, t in zip(axes.ravel(), tables):
+            d = m[m["table"] == t]
+            for i, (col, g) in enumerate(d.groupby("column")):
+                ax.scatter(g["paper"], g["ours"], s=12, label=col, marker=markers[i % len(markers)],
+                           edgecolors="#333333", facecolors="none" if i % 2 else "#333333")
+            lo = float(np.nanmin(d[["paper", "ours"]].to_numpy()))
+            hi = float(np.nanmax(d[["paper", "ours"]].to_numpy()))
+            ax.plot([lo, hi], [lo, hi], color="black", lw=0.6)
+            ax.set_title(f"{t.replace('finbias_', '').replace('bizfin_', 'BizFin ')} (N={len(d)})")
+            ax.set_xlabel("published")
+            ax.set_ylabel("ours")
+            legend_outside(ax, ncol=1)
+        if cfg.is_synthetic:
+            fig.suptitle("\n".join(textwrap.wrap(NOT_COMPARABLE, 110)), fontsize=MIN_TEXT_PT, color="#c8423b")
+        fig.tight_layout()
+    rec = finish(cfg, fig, "fig_paper_vs_ours",
+                 "Paper vs ours: every cell where our run has the published row (same model via the registry's "
+                 "paper_name, same sector/task), ours against the published value; the line is equality. Counts (Tables "
+                 "2-3 'num') are left out: they scale with the corpus size; the tables keep them.")
+    return fig, rec
+
+
+# ---- the stage ------------------------------------------------------------------------------
+
+def optional_frame(cfg: RunConfig, name: str) -> pd.DataFrame | None:
+    """An artifact that may legitimately be absent (a later or optional stage)."""
+    try:
+        return read_frame(cfg, name)
+    except MissingArtifactError:
+        return None
+
+
+def attempt(records: list[FigureRecord], name: str, draw: Callable[[], tuple[object, FigureRecord]]):
+    """Draw one figure; a missing input is recorded (name + reason), not raised. Returns the figure or None."""
+    try:
+        fig, rec = draw()
+    except (LookupError, MissingArtifactError) as exc:
+        records.append(FigureRecord(name, "", skipped=str(exc).strip("'\"")))
+        return None
+    records.append(rec)
+    return fig
+
+
+def write_figures_report(cfg: RunConfig, records: list[FigureRecord]) -> Path:
+    """`figures_report.json`: every figure with its caption and files, or why it was not drawn."""
+    return write_json(cfg, "figures_report", [r.__dict__ for r in records])
+
+
+def figures_report_path(cfg: RunConfig) -> Path:
+    return artifact_path(cfg, "figures_report", ".json")
+
+
+DPO_METRICS = "dpo_metrics"  # stage 05: base and tuned ("<model> + DPO") metrics in stage 04's long layout
+DPO_SUFFIX = " + DPO"
+
+
+def dpo_accuracy(dpo_metrics: pd.DataFrame) -> pd.DataFrame:
+    """Stage 05's accuracy on the original condition as (model, sector, variant base|dpo, accuracy %, CI %)."""
+    from finlib.finbias.scoring.stage import base_model
+
+    a = dpo_metrics[(dpo_metrics["metric"] == ACCURACY) & (dpo_metrics["condition"] == Condition.ORIGINAL.value)]
+    name = a["model"].map(base_model)
+    tuned = name.str.endswith(DPO_SUFFIX)
+    return pd.DataFrame({"model": name.str.removesuffix(DPO_SUFFIX), "sector": a["sector"],
+                         "variant": np.where(tuned, "dpo", "base"), "accuracy": 100 * a["value"],
+                         "ci_low": 100 * a["ci_low"], "ci_high": 100 * a["ci_high"], "n": a["n"]}).reset_index(drop=True)
+
+
+class FigureStage:
+    """Notebook 06's one object: loads each artifact once, draws the named figures, saves the
+    paper-vs-ours tables and the figures report. Missing inputs become recorded notes."""
+
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
+        self.params = figures_params(cfg)
+        self.records: list[FigureRecord] = []
+        self._frames: dict[str, pd.DataFrame | None] = {}
+
+    def frame(self, name: str) -> pd.DataFrame | None:
+        if name not in self._frames:
+            self._frames[name] = optional_frame(self.cfg, name)
+        return self._frames[name]
+
+    def need(self, name: str) -> pd.DataFrame:
+        df = self.frame(name)
+        if df is None:
+            from finlib.core.artifacts import PRODUCERS
+
+            stage = PRODUCERS.get(name, "05" if name.startswith("dpo") else "??")
+            raise MissingArtifactError(f"stage {stage} artifacts not found ({name}): run stage {stage} "
+                                       f"(`make stage STAGE={stage} RUN={self.cfg.name}`)")
+        return df
+
+    def _transitions(self) -> pd.DataFrame:
+        from finlib.core.tables import read_table_csv
+
+        path = self.cfg.tables_dir / "table5_fake_transitions.csv"
+        if not path.is_file():
+            raise MissingArtifactError(f"{path} not found: run stage 04")
+        return read_table_csv(path)
+
+    def drawers(self) -> dict[str, Callable[[], tuple[object, FigureRecord]]]:
+        from finlib.finbias.figures.paper import (
+            pick_example,
+            plot_case_study,
+            plot_conditions_example,
+        )
+
+        cfg, p = self.cfg, self.params
+        return {
+            "fig_conditions_example": lambda: plot_conditions_example(
+                cfg, self.need("conditions"), pick_example(self.need("conditions"), p["example_report"]),
+                int(p["text_chars"])),
+            "fig_case_study": lambda: plot_case_study(cfg, self.need("predictions"), self.need("conditions"),
+                                                      p["case_model"], p["case_report"]),
+            "fig_herding_heatmap": lambda: plot_herding_heatmap(cfg, self.need("metrics")),
+            "fig_herding_with_without": lambda: plot_with_without(cfg, self.need("metrics")),
+            "fig_fake_transitions": lambda: plot_fake_transitions(cfg, self._transitions()),
+            "fig_accuracy_vs_analyst": lambda: plot_accuracy_vs_analyst(cfg, self.need("metrics")),
+            "fig_labels_by_year": lambda: plot_labels_by_year(cfg, self.need("labels"), self.need("reports")),
+            "fig_prob_herding": lambda: plot_prob_herding(cfg, self.need("metrics")),
+            "fig_dpo_accuracy": lambda: plot_dpo(cfg, dpo_accuracy(self.need(DPO_METRICS))),
+            "fig_paper_vs_ours": lambda: plot_paper_vs_ours(cfg, self.comparisons()),
+        }
+
+    def draw(self, name: str) -> None:
+        """Draw one figure, show it (explicitly, then close it: no reliance on the inline backend's
+        end-of-cell flush, no figures piling up) or print why it was not drawn."""
+        import matplotlib.pyplot as plt
+        from IPython.display import Markdown, display
+
+        fig = attempt(self.records, name, self.drawers()[name])
+        if fig is None:
+            print(f"{name}: not drawn — {self.records[-1].skipped}")
+            return
+        display(fig)
+        display(Markdown(f"*{self.records[-1].caption}*"))  # the caption beside the figure, not burned into it
+        plt.close(fig)
+
+    def paper_names(self) -> dict[str, str]:
+        from finlib.llm.registry import load_registry
+
+        reg = load_registry(self.cfg.path(self.cfg.section("inference")["registry"]))
+        return {name: spec.paper_name for name, spec in reg.items() if spec.paper_name}
+
+    def write_comparisons(self) -> pd.DataFrame:
+        """Fin-Bias Tables 2-8 beside ours (those whose inputs exist); saved per table; summary returned."""
+        from finlib.core import compare
+        from finlib.finbias.scoring import compare as finbias_compare
+
+        parts = [finbias_compare.finbias_data_comparisons(self.need("reports"), self.frame("labels"))]
+        if self.frame("metrics") is not None:
+            parts.append(finbias_compare.finbias_metric_comparisons(self.need("metrics"), self.paper_names()))
+        dpo = self.frame(DPO_METRICS)
+        if dpo is not None:
+            acc = dpo_accuracy(dpo)
+            parts.append(finbias_compare.finbias_dpo_comparison(acc[acc["variant"] == "dpo"], self.paper_names()))
+        for table, long in compare.split_by_table(pd.concat(parts, ignore_index=True)):
+            compare.write_comparison(self.cfg, table, long, "")
+        self.check_comparisons()
+        summary = compare.comparison_summary(self.comparisons())
+        from finlib.core.tables import write_table
+
+        write_table(self.cfg, "paper_vs_ours_summary", summary,
+                    "Paper vs ours per published table: rows matched, rows on one side only, mean and mean absolute "
+                    "difference (ours - paper)" + (f" [{compare.NOT_COMPARABLE}]" if self.cfg.is_synthetic else ""))
+        return summary
+
+    def check_comparisons(self) -> pd.DataFrame:
+        """Every "ours" cell of the Fin-Bias comparisons beside the same cell of our written Tables
+        4-8 (`finlib.finbias.scoring.consistency`), saved as `comparison_consistency`; a cell that differs
+        stops the stage: a comparison must report the statistic our tables print."""
+        from finlib.core.tables import write_table
+        from finlib.finbias.scoring.consistency import comparison_consistency
+
+        check = comparison_consistency(self.cfg.tables_dir, self.paper_names())
+        write_table(self.cfg, "comparison_consistency", check,
+                    "Each 'ours' cell of paper_vs_ours_finbias_table4-8 beside the same cell of our Tables 4-8 "
+                    "as written (agrees: within half a unit of the table's last printed digit)", float_format="{:.4g}")
+        bad = check[~check["agrees"]]
+        if len(bad):
+            raise ValueError(f"paper-vs-ours disagrees with our own tables in {len(bad)} of {len(check)} cells, "
+                             f"e.g. {bad.iloc[0].to_dict()} (see tables/comparison_consistency.csv)")
+        return check
+
+    def comparisons(self) -> pd.DataFrame:
+        from finlib.core.compare import read_comparisons
+
+        return read_comparisons(self.cfg)
+
+    def missing_notes(self) -> list[str]:
+        """One line per later stage whose artifacts are absent (shown by the notebook, never an error)."""
+        notes = []
+        if self.frame(DPO_METRICS) is None:
+            notes.append("stage 05 artifacts not found: run stage 05 (DPO) for Table 8 and its figure")
+        bizfin = list(self.cfg.tables_dir.glob("paper_vs_ours_bizfin_*.csv"))
+        if not bizfin:
+            notes.append("BizFinBench comparisons not found yet: stages 07/08 run after this one and save theirs; "
+                         "the HTML report's paper-vs-ours summary includes them (`make report`)")
+        return notes
+
+    def close(self) -> Path:
+        return write_figures_report(self.cfg, self.records)
+
+    def summary(self) -> pd.DataFrame:
+        return pd.DataFrame([{"figure": r.name, "drawn": r.skipped is None, "note": r.skipped or r.caption}
+                             for r in self.records])

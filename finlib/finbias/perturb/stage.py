@@ -1,0 +1,684 @@
+"""Stage 02: the four report conditions of Fin-Bias (Sections 3 and 5.1, Appendix A.3).
+
+- original:    the cleaned report.
+- no_rating:   the first sentence (where the analyst states the rating) removed; every other
+               byte unchanged.
+- fake_rating: the rating word(s) of the first sentence swapped for a different rating of the
+               same vocabulary family (Buy -> Sell, Outperform -> Underperform, Bullish ->
+               Bearish), articles fixed ("a Buy" -> "an Underperform"), the rest byte-for-byte.
+- no_opinion:  the no_rating text minus every sentence that contains an MPQA strongsubj word
+               (`finlib.finbias.perturb.subjectivity`; the lexicon's POS honoured by default, `perturb.mpqa_pos`).
+
+Rating extraction and the fake-rating rewrite live in `finlib.finbias.perturb.ratings` (stage 00 and the
+rating sweep use them too); their names stay importable from here.
+
+Reports set aside
+-----------------
+One report never stops the stage. A report whose fake rating cannot be written, or whose conditions fail a
+validation check (`validate_conditions`, run by the stage on every report), is *set aside*: every row of it
+becomes skipped with the reason ("set aside: <check>"), it is listed in the `perturb_set_aside` artifact
+(report_id, step, reason) and counted in perturb_report.json -> `set_aside`. The stage fails only when the
+set-aside share of the reports passes `perturb.max_set_aside_share` (default 1 %): then something is wrong
+with the instruments, not with one report (the artifacts are written first, so the list can be read).
+
+Reports whose first sentence states no rating
+---------------------------------------------
+They are counted (perturb_report.json) and get a *skipped* row for every condition with the
+reason, including original: herding is measured against the analyst rating, and keeping them
+out of all conditions keeps every comparison on the same set of reports.
+"""
+from __future__ import annotations
+
+import html
+import zlib
+from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from finlib.finbias.perturb import subjectivity
+from finlib.core.artifacts import TEXT_ROW_GROUP, read_frame, require_columns, write_frame, write_json
+from finlib.core.config import RunConfig
+from finlib.finbias.perturb.lexicon import (
+    POS_POLICIES,
+    word_counts,
+    Lexicon,
+    MPQA_MD5,
+    SHIPPED_LEXICON,
+    SHIPPED_SOURCE,
+    LexiconUnavailable,
+    load_lexicon,
+    missing_message,
+)
+from finlib.finbias.perturb.postag import PosTagger
+from finlib.finbias.vocab import (
+    CONDITIONS,
+    RATINGS,
+    SWEEP_CONDITIONS,
+    Condition,
+    Rating,
+)
+from finlib.finbias.sentences import (
+    first_sentence_span,
+    iter_sentence_spans,
+    join_lines,
+    sentence_spans,
+    split_sentences,
+)
+from finlib.finbias.perturb.subjectivity import (  # noqa: F401
+    SubjectivityFilter,
+    SubjectivityStats,
+    remove_subjective_sentences,
+)
+from finlib.core.tables import synthetic_title
+from finlib.finbias.perturb.ratings import (  # noqa: F401 - re-exported: the earlier home of these names
+    FAMILIES,
+    MAX_RATING_SENTENCE_CHARS,
+    REWRITE_KINDS,
+    TIER_B,
+    TIER_C,
+    RatingMention,
+    extract_analyst_rating,
+    find_rating_mentions,
+    rating_of_sentence,
+    replace_rating,
+    replace_rating_in_sentence,
+    rewrite_rating,
+    rewrite_report_rating,
+)
+
+def remove_rating_sentence(text: str) -> str:
+    """The report without its first sentence: the text from the second sentence on, unchanged.
+
+    The whitespace between the first and second sentence goes with the first sentence.
+    """
+    spans = list(islice(iter_sentence_spans(text), 2))
+    if not spans:
+        raise ValueError("empty report: there is no first sentence to remove")
+    return text[spans[1][0]:] if len(spans) > 1 else ""
+
+
+# ---- the stage: conditions artifact -----------------------------------------------------------
+
+CONDITION_COLUMNS = ("item_id", "report_id", "condition", "text", "analyst_rating", "fake_rating",
+                     "reference_rating", "status", "skip_reason")
+SKIP_NO_RATING = ("first sentence states no analyst rating: report left out of every condition, "
+                  "so that all conditions compare the same reports")
+SKIP_EMPTY_NO_RATING = "report has no sentence besides the rating sentence"
+SKIP_ALL_SUBJECTIVE = "every sentence after the rating sentence contains an MPQA strongsubj word"
+SET_ASIDE = "set aside: "   # + the reason: a report whose conditions could not be written or failed a check
+SET_ASIDE_COLUMNS = ("report_id", "step", "reason")
+DEFAULT_MAX_SET_ASIDE_SHARE = 0.01
+FAKE_MODES = ("one", "both")
+# The keys of params `perturb:`; anything else (a typo) is an error, not a silent default.
+PERTURB_KEYS: tuple[str, ...] = ("lexicon_path", "lexicon_url", "lexicon_md5", "join_lines", "fake_rating", "top_triggers", "example_report",
+                                  "mpqa_pos", "tagger_model", "tagger_processes", "tag_cache", "sweep_reports",
+                                  "max_set_aside_share")
+TAG_CHUNK = 256  # reports per tagging stream (spaCy batches sentences across the reports of a chunk)
+
+
+def fake_ratings_for(report_id: str, rating: Rating, seed: int, mode: str) -> list[Rating]:
+    """The fake rating(s) for one report: a seeded draw of one of the two others, or both.
+
+    The generator is seeded by (run seed, CRC32 of the report id), so a report's fake does
+    not depend on which other reports are in the run or on their order. ``mode`` ("one" or
+    "both", FAKE_MODES) is validated once, by ``perturb_params``.
+    """
+    others = [r for r in RATINGS if r is not Rating(rating)]
+    if mode == "both":
+        return others
+    rng = np.random.default_rng([int(seed), zlib.crc32(str(report_id).encode("utf-8"))])
+    return [others[int(rng.integers(len(others)))]]
+
+
+def _row(report_id: str, condition: Condition, text: str | None, analyst: Rating | None,
+         fake: Rating | None = None, skip: str | None = None, item_suffix: str = "") -> dict:
+    # fake_rating and the sweep: the reference is the rating shown (the `fake` argument)
+    reference = fake if condition is Condition.FAKE_RATING or condition in SWEEP_CONDITIONS.values() else analyst
+    return {
+        "item_id": f"{report_id}:{condition.value}{item_suffix}", "report_id": report_id,
+        "condition": condition.value, "text": None if skip else text,
+        "analyst_rating": None if analyst is None else analyst.value,
+        "fake_rating": None if fake is None else fake.value,
+        "reference_rating": None if reference is None else reference.value,
+        "status": "skipped" if skip else "ok", "skip_reason": skip,
+    }
+
+
+def report_conditions(report_id: str, text: str, seed: int, mode: str, kinds: Counter | None = None
+                      ) -> tuple[list[dict], Rating | None, str]:
+    """The original / no_rating / fake_rating rows of one report (ok or skipped with a reason), its
+    analyst rating and its no_rating text; no_opinion comes from ``no_opinion_row``. ``kinds``
+    counts the fake-rating rewrites by kind (`finlib.finbias.perturb.ratings.REWRITE_KINDS`)."""
+    rating = extract_analyst_rating(text)
+    if rating is None:
+        return [_row(report_id, c, None, None, skip=SKIP_NO_RATING) for c in CONDITIONS], None, ""
+    rows = [_row(report_id, Condition.ORIGINAL, text, rating)]
+    rest = remove_rating_sentence(text)
+    rows.append(_row(report_id, Condition.NO_RATING, rest, rating, skip=None if rest.strip() else SKIP_EMPTY_NO_RATING))
+    for fake in fake_ratings_for(report_id, rating, seed, mode):
+        suffix = f":{fake.value}" if mode == "both" else ""
+        faked, kind = rewrite_report_rating(text, fake)
+        if kinds is not None:
+            kinds[kind] += 1
+        rows.append(_row(report_id, Condition.FAKE_RATING, faked, rating, fake, item_suffix=suffix))
+    return rows, rating, rest
+
+
+def sweep_rows(report_id: str, text: str, rating: Rating) -> list[dict]:
+    """The rating sweep of one report (finlib.finbias.beyond.rating_sweep): the report shown with each of
+    the three ratings, rewritten like fake_rating (the analyst's own phrasing: `replace_rating` =
+    `finlib.finbias.perturb.ratings.rewrite_report_rating`, so a sweep row equals its fake_rating twin);
+    the sweep of the analyst's own rating is the original text. `fake_rating` holds the shown rating."""
+    return [_row(report_id, cond, text if shown is rating else replace_rating(text, shown), rating, shown)
+            for shown, cond in SWEEP_CONDITIONS.items()]
+
+
+def sweep_report_ids(reports: pd.DataFrame, n: int | None) -> set[str]:
+    """The reports that get the sweep: the first `n` report ids (sorted) whose first sentence states
+    a rating (None = all, 0 = none: the paper's run), independent of the order of the corpus."""
+    if n == 0:
+        return set()
+    rated = sorted(str(r) for r, t in zip(reports["report_id"], reports["text"])
+                   if isinstance(t, str) and extract_analyst_rating(t) is not None)
+    return set(rated if n is None else rated[:n])
+
+
+def no_opinion_row(report_id: str, rating: Rating, rest: str, filtered: str | None) -> dict:
+    """The no_opinion row: `filtered` is the strongsubj filter's output (None only for an empty `rest`)."""
+    if not rest.strip() or filtered is None:
+        return _row(report_id, Condition.NO_OPINION, None, rating, skip=SKIP_EMPTY_NO_RATING)
+    return _row(report_id, Condition.NO_OPINION, filtered, rating, skip=None if filtered.strip() else SKIP_ALL_SUBJECTIVE)
+
+
+@dataclass
+class StageResult:
+    """Everything stage 02 produces, in memory, before it is written."""
+
+    conditions: pd.DataFrame
+    lexicon_stats: pd.DataFrame    # one row per report and policy (column `policy`)
+    triggers: pd.DataFrame         # one row per trigger word, both policies' counts side by side
+    report: dict
+    subjectivity: SubjectivityFilter | None = None
+    checks: pd.DataFrame | None = None     # validate_conditions' table, with n_set_aside per check
+    set_aside: pd.DataFrame | None = None  # SET_ASIDE_COLUMNS: the reports set aside and why
+
+    @property
+    def lexicon(self) -> Lexicon | None:
+        return None if self.subjectivity is None else self.subjectivity.lexicon
+
+
+def build_conditions(reports: pd.DataFrame, seed: int, mode: str = "one", lexicon: Lexicon | None = None,
+                     source: str = "reports.parquet", policy: str = "respect",
+                     tagger: PosTagger | None = None, chunk: int = TAG_CHUNK,
+                     sweep_ids: set[str] | None = None, join: bool = False, validate: bool = True) -> StageResult:
+    """The conditions artifact for a reports frame (columns report_id, text[, analyst_rating]).
+
+    ``lexicon``: None = the MPQA copy shipped with the package (`shipped_lexicon`); no_opinion is always built.
+
+    When the frame carries stage 00's `analyst_rating`, it must equal what the extractor reads
+    now (same function): a difference means stale artifacts, and is an error naming the report.
+    ``policy``: MPQA POS policy (`respect` tags with ``tagger``, an uncached one when None);
+    reports are filtered in chunks of ``chunk`` so the tagger sees long streams.
+    ``sweep_ids``: reports that also get the rating sweep rows (``sweep_report_ids``; none by default).
+    ``join``: params `perturb.join_lines`: single line breaks joined into spaces in every condition (a named
+    normalisation; off by default, the report keeps its line structure as the authors send it).
+    ``validate``: run `validate_conditions` on every report and set aside the ones that fail (module
+    docstring, "Reports set aside"); the checks table is ``StageResult.checks``.
+    """
+    require_columns(reports, ("report_id", "text"), source)
+    if policy not in POS_POLICIES:
+        raise ValueError(f"perturb.mpqa_pos must be one of {POS_POLICIES}, got {policy!r}")
+    lexicon = lexicon if lexicon is not None else shipped_lexicon()
+    filt = SubjectivityFilter(lexicon, policy, (tagger or PosTagger()) if policy != "ignore" else None,
+                              processes=getattr(tagger, "n_process", 1))
+    tally = subjectivity.TriggerTally(filt.policies)
+    kinds: Counter = Counter()
+    rows: list[dict] = []
+    aside: list[dict] = []
+    has_stage00 = "analyst_rating" in reports.columns
+    recs = list(reports.itertuples(index=False))
+    for start in range(0, len(recs), chunk):
+        pending = []
+        for i, rec in enumerate(recs[start:start + chunk], start=start):
+            rid, text = str(rec.report_id), rec.text
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"{source}: row {i} (report_id {rid!r}), field 'text': empty or missing")
+            text = join_lines(text) if join else text
+            try:
+                r_rows, rating, rest = report_conditions(rid, text, seed, mode, kinds)
+                sweep = sweep_rows(rid, text, rating) if rating is not None and rid in (sweep_ids or ()) else []
+            except ValueError as exc:  # one report never stops the corpus: set aside with the reason
+                rating = extract_analyst_rating(text)
+                reason = f"conditions could not be written: {exc}"
+                aside.append({"report_id": rid, "step": "writing conditions", "reason": reason})
+                r_rows = [_row(rid, c, None, rating, skip=SET_ASIDE + reason) for c in CONDITIONS]
+                sweep, rating, rest = [], None, ""
+            if has_stage00:
+                given = rec.analyst_rating if isinstance(rec.analyst_rating, str) else None
+                if given != r_rows[0]["analyst_rating"]:
+                    raise ValueError(f"{source}: row {i} (report_id {rid!r}), field 'analyst_rating': stage 00 "
+                                     f"says {given!r} but the first sentence reads "
+                                     f"{r_rows[0]['analyst_rating']!r}; rerun stage 00")
+            rows.extend(r_rows)
+            rows.extend(sweep)
+            pending.append((rid, rating, rest, r_rows[-1]["skip_reason"] if rating is None else None))
+        todo = [rest for _, rating, rest, _ in pending if rating is not None and rest.strip()]
+        results = iter(filt.run(todo) if todo else [])
+        for rid, rating, rest, skipped in pending:
+            res = next(results) if rating is not None and rest.strip() else None
+            if rating is not None:
+                rows.append(no_opinion_row(rid, rating, rest, None if res is None else res[0]))
+            reason = rows[-1]["skip_reason"] if rating is not None else skipped
+            tally.add(rid, None if res is None else res[1], reason)
+    conditions = pd.DataFrame(rows, columns=list(CONDITION_COLUMNS)).astype("str")  # None stays missing
+    checks = None
+    if validate:
+        failures, checks = _validation(conditions, filt)
+        conditions = set_aside_reports(conditions, failures, aside)
+        checks["n_set_aside"] = checks["n_failed"]  # every report that failed a check is set aside
+    report = stage_report(conditions, lexicon, mode, len(reports))
+    report["set_aside"] = set_aside_summary(pd.DataFrame(aside, columns=list(SET_ASIDE_COLUMNS)), len(reports))
+    report["first_sentences_differing_from_punkt"] = first_sentences_differing_from_punkt(
+        [t for t in reports["text"] if isinstance(t, str)])
+    report["join_lines"] = bool(join)
+    report["fake_rating_rewrites_by_kind"] = {k: int(kinds[k]) for k in REWRITE_KINDS}
+    report["mpqa"] = tally.summary(policy, filt.tagger)
+    report["mpqa"]["sentences"] = filt.summary()
+    return StageResult(conditions, tally.stats_frame(), tally.triggers_frame(lexicon), report, filt, checks,
+                       pd.DataFrame(aside, columns=list(SET_ASIDE_COLUMNS)))
+
+
+def set_aside_reports(conditions: pd.DataFrame, failures: dict[str, list[str]], aside: list[dict]) -> pd.DataFrame:
+    """Every row of a report that failed a validation check becomes skipped with the check as its reason;
+    each such report is appended to ``aside`` once (its first failed check names it)."""
+    reason: dict[str, str] = {}
+    for check, rids in failures.items():
+        for rid in rids:
+            reason.setdefault(rid, check)
+    if not reason:
+        return conditions
+    out = conditions.copy()
+    hit = out["report_id"].isin(list(reason))
+    out.loc[hit, "skip_reason"] = SET_ASIDE + out.loc[hit, "report_id"].map(reason)
+    out.loc[hit, "status"] = "skipped"
+    out.loc[hit, "text"] = None
+    aside.extend({"report_id": rid, "step": "validation", "reason": r} for rid, r in reason.items())
+    return out
+
+
+def set_aside_summary(aside: pd.DataFrame, n_reports: int) -> dict:
+    """The `set_aside` block of perturb_report.json: how many reports, their share, and the count per reason."""
+    return {"n_reports": int(len(aside)), "share": float(len(aside) / n_reports) if n_reports else 0.0,
+            "by_step_and_reason": {f"{s} | {r}": int(n) for (s, r), n in
+                                   aside.groupby(["step", "reason"]).size().items()} if len(aside) else {}}
+
+
+def set_aside_table(result: StageResult) -> pd.DataFrame:
+    """The reports set aside by the stage, one row each, with the step and reason (what notebook 02 shows)."""
+    return result.set_aside if result.set_aside is not None else pd.DataFrame(columns=list(SET_ASIDE_COLUMNS))
+
+
+class SetAsideGateError(RuntimeError):
+    """More reports were set aside than `perturb.max_set_aside_share` allows."""
+
+
+def check_set_aside_gate(report: dict, max_share: float, where: str = "stage 02") -> None:
+    """Fail when the set-aside share passes the gate: many failing reports mean a broken instrument."""
+    block = report["set_aside"]
+    if block["share"] > max_share:
+        reasons = "; ".join(f"{k}: {n}" for k, n in list(block["by_step_and_reason"].items())[:5])
+        raise SetAsideGateError(f"{where}: {block['n_reports']} reports set aside ({block['share']:.2%}), more than "
+                                f"perturb.max_set_aside_share = {max_share:.2%}; reasons: {reasons}. The list is "
+                                "in the perturb_set_aside artifact")
+
+
+def first_sentences_differing_from_punkt(texts: list[str]) -> int:
+    """How many reports' first sentence under the line-structure rule differs from Punkt's within blank-line
+    paragraphs alone (finlib.finbias.sentences): how much the structural boundaries change on this corpus."""
+    return sum(first_sentence_span(t) != first_sentence_span(t, structure=False) for t in texts)
+
+
+def stage_report(conditions: pd.DataFrame, lexicon: Lexicon | None, mode: str, n_reports: int) -> dict:
+    """Counts and exclusions by reason, for perturb_report.json."""
+    orig = conditions[conditions["condition"] == Condition.ORIGINAL.value]
+    skipped = conditions[conditions["status"] == "skipped"]
+    out = {
+        "n_reports": int(n_reports),
+        "n_reports_without_rating": int((orig["skip_reason"] == SKIP_NO_RATING).sum()),
+        "fake_rating_mode": mode,
+        "n_rows": int(len(conditions)),
+        "n_ok_by_condition": {k: int(v) for k, v in
+                              conditions[conditions["status"] == "ok"].groupby("condition").size().items()},
+        "skipped_by_condition_and_reason": {f"{c} | {r}": int(n) for (c, r), n in
+                                            skipped.groupby(["condition", "skip_reason"]).size().items()},
+        "lexicon": None if lexicon is None else {
+            "source": lexicon.source, "entries": len(lexicon.entries),
+            "strongsubj_entries": sum(e.type == "strongsubj" for e in lexicon.entries),
+            "strongsubj_words": len(lexicon.strong_words),
+            "tolerated_tokens_without_equals": [f"line {n}: {t!r}" for n, t in lexicon.report.tokens_without_equals],
+            "tolerated_unknown_keys": dict(lexicon.report.unknown_keys),
+            "odd_stemmed_values_read_as_n": [f"line {n}: {v!r}" for n, v in lexicon.report.odd_stemmed],
+            "lines_not_utf8_decoded_as_latin1": [f"line {n}: {v!r}" for n, v in lexicon.report.latin1_lines],
+        },
+    }
+    return out
+
+
+def perturb_params(cfg: RunConfig) -> dict:
+    """The `perturb:` section, unknown keys refused (e.g. `fake_ratings:` would otherwise mean `one`),
+    the fake-rating mode and the MPQA POS policy checked: the one place they are validated."""
+    params = cfg.section("perturb", known=PERTURB_KEYS)
+    mode = params.get("fake_rating")
+    if mode not in FAKE_MODES:
+        raise ValueError(f"{cfg.params_file}: perturb.fake_rating must be one of {FAKE_MODES}, got {mode!r}")
+    n = params.get("sweep_reports", 0)
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+        raise ValueError(f"{cfg.params_file}: perturb.sweep_reports must be null (all reports) or an integer >= 0 "
+                         f"(0 = no rating sweep, the paper's run), got {n!r}")
+    if params.get("mpqa_pos") not in POS_POLICIES:
+        raise ValueError(f"{cfg.params_file}: perturb.mpqa_pos must be one of {POS_POLICIES}, "
+                         f"got {params.get('mpqa_pos')!r}")
+    return params
+
+
+def shipped_lexicon() -> Lexicon:
+    """The MPQA lexicon shipped with the package, hash-checked (loaded once per process)."""
+    return _shipped()
+
+
+@lru_cache(maxsize=1)
+def _shipped() -> Lexicon:
+    return load_lexicon(SHIPPED_LEXICON, md5=MPQA_MD5)
+
+
+def lexicon_file(cfg: RunConfig, params: dict) -> Path:
+    """`perturb.lexicon_path` under the run's root; null = the copy shipped with the package."""
+    return SHIPPED_LEXICON if params.get("lexicon_path") is None else cfg.path(params["lexicon_path"])
+
+
+def resolve_lexicon(cfg: RunConfig, params: dict) -> tuple[Lexicon, None]:
+    """The lexicon at `perturb.lexicon_path` (the shipped copy by default), its MD5 checked against
+    `perturb.lexicon_md5`. Missing or corrupted is an error naming the file (no run skips no_opinion).
+    ``params``: ``perturb_params(cfg)``. The second value (always None) is kept for callers.
+    """
+    path = lexicon_file(cfg, params)
+    if not path.is_file():
+        raise LexiconUnavailable(missing_message(path, params.get("lexicon_url")))
+    lexicon = load_lexicon(path, params.get("lexicon_url"), params.get("lexicon_md5"))
+    lexicon.source = str(params["lexicon_path"] or SHIPPED_SOURCE)  # no machine paths in reports
+    return lexicon, None
+
+
+def run_stage(cfg: RunConfig) -> StageResult:
+    """Stage 02: read reports.parquet, write conditions / lexicon_stats / perturb_report."""
+    params = perturb_params(cfg)
+    lexicon, _ = resolve_lexicon(cfg, params)
+    reports = read_frame(cfg, "reports")
+    tagger = None
+    if params["mpqa_pos"] != "ignore":
+        tagger = PosTagger(cfg.path(params["tag_cache"]), params["tagger_model"], int(params["tagger_processes"]))
+    result = None
+    try:
+        result = build_conditions(reports, cfg.seed, params["fake_rating"], lexicon,
+                                  source=str(cfg.processed_dir / "reports.parquet"), policy=params["mpqa_pos"],
+                                  tagger=tagger, sweep_ids=sweep_report_ids(reports, params.get("sweep_reports", 0)),
+                                  join=bool(params.get("join_lines") or False))
+    finally:
+        if tagger is not None:
+            tagger.close()
+        if result is not None and result.subjectivity is not None:
+            result.subjectivity.close()
+    write_frame(cfg, "conditions", result.conditions, row_group_size=TEXT_ROW_GROUP)
+    write_frame(cfg, "lexicon_stats", result.lexicon_stats)
+    write_frame(cfg, "perturb_set_aside", set_aside_table(result))
+    max_share = params.get("max_set_aside_share")
+    result.report["set_aside"]["max_share"] = DEFAULT_MAX_SET_ASIDE_SHARE if max_share is None else float(max_share)
+    write_json(cfg, "perturb_report", result.report)
+    check_set_aside_gate(result.report, result.report["set_aside"]["max_share"])
+    return result
+
+
+# ---- validation, tables and the side-by-side example (notebook 02) ---------------------------
+
+def validate_conditions(conditions: pd.DataFrame, subjectivity: SubjectivityFilter | None = None) -> pd.DataFrame:
+    """The validation table (one row per check, `_validation`); see `_validation` for the checks."""
+    return _validation(conditions, subjectivity)[1]
+
+
+def _validation(conditions: pd.DataFrame, subjectivity: SubjectivityFilter | None = None
+                ) -> tuple[dict[str, list[str]], pd.DataFrame]:
+    """Check the Appendix A.3 invariants on every ok report; one row per check with failures.
+
+    - no_rating is the original from its second sentence on (only the first sentence differs);
+    - fake_rating differs from the original, only in the first sentence, names a rating other
+      than the analyst's, and the extractor reads the fake rating back;
+    - no_opinion keeps only sentences of no_rating, none with a strongsubj word under the run's
+      policy (with a lexicon: ``subjectivity`` is ``StageResult.subjectivity``; tags from its cache).
+      With a result cache, a text that passed this re-match with the same filter is not matched
+      again (`n_passed_in_an_earlier_run`): most of a rerun's time was this check.
+    """
+    ok = conditions[conditions["status"] == "ok"]
+    failures: dict[str, list[str]] = {k: [] for k in (
+        "no_rating = original minus first sentence", "fake differs from original",
+        "fake: only the first sentence differs", "fake rating != analyst rating",
+        "extractor reads the fake rating back", "no_opinion: sentences of no_rating only",
+        "no_opinion: no strongsubj word left", "sweep: extractor reads the shown rating back")}
+    checked: Counter = Counter()
+    # plain records per report and condition: pandas groupbys per report were most of a rerun's time
+    by_report: dict[str, dict[str, list]] = {}
+    for rec in ok[["report_id", "condition", "text", "fake_rating", "analyst_rating"]].itertuples(index=False):
+        by_report.setdefault(rec.report_id, {}).setdefault(rec.condition, []).append(rec)
+    to_rematch: list[tuple[str, str, list[str]]] = []  # (report, no_rating text, kept sentences)
+    for rid, by in by_report.items():
+        if Condition.ORIGINAL.value not in by:
+            continue
+        orig = by[Condition.ORIGINAL.value][0].text
+        o_spans = list(islice(iter_sentence_spans(orig), 2))
+        after_first = orig[o_spans[0][1]:]
+        if Condition.NO_RATING.value in by:
+            checked["no_rating = original minus first sentence"] += 1
+            if len(o_spans) < 2 or by[Condition.NO_RATING.value][0].text != orig[o_spans[1][0]:]:
+                failures["no_rating = original minus first sentence"].append(rid)
+        for rec in by.get(Condition.FAKE_RATING.value, []):
+            fake = rec.text
+            for k in ("fake differs from original", "fake: only the first sentence differs",
+                      "fake rating != analyst rating", "extractor reads the fake rating back"):
+                checked[k] += 1
+            f_end = next(iter_sentence_spans(fake))[1]
+            if fake == orig:
+                failures["fake differs from original"].append(rid)
+            if fake[f_end:] != after_first or not fake.startswith(orig[:o_spans[0][0]]):
+                failures["fake: only the first sentence differs"].append(rid)
+            if rec.fake_rating == rec.analyst_rating:
+                failures["fake rating != analyst rating"].append(rid)
+            read = extract_analyst_rating(fake)
+            if read is None or read.value != rec.fake_rating:
+                failures["extractor reads the fake rating back"].append(rid)
+        for cond in SWEEP_CONDITIONS.values():  # the rating sweep: the shown rating is read back
+            for rec in by.get(cond.value, []):
+                checked["sweep: extractor reads the shown rating back"] += 1
+                read = extract_analyst_rating(rec.text)
+                if read is None or read.value != rec.fake_rating or rec.text[next(iter_sentence_spans(rec.text))[1]:] \
+                        != after_first:
+                    failures["sweep: extractor reads the shown rating back"].append(rid)
+        if Condition.NO_OPINION.value in by and Condition.NO_RATING.value in by:
+            rest = by[Condition.NO_RATING.value][0].text
+            pool = subjectivity.sentences_of(rest) if subjectivity is not None else split_sentences(rest)
+            checked["no_opinion: sentences of no_rating only"] += 1
+            kept = joined_subsequence(by[Condition.NO_OPINION.value][0].text, pool)
+            if kept is None:
+                failures["no_opinion: sentences of no_rating only"].append(rid)
+                kept = split_sentences(by[Condition.NO_OPINION.value][0].text)  # for the next check
+            if subjectivity is not None:
+                to_rematch.append((rid, rest, kept))
+    # the strongsubj re-match of every kept text, on the filter's cores (the costliest check); a text
+    # whose re-match passed with this same filter (lexicon, policies, tagger, code version: the result
+    # cache's fingerprint) is not matched again on a rerun, and is counted apart
+    earlier: Counter = Counter()
+    if to_rematch:
+        cache = subjectivity.results
+        keys = [None if cache is None else cache.check_key(rest, kept) for _, rest, kept in to_rematch]
+        passed_before = set() if cache is None else cache.checked(keys)
+        now = [(k, job) for k, job in zip(keys, to_rematch) if k is None or k not in passed_before]
+        cleans = subjectivity.clean_sentences_many([rest for _, (_, rest, _) in now])
+        passed = []
+        for (key, (rid, _, kept)), clean in zip(now, cleans):
+            if set(kept) <= set(clean):
+                passed.append(key)
+            else:
+                failures["no_opinion: no strongsubj word left"].append(rid)
+        checked["no_opinion: no strongsubj word left"] += len(to_rematch)
+        earlier["no_opinion: no strongsubj word left"] = len(to_rematch) - len(now)
+        if cache is not None:
+            cache.mark_checked(passed)
+    return failures, pd.DataFrame([{"check": k, "n_checked": checked[k], "n_passed_in_an_earlier_run": earlier[k],
+                                    "n_failed": len(v), "first_failures": ", ".join(v[:5])}
+                                   for k, v in failures.items()])
+
+
+def joined_subsequence(text: str, pool: list[str]) -> list[str] | None:
+    """The sentences of `pool` that `text` is made of, when `text` is an ordered subsequence of them
+    joined by whitespace only (how no_opinion is built from no_rating), else None. Read by matching
+    the pool's sentences in order rather than by splitting `text` again: a second sentence split of
+    every kept text was most of the validation's time at the paper's size, and this check is stricter
+    (nothing but whitespace may sit between the kept sentences)."""
+    kept, pos, n = [], 0, len(text)
+    while pos < n and text[pos].isspace():
+        pos += 1
+    for sentence in pool:
+        if pos == n:
+            break
+        end = pos + len(sentence)
+        if sentence and text.startswith(sentence, pos) and (end == n or text[end].isspace()):
+            kept.append(sentence)
+            pos = end
+            while pos < n and text[pos].isspace():
+                pos += 1
+    return kept if pos == n else None
+
+
+def raise_on_failures(checks: pd.DataFrame) -> None:
+    """Stop when a validation check failed on a report that was not set aside (the table says which
+    reports); failures the stage set aside are counted by `check_set_aside_gate` instead."""
+    aside = checks["n_set_aside"] if "n_set_aside" in checks else 0
+    bad = checks[checks["n_failed"] - aside > 0]
+    if len(bad):
+        lines = "; ".join(f"{r.check}: {r.n_failed} (e.g. {r.first_failures})" for r in bad.itertuples())
+        raise AssertionError(f"stage 02 validation failed: {lines}")
+
+
+def conditions_summary(conditions: pd.DataFrame) -> pd.DataFrame:
+    """Per condition: items ok / skipped, mean words and characters of the ok texts."""
+    rows = []
+    for cond in (*CONDITIONS, *SWEEP_CONDITIONS.values()):
+        g = conditions[conditions["condition"] == cond.value]
+        if cond not in CONDITIONS and g.empty:  # the sweep is listed only when the run has it
+            continue
+        ok = g[g["status"] == "ok"]
+        words = word_counts(ok["text"])  # len(lexicon.TOKEN.findall(text)) per text, without building the tokens
+        reasons = g.loc[g["status"] == "skipped", "skip_reason"].value_counts()
+        rows.append({"condition": cond.value, "items_ok": len(ok), "items_skipped": int(len(g) - len(ok)),
+                     "mean_words": float(words.mean()) if len(ok) else np.nan,
+                     "mean_chars": float(ok["text"].str.len().mean()) if len(ok) else np.nan,
+                     "skip_reasons": "; ".join(f"{r} ({n})" for r, n in reasons.items()) or ""})
+    return pd.DataFrame(rows)
+
+
+def fake_examples(conditions: pd.DataFrame, n: int = 3) -> pd.DataFrame:
+    """`n` fake-rating rewrites side by side (first sentence before / after, the kind of rewrite),
+    transitions first and one per kind where the run has them: what notebook 02 shows."""
+    ok = conditions[(conditions["status"] == "ok")]
+    orig = dict(zip(ok.loc[ok["condition"] == Condition.ORIGINAL.value, "report_id"],
+                    ok.loc[ok["condition"] == Condition.ORIGINAL.value, "text"]))
+    rows = []
+    for rec in ok[ok["condition"] == Condition.FAKE_RATING.value].itertuples():
+        text = orig[rec.report_id]
+        a, b = next(iter_sentence_spans(text))
+        sentence, kind = rewrite_rating(text[a:b], Rating(rec.fake_rating))
+        rows.append({"report_id": rec.report_id, "analyst_rating": rec.analyst_rating, "fake_rating": rec.fake_rating,
+                     "kind": kind, "original_first_sentence": text[a:b], "fake_first_sentence": sentence})
+    df = pd.DataFrame(rows, columns=["report_id", "analyst_rating", "fake_rating", "kind", "original_first_sentence",
+                                     "fake_first_sentence"])
+    if df.empty:
+        return df
+    order = {k: i for i, k in enumerate(reversed(REWRITE_KINDS))}   # transitions with changes first
+    df = df.assign(_o=df["kind"].map(order)).sort_values(["_o", "report_id"], kind="stable")
+    firsts = df.drop_duplicates("kind")
+    return pd.concat([firsts, df.drop(firsts.index)]).head(n).drop(columns="_o").reset_index(drop=True)
+
+
+def _mark(text: str, spans: list[tuple[int, int, str]]) -> str:
+    """HTML-escape `text`, wrapping each (start, end, tag) span in <tag>."""
+    out, pos = [], 0
+    for a, b, tag in sorted(spans):
+        out += [html.escape(text[pos:a]), f"<{tag}>", html.escape(text[a:b]), f"</{tag}>"]
+        pos = b
+    out.append(html.escape(text[pos:]))
+    return "".join(out).replace("\n", "<br>")
+
+
+def example_html(conditions: pd.DataFrame, report_id: str, caption: str = "") -> str:
+    """One report in all four conditions side by side, changed parts marked (paper Figs. 2-5).
+
+    original: the rating words highlighted; no_rating: the removed first sentence struck
+    through; fake_rating: the replaced words marked; no_opinion: the removed subjective
+    sentences struck through.
+    """
+    g = conditions[(conditions["report_id"] == report_id) & (conditions["status"] == "ok")]
+    text = {c: t for c, t in zip(g["condition"], g["text"])}
+    orig = text[Condition.ORIGINAL.value]
+    first = next(iter_sentence_spans(orig))
+    rating_marks = [(first[0] + m.start, first[0] + m.end, "mark")
+                    for m in find_rating_mentions(orig[first[0]:first[1]]) if m.role == "current"]
+    cols = [("Original (Fig. 2)", _mark(orig, rating_marks))]
+    if Condition.NO_RATING.value in text:
+        cols.append(("Rating sentence removed (Fig. 3)", _mark(orig, [(first[0], first[1], "del")])))
+    if Condition.FAKE_RATING.value in text:
+        fake = text[Condition.FAKE_RATING.value]
+        f_first = next(iter_sentence_spans(fake))
+        marks = [(f_first[0] + m.start, f_first[0] + m.end, "ins")
+                 for m in find_rating_mentions(fake[f_first[0]:f_first[1]]) if m.role == "current"]
+        cols.append((f"Fake rating: {g.loc[g['condition'] == 'fake_rating', 'fake_rating'].iloc[0]} (Fig. 4)",
+                     _mark(fake, marks)))
+    if Condition.NO_OPINION.value in text and Condition.NO_RATING.value in text:
+        rest = text[Condition.NO_RATING.value]
+        kept = set(split_sentences(text[Condition.NO_OPINION.value]))
+        gone = [(a, b, "del") for a, b in sentence_spans(rest) if rest[a:b] not in kept]
+        cols.append(("Subjective sentences removed (Fig. 5)", _mark(rest, gone)))
+    head = "".join(f"<th>{html.escape(t)}</th>" for t, _ in cols)
+    body = "".join(f"<td>{c}</td>" for _, c in cols)
+    style = ("table{border-collapse:collapse;font:12px sans-serif}td{vertical-align:top;width:25%;"
+             "border:1px solid #ccc;padding:6px}del{color:#b00;background:#fee}ins{background:#cfc;"
+             "text-decoration:none;font-weight:bold}mark{background:#ff8;font-weight:bold}")
+    cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
+    return (f"<!doctype html><meta charset='utf-8'><style>{style}</style>"
+            f"<table>{cap}<tr>{head}</tr><tr>{body}</tr></table>")
+
+
+def save_example(cfg: RunConfig, conditions: pd.DataFrame, report_id: str | None = None) -> Path:
+    """Write the side-by-side example for one report to figures/<run>/example_conditions.html.
+
+    Default report: the first one (sorted id) with all four conditions ok.
+    """
+    ok = conditions[conditions["status"] == "ok"]
+    if report_id is None:
+        full = ok.groupby("report_id")["condition"].nunique()
+        candidates = sorted(full[full == full.max()].index) if len(full) else []
+        if not candidates:
+            raise ValueError("no report has an ok original condition to show")
+        report_id = candidates[0]
+    caption = synthetic_title(cfg, f"Report {report_id} in each condition")
+    path = cfg.figures_dir / "example_conditions.html"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(example_html(conditions, report_id, caption), encoding="utf-8")
+    return path
+
+
+def example_note(cfg: RunConfig, path: Path) -> str:
+    """Notebook 02's line under the example: where it was saved, and "(synthetic data)" when it is."""
+    return synthetic_title(cfg, f"Saved to `{Path(path).relative_to(cfg.root)}`") + "."

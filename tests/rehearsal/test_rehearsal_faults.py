@@ -1,0 +1,120 @@
+"""The rehearsal's table check catches a wrong table: three faults seeded one at a time.
+
+The check is `finlib.rehearsal.rehearse.finbias_cell_problems`, the code `make rehearse` runs after the
+stages; here stages 00-04 run in this process (so a monkeypatch reaches them) on a corpus smaller than
+params/rehearsal_small.yaml's (the same generator and servers, short reports, three models, whose
+planted following and unparsed shares are large enough for each fault to move the pooled cells by
+many SDs). Oracle: the closed form of the planted propensities (finlib.finbias.data.synth_planted),
+never stage 04's own numbers.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = ["claude-4-sonnet", "llama-3.1-8b-it", "qwen2.5-7b-it"]
+PARAMS = f"""extends: rehearsal_small.yaml
+data:
+  synthetic: {{n_reports: 150, n_firms: 10, words_min: 250, words_max: 350}}
+inference:
+  models: {MODELS}
+  store: data/interim/faults-responses.sqlite
+scoring:
+  bootstrap_reps: 20
+bizfin:
+  models: []
+rehearsal:
+  stages: ["00", "01", "02", "03", "04"]
+  profiles:
+    claude-4-sonnet: {{follow: 0.85, unparsed: 0.35, runaway: 0.0, tilt: 0.0}}
+    llama-3.1-8b-it: {{follow: 0.6, unparsed: 0.3, runaway: 0.0, tilt: 0.0}}
+    qwen2.5-7b-it: {{follow: 0.35, unparsed: 0.25, runaway: 0.0, tilt: 0.0}}
+"""
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A throwaway repository root with the params, the corpus, labels and conditions (stages 00-02), the
+    planted records and the simulated servers, started once for every fault."""
+    from finlib.core.config import load_run
+    from finlib.rehearsal.rehearse import ServerPool, planted_index, planted_records, profiles_for, served_model_names
+    from finlib.finbias.data import stage as data
+    from finlib.finbias.labels import stage as labels
+    from finlib.finbias.perturb import stage as perturb
+
+    root = tmp_path_factory.mktemp("rehearsal-faults")
+    shutil.copytree(ROOT / "params", root / "params")
+    (root / "pyproject.toml").write_text("[project]\nname='tmp'\n")
+    (root / "params" / "faults.yaml").write_text(PARAMS)
+    cfg = load_run("faults", root=root)
+    data.prepare_data(cfg)
+    labels.build_labels(cfg)
+    perturb.run_stage(cfg)
+    planted = planted_records(cfg)
+    profiles = profiles_for(cfg, served_model_names(cfg))
+    with ServerPool(profiles, None, 0.0, planted_index(planted)) as pool:
+        yield cfg, profiles, planted, pool
+
+
+def rehearse_tables(world, monkeypatch) -> list[str]:
+    """Stages 03-04 from an empty response store, then the rehearsal's own Fin-Bias check: its problems."""
+    from finlib.rehearsal.rehearse import endpoint_environment, finbias_cell_problems, rehearsal_params
+    from finlib.finbias.inference import stage as inference
+    from finlib.finbias.scoring import stage as scoring
+
+    cfg, profiles, planted, pool = world
+    store = cfg.path(cfg.params["inference"]["store"])
+    for path in (store, store.with_name(store.name + "-wal"), store.with_name(store.name + "-shm")):
+        path.unlink(missing_ok=True)
+    for k, v in endpoint_environment(pool.urls()).items():
+        monkeypatch.setenv(k, v)
+    inference.write_stage(cfg)
+    scoring.score_run(cfg)
+    out: dict = {}
+    return finbias_cell_problems(cfg, profiles, planted, float(rehearsal_params(cfg)["cell_alpha"]), out,
+                                 pool.books())
+
+
+def test_a_correct_run_passes(world, monkeypatch):
+    assert rehearse_tables(world, monkeypatch) == []
+
+
+def test_a_simulator_that_ignores_the_shown_rating_fails(world, monkeypatch):
+    from finlib.finbias.data.synth_planted import PlantedIndex, Reading
+
+    read = PlantedIndex.read
+    monkeypatch.setattr(PlantedIndex, "read", lambda self, text: Reading(
+        **{**vars(read(self, text)), "shown": None}))
+    problems = rehearse_tables(world, monkeypatch)
+    assert problems and ("/original" in problems[0] or "/fake_rating" in problems[0])
+
+
+def test_the_fake_condition_scored_against_the_analyst_rating_fails(world, monkeypatch):
+    from finlib.finbias.scoring import stage as scoring
+
+    score_all = scoring.score_all
+
+    def against_analyst(predictions, conditions, *args, **kwargs):
+        conditions = conditions.copy()
+        fake = conditions["condition"] == "fake_rating"
+        conditions.loc[fake, "reference_rating"] = conditions.loc[fake, "analyst_rating"]
+        return score_all(predictions, conditions, *args, **kwargs)
+
+    monkeypatch.setattr(scoring, "score_all", against_analyst)
+    problems = rehearse_tables(world, monkeypatch)
+    assert problems and "table5_herding_fake" in problems[0]
+
+
+def test_unparsed_answers_left_out_of_n_fail(world, monkeypatch):
+    from finlib.finbias.scoring import stage as scoring
+
+    parse = scoring.parse_predictions
+    monkeypatch.setattr(scoring, "parse_predictions", lambda *a, **k: (lambda d: d[d["parsed"].astype(bool)])(
+        parse(*a, **k)))
+    problems = rehearse_tables(world, monkeypatch)
+    assert problems and "table4_herding_with_without" in problems[0]
