@@ -9,7 +9,7 @@ import copy
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 
@@ -65,13 +65,6 @@ def _check_no_secrets(params: Any, path: Path, prefix: str = "") -> None:
     elif isinstance(params, list):
         for i, value in enumerate(params):
             _check_no_secrets(value, path, prefix=f"{prefix}[{i}].")
-
-
-def check_known_keys(section: dict, known: Iterable[str], where: str) -> None:
-    """Refuse keys a stage does not read: a typo (`quantile:` for `quantiles:`) must not fall back to defaults."""
-    unknown = sorted(set(section) - set(known))
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; known keys: {sorted(known)}")
 
 
 MAX_YAML_VALUES = 100_000  # values a params/registry file may expand to (ours: a few hundred)
@@ -182,19 +175,13 @@ class RunConfig:
         except KeyError:
             raise ConfigError(f"{self.params_file}: missing section '{key}'") from None
 
-    def section(self, name: str, known: Iterable[str] | None = None, required: Iterable[str] = ()) -> dict:
-        """A params section, checked against its declared model in `finlib.core.params` (unknown
-        keys, types and ranges: the stage reads validated values); every `required` key must be
-        present (params/default.yaml documents them all). `known` narrows the keys further."""
+    def section(self, name: str) -> dict:
+        """A params section, checked again against its model in `finlib.core.params` (every declared
+        key present, no other, types, ranges): what a stage reads, so a value changed after loading is
+        refused too and a stage never needs a default or a key list of its own."""
         from finlib.core.params import validate_section
 
-        value = validate_section(name, self[name], self.params_file)
-        if known is not None:
-            check_known_keys(value, known, f"{self.params_file}: {name}")
-        missing = [k for k in required if k not in value]
-        if missing:
-            raise ConfigError(f"{self.params_file}: {name}: missing key(s) {missing} (see params/default.yaml)")
-        return value
+        return validate_section(name, self[name], self.params_file)
 
     def path(self, relative: str | Path) -> Path:
         """A params path made absolute against the repository root."""
@@ -290,17 +277,3 @@ def load_run(run_name: str = "default", params_file: str | Path | None = None,
     for d in (cfg.processed_dir, cfg.tables_dir, cfg.run_dir) if make_dirs else ():
         d.mkdir(parents=True, exist_ok=True)
     return cfg
-
-
-def check_stage_model_names(cfg: RunConfig, stages: Iterable[str]) -> None:
-    """Every model name the given stages will call is a record of the run's registry (raises
-    ConfigError naming the key, the name and the registry file). The runner calls it before the
-    first stage: a typo in a judge or a teacher stops the run before any paid call."""
-    from finlib.core.params import MODEL_NAME_STAGES, check_model_names
-
-    stages = set(stages)
-    keys = [key for key, stage in MODEL_NAME_STAGES.items() if stage in stages]
-    registry = (cfg.params.get("inference") or {}).get("registry") or "params/models.yaml"
-    rfile = Path(registry) if Path(registry).is_absolute() else cfg.root / registry
-    if keys and rfile.is_file():
-        check_model_names(cfg.params, registry_names(rfile), cfg.params_file, rfile, keys)

@@ -193,13 +193,26 @@ def test_an_open_mapping_mistake_fails_at_load_naming_file_key_and_value(params_
 
 
 def test_the_prompt_version_literal_is_the_prompt_registry():
-    from finlib.llm.prompts import FINBIAS_PROMPTS
+    from finlib.finbias.prompts import FINBIAS_PROMPTS
 
     assert set(typing.get_args(schema.FinbiasPromptVersion)) == set(FINBIAS_PROMPTS)
 
 
+def test_closed_vocabularies_are_the_code_s_own():
+    """Literals the schema declares for choices the stages define (text_cleaning: tests/finbias/test_data.py)."""
+    from finlib.finbias.perturb.lexicon import POS_POLICIES
+    from finlib.finbias.perturb.stage import FAKE_MODES
+
+    def literal(model: type[BaseModel], key: str) -> set:
+        ann = model.model_fields[key].annotation
+        return set(typing.get_args(typing.get_args(ann)[0] if typing.get_origin(ann) is list else ann))
+
+    assert literal(schema.PerturbSection, "fake_rating") == set(FAKE_MODES)
+    assert literal(schema.PerturbSection, "mpqa_pos") == set(POS_POLICIES)
+
+
 def test_rehearsal_profile_fields_are_the_simulated_profile_less_the_registry_fields():
-    from finlib.llm.simulated_servers import Profile
+    from finlib.rehearsal.simulated_servers import Profile
 
     from_registry = {"name", "model_id", "context_length", "thinks"}
     assert set(schema.ProfileSection.model_fields) == {f.name for f in dataclasses.fields(Profile)} - from_registry
@@ -212,7 +225,7 @@ def test_endpoint_fields_are_the_registry_endpoint_fields():
 
 
 def test_report_columns_are_the_validator_columns():
-    from finlib.finbias.validation import OPTIONAL_REPORT_COLUMNS, REPORT_COLUMNS, REQUIRED_REPORT_COLUMNS
+    from finlib.finbias.data.validation import OPTIONAL_REPORT_COLUMNS, REPORT_COLUMNS, REQUIRED_REPORT_COLUMNS
 
     fields = schema.ColumnsSection.model_fields
     assert set(fields) == set(REPORT_COLUMNS) | set(OPTIONAL_REPORT_COLUMNS)
