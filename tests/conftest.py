@@ -97,11 +97,11 @@ def params_root(tmp_path: Path) -> ParamsRoot:
     return ParamsRoot(tmp_path / "repo")
 
 
-@pytest.fixture()
-def full_params(repo_root: Path):
-    """`full_params(overrides)`: params/default.yaml with `overrides` deep-merged over it, the way an
-    `extends: default.yaml` file is: a complete params mapping for tests that build one in memory."""
+def with_defaults(overrides: dict | None = None) -> dict:
+    """params/default.yaml with `overrides` deep-merged over it, the way an `extends: default.yaml` file
+    is: the complete params mapping a test builds in memory (every key is required by the schema).
+    Test modules import it: `from conftest import with_defaults`."""
     from finlib.core.config import deep_merge, load_params
 
-    default = load_params(repo_root / "params" / "default.yaml")
-    return lambda overrides=None: deep_merge(default, overrides or {})
+    return deep_merge(load_params(ROOT / "params" / "default.yaml"), overrides or {})
+

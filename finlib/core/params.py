@@ -184,7 +184,8 @@ class LabelsSection(_Section):
 class PerturbSection(_Section):
     lexicon_path: Optional[str]  # null: the copy shipped with finlib.finbias
     lexicon_url: str
-    lexicon_md5: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]  # checked when the lexicon loads
+    lexicon_md5: Optional[Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]]  # checked when the lexicon loads;
+    # null: not checked (a lexicon of one's own at lexicon_path)
     join_lines: StrictBool  # single line breaks joined (a named normalisation; off = authors' text)
     fake_rating: Literal["one", "both"]
     top_triggers: Count
@@ -484,10 +485,10 @@ def schema_errors(params: Any, model: type[BaseModel] | None = None, prefix: tup
     return []
 
 
-def raise_errors(errors: list[str], path: str | Path) -> None:
-    """One ConfigError listing every problem of a file, or nothing when there is none."""
+def raise_errors(errors: list[str], path: str | Path, error: type[ConfigError] = ConfigError) -> None:
+    """One ConfigError (or the subclass `error`) listing every problem of a file, or nothing when there is none."""
     if errors:
-        raise ConfigError(f"{path}: invalid params:" + "".join(f"\n  - {e}" for e in errors))
+        raise error(f"{path}: invalid params:" + "".join(f"\n  - {e}" for e in errors))
 
 
 def validate_params(params: dict, path: str | Path = "params") -> dict:

@@ -169,7 +169,7 @@ class SynthParams:
         """The knobs of `section` over the defaults (a params file's section holds them all; library
         callers may pass a few), checked by the params schema's `data.synthetic` model."""
         section = {**asdict(cls()), **(section or {})}
-        raise_errors(schema_errors(section, SyntheticSection, ("data", "synthetic")), "data.synthetic")
+        raise_errors(schema_errors(section, SyntheticSection, ("data", "synthetic")), "data.synthetic", SynthConfigError)
         p = cls(**section)
         p.check()
         return p
