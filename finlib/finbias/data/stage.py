@@ -98,7 +98,7 @@ def validate_reports(df: pd.DataFrame, source: str, on_unknown_sector: str = "er
 
 def extract_ratings(texts: pd.Series) -> pd.Series:
     """Analyst rating from each first sentence via the stage-02 extractor (None = not stated)."""
-    from finlib.finbias.perturb.stage import extract_analyst_rating  # stage 02 owns the extraction policy
+    from finlib.finbias.perturb.ratings import extract_analyst_rating  # stage 02 owns the extraction policy
 
     found = [extract_analyst_rating(t) for t in texts]
     return pd.Series([None if r is None else Rating(r).value for r in found], index=texts.index, dtype=object)

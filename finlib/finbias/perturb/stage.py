@@ -75,18 +75,11 @@ from finlib.finbias.perturb.subjectivity import (  # noqa: F401
     remove_subjective_sentences,
 )
 from finlib.core.tables import synthetic_title
-from finlib.finbias.perturb.ratings import (  # noqa: F401 - re-exported: the earlier home of these names
-    FAMILIES,
-    MAX_RATING_SENTENCE_CHARS,
+from finlib.finbias.perturb.ratings import (
     REWRITE_KINDS,
-    TIER_B,
-    TIER_C,
-    RatingMention,
     extract_analyst_rating,
     find_rating_mentions,
-    rating_of_sentence,
     replace_rating,
-    replace_rating_in_sentence,
     rewrite_rating,
     rewrite_report_rating,
 )
