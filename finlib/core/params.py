@@ -512,7 +512,7 @@ def validate_section(name: str, value: Any, path: str | Path = "params") -> dict
 # Every key that names registry records -> the stage that calls those models (a mapping's keys are
 # the names for inference.endpoints and rehearsal.profiles). `load_run` checks every one against the
 # run's registry, so a typo in a judge or a teacher fails before stage 00, with the schema's errors;
-# the stage ids let the preflight list the names of the stages it checks.
+# the stage ids say which stage calls the models (the preflight lists them per section).
 MODEL_NAME_STAGES: dict[str, str] = {
     "inference.models": "03", "inference.extension_models": "03", "inference.constrained_json": "03",
     "inference.endpoints": "03", "dpo.models": "05", "dpo.teacher": "05", "figures.case_model": "06",
