@@ -106,8 +106,9 @@ def test_bad_params_fail_at_load_time_before_any_stage(scenario, override, expec
 ])
 def test_a_typo_in_any_model_key_stops_the_run_before_stage_00(key, override, expect, tmp_path, repo_root,
                                                                 monkeypatch):
-    """Drill: a model or judge name missing from the registry in any section (judges, teachers, BizFinBench)
-    stops the run before stage 00: the load checks every key that names models, not only the first stage's."""
+    """Drill: a model or judge name missing from the registry in any section (judges, teachers, BizFinBench) stops the run before stage 00.
+
+    The load checks every key that names models, not only those of the first stage to run."""
     import papermill
 
     from finlib.core.config import ConfigError
