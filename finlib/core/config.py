@@ -197,14 +197,6 @@ class RunConfig:
         return self.root / "data" / "raw"
 
     @property
-    def interim_dir(self) -> Path:
-        return self.root / "data" / "interim"
-
-    @property
-    def external_dir(self) -> Path:
-        return self.root / "data" / "external"
-
-    @property
     def processed_dir(self) -> Path:
         return self.root / "data" / "processed" / self.name
 
