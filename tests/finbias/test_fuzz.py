@@ -182,7 +182,7 @@ def test_schema_accepts_or_raises_config_error_only(params):
     try:
         validate_params(params, "fuzz.yaml")
     except ConfigError as exc:
-        assert str(exc).startswith("fuzz.yaml: invalid params: ")
+        assert str(exc).startswith("fuzz.yaml: invalid params:\n  - ")
 
 
 @pytest.fixture(scope="module")

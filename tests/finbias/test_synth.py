@@ -216,7 +216,7 @@ def test_factual_sentences_have_no_strongsubj_word(shared_data):
 def test_unknown_or_invalid_params_are_errors():
     from finlib.core.config import ConfigError
 
-    with pytest.raises(ConfigError, match=r"data.synthetic: unknown key\(s\) \['n_reprots'\]"):
+    with pytest.raises(ConfigError, match=r"data\.synthetic: invalid params:\n  - unknown key 'data\.synthetic\.n_reprots' \(value 3\)"):
         SynthParams.from_section({"n_reprots": 3})
     with pytest.raises(SynthConfigError, match="no room"):
         generate_market({"n_reports": 3, "n_firms": 2, "start": "2020-01-01", "end": "2020-12-31",

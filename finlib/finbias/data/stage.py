@@ -64,10 +64,6 @@ from finlib.finbias.data.validation import (  # noqa: F401  (re-exported: stage 
     _row,
 )
 
-# The keys stage 00 reads from params `data:` (a misspelled key is an error, never a silent default).
-DATA_KEYS: tuple[str, ...] = ("source", "synthetic", "reports", "prices", "min_priced_share", "text_cleaning")
-REPORTS_KEYS: tuple[str, ...] = ("path", "hf_dataset", "hf_revision", "hf_split", "columns", "on_unknown_sector")
-PRICES_KEYS: tuple[str, ...] = ("path", "market_path", "market_column", "market_ticker", "yfinance_cache")
 # The market return is a total return (S&P 500 total-return index or SPY), like the stocks' adjusted
 # closes. Without a market file a real run fetches
 # SPY with yfinance's auto_adjust (dividends reinvested), not the price-only ^GSPC index.
