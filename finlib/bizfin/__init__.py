@@ -1,4 +1,4 @@
-"""BizFinBench (stage 07): the nine task families, their published scoring rules, Table 3 / Table 6.
+"""BizFinBench: stage 07 (`benchmark/`: nine task families, Tables 3 and 6), stage 08 (`iterajudge/`: Table 4).
 
 Public entry point for one item: `score_item(task, item, prediction, judge=None) -> float`
 (0..1; the published rule's score). `item` is a loaded `BizFinItem` or the published record itself

@@ -526,7 +526,7 @@ def test_run_refuses_a_misspelled_key(tmp_run):
     from finlib.core.config import ConfigError
 
     tmp_run.params["labels"]["quantile"] = [0.2, 0.8]
-    with pytest.raises(ConfigError, match=r"invalid params: unknown key 'labels\.quantile'"):
+    with pytest.raises(ConfigError, match=r"invalid params:\n  - unknown key 'labels\.quantile'"):
         L.run(tmp_run)
 
 

@@ -5,12 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from finlib.finbias.perturb.stage import (
-    extract_analyst_rating,
-    find_rating_mentions,
-    remove_rating_sentence,
-    replace_rating,
-)
+from finlib.finbias.perturb.ratings import extract_analyst_rating, find_rating_mentions, replace_rating
+from finlib.finbias.perturb.stage import remove_rating_sentence
 from finlib.finbias.vocab import CONDITIONS, RATINGS, Rating
 from finlib.finbias.sentences import sentence_spans
 
@@ -164,6 +160,7 @@ def test_fake_reads_back_and_only_first_sentence_changes(sentence: str) -> None:
 
 # ---- the stage artifact ----------------------------------------------------------------------
 
+from finlib.finbias.perturb import stage as perturb_stage  # noqa: E402
 from finlib.finbias.perturb.lexicon import Lexicon, parse_tff  # noqa: E402
 from finlib.finbias.perturb.stage import (  # noqa: E402
     CONDITION_COLUMNS,
@@ -174,7 +171,6 @@ from finlib.finbias.perturb.stage import (  # noqa: E402
     fake_ratings_for,
     validate_conditions,
 )
-from finlib.finbias.perturb import stage as perturb_stage  # noqa: E402
 
 TINY_TFF = """\
 type=strongsubj len=1 word1=compelling pos1=adj stemmed1=n priorpolarity=positive
@@ -417,7 +413,7 @@ def test_ignore_policy_reports_itself_only(tiny_lex: Lexicon) -> None:
 
 
 def test_an_overlong_first_sentence_is_not_searched_for_a_rating():
-    from finlib.finbias.perturb.stage import MAX_RATING_SENTENCE_CHARS, extract_analyst_rating
+    from finlib.finbias.perturb.ratings import MAX_RATING_SENTENCE_CHARS, extract_analyst_rating
 
     filler = "word " * (MAX_RATING_SENTENCE_CHARS // 5)
     assert extract_analyst_rating("We rate Acme a Buy. " + filler) is not None

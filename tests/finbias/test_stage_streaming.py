@@ -126,7 +126,7 @@ def test_stage_streams_messages_and_joins_per_model_parts(tmp_run, monkeypatch):
     assert preview["raw_text"].notna().all()
 
     seen.clear()  # a rerun sends only what is not answered, and builds messages for those alone
-    stage.run(tmp_run).report
+    stage.run(tmp_run)
     assert sorted(r.meta["item_id"] for r in seen) == ["R2:no_rating", "R2:original"]
 
 

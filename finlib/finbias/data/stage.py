@@ -64,10 +64,6 @@ from finlib.finbias.data.validation import (  # noqa: F401  (re-exported: stage 
     _row,
 )
 
-# The keys stage 00 reads from params `data:` (a misspelled key is an error, never a silent default).
-DATA_KEYS: tuple[str, ...] = ("source", "synthetic", "reports", "prices", "min_priced_share", "text_cleaning")
-REPORTS_KEYS: tuple[str, ...] = ("path", "hf_dataset", "hf_revision", "hf_split", "columns", "on_unknown_sector")
-PRICES_KEYS: tuple[str, ...] = ("path", "market_path", "market_column", "market_ticker", "yfinance_cache")
 # The market return is a total return (S&P 500 total-return index or SPY), like the stocks' adjusted
 # closes. Without a market file a real run fetches
 # SPY with yfinance's auto_adjust (dividends reinvested), not the price-only ^GSPC index.
@@ -102,7 +98,7 @@ def validate_reports(df: pd.DataFrame, source: str, on_unknown_sector: str = "er
 
 def extract_ratings(texts: pd.Series) -> pd.Series:
     """Analyst rating from each first sentence via the stage-02 extractor (None = not stated)."""
-    from finlib.finbias.perturb.stage import extract_analyst_rating  # stage 02 owns the extraction policy
+    from finlib.finbias.perturb.ratings import extract_analyst_rating  # stage 02 owns the extraction policy
 
     found = [extract_analyst_rating(t) for t in texts]
     return pd.Series([None if r is None else Rating(r).value for r in found], index=texts.index, dtype=object)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from finlib.core.artifacts import MissingArtifactError, artifact_path, read_frame, write_json
+from finlib.core.artifacts import MissingArtifactError, read_frame, write_json
 from finlib.core.config import RunConfig
 from finlib.finbias.vocab import POOLED, SECTORS, Condition, Rating
 from finlib.finbias.scoring.metrics import ACCURACY, HERDING
@@ -37,13 +37,12 @@ from finlib.finbias.figures.base import (  # noqa: F401  (data_source, caption: 
     text_color_on,
 )
 
-FIGURES_KEYS = ("example_report", "case_model", "case_report", "text_chars", "caption_in_image")
 
 
 def figures_params(cfg: RunConfig) -> dict:
     """The `figures:` section, checked by the params schema (`finlib.core.params.FiguresSection`:
     misspellings and wrong types are errors); every key is read, so every key is required."""
-    return cfg.section("figures", required=FIGURES_KEYS)
+    return cfg.section("figures")
 
 
 # ---- Results figures from stage 04's metrics ------------------------------------------------
@@ -358,10 +357,6 @@ def attempt(records: list[FigureRecord], name: str, draw: Callable[[], tuple[obj
 def write_figures_report(cfg: RunConfig, records: list[FigureRecord]) -> Path:
     """`figures_report.json`: every figure with its caption and files, or why it was not drawn."""
     return write_json(cfg, "figures_report", [r.__dict__ for r in records])
-
-
-def figures_report_path(cfg: RunConfig) -> Path:
-    return artifact_path(cfg, "figures_report", ".json")
 
 
 DPO_METRICS = "dpo_metrics"  # stage 05: base and tuned ("<model> + DPO") metrics in stage 04's long layout

@@ -34,7 +34,7 @@ from finlib.core.config import ConfigError, RunConfig
 from finlib.llm.context import CONTEXT_REFUSED, fits, not_fit_reason, output_room
 from finlib.llm.engine import engine_key, send_pending
 from finlib.llm.progress import Progress
-from finlib.finbias.prompts import FINBIAS_PROMPTS, build_messages, finbias_prompt, finbias_response_format, truncate_text
+from finlib.finbias.prompts import build_messages, finbias_prompt, finbias_response_format, truncate_text
 from finlib.llm.registry import ModelSpec, run_registry, select_models
 from finlib.llm.store import Request, ResponseStore, make_key
 from finlib.finbias.answers import TRUNCATED, TRUNCATED_READ, parse_predictions
@@ -54,23 +54,11 @@ CONDITION_COLUMNS = ("item_id", "report_id", "condition", "text", "status", "ski
 API_CHARS_PER_TOKEN = 4.0  # `prompt_length_by: estimate` (or no tokenizer on disk): characters per token
 
 
-INFERENCE_KEYS = ("models", "mode", "prompt_version", "generate_subset", "max_new_tokens", "max_input_tokens",
-                  "budget_usd", "store",
-                  "registry", "model_cache", "dtype", "batch_size", "score_batch_size", "max_batch_tokens", "threads",
-                  "device", "progress", "batch", "batch_dir", "batch_poll_s", "max_error_share",
-                  "generator_reports", "constrained_json", "endpoints", "samples_per_item", "samples_reports", "extension_models",
-                  "prompt_length_by")
-
-
 def inference_params(cfg: RunConfig) -> dict:
-    """The `inference:` section: types, ranges and unknown keys are checked by the params schema
-    (`finlib.core.params.InferenceSection`) when the section is read; every key is required (all are
-    documented in params/default.yaml, which the other params files extend). The prompt version is
-    checked here against the prompts the code holds."""
-    inf = dict(cfg.section("inference", required=INFERENCE_KEYS))
-    if inf["prompt_version"] not in FINBIAS_PROMPTS:
-        raise ConfigError(f"{cfg.params_file}: inference.prompt_version must be one of {sorted(FINBIAS_PROMPTS)}, "
-                          f"got {inf['prompt_version']!r}")
+    """The `inference:` section, checked by the params schema (`finlib.core.params.InferenceSection`:
+    every key present, types, ranges, unknown keys, the prompt version among the Fin-Bias prompts),
+    then the extension knobs against each other."""
+    inf = dict(cfg.section("inference"))
     check_extension_params(inf, str(cfg.params_file))
     return inf
 

@@ -31,8 +31,6 @@ from finlib.finbias.vocab import POOLED, RATINGS, SECTOR_MEAN, SECTORS, Rating
 from finlib.finbias.data.stage import table3_half
 from finlib.finbias.labels.market_model import (  # noqa: F401  (re-exported: the stage's public names)
     EXCLUSION_REASONS,
-    LABEL_KEYS,
-    MACKINLAY_KEYS,
     METHODS,
     OPTION_DEFAULTS,
     assign_year_buckets,

@@ -76,18 +76,11 @@ from finlib.finbias.perturb.subjectivity import (  # noqa: F401
     remove_subjective_sentences,
 )
 from finlib.core.tables import synthetic_title
-from finlib.finbias.perturb.ratings import (  # noqa: F401 - re-exported: the earlier home of these names
-    FAMILIES,
-    MAX_RATING_SENTENCE_CHARS,
+from finlib.finbias.perturb.ratings import (
     REWRITE_KINDS,
-    TIER_B,
-    TIER_C,
-    RatingMention,
     extract_analyst_rating,
     find_rating_mentions,
-    rating_of_sentence,
     replace_rating,
-    replace_rating_in_sentence,
     rewrite_rating,
     rewrite_report_rating,
 )
@@ -116,10 +109,6 @@ SET_ASIDE_COLUMNS = ("report_id", "step", "reason")
 DEFAULT_MAX_SET_ASIDE_SHARE = 0.01
 FAKE_MODES = ("one", "both")
 SECTION = "perturb"
-# The keys of params `perturb:`; anything else (a typo) is an error, not a silent default.
-PERTURB_KEYS: tuple[str, ...] = ("lexicon_path", "lexicon_url", "lexicon_md5", "join_lines", "fake_rating", "top_triggers", "example_report",
-                                  "mpqa_pos", "tagger_model", "tagger_processes", "tag_cache", "sweep_reports",
-                                  "max_set_aside_share")
 TAG_CHUNK = 256  # reports per tagging stream (spaCy batches sentences across the reports of a chunk)
 
 
@@ -401,20 +390,10 @@ def stage_report(conditions: pd.DataFrame, lexicon: Lexicon | None, mode: str, n
 
 
 def perturb_params(cfg: RunConfig) -> dict:
-    """The `perturb:` section, unknown keys refused (e.g. `fake_ratings:` would otherwise mean `one`),
-    the fake-rating mode and the MPQA POS policy checked: the one place they are validated."""
-    params = cfg.section("perturb", known=PERTURB_KEYS)
-    mode = params.get("fake_rating")
-    if mode not in FAKE_MODES:
-        raise ValueError(f"{cfg.params_file}: perturb.fake_rating must be one of {FAKE_MODES}, got {mode!r}")
-    n = params.get("sweep_reports", 0)
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
-        raise ValueError(f"{cfg.params_file}: perturb.sweep_reports must be null (all reports) or an integer >= 0 "
-                         f"(0 = no rating sweep, the paper's run), got {n!r}")
-    if params.get("mpqa_pos") not in POS_POLICIES:
-        raise ValueError(f"{cfg.params_file}: perturb.mpqa_pos must be one of {POS_POLICIES}, "
-                         f"got {params.get('mpqa_pos')!r}")
-    return params
+    """The `perturb:` section, checked by the params schema (`finlib.core.params.PerturbSection`: every
+    key present, unknown keys refused -- `fake_ratings:` would otherwise mean `one` --, the fake-rating
+    mode and the MPQA POS policy among FAKE_MODES and POS_POLICIES, a test keeps those equal)."""
+    return cfg.section("perturb")
 
 
 def shipped_lexicon() -> Lexicon:
