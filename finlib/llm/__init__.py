@@ -1,9 +1,9 @@
-"""The models both papers call: registry, engines, response store, prompts and the one answer parser.
-Stage 03's home module is `finlib.finbias.inference.stage` (notebooks/03_inference.ipynb); stages 05, 07 and
-08 call the same engine.
+"""The models both papers call: registry, engine, response store, backends and generic reply reading.
 
-- prompts.py      the versioned prompts (default: the Fin-Bias authors' own, verbatim from their
-                  code) and truncation (answers are parsed by finlib.finbias.answers, the only parser)
+No paper's text lives here: the prompts, the rating parser and the judge templates are their paper's
+(`finlib.finbias.prompts`, `finlib.finbias.answers`, `finlib.bizfin.prompts`). Stages 03, 05, 07 and 08
+send their calls through the same engine.
+
 - registry.py     params/models.yaml: validated model records (keys only by env-var name)
 - store.py        content-addressed SQLite response store (resume, dedup, durable)
 - local_backend.py transformers: SmolLM2 / any HF causal LM; label scoring and generation
@@ -13,6 +13,9 @@ Stage 03's home module is `finlib.finbias.inference.stage` (notebooks/03_inferen
 - llamacpp.py     the embedded llama.cpp server (xllamacpp) behind the OpenAI-compatible client
 - precision.py    dtype auto: the fastest precision measured once per machine
 - progress.py     done/total, rate, ETA and cost of a run of calls (finlib.core.progress_feed)
+- context.py      the output room a prompt leaves in a model's context window
+- interrupt.py    Ctrl-C while calls are sent: stop spending, keep what is stored
+- replies.py      reading any reply: reasoning blocks, cut-off reasoning, JSON objects in text
 
 Scale-out is the server's job. To run the paper's open models, serve them with vLLM, e.g.
 `vllm serve Qwen/Qwen2.5-14B-Instruct --tensor-parallel-size 2 --port 8000` (add

@@ -27,10 +27,9 @@ from typing import Iterable
 from finlib.llm.context import CONTEXT_REFUSED, is_context_refusal, room_from_error
 from finlib.llm.interrupt import STOP, Interrupted, ThreadsafeEvent, resume_hint
 from finlib.llm.registry import ModelSpec
-from finlib.llm.store import Request, Result, ResponseStore, process_owner
+from finlib.llm.store import Request, Result, ResponseStore, run_owner
 
 RETRY_STATUS = {408, 409, 429}
-LASTING_STATUS = {401, 403, 404}  # wrong key, no access, wrong URL/model: no wait heals them (circuit breaker)
 sleep = asyncio.sleep  # every wait of this module (rate limit, backoff); tests replace it with a simulated clock
 _KEYLIKE = re.compile(r"\b(sk|key|api)[-_][A-Za-z0-9_\-*]{6,}", re.IGNORECASE)
 
@@ -596,130 +595,198 @@ async def run_openai(spec: ModelSpec, requests: Iterable[Request], store: Respon
     Each call is claimed in the store before it is sent (`ResponseStore.claim`): a key another
     process is asking waits until the inputs are done and is then taken from the store once
     answered (or sent, if that process failed or died), so a request is paid once whatever the
-    number of processes sharing the store; the budget counts their spending too.
+    number of processes sharing the store; the budget counts their spending too. The run's claims
+    are dropped when it ends, however it ends (`ResponseStore.release_owner`).
     """
-    secret = spec.api_key()
-    own_client = client is None
-    client = client or make_client(spec)
-    limiter = RateLimiter(spec.rpm, spec.tpm)
-    rng = random.Random(seed)
-    budget = budget or Budget(float("inf"))
-    results: asyncio.Queue = asyncio.Queue(maxsize=4 * spec.concurrency)
-    it = iter(requests)
-    state = {"stopped": False, "sent": 0, "ok": 0, "error": 0}
-    state.update(answered_elsewhere=0, waited=0, after_stop=0, answered_after_stop=0)
-    breaker = breaker_for(spec)
-    unsent: list[Request] = []  # taken from the input after the breaker opened
-    waiting: collections.deque = collections.deque()  # keys another process is asking
-    held: dict[str, float] = {}  # keys claimed here -> when the lease was last set (monotonic)
-    lease_s = spec.timeout_s + LEASE_MARGIN_S
-    owner = process_owner()
+    run = _CallRun(spec, requests, store, budget=budget, progress=progress, client=client,
+                   backoff=(backoff_base_s, backoff_cap_s), commit_max=commit_max, seed=seed)
+    await run.drive()
+    run.raise_if_stopped()
+    return run.state
 
-    async def renew(req: Request) -> None:
-        if time.monotonic() - held.get(req.key, 0.0) > 1.0:
-            held[req.key] = time.monotonic()
-            await asyncio.to_thread(store.renew, req.key, owner, lease_s)
 
-    async def hold(req: Request, wait_s: float) -> None:  # the lease covers the wait, then one attempt
-        held[req.key] = time.monotonic()
-        await asyncio.to_thread(store.renew, req.key, owner, lease_s + wait_s)
+class _CallRun:
+    """One run of calls to one model: what its `concurrency` workers and its one writer share
+    (the input iterator, the counts, the claims held, the breaker, the budget), kept on one object
+    so that each step of a worker is a small method of its own."""
 
-    async def worker() -> None:
+    def __init__(self, spec: ModelSpec, requests: Iterable[Request], store: ResponseStore, *,
+                 budget: Budget | None, progress, client, backoff: tuple[float, float], commit_max: int,
+                 seed: int | None):
+        self.spec, self.store, self.progress, self.commit_max = spec, store, progress, commit_max
+        self.secret = spec.api_key()  # first: a missing key is an error before any client is made
+        self.own_client = client is None
+        self.client = client or make_client(spec)
+        self.limiter = RateLimiter(spec.rpm, spec.tpm)
+        self.rng = random.Random(seed)
+        self.backoff = backoff
+        self.budget = budget or Budget(float("inf"))
+        self.results: asyncio.Queue = asyncio.Queue(maxsize=4 * spec.concurrency)
+        self.it = iter(requests)
+        self.state = {"stopped": False, "sent": 0, "ok": 0, "error": 0}
+        self.state.update(answered_elsewhere=0, waited=0, after_stop=0, answered_after_stop=0)
+        self.breaker = breaker_for(spec)
+        self.unsent: list[Request] = []  # taken from the input after the breaker opened
+        self.waiting: collections.deque = collections.deque()  # keys another process is asking
+        self.held: dict[str, float] = {}  # keys claimed here -> when the lease was last set (monotonic)
+        self.lease_s = spec.timeout_s + LEASE_MARGIN_S
+        self.owner = run_owner()
+
+    async def renew(self, req: Request) -> None:
+        """Before an attempt: the key is still being asked (renewed at most once a second)."""
+        if time.monotonic() - self.held.get(req.key, 0.0) > 1.0:
+            self.held[req.key] = time.monotonic()
+            await asyncio.to_thread(self.store.renew, req.key, self.owner, self.lease_s)
+
+    async def hold(self, req: Request, wait_s: float) -> None:
+        """Before a wait: the lease covers the wait, then one attempt."""
+        self.held[req.key] = time.monotonic()
+        await asyncio.to_thread(self.store.renew, req.key, self.owner, self.lease_s + wait_s)
+
+    def _next(self) -> tuple[Request | None, bool]:
+        """The next request and whether it is a polled one (another process was asking it): the
+        input first, then the keys set aside to wait for; None when both are done."""
+        req = next(self.it, None)
+        if req is not None:
+            return req, False
+        if not self.waiting:
+            return None, False
+        return self.waiting.popleft(), True
+
+    def _may_take(self, req: Request) -> bool:
+        """False once the breaker opened (the request is kept as not sent), the budget stopped the
+        run or the user interrupted it: take nothing more."""
+        if self.breaker.cause:
+            self.unsent.append(req)
+            return False
+        return not (self.state["stopped"] or STOP.is_set())
+
+    async def _claim(self, req: Request, polled: bool) -> tuple[str, float]:
+        """Reserve the call's worst-case cost and claim its key: ("send", reserved), ("next", 0)
+        when it is answered elsewhere or another process is asking it (then waited for), or
+        ("stop", 0) when the budget, counted with what other processes spent or hold, is reached."""
+        reserve = self.spec.cost(req.input_tokens_est, int(req.params.get("max_new_tokens", 0)))
+        if not self.budget.reserve(reserve):
+            self.state["stopped"] = True
+            return "stop", 0.0
+        got = await asyncio.to_thread(self.store.claim, req.key, self.owner, self.lease_s, reserve,
+                                      self.budget.store_check)
+        if got == "mine":
+            return "send", reserve
+        self.budget.settle(reserve, 0.0)
+        if got == "over_budget":
+            self.budget.refused += 1
+            self.state["stopped"] = True
+            return "stop", 0.0
+        if got == "answered":  # another process stored it meanwhile: read from the store
+            self.state["answered_elsewhere"] += 1
+            return "next", 0.0
+        self.state["waited"] += not polled
+        self.waiting.append(req)
+        if polled:
+            await asyncio.sleep(CLAIM_POLL_S)  # real time: the other process's lease is wall-clock
+        return "next", 0.0
+
+    async def _send(self, req: Request, reserve: float) -> bool:
+        """Ask a claimed request to completion and queue its result for the writer; False when the
+        worker must stop (interrupted without an answer, or the breaker opened before it was sent)."""
+        self.held[req.key] = time.monotonic()
+        self.state["sent"] += 1
+        base_s, cap_s = self.backoff
+        res = await call_with_retries(self.client, self.spec, req, self.limiter, backoff_base_s=base_s,
+                                      backoff_cap_s=cap_s, rng=self.rng, secret=self.secret, breaker=self.breaker,
+                                      before_attempt=self.renew, before_wait=self.hold)
+        self.budget.settle(reserve, res.cost_usd)
+        if STOP.is_set():  # in flight at the interrupt: an answer is stored, anything else sent on resume
+            self.state["after_stop"] += 1
+            self.state["answered_after_stop"] += res.status == "ok"
+            if res.status != "ok":
+                self.state["sent"] -= res.attempts == 0
+                return False
+        if res.attempts == 0 and self.breaker.cause:  # the breaker opened while it waited: never sent
+            self.state["sent"] -= 1
+            self.unsent.append(req)
+            return False
+        await self.results.put(res)
+        return True
+
+    async def worker(self) -> None:
+        """Take, claim and send requests one at a time until the input is done or the run stops."""
         while True:
-            req, polled = next(it, None), False
-            if req is None:
-                if not waiting:
-                    return
-                req, polled = waiting.popleft(), True
-            if breaker.cause:
-                unsent.append(req)
+            req, polled = self._next()
+            if req is None or not self._may_take(req):
                 return
-            if state["stopped"] or STOP.is_set():  # budget, or the user interrupted: take nothing more
+            step, reserve = await self._claim(req, polled)
+            if step == "stop" or (step == "send" and not await self._send(req, reserve)):
                 return
-            reserve = spec.cost(req.input_tokens_est, int(req.params.get("max_new_tokens", 0)))
-            if not budget.reserve(reserve):
-                state["stopped"] = True
-                return
-            got = await asyncio.to_thread(store.claim, req.key, owner, lease_s, reserve, budget.store_check)
-            if got != "mine":
-                budget.settle(reserve, 0.0)
-                if got == "over_budget":  # with what other processes on this store spent or hold
-                    budget.refused += 1
-                    state["stopped"] = True
-                    return
-                if got == "answered":  # another process stored it meanwhile: read from the store
-                    state["answered_elsewhere"] += 1
-                    continue
-                state["waited"] += not polled
-                waiting.append(req)
-                if polled:
-                    await asyncio.sleep(CLAIM_POLL_S)  # real time: the other process's lease is wall-clock
-                continue
-            held[req.key] = time.monotonic()
-            state["sent"] += 1
-            res = await call_with_retries(client, spec, req, limiter, backoff_base_s=backoff_base_s,
-                                          backoff_cap_s=backoff_cap_s, rng=rng, secret=secret, breaker=breaker,
-                                          before_attempt=renew, before_wait=hold)
-            budget.settle(reserve, res.cost_usd)
-            if STOP.is_set():  # in flight at the interrupt: an answer is stored, anything else sent on resume
-                state["after_stop"] += 1
-                state["answered_after_stop"] += res.status == "ok"
-                if res.status != "ok":
-                    state["sent"] -= res.attempts == 0
-                    return
-            if res.attempts == 0 and breaker.cause:  # the breaker opened while it waited: never sent
-                state["sent"] -= 1
-                unsent.append(req)
-                return
-            await results.put(res)
 
-    async def writer() -> None:
+    async def writer(self) -> None:
+        """Commit results in groups of up to `commit_max` as they arrive, until the end marker (None)."""
         done = False
         while not done:
-            batch = [await results.get()]
-            while len(batch) < commit_max and not results.empty():
-                batch.append(results.get_nowait())
+            batch = [await self.results.get()]
+            while len(batch) < self.commit_max and not self.results.empty():
+                batch.append(self.results.get_nowait())
             if batch[-1] is None:
                 batch.pop()
                 done = True
             if batch:
-                await asyncio.to_thread(store.put_many, batch)  # durable before counted
-                await asyncio.to_thread(store.release, [r.key for r in batch], owner)  # after: never a gap
-                for r in batch:
-                    held.pop(r.key, None)
-                n_err = sum(r.status == "error" for r in batch)
-                state["ok"] += len(batch) - n_err
-                state["error"] += n_err
-                if progress is not None:
-                    progress.update(len(batch), sum(r.input_tokens + r.output_tokens for r in batch),
-                                    sum(r.cost_usd for r in batch), n_err)
+                await self._commit(batch)
 
-    writer_task = asyncio.create_task(writer())
-    pool = asyncio.ensure_future(asyncio.gather(*(worker() for _ in range(spec.concurrency))))
-    try:
-        await asyncio.wait({writer_task, pool}, return_when=asyncio.FIRST_COMPLETED)
-        if writer_task.done():  # before the pool: the store failed. Stop the workers (they would
-            pool.cancel()       # otherwise wait forever on the full queue) and raise its error.
-            await asyncio.gather(pool, return_exceptions=True)
-            writer_task.result()
-        await pool  # a worker's own error, raised after the finally stored what was answered
-    finally:
-        if not writer_task.done():  # end-of-input marker; never wait on a full queue a dead writer left
-            marker = asyncio.ensure_future(results.put(None))
-            await asyncio.wait({marker, writer_task}, return_when=asyncio.FIRST_COMPLETED)
-            marker.cancel()
-            await writer_task
-        if own_client:
-            await client.close()
-        if held:  # stopped early (store failure, budget, breaker): other processes need not wait out the lease
-            store.release(list(held), owner)
-    if STOP.is_set():
-        raise Interrupted(f"model '{spec.name}': " + resume_hint(state["after_stop"], state["answered_after_stop"]))
-    if breaker.cause:
-        raise circuit_open(spec, breaker.cause, store, unsent + list(waiting) + list(it), state)
-    if state["stopped"]:
-        raise BudgetExceeded(
-            f"model '{spec.name}': stopped before exceeding inference.budget_usd={budget.limit:.2f} "
-            f"(spent {budget.spent:.4f} this run; {state['ok']} answers stored). Raise the budget and rerun: "
-            "stored answers are not sent again.")
-    return state
+    async def _commit(self, batch: list[Result]) -> None:
+        """Store a group, then release its claims (answer first: never a moment where neither the
+        answer nor the claim is visible), then count it: the progress bar counts only what is durable."""
+        await asyncio.to_thread(self.store.put_many, batch)
+        await asyncio.to_thread(self.store.release, [r.key for r in batch], self.owner)
+        for r in batch:
+            self.held.pop(r.key, None)
+        n_err = sum(r.status == "error" for r in batch)
+        self.state["ok"] += len(batch) - n_err
+        self.state["error"] += n_err
+        if self.progress is not None:
+            self.progress.update(len(batch), sum(r.input_tokens + r.output_tokens for r in batch),
+                                 sum(r.cost_usd for r in batch), n_err)
+
+    async def drive(self) -> None:
+        """Run the workers and the writer; raise the store's error first if the writer died (the
+        workers would otherwise wait forever on the full queue), else a worker's own error."""
+        writer_task = asyncio.create_task(self.writer())
+        pool = asyncio.ensure_future(asyncio.gather(*(self.worker() for _ in range(self.spec.concurrency))))
+        try:
+            await asyncio.wait({writer_task, pool}, return_when=asyncio.FIRST_COMPLETED)
+            if writer_task.done():  # before the pool: the store failed
+                pool.cancel()
+                await asyncio.gather(pool, return_exceptions=True)
+                writer_task.result()
+            await pool  # a worker's own error, raised after the finally stored what was answered
+        finally:
+            await self._finish(writer_task)
+
+    async def _finish(self, writer_task: asyncio.Task) -> None:
+        """Store what was answered, close the client made here and drop every claim of this run
+        (stopped early by a store failure, the budget, the breaker or an interrupt, or a claim taken
+        while its worker was cancelled): other processes need not wait out the lease."""
+        try:
+            if not writer_task.done():  # end-of-input marker; never wait on a full queue a dead writer left
+                marker = asyncio.ensure_future(self.results.put(None))
+                await asyncio.wait({marker, writer_task}, return_when=asyncio.FIRST_COMPLETED)
+                marker.cancel()
+                await writer_task
+            if self.own_client:
+                await self.client.close()
+        finally:
+            self.store.release_owner(self.owner)
+
+    def raise_if_stopped(self) -> None:
+        """The run ended early: say why (interrupt, open breaker, budget) and how a rerun resumes."""
+        spec, state = self.spec, self.state
+        if STOP.is_set():
+            raise Interrupted(f"model '{spec.name}': " + resume_hint(state["after_stop"], state["answered_after_stop"]))
+        if self.breaker.cause:
+            raise circuit_open(spec, self.breaker.cause, self.store, self.unsent + list(self.waiting) + list(self.it),
+                               state)
+        if state["stopped"]:
+            raise BudgetExceeded(
+                f"model '{spec.name}': stopped before exceeding inference.budget_usd={self.budget.limit:.2f} "
+                f"(spent {self.budget.spent:.4f} this run; {state['ok']} answers stored). Raise the budget and "
+                "rerun: stored answers are not sent again.")

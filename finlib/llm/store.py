@@ -84,6 +84,13 @@ def process_owner() -> str:
     return _OWNERS[pid]
 
 
+def run_owner() -> str:
+    """One run's name in claims: this process's name and a token of the run's own, so that dropping
+    the claims of a run that ended (`ResponseStore.release_owner`) leaves another run of this process
+    alone, and two runs of one process wait for each other's keys like two processes do."""
+    return f"{process_owner()}:{uuid.uuid4().hex[:8]}"
+
+
 def owner_gone(owner: str) -> bool:
     """True when `owner` is a process of this host that no longer exists (killed): its claims are
     stale at once, so a rerun right after kill -9 need not wait out the lease. Other hosts' owners
@@ -273,7 +280,8 @@ class ResponseStore:
                              (owner, *chunk))
 
     def release_owner(self, owner: str) -> None:
-        """Drop every claim of `owner` (its run ended, normally or by an error)."""
+        """Drop every claim of `owner` (its run ended, normally or by an error; `run_openai` calls it
+        last): a claim whose release was missed, e.g. taken while its worker was cancelled, goes too."""
         with self._claims_lock:
             self._claims().execute("DELETE FROM claims WHERE owner = ?", (owner,))
 

@@ -1,4 +1,5 @@
-"""Running the notebooks as one job: the runner and its manifest, the plan and preflight, the HTML report.
+"""Running the notebooks as one job: the stage table (`stages`), the runner and its manifest (`runner`), the
+plan and preflight (`plan`), the HTML report (`report`), and the table comparison of two runs (`compare_runs`).
 
 Sits above both papers: it may import any of them, and nothing below imports it.
 """

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from finlib.core.artifacts import load_manifest, write_manifest
-from finlib.core.config import RunConfig, check_stage_model_names, load_run, repo_root, split_run_arg
+from finlib.core.config import RunConfig, load_run, repo_root, split_run_arg
 from finlib.core.kernel_interrupt import SigintForwarder, StageInterrupted, interrupted_line, is_interrupt, track
 from finlib.pipeline.report import publishable_notebook
 from finlib.core.progress_feed import FeedTail
@@ -382,7 +382,6 @@ def run_pipeline(run_name: str = "default", stages: Iterable[str] | None = None,
     cfg = load_run(run_name, params_file)
     available = discover_stages(cfg.root / "notebooks")
     selected = select_stages(available, stages, start)
-    check_stage_model_names(cfg, selected)  # every judge, teacher and model these stages call: before stage 00
     if (cfg.params.get("plan") or {}).get("preflight"):  # e.g. params/paper.yaml: stop at once, naming what is missing
         from finlib.pipeline.plan import check_preflight
 

@@ -40,18 +40,16 @@ import pandas as pd
 from finlib.core.config import RunConfig, load_run, repo_root
 from finlib.finbias.vocab import POOLED, SECTORS
 
-REHEARSAL_DEFAULTS: dict[str, Any] = {"stages": None, "time_scale": 0.0, "profile_seed": 0, "profiles": {},
-                                      "cell_alpha": 0.001}
 # Fin-Bias Tables 2-7 and BizFinBench Tables 3, 4, 6: (our table file, the published table it mirrors)
 FINBIAS_TABLES = (("table4_herding_with_without", "finbias_table4"), ("table5_herding_fake", "finbias_table5"),
                   ("table6_accuracy_with_without", "finbias_table6"), ("table7_accuracy_no_opinion", "finbias_table7"))
 CORPUS_TABLES = ("table2_sectors", "table3_analyst_ratings", "table3_return_ratings")
-BIZFIN_TABLES = ("bizfin_table3", "bizfin_table4_judge", "bizfin_table6")
 
 
 def rehearsal_params(cfg: RunConfig) -> dict[str, Any]:
-    """The `rehearsal:` section over its defaults."""
-    return {**REHEARSAL_DEFAULTS, **(cfg.params.get("rehearsal") or {})}
+    """The `rehearsal:` section, checked by the params schema (`finlib.core.params.RehearsalSection`:
+    every key present, each profile override a declared field of a simulated model's profile)."""
+    return cfg.section("rehearsal")
 
 
 def served_model_names(cfg: RunConfig) -> list[str]:

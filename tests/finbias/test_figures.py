@@ -19,17 +19,17 @@ from finlib.core.artifacts import write_frame
 from finlib.core.config import RunConfig
 from finlib.finbias.vocab import POOLED, SECTORS
 from finlib.core.tables import paper_table, write_table
+from conftest import with_defaults
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_cfg(tmp_path: Path, source: str = "synthetic", **fig_params) -> RunConfig:
-    """A run rooted in tmp_path with just the sections stage 06 reads (no other stage's params)."""
-    params = {"seed": 7, "data": {"source": source, "reports": {"hf_dataset": "x/y", "path": None}},
-              "inference": {"registry": str(ROOT / "params" / "models.yaml")},
-              "figures": {"example_report": None, "case_model": None, "case_report": None, "text_chars": 800,
-                          "caption_in_image": False,
-                          **fig_params}}
+    """A run rooted in tmp_path: the default params with stage 06's knobs (and the data source) set here."""
+    params = with_defaults({"seed": 7, "data": {"source": source, "reports": {"hf_dataset": "x/y", "path": None}},
+                            "inference": {"registry": str(ROOT / "params" / "models.yaml")},
+                            "figures": {"example_report": None, "case_model": None, "case_report": None,
+                                        "text_chars": 800, "caption_in_image": False, **fig_params}})
     cfg = RunConfig(name="t", params=params, root=tmp_path, params_file=tmp_path / "t.yaml")
     for d in (cfg.processed_dir, cfg.tables_dir, cfg.run_dir):
         d.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from finlib.finbias.answers import parse_rating, parse_rating_detail
 from finlib.core.config import ConfigError, load_params
 from finlib.core.params import validate_params
-from finlib.finbias.perturb.stage import extract_analyst_rating
+from finlib.finbias.perturb.ratings import extract_analyst_rating
 from finlib.finbias.vocab import RATING_SYNONYMS, Rating
 from finlib.finbias.sentences import sentence_spans
 
@@ -182,7 +182,7 @@ def test_schema_accepts_or_raises_config_error_only(params):
     try:
         validate_params(params, "fuzz.yaml")
     except ConfigError as exc:
-        assert str(exc).startswith("fuzz.yaml: invalid params: ")
+        assert str(exc).startswith("fuzz.yaml: invalid params:\n  - ")
 
 
 @pytest.fixture(scope="module")

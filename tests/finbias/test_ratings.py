@@ -124,10 +124,3 @@ def test_rewrite_refuses_the_same_or_no_rating() -> None:
         rewrite_rating("Maintain Hold.", N)
     with pytest.raises(ValueError, match="no unambiguous rating"):
         rewrite_rating("Revenue fell.", B)
-
-
-def test_the_earlier_names_still_work() -> None:
-    from finlib.finbias.perturb import stage as perturb
-
-    assert perturb.replace_rating is replace_rating and perturb.rewrite_rating is rewrite_rating
-    assert perturb.extract_analyst_rating("Maintain Hold. Sales rose.") is N

@@ -464,7 +464,7 @@ def test_missing_scoring_key_is_an_error_not_a_default(tmp_run):
     from finlib.core.config import ConfigError
 
     del tmp_run.params["scoring"]["ci"]
-    with pytest.raises(ConfigError, match=r"scoring: missing key\(s\) \['ci'\]"):
+    with pytest.raises(ConfigError, match=r"smoke\.yaml: invalid params:\n  - scoring\.ci: missing"):
         scoring.run(tmp_run)
 
 

@@ -132,7 +132,7 @@ def shared_data_optional():
 
 
 def test_first_sentence_readable_by_extractor(big):
-    from finlib.finbias.perturb.stage import extract_analyst_rating
+    from finlib.finbias.perturb.ratings import extract_analyst_rating
 
     got = big.reports["text"].map(lambda t: (lambda r: None if r is None else str(r))(extract_analyst_rating(t)))
     bad = big.reports.loc[got != big.reports["analyst_rating"], "text"].str.slice(0, 90).tolist()
@@ -216,7 +216,7 @@ def test_factual_sentences_have_no_strongsubj_word(shared_data):
 def test_unknown_or_invalid_params_are_errors():
     from finlib.core.config import ConfigError
 
-    with pytest.raises(ConfigError, match=r"data.synthetic: unknown key\(s\) \['n_reprots'\]"):
+    with pytest.raises(ConfigError, match=r"data\.synthetic: invalid params:\n  - unknown key 'data\.synthetic\.n_reprots' \(value 3\)"):
         SynthParams.from_section({"n_reprots": 3})
     with pytest.raises(SynthConfigError, match="no room"):
         generate_market({"n_reports": 3, "n_firms": 2, "start": "2020-01-01", "end": "2020-12-31",
@@ -249,7 +249,7 @@ def test_every_synthetic_rating_word_is_a_synonym_of_its_rating():
 
 
 def test_every_rating_word_is_read_back_by_the_extractor():
-    from finlib.finbias.perturb.stage import extract_analyst_rating
+    from finlib.finbias.perturb.ratings import extract_analyst_rating
     from finlib.finbias.data.synth import _FIRST_SENTENCE, _RATING_WORDS
 
     for style, by_rating in _RATING_WORDS.items():

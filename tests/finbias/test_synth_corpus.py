@@ -21,7 +21,7 @@ def shaped():
 
 
 def test_every_scale_term_and_action_is_read_back_by_the_extractor():
-    from finlib.finbias.perturb.stage import extract_analyst_rating
+    from finlib.finbias.perturb.ratings import extract_analyst_rating
 
     assert len(english_scales()) >= 10
     for scale in english_scales():
@@ -37,7 +37,7 @@ def test_every_scale_term_and_action_is_read_back_by_the_extractor():
 
 
 def test_generated_first_sentences_match_the_planted_rating(shaped):
-    from finlib.finbias.perturb.stage import extract_analyst_rating
+    from finlib.finbias.perturb.ratings import extract_analyst_rating
 
     got = shaped.reports["text"].map(lambda t: str(extract_analyst_rating(t)))
     assert (got == shaped.reports["analyst_rating"]).all()

@@ -77,7 +77,7 @@ def test_short_runs_of_key_characters_are_ordinary_text():
     ("bootstrap_reps -1", "scoring: {bootstrap_reps: -1}", r"scoring\.bootstrap_reps: .*greater than or equal to 0"),
     ("min_event_obs -3", "labels: {min_event_obs: -3}", r"labels\.min_event_obs: .*greater than or equal to 1"),
     ("max_error_share 1.5", "inference: {max_error_share: 1.5}", r"inference\.max_error_share: .*less than or equal"),
-    ("unknown model name", "inference: {models: [gpt-5.1-typo]}", r"unknown model name\(s\) inference\.models: "
+    ("unknown model name", "inference: {models: [gpt-5.1-typo]}", r"inference\.models: unknown model name "
                                                                    r"'gpt-5\.1-typo'"),
     ("misspelled nested inference key", "inference: {max_eror_share: 0.5}", r"unknown key 'inference\.max_eror_share'"),
 ])
@@ -91,24 +91,24 @@ def test_bad_params_fail_at_load_time_before_any_stage(scenario, override, expec
     for name in ("default.yaml", "models.yaml"):
         (root / "params" / name).write_text((repo_root / "params" / name).read_text())
     (root / "params" / "bad.yaml").write_text(f"extends: default.yaml\n{override}\n")
-    with pytest.raises(ConfigError, match=r"bad\.yaml: .*" + expect):
+    with pytest.raises(ConfigError, match=r"bad\.yaml \(merged over default\.yaml\): invalid params:\n  - " + expect):
         load_run("bad", root=root)
 
 
 @pytest.mark.parametrize("key, override, expect", [
-    ("bizfin.models", "bizfin: {models: [qwen2.5-coder-0.5c]}", r"bizfin\.models: 'qwen2\.5-coder-0\.5c'"),
-    ("bizfin.judge", "bizfin: {judge: gpt-4o-typo}", r"bizfin\.judge: 'gpt-4o-typo'"),
+    ("bizfin.models", "bizfin: {models: [qwen2.5-coder-0.5c]}", r"bizfin\.models: unknown model name 'qwen2\.5-coder-0\.5c'"),
+    ("bizfin.judge", "bizfin: {judge: gpt-4o-typo}", r"bizfin\.judge: unknown model name 'gpt-4o-typo'"),
     ("bizfin.iterajudge.judges", "bizfin: {iterajudge: {judges: [gpt-4o, deepseek-v9]}}",
-     r"bizfin\.iterajudge\.judges: 'deepseek-v9'"),
-    ("dpo.models", "dpo: {models: [smollm2-135n]}", r"dpo\.models: 'smollm2-135n'"),
-    ("dpo.teacher", "dpo: {teacher: gpt-4.1-typo}", r"dpo\.teacher: 'gpt-4\.1-typo'"),
-    ("figures.case_model", "figures: {case_model: smollm2-135n}", r"figures\.case_model: 'smollm2-135n'"),
+     r"bizfin\.iterajudge\.judges: unknown model name 'deepseek-v9'"),
+    ("dpo.models", "dpo: {models: [smollm2-135n]}", r"dpo\.models: unknown model name 'smollm2-135n'"),
+    ("dpo.teacher", "dpo: {teacher: gpt-4.1-typo}", r"dpo\.teacher: unknown model name 'gpt-4\.1-typo'"),
+    ("figures.case_model", "figures: {case_model: smollm2-135n}", r"figures\.case_model: unknown model name 'smollm2-135n'"),
 ])
 def test_a_typo_in_any_model_key_stops_the_run_before_stage_00(key, override, expect, tmp_path, repo_root,
                                                                 monkeypatch):
     """Drill: a model or judge name missing from the registry in any section (judges, teachers, BizFinBench) stops the run before stage 00.
 
-    Before, only inference.models was checked: the typo passed stages 00-04 and their paid calls."""
+    The load checks every key that names models, not only those of the first stage to run."""
     import papermill
 
     from finlib.core.config import ConfigError
@@ -126,7 +126,7 @@ def test_a_typo_in_any_model_key_stops_the_run_before_stage_00(key, override, ex
     ran: list[str] = []
     monkeypatch.setattr(papermill, "execute_notebook", lambda nb, *a, **k: ran.append(nb))
     monkeypatch.chdir(root)
-    with pytest.raises(ConfigError, match=r"bad\.yaml: unknown model name\(s\) " + expect):
+    with pytest.raises(ConfigError, match=r"bad\.yaml \(merged over default\.yaml\): invalid params:\n  - " + expect):
         run_pipeline("bad", params_file=str(root / "params" / "bad.yaml"))
     assert ran == []  # no stage started, no call paid
 

@@ -15,18 +15,11 @@ import pytest
 
 from finlib.core.params import TOP_LEVEL
 from finlib.core.stage import contract_problems
+from finlib.pipeline import plan
 from finlib.pipeline.stages import STAGE_MODULES, stage_module, stage_section
 
 ROOT = Path(__file__).resolve().parents[2]
-NOT_YET_CONVERTED = {"00", "01", "02", "03"}  # their modules and notebooks still use the former entry names
-
-
-def stages() -> list:
-    """Every stage of the table; a stage not converted yet is an expected failure, strict: the day it
-    passes, the mark must go."""
-    reason = "stage module and notebook still use the former entry names"
-    return [pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=reason)) if s in NOT_YET_CONVERTED else s
-            for s in sorted(STAGE_MODULES)]
+STAGES = sorted(STAGE_MODULES)
 
 
 def notebook_code(stage: str) -> str:
@@ -55,19 +48,19 @@ def calls_contract(code: str, module: str) -> list[str]:
     return [f"no call {alias}.{name}(" for name in ("run", "summary") if f"{alias}.{name}(" not in code]
 
 
-@pytest.mark.parametrize("stage", stages())
+@pytest.mark.parametrize("stage", STAGES)
 def test_stage_module_keeps_the_contract(stage: str):
     assert contract_problems(stage_module(stage)) == []
 
 
-@pytest.mark.parametrize("stage", stages())
+@pytest.mark.parametrize("stage", STAGES)
 def test_stage_section_is_a_params_section(stage: str):
     section = stage_module(stage).SECTION
     assert section is None or section in TOP_LEVEL, f"stage {stage}: SECTION {section!r} not in {sorted(TOP_LEVEL)}"
     assert stage_section(stage) == section   # the table's source reading agrees with the imported module
 
 
-@pytest.mark.parametrize("stage", stages())
+@pytest.mark.parametrize("stage", STAGES)
 def test_notebook_calls_its_stage_run_and_summary(stage: str):
     assert calls_contract(notebook_code(stage), STAGE_MODULES[stage]) == []
 
@@ -128,3 +121,21 @@ def test_notebook_check_reports_an_old_entry_name_and_another_module():
     assert calls_contract(old, module) == ["no call scoring.run(", "no call scoring.summary("]
     other = "from finlib.finbias.labels import stage\nres = stage.run(cfg)\nstage.summary(cfg, res)"
     assert calls_contract(other, module) == [f"no import of {module}"]
+
+
+def test_preflight_reads_the_stage_table(monkeypatch):
+    """The preflight's sections come from each stage's SECTION: a stage's entry changed in the table
+    changes what a partial run checks."""
+    assert plan.stage_sections(["02", "03"]) == {"perturb", "inference"}
+    assert plan.stage_sections(None) >= {"data", "perturb", "inference", "dpo", "bizfin"}
+    monkeypatch.setattr("finlib.pipeline.stages.stage_section", lambda s: {"04": "bizfin"}.get(s))
+    assert plan.stage_sections(["04", "09"]) == {"bizfin"}
+
+
+def test_stage_section_reads_the_source_without_importing(monkeypatch):
+    """The runner's startup must not pay for importing every stage: `stage_section` reads SECTION
+    from the source, and imports only when the value is not a literal."""
+    import finlib.pipeline.stages as stages_table
+
+    monkeypatch.setattr(stages_table, "stage_module", lambda s: pytest.fail(f"stage {s} imported"))
+    assert [stages_table.stage_section(s) for s in STAGES] == [stage_module(s).SECTION for s in STAGES]

@@ -10,6 +10,8 @@ The figure before the marker must equal the value in the file (rounded as the do
 checks read the markdown with their own small parsers, not with the code that writes the docs."""
 from __future__ import annotations
 
+import ast
+import functools
 import json
 import re
 from pathlib import Path
@@ -167,6 +169,93 @@ def test_every_quoted_params_key_is_in_the_schema(path: Path):
 @pytest.mark.parametrize("path", doc_files(), ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_measured_figure_matches_the_file_that_measured_it(path: Path):
     assert measured_mismatches(path) == []
+
+
+# A path or dotted name of the project quoted in a doc: `finlib/finbias/answers.py`, `tests/llm/test_store.py::test_x`,
+# `finlib.finbias.answers.parse_rating`. Placeholders (`<run>`), globs and what the benchmarks write are not checked;
+# a notebook may be named without its `.ipynb`.
+QUOTED_PATH = re.compile(r"(?<![\w/.-])((?:finlib|tests|benchmarks|notebooks)/[\w./-]*\w)(?:::(\w+))?")
+QUOTED_NAME = re.compile(r"(?<![\w/.-])(finlib(?:\.\w+)+)")
+
+
+@functools.lru_cache(maxsize=None)
+def defined_names(path: Path) -> dict[str, set[str]]:
+    """A module's top-level names (functions, classes, assignments, imports), each class with its members:
+    read with `ast`, nothing imported."""
+    names: dict[str, set[str]] = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ClassDef):
+            names[node.name] = {n.name for n in node.body
+                                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+            names[node.name] |= {t.id for n in node.body if isinstance(n, (ast.Assign, ast.AnnAssign))
+                                 for t in ast.walk(n.targets[0] if isinstance(n, ast.Assign) else n.target)
+                                 if isinstance(t, ast.Name)}
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names[node.name] = set()
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update({t.id: set() for target in targets for t in ast.walk(target) if isinstance(t, ast.Name)})
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update({(a.asname or a.name).split(".")[0]: set() for a in node.names})
+    return names
+
+
+def name_exists(dotted: str, root: Path) -> bool:
+    """`finlib.a.b.name[.member]`: the longest module prefix is a file or package, the rest a name it defines."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        base = root.joinpath(*parts[:i])
+        module = base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
+        if module.is_file():
+            break
+    else:
+        return False
+    rest = parts[i:]
+    if not rest:
+        return True
+    names = defined_names(module)
+    if rest[0] not in names:
+        return (base / rest[0]).with_suffix(".py").is_file()
+    return len(rest) == 1 or not names[rest[0]] or rest[1] in names[rest[0]]
+
+
+def missing_references(text: str, root: Path) -> list[str]:
+    """Project paths, test ids and finlib dotted names quoted in `text` that do not exist."""
+    bad = []
+    for line in prose(text).splitlines():
+        line = re.sub(r"\S*[<*{]\S*", " ", line)  # placeholders and globs: `figures/<run>/`, `bench_*.py`
+        for m in QUOTED_PATH.finditer(line):
+            path, test = root / m.group(1), m.group(2)
+            if m.group(1).startswith("benchmarks/results/"):
+                continue  # written by a benchmark (the measured figures above check what is quoted from them)
+            if not path.exists() and not path.with_suffix(".ipynb").is_file():
+                bad.append(m.group(1))
+            elif test and path.suffix == ".py" and test not in defined_names(path):
+                bad.append(f"{m.group(1)}::{test}")
+        bad += [m.group(1) for m in QUOTED_NAME.finditer(line) if not name_exists(m.group(1), root)]
+    return bad
+
+
+@pytest.mark.parametrize("path", doc_files(), ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_quoted_module_path_and_name_exists(path: Path):
+    """A module moved or an entry renamed leaves no doc pointing at the old place."""
+    assert missing_references(path.read_text(encoding="utf-8"), ROOT) == []
+
+
+def test_a_moved_module_or_renamed_name_is_caught(tmp_path):
+    (tmp_path / "finlib" / "pkg").mkdir(parents=True)
+    (tmp_path / "finlib" / "__init__.py").write_text("")
+    (tmp_path / "finlib" / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "finlib" / "pkg" / "mod.py").write_text("X = 1\nclass C:\n    def m(self): ...\ndef run(cfg): ...\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a.py").write_text("def test_one(): ...\n")
+    good = ("`finlib/pkg/mod.py`, `finlib.pkg.mod.run`, `finlib.pkg.mod.C.m`, `finlib.pkg.mod.X`, "
+            "`tests/test_a.py::test_one`, `figures/<run>/tables`, `finlib/pkg/`")
+    assert missing_references(good, tmp_path) == []
+    bad = ("`finlib/pkg/old.py`, `finlib.pkg.mod.run_stage`, `finlib.pkg.mod.C.gone`, `finlib.other`, "
+           "`tests/test_a.py::test_two`\n```\nfinlib/pkg/in_code_is_not_checked.py\n```\n")
+    assert sorted(missing_references(bad, tmp_path)) == [
+        "finlib.other", "finlib.pkg.mod.C.gone", "finlib.pkg.mod.run_stage", "finlib/pkg/old.py", "tests/test_a.py::test_two"]
 
 
 # A figure that looks measured: a number followed by a unit of time (ms, s, min, h and their words), of memory

@@ -26,13 +26,7 @@ from finlib.llm.engine import ChatItem, chat
 from finlib.bizfin.prompts import BIZFIN_ANSWER_VERSION
 from finlib.llm.registry import ModelSpec, run_registry, select_models
 
-BIZFIN_KEYS = ("models", "judge", "judge_method", "source", "data_dir", "hf_dataset", "hf_revision", "tasks",
-               "real_items_per_task", "sample_items_per_task", "item_selection", "max_new_tokens",
-               "judge_max_new_tokens", "temperature", "table6_model", "official_code_dir", "rubrics_dir",
-               "iterajudge")
 SECTION = "bizfin"
-SOURCES = ("auto", "local", "huggingface", "format_sample")
-SELECTIONS = ("shortest", "first")
 ITEM_COLUMNS = ["model", "task", "kind", "item_id", "source", "status", "parsed", "official", "ours",
                 "answer", "note", "judge_status", "raw_text", "input_tokens", "output_tokens", "cost_usd", "cached"]
 
@@ -49,8 +43,10 @@ class BizFinRun:
 
 
 def bizfin_params(cfg: RunConfig) -> dict:
-    """The `bizfin:` section, checked (unknown keys, sources, tasks, counts)."""
-    p = cfg.section("bizfin", known=BIZFIN_KEYS, required=[k for k in BIZFIN_KEYS if k != "iterajudge"])
+    """The `bizfin:` section, checked by the params schema (`finlib.core.params.BizfinSection`: every key
+    present, sources, selections, counts), then what only BizFinBench knows: its task names, the
+    published code and rubrics folders."""
+    p = cfg.section("bizfin")
     if p["official_code_dir"] is not None:
         from finlib.bizfin.authors_code import AuthorsCode, AuthorsCodeError
 
@@ -63,17 +59,7 @@ def bizfin_params(cfg: RunConfig) -> dict:
         from finlib.bizfin.iterajudge.rubrics import check_rubrics_dir
 
         check_rubrics_dir(rubrics, f"{cfg.params_file}: bizfin.rubrics_dir")
-    if p["source"] not in SOURCES:
-        raise ConfigError(f"{cfg.params_file}: bizfin.source must be one of {SOURCES}, got {p['source']!r}")
-    if p["item_selection"] not in SELECTIONS:
-        raise ConfigError(f"{cfg.params_file}: bizfin.item_selection must be one of {SELECTIONS}")
-    if p["judge_method"] != "vanilla":
-        raise ConfigError(f"{cfg.params_file}: bizfin.judge_method: stage 07 uses the vanilla judge "
-                          f"(IteraJudge is stage 08); got {p['judge_method']!r}")
     check_tasks(list(p["tasks"]), "bizfin.tasks")
-    for k in ("real_items_per_task", "sample_items_per_task"):
-        if p[k] is not None and (not isinstance(p[k], int) or p[k] < 1):
-            raise ConfigError(f"{cfg.params_file}: bizfin.{k} must be a positive integer or null")
     return p
 
 

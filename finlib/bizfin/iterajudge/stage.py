@@ -22,16 +22,12 @@ from finlib.bizfin.official import official_label
 from finlib.bizfin.benchmark.stage import CallsFailed, authors_code, bizfin_params, run_rubrics
 from finlib.bizfin.tasks import JUDGE_TASKS, check_tasks
 from finlib.core.compare import write_comparison
-from finlib.core.config import ConfigError, RunConfig, check_known_keys
+from finlib.core.config import ConfigError, RunConfig
 from finlib.bizfin.prompts import JUDGE_CONTRASTIVE_VERSION, JUDGE_REFINE_VERSION, JUDGE_VANILLA_VERSION
 from finlib.llm.registry import run_registry, select_models
 from finlib.core.tables import paper_table, write_table
 
 SECTION = "bizfin"  # IteraJudge's knobs are `bizfin.iterajudge`
-ITERAJUDGE_KEYS = ("refiner", "judges", "score_range", "temperature", "dimension_order", "refine_max_new_tokens",
-                   "judge_max_new_tokens", "tasks", "max_items_per_task", "calibration_tasks",
-                   "calibration_questions", "calibration_answers", "bootstrap_reps", "ci")
-
 
 NOT_COMPARABLE_TABLE4 = ("Not comparable: ours correlate the run's judges with rule-assigned scores on a small "
                          "constructed reference set; the paper's correlate its judges with expert scores")
@@ -56,18 +52,10 @@ class IteraRun:
 
 
 def iterajudge_params(cfg: RunConfig) -> dict:
-    """`bizfin.iterajudge`, every key required and checked (a typo is an error, not a default)."""
-    p = (cfg["bizfin"] or {}).get("iterajudge")
+    """`bizfin.iterajudge`, checked by the params schema (`finlib.core.params.IteraJudgeSection`: every
+    key present, the score range, at least one judge), then against the judge tasks and reference sets."""
+    p = cfg.section("bizfin")["iterajudge"]
     where = f"{cfg.params_file}: bizfin.iterajudge"
-    if not isinstance(p, dict):
-        raise ConfigError(f"{where}: missing (stage 08's section)")
-    check_known_keys(p, ITERAJUDGE_KEYS, where)
-    missing = [k for k in ITERAJUDGE_KEYS if k not in p]
-    if missing:
-        raise ConfigError(f"{where}: missing keys {missing}")
-    lo, hi = p["score_range"]
-    if not (isinstance(lo, int) and isinstance(hi, int) and lo < hi):
-        raise ConfigError(f"{where}.score_range must be two integers low < high, got {p['score_range']!r}")
     bad = [t for t in [*p["tasks"], *p["calibration_tasks"]] if t not in JUDGE_TASKS]
     if bad:
         raise ConfigError(f"{where}: {bad} are not judge-scored tasks (judge tasks: {list(JUDGE_TASKS)})")
@@ -79,8 +67,6 @@ def iterajudge_params(cfg: RunConfig) -> dict:
         cal.ordered_dimensions("FDD", p["dimension_order"])
     except ValueError as exc:
         raise ConfigError(f"{cfg.params_file}: {exc}") from None
-    if not p["judges"]:
-        raise ConfigError(f"{where}.judges: name at least one judge model")
     return p
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,8 @@ import numpy as np
 import pandas as pd
 from scipy.stats import norm
 
-from finlib.core.config import ConfigError, check_known_keys
+from finlib.core.config import ConfigError
+from finlib.core.params import SyntheticSection, raise_errors, schema_errors
 from finlib.finbias.vocab import SECTORS, Rating
 from finlib.finbias.data import messy_corpus
 from finlib.finbias.data.synth_corpus import bullet_block, scale_first_sentence_planted, table_block
@@ -165,8 +166,10 @@ class SynthParams:
 
     @classmethod
     def from_section(cls, section: dict[str, Any] | None) -> "SynthParams":
-        section = dict(section or {})
-        check_known_keys(section, [f.name for f in fields(cls)], "data.synthetic")
+        """The knobs of `section` over the defaults (a params file's section holds them all; library
+        callers may pass a few), checked by the params schema's `data.synthetic` model."""
+        section = {**asdict(cls()), **(section or {})}
+        raise_errors(schema_errors(section, SyntheticSection, ("data", "synthetic")), "data.synthetic", SynthConfigError)
         p = cls(**section)
         p.check()
         return p

@@ -18,7 +18,6 @@ tagger and the models' context windows, so the rehearsal (params/rehearsal.yaml)
 """
 from __future__ import annotations
 
-from typing import Any
 
 import pandas as pd
 
@@ -64,11 +63,6 @@ def display_term(term: str) -> str:
 
 def _terms(scale, rating: Rating) -> tuple[str, ...]:
     return {Rating.BULLISH: scale.bullish, Rating.NEUTRAL: scale.neutral, Rating.BEARISH: scale.bearish}[rating]
-
-
-def scale_first_sentence(rating: Rating, d, ctx: dict) -> str:
-    """`scale_first_sentence_planted` without the terms it wrote."""
-    return scale_first_sentence_planted(rating, d, ctx)[0]
 
 
 def scale_first_sentence_planted(rating: Rating, d, ctx: dict) -> tuple[str, str, str | None]:
@@ -125,15 +119,3 @@ def table_block(s: float, ctx: dict, d) -> str:
     head = "Estimates".ljust(width) + "   ".join(c.rjust(8) for c in cols)
     body = [name.ljust(width) + "   ".join(v.rjust(8) for v in vals) for name, vals in rows]
     return "\n".join([head, *body])
-
-
-def corpus_shape(reports: pd.DataFrame) -> dict[str, Any]:
-    """Numbers to compare with the real corpus: reports, firms, reports per firm, years, words."""
-    words = reports["text"].str.split().str.len()
-    per_firm = reports.groupby("ticker").size()
-    years = pd.to_datetime(reports["date"]).dt.year
-    return {"reports": int(len(reports)), "firms": int(per_firm.size),
-            "reports_per_firm_mean": round(float(per_firm.mean()), 1),
-            "years": [int(years.min()), int(years.max())], "words_mean": round(float(words.mean()), 0),
-            "words_p5_p95": [int(words.quantile(0.05)), int(words.quantile(0.95))],
-            "sector_shares": reports["sector"].value_counts(normalize=True).round(3).to_dict()}

@@ -181,10 +181,9 @@ def zero3_active() -> bool | None:
 
 
 def dry_run(cfg: RunConfig, models: list[str] | None = None, stand_in_tokenizer: str | None = None) -> Preflight:
-    """Run every preflight check for each model; raise ConfigError listing all problems at the end."""
-    from finlib.core.artifacts import read_frame
+    """Run every preflight check for each model; the returned Preflight has one line per check and
+    every problem found (the command line prints them and fails when there is any)."""
     from finlib.finbias.dpo import stage as st
-    from finlib.finbias.dpo import train as tr
 
     pf = Preflight()
     dp = st.dpo_params(cfg)
@@ -195,10 +194,22 @@ def dry_run(cfg: RunConfig, models: list[str] | None = None, stand_in_tokenizer:
     check_launch(dp, env, pf)
     check_eval_device(st._inference(cfg)["device"],
                       {m: bool(st._spec(cfg, m).plumbing) for m in models or dp["models"]}, pf)
+    trip = _check_data(cfg, dp, pf)
+    for name in models or dp["models"]:
+        _check_model(cfg, dp, env, name, trip, stand_in_tokenizer, pf)
+    return pf
+
+
+def _check_data(cfg: RunConfig, dp: dict, pf: Preflight):
+    """The run's triplets, or None with what exists instead (the split, or why there is none): a
+    launch before the teacher ran still gets its tokenizer and launch checks."""
+    from finlib.core.artifacts import read_frame
+    from finlib.finbias.dpo import stage as st
+
     try:
         trip = read_frame(cfg, "dpo_triplets")
-        n_train = int((trip["split"] == "train").sum())
-        pf.ok(f"data: dpo_triplets of run {cfg.name}: {n_train} training triplets")
+        pf.ok(f"data: dpo_triplets of run {cfg.name}: {int((trip['split'] == 'train').sum())} training triplets")
+        return trip
     except FileNotFoundError:
         try:
             sp = st.split(cfg, dp)
@@ -207,71 +218,126 @@ def dry_run(cfg: RunConfig, models: list[str] | None = None, stand_in_tokenizer:
                   + f" (run `--parts triplets` first: the teacher writes {dp['teacher']} answers)")
         except FileNotFoundError as exc:
             pf.fail(f"data: {exc}")
-        trip = None
-    for name in models or dp["models"]:
-        spec = st._spec(cfg, name)
-        path = st.weights_path(spec, cfg.path(st._inference(cfg)["model_cache"])) if spec.backend == "local" \
-            else (spec.hf_path or spec.model_id)
-        tag = ""
-        try:
-            tok = st.load_tokenizer(path, spec.name)
-        except RuntimeError as exc:
-            if not stand_in_tokenizer:
-                pf.fail(f"{name}: tokenizer: {exc}")
-                continue
-            sub = st._spec(cfg, stand_in_tokenizer)
-            tok = st.load_tokenizer(st.weights_path(sub, cfg.path(st._inference(cfg)["model_cache"])), sub.name)
-            tag = f" [STAND-IN tokenizer of {sub.name}: {name}'s own could not be loaded offline]"
-        pf.ok(f"{name}: tokenizer loaded from {path if not tag else stand_in_tokenizer}{tag}")
-        if trip is None or not len(trip):
-            continue
-        records = st.train_records(cfg, dp, spec)
-        tr.check_prompt_prefix(records, tok)
-        pf.ok(f"{name}: evaluation prompt is a prefix of all {len(records)} training sequences{tag}")
-        try:
-            max_length = tr.required_max_length(tr.sequence_lengths(records, tok), int(dp["max_length_cap"]))
-            pf.ok(f"{name}: max_length from the data = {max_length} <= cap {dp['max_length_cap']}{tag}")
-        except tr.SequenceTooLongError as exc:
-            pf.fail(f"{name}: {exc}{tag}")
-            continue
-        if env["kind"] == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
-            pf.ok(f"{name}: DPOConfig not built here: DeepSpeed is not installed on this machine "
-                  "(install it on the GPU machine: pip install deepspeed)")
-            continue
-        try:
-            torch_dtype, _ = st.training_dtype(dp)   # the precision the launch trains in (its mixed_precision)
-        except ConfigError as exc:
-            pf.fail(f"{name}: training precision: {exc}")
-            continue
-        except (AssertionError, RuntimeError) as exc:   # `auto` measures on a device this machine lacks
-            import torch
+        return None
 
-            torch_dtype = torch.float32
-            pf.ok(f"{name}: dpo.dtype auto without a launcher precision is measured on {dp['device']} at launch, "
-                  f"which this machine lacks ({type(exc).__name__}); the trainer below is built in float32")
-        dtype = str(torch_dtype).removeprefix("torch.")
-        args = tr.dpo_config(dp, st.model_dir(cfg, name), max_length, cfg.seed, dtype)
-        z3 = zero3_active()
-        if env["zero_stage"] == "3" and z3 is False:
-            pf.fail(f"{name}: ZeRO-3 config not registered before loading weights")
-        elif env["zero_stage"] == "3":
-            pf.ok(f"{name}: ZeRO-3 registered before the weights load (from_pretrained will partition them)")
-        pf.ok(f"{name}: DPOConfig built (training dtype {dtype}: bf16={args.bf16}, fp16={args.fp16}, "
-              f"gradient_accumulation_steps={args.gradient_accumulation_steps}, gradient_checkpointing="
-              f"{args.gradient_checkpointing}, max_length={args.max_length})")
-        try:
-            conf, source = tiny_config(path, spec.model_id, len(tok))
-            trainer = build_tiny_trainer(conf, tok, records, args, dp, torch_dtype)
-        except Exception as exc:  # noqa: BLE001 -- every way the real trainer would fail is a finding
-            pf.fail(f"{name}: DPOTrainer on a tiny model of the same architecture: {type(exc).__name__}: {exc}{tag}")
-            continue
-        bad = check_trainer(trainer, dtype, dp, env)
-        for b in bad:
-            pf.fail(f"{name}: {b}")
-        if not bad:
-            pf.ok(f"{name}: DPOTrainer built on a one-layer {type(trainer.model.get_base_model()).__name__} "
-                  f"({source}): LoRA on {sorted(dp['lora']['target_modules'])}, bf16={trainer.args.bf16}, "
-                  f"gradient_accumulation_steps={trainer.args.gradient_accumulation_steps}; stopping before the "
-                  f"real weights load{tag}")
-        del trainer
-    return pf
+
+def _check_model(cfg: RunConfig, dp: dict, env: dict, name: str, trip, stand_in_tokenizer: str | None,
+                 pf: Preflight) -> None:
+    """One model's checks in the order a launch meets them; the first failing step ends this
+    model's checks (the later ones need what it would have built)."""
+    from finlib.finbias.dpo import stage as st
+    from finlib.finbias.dpo import train as tr
+
+    spec = st._spec(cfg, name)
+    loaded = _load_tokenizer(cfg, spec, stand_in_tokenizer, pf)
+    if loaded is None or trip is None or not len(trip):
+        return
+    tok, path, tag = loaded
+    records = st.train_records(cfg, dp, spec)
+    tr.check_prompt_prefix(records, tok)
+    pf.ok(f"{name}: evaluation prompt is a prefix of all {len(records)} training sequences{tag}")
+    try:
+        max_length = tr.required_max_length(tr.sequence_lengths(records, tok), int(dp["max_length_cap"]))
+        pf.ok(f"{name}: max_length from the data = {max_length} <= cap {dp['max_length_cap']}{tag}")
+    except tr.SequenceTooLongError as exc:
+        pf.fail(f"{name}: {exc}{tag}")
+        return
+    if env["kind"] == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
+        pf.ok(f"{name}: DPOConfig not built here: DeepSpeed is not installed on this machine "
+              "(install it on the GPU machine: pip install deepspeed)")
+        return
+    torch_dtype = _training_dtype(dp, name, pf)
+    if torch_dtype is None:
+        return
+    args = _check_dpo_config(cfg, dp, env, name, max_length, torch_dtype, pf)
+    _check_tiny_trainer(dp, env, name, (path, spec.model_id), tok, records, args, torch_dtype, tag, pf)
+
+
+def _weights_path(cfg: RunConfig, spec) -> str:
+    """Where a model's tokenizer and config are read: the unpacked weights of a local record, else its
+    hub path."""
+    from finlib.finbias.dpo import stage as st
+
+    if spec.backend == "local":
+        return st.weights_path(spec, cfg.path(st._inference(cfg)["model_cache"]))
+    return spec.hf_path or spec.model_id
+
+
+def _load_tokenizer(cfg: RunConfig, spec, stand_in_tokenizer: str | None, pf: Preflight):
+    """(tokenizer, path, tag): the model's own tokenizer, or the named stand-in's with a tag that every
+    line it affects carries (lengths are then the stand-in's); None when neither loads."""
+    from finlib.finbias.dpo import stage as st
+
+    name, path, tag = spec.name, _weights_path(cfg, spec), ""
+    try:
+        tok = st.load_tokenizer(path, spec.name)
+    except RuntimeError as exc:
+        if not stand_in_tokenizer:
+            pf.fail(f"{name}: tokenizer: {exc}")
+            return None
+        sub = st._spec(cfg, stand_in_tokenizer)
+        tok = st.load_tokenizer(st.weights_path(sub, cfg.path(st._inference(cfg)["model_cache"])), sub.name)
+        tag = f" [STAND-IN tokenizer of {sub.name}: {name}'s own could not be loaded offline]"
+    pf.ok(f"{name}: tokenizer loaded from {path if not tag else stand_in_tokenizer}{tag}")
+    return tok, path, tag
+
+
+def _training_dtype(dp: dict, name: str, pf: Preflight):
+    """The precision the launch trains in (its mixed_precision); float32 when `auto` would be measured
+    on a device this machine lacks; None (a finding) when the params and the launch disagree."""
+    from finlib.finbias.dpo import stage as st
+
+    try:
+        torch_dtype, _ = st.training_dtype(dp)
+    except ConfigError as exc:
+        pf.fail(f"{name}: training precision: {exc}")
+        return None
+    except (AssertionError, RuntimeError) as exc:   # `auto` measures on a device this machine lacks
+        import torch
+
+        torch_dtype = torch.float32
+        pf.ok(f"{name}: dpo.dtype auto without a launcher precision is measured on {dp['device']} at launch, "
+              f"which this machine lacks ({type(exc).__name__}); the trainer below is built in float32")
+    return torch_dtype
+
+
+def _check_dpo_config(cfg: RunConfig, dp: dict, env: dict, name: str, max_length: int, torch_dtype,
+                      pf: Preflight):
+    """The DPOConfig exactly as the launch builds it (before any weights, which is what makes ZeRO-3
+    init take effect), and whether transformers then sees ZeRO-3."""
+    from finlib.finbias.dpo import stage as st
+    from finlib.finbias.dpo import train as tr
+
+    dtype = str(torch_dtype).removeprefix("torch.")
+    args = tr.dpo_config(dp, st.model_dir(cfg, name), max_length, cfg.seed, dtype)
+    z3 = zero3_active()
+    if env["zero_stage"] == "3" and z3 is False:
+        pf.fail(f"{name}: ZeRO-3 config not registered before loading weights")
+    elif env["zero_stage"] == "3":
+        pf.ok(f"{name}: ZeRO-3 registered before the weights load (from_pretrained will partition them)")
+    pf.ok(f"{name}: DPOConfig built (training dtype {dtype}: bf16={args.bf16}, fp16={args.fp16}, "
+          f"gradient_accumulation_steps={args.gradient_accumulation_steps}, gradient_checkpointing="
+          f"{args.gradient_checkpointing}, max_length={args.max_length})")
+    return args
+
+
+def _check_tiny_trainer(dp: dict, env: dict, name: str, model: tuple[str, str], tok, records: list[dict], args,
+                        torch_dtype, tag: str, pf: Preflight) -> None:
+    """The DPOTrainer on a one-layer model of the same architecture (`model`: its path and model id):
+    precision flags, gradient accumulation and LoRA targets checked on the object that would train."""
+    path, model_id = model
+    try:
+        conf, source = tiny_config(path, model_id, len(tok))
+        trainer = build_tiny_trainer(conf, tok, records, args, dp, torch_dtype)
+    except Exception as exc:  # noqa: BLE001 -- every way the real trainer would fail is a finding
+        pf.fail(f"{name}: DPOTrainer on a tiny model of the same architecture: {type(exc).__name__}: {exc}{tag}")
+        return
+    bad = check_trainer(trainer, str(torch_dtype).removeprefix("torch."), dp, env)
+    for b in bad:
+        pf.fail(f"{name}: {b}")
+    if not bad:
+        pf.ok(f"{name}: DPOTrainer built on a one-layer {type(trainer.model.get_base_model()).__name__} "
+              f"({source}): LoRA on {sorted(dp['lora']['target_modules'])}, bf16={trainer.args.bf16}, "
+              f"gradient_accumulation_steps={trainer.args.gradient_accumulation_steps}; stopping before the "
+              f"real weights load{tag}")
+    del trainer

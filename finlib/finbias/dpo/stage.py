@@ -29,14 +29,8 @@ from finlib.finbias.dpo import evaluate as ev
 from finlib.finbias.dpo import train as tr
 from finlib.finbias.dpo import triplets as tp
 
-DPO_KEYS = ("models", "teacher", "teacher_max_new_tokens", "split_cutoff", "train_share", "test_firm_share",
-            "split_seed", "seen_firm_test", "max_train_pairs", "max_length_cap", "lora", "beta", "learning_rate", "max_steps",
-            "num_train_epochs", "batch_size", "grad_accum", "gradient_checkpointing", "dtype", "device",
-            "eval_reports", "json_answer_prefix")
-LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
 PARTS = ("triplets", "train", "evaluate")
 SECTION = "dpo"
-DTYPES = ("auto", "float32", "bfloat16", "float16")
 # Measured (benchmarks/bench_dpo_teacher.py, 2 AVX2 cores): why the offline default does not use the
 # embedded generator as its teacher. Printed above the results whenever the template teacher is used.
 TEMPLATE_TEACHER_REASON = (
@@ -46,39 +40,10 @@ TEMPLATE_TEACHER_REASON = (
     "reproduce` budget. Set dpo.teacher: qwen2.5-coder-0.5b to use it (answers are stored: paid once)")
 
 
-def _positive_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
-
-
 def dpo_params(cfg: RunConfig) -> dict:
-    """The `dpo:` section, checked: every key documented in params/default.yaml, none defaulted."""
-    dp = dict(cfg.section("dpo", known=DPO_KEYS, required=DPO_KEYS))
-    where = cfg.params_file
-    if not isinstance(dp["models"], list) or not dp["models"] or not all(isinstance(m, str) for m in dp["models"]):
-        raise ConfigError(f"{where}: dpo.models must be a non-empty list of registry names, got {dp['models']!r}")
-    if not isinstance(dp["lora"], dict):
-        raise ConfigError(f"{where}: dpo.lora must be a mapping with keys {LORA_KEYS}")
-    bad = sorted(set(dp["lora"]) ^ set(LORA_KEYS))
-    if bad:
-        raise ConfigError(f"{where}: dpo.lora: unknown or missing key(s) {bad} (expected {LORA_KEYS})")
-    for k in ("batch_size", "grad_accum", "max_length_cap", "teacher_max_new_tokens", "split_seed"):
-        if not _positive_int(dp[k]) and not (k == "split_seed" and dp[k] == 0):
-            raise ConfigError(f"{where}: dpo.{k} must be an integer >= 1, got {dp[k]!r}")
-    for k in ("max_train_pairs", "eval_reports", "max_steps"):
-        if dp[k] is not None and not _positive_int(dp[k]):
-            raise ConfigError(f"{where}: dpo.{k} must be null or an integer >= 1, got {dp[k]!r}")
-    if dp["max_steps"] is None and not (isinstance(dp["num_train_epochs"], (int, float))
-                                        and not isinstance(dp["num_train_epochs"], bool) and dp["num_train_epochs"] > 0):
-        raise ConfigError(f"{where}: dpo.max_steps is null, so dpo.num_train_epochs must be a number > 0")
-    for k in ("train_share", "test_firm_share"):
-        if isinstance(dp[k], bool) or not isinstance(dp[k], (int, float)) or not 0 < dp[k] < 1:
-            raise ConfigError(f"{where}: dpo.{k} must be a number in (0, 1), got {dp[k]!r}")
-    if dp["dtype"] not in DTYPES:
-        raise ConfigError(f"{where}: dpo.dtype must be one of {DTYPES}, got {dp['dtype']!r}")
-    for k in ("gradient_checkpointing", "seen_firm_test", "json_answer_prefix"):
-        if not isinstance(dp[k], bool):
-            raise ConfigError(f"{where}: dpo.{k} must be true or false")
-    return dp
+    """The `dpo:` section, checked by the params schema (`finlib.core.params.DpoSection`: every key
+    present, `lora:` closed, types and ranges; the model names against the registry at load)."""
+    return dict(cfg.section("dpo"))
 
 
 def _registry(cfg: RunConfig) -> dict:

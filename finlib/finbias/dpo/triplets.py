@@ -47,7 +47,6 @@ RATING_REASON = {"bullish": "point to returns above the market's", "neutral": "p
 # Split
 # ----------------------------------------------------------------------------------------------
 
-SPLIT_PARAM_KEYS = ("test_firm_share", "split_cutoff", "train_share", "split_seed", "seen_firm_test")
 HOLIDAY_MARGIN_DAYS = 5  # business days added to the label window when no trading calendar is given
                          # (US exchanges close <= 3 weekdays in any 60-trading-day stretch)
 
@@ -126,9 +125,6 @@ def split_reports(reports: pd.DataFrame, params: dict, *, label_window: int = 60
     `label_window_end`, `out_of_time`, `seen_firm`; the
     cut-off (YYYY-MM-DD) is in `.attrs["cutoff"]`, the test firms in `.attrs["test_firms"]`.
     """
-    missing = [k for k in SPLIT_PARAM_KEYS if k not in params]
-    if missing:
-        raise KeyError(f"dpo split: params lack {missing} (keys of the dpo: section)")
     require_columns(reports, ("report_id", "ticker", "date"), "reports.parquet")
     df = reports.copy()
     df["date"] = pd.to_datetime(df["date"])

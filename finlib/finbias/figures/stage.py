@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from finlib.core.artifacts import MissingArtifactError, artifact_path, read_frame, write_json
+from finlib.core.artifacts import MissingArtifactError, read_frame, write_json
 from finlib.core.config import RunConfig
 from finlib.finbias.vocab import POOLED, SECTORS, Condition, Rating
 from finlib.finbias.scoring.metrics import ACCURACY, HERDING
@@ -43,13 +43,12 @@ from finlib.finbias.figures.base import (  # noqa: F401  (data_source, caption: 
 )
 
 SECTION = "figures"
-FIGURES_KEYS = ("example_report", "case_model", "case_report", "text_chars", "caption_in_image")
 
 
 def figures_params(cfg: RunConfig) -> dict:
     """The `figures:` section, checked by the params schema (`finlib.core.params.FiguresSection`:
     misspellings and wrong types are errors); every key is read, so every key is required."""
-    return cfg.section("figures", required=FIGURES_KEYS)
+    return cfg.section("figures")
 
 
 # ---- Results figures from stage 04's metrics ------------------------------------------------
@@ -366,10 +365,6 @@ def write_figures_report(cfg: RunConfig, records: list[FigureRecord]) -> Path:
     return write_json(cfg, "figures_report", [r.__dict__ for r in records])
 
 
-def figures_report_path(cfg: RunConfig) -> Path:
-    return artifact_path(cfg, "figures_report", ".json")
-
-
 DPO_METRICS = "dpo_metrics"  # stage 05: base and tuned ("<model> + DPO") metrics in stage 04's long layout
 DPO_SUFFIX = " + DPO"
 
@@ -404,7 +399,7 @@ class FigureSet:
     def need(self, name: str) -> pd.DataFrame:
         df = self.frame(name)
         if df is None:
-            from finlib.core.artifacts import PRODUCERS
+            from finlib.finbias.artifacts import PRODUCERS
 
             stage = PRODUCERS.get(name, "05" if name.startswith("dpo") else "??")
             raise MissingArtifactError(f"stage {stage} artifacts not found ({name}): run stage {stage} "

@@ -88,9 +88,6 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "market_column": None,       # column of a market DataFrame (default: market_close / the only numeric one)
 }
 
-# The keys of params `labels:` / `labels.mackinlay:`; anything else is a typo and an error.
-LABEL_KEYS: tuple[str, ...] = ("window", "method", "quantiles", "min_event_obs", "mackinlay")
-MACKINLAY_KEYS: tuple[str, ...] = ("estimation_window", "gap", "min_obs")
 _EPS = 1e-9
 
 

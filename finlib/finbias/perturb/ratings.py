@@ -462,11 +462,6 @@ def rewrite_rating(sentence: str, new_rating: Rating | str) -> tuple[str, str]:
     return _replace_spans(sentence, edits), kind
 
 
-def replace_rating_in_sentence(sentence: str, new: Rating) -> str:
-    """`rewrite_rating` without the kind (the earlier name)."""
-    return rewrite_rating(sentence, new)[0]
-
-
 def rewrite_report_rating(text: str, new_rating: Rating | str) -> tuple[str, str]:
     """The report with its first-sentence rating rewritten (`rewrite_rating`), and the kind of rewrite;
     every byte outside the first sentence unchanged."""
