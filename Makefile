@@ -67,14 +67,18 @@ dpo: $(STAMP) ## stage 05 alone without the notebook: triplets, LoRA DPO, Table 
 # servers, DPO training, the rehearsal). `make test-all` is everything: CI's `.ci/run` calls it.
 # pytest exits 5 when it collected nothing: that fails here like any other error.
 PYTEST := $(PY) -m pytest -p no:cacheprovider
+# Both test tiers lint first (ruff, configured in pyproject.toml): a finding fails the tier before any test runs.
+LINT := $(VENV)/bin/ruff check finlib tests benchmarks
 define pytest_rc
 rc=$$?; if [ $$rc -eq 5 ]; then echo "make $@: pytest collected no tests" >&2; fi; exit $$rc
 endef
 
-test: $(STAMP) ## fast tier: unit tests + every notebook on params/smoke.yaml (nbval), tests marked slow excluded
+test: $(STAMP) ## fast tier: ruff, then unit tests + every notebook on params/smoke.yaml (nbval), tests marked slow excluded
+	$(LINT)
 	$(PYTEST) tests notebooks --nbval-lax -m "not slow"; $(pytest_rc)
 
-test-all: $(STAMP) ## every test: the fast tier and the slow one (models, servers, DPO, the rehearsal); CI runs this
+test-all: $(STAMP) ## every test: ruff, the fast tier and the slow one (models, servers, DPO, the rehearsal); CI runs this
+	$(LINT)
 	$(PYTEST) tests notebooks --nbval-lax; $(pytest_rc)
 
 test-integration: $(STAMP) ## real llama.cpp server: kill/restart mid-run, stalls, malformed bodies

@@ -36,7 +36,6 @@ from finlib.bizfin.official import SCRIPTS
 
 _CODE = Path("benchmark_code") / "BizFinBench"
 _README_COMMIT = re.compile(r"commit\s+`?([0-9a-f]{7,40})`?", re.IGNORECASE)
-TEMPLATE_KEYS = ("messages", "choices")
 
 
 class AuthorsCodeError(RuntimeError):

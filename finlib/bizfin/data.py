@@ -22,7 +22,6 @@ from finlib.core.tables import paper_table
 
 HF_DATASET = "HiThink-Research/BizFinBench"
 ROLES = ("system", "user", "assistant")
-FORMAT_SAMPLE_LABEL = "format sample, not the benchmark"
 
 
 class BizFinDataError(ValueError):

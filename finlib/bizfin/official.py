@@ -281,7 +281,7 @@ def fdd_verdict(verdict: str) -> float | None:
 
 def _fqa_parsed(verdict: str) -> Any:
     found = _JSON_FENCE.findall(verdict)
-    text = (found[0] if found else verdict).strip().strip("```").lstrip("json").strip()
+    text = (found[0] if found else verdict).strip().strip("```").lstrip("json").strip()  # noqa: B005 - as the published script
     try:
         return json.loads(text)
     except Exception:  # noqa: BLE001

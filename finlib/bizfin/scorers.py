@@ -335,7 +335,6 @@ def score_fner(gold: str, text: str, question: str = "") -> ItemScore:
 ACCURACY_SCORERS: dict[str, Callable[..., ItemScore]] = {
     "AEA": score_aea, "FNC": score_fnc, "FTR": score_ftr, "ER": score_er, "SP": score_sp, "FNER": score_fner,
 }
-OURS_DIFFERS = tuple(ACCURACY_SCORERS)   # every task: ours strips <think> and reads JSON tolerantly
 
 
 def _er_gold(gold: str) -> list:

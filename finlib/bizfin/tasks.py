@@ -46,7 +46,6 @@ TASKS: dict[str, TaskInfo] = {t.abbrev: t for t in (
 
 TASK_ORDER: tuple[str, ...] = tuple(TASKS)
 JUDGE_TASKS: tuple[str, ...] = tuple(a for a, t in TASKS.items() if t.kind == "judge")
-ACCURACY_TASKS: tuple[str, ...] = tuple(a for a, t in TASKS.items() if t.kind == "accuracy")
 
 
 def task_info(abbrev: str) -> TaskInfo:

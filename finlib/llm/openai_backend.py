@@ -30,7 +30,6 @@ from finlib.llm.registry import ModelSpec
 from finlib.llm.store import Request, Result, ResponseStore, run_owner
 
 RETRY_STATUS = {408, 409, 429}
-LASTING_STATUS = {401, 403, 404}  # wrong key, no access, wrong URL/model: no wait heals them (circuit breaker)
 sleep = asyncio.sleep  # every wait of this module (rate limit, backoff); tests replace it with a simulated clock
 _KEYLIKE = re.compile(r"\b(sk|key|api)[-_][A-Za-z0-9_\-*]{6,}", re.IGNORECASE)
 

@@ -39,11 +39,9 @@ def strip_think(text: str) -> str:
         kept.append(text[pos:o.start()])
         pos = c.end()
     t = "".join(kept) + text[pos:]
-    last_close = None
-    for last_close in _THINK_CLOSE.finditer(t):
-        pass
-    if last_close is not None:
-        t = t[last_close.end():]
+    closes = list(_THINK_CLOSE.finditer(t))
+    if closes:  # an answer after a stray closing tag: keep what follows the last one
+        t = t[closes[-1].end():]
     opened = _THINK_OPEN.search(t)
     if opened:
         t = t[:opened.start()]
@@ -55,10 +53,8 @@ def cut_in_think(text: Any) -> bool:
     model was reasoning, so it holds no answer (a status of its own, not a wrong answer)."""
     if not isinstance(text, str):
         return False
-    opened = None
-    for opened in _THINK_OPEN.finditer(text):
-        pass
-    return opened is not None and _THINK_CLOSE.search(text, opened.end()) is None
+    opens = list(_THINK_OPEN.finditer(text))
+    return bool(opens) and _THINK_CLOSE.search(text, opens[-1].end()) is None
 
 
 def read_json_objects(text: str, max_chars: int | None = MAX_PARSE_CHARS) -> list[dict]:

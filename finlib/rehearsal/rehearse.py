@@ -44,7 +44,6 @@ from finlib.finbias.vocab import POOLED, SECTORS
 FINBIAS_TABLES = (("table4_herding_with_without", "finbias_table4"), ("table5_herding_fake", "finbias_table5"),
                   ("table6_accuracy_with_without", "finbias_table6"), ("table7_accuracy_no_opinion", "finbias_table7"))
 CORPUS_TABLES = ("table2_sectors", "table3_analyst_ratings", "table3_return_ratings")
-BIZFIN_TABLES = ("bizfin_table3", "bizfin_table4_judge", "bizfin_table6")
 
 
 def rehearsal_params(cfg: RunConfig) -> dict[str, Any]:

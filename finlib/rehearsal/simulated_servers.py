@@ -42,7 +42,6 @@ from typing import Any, Iterable
 from finlib.finbias.vocab import Rating
 from finlib.rehearsal.stub_server import StubServer
 
-RATING_ORDER = (Rating.BEARISH, Rating.NEUTRAL, Rating.BULLISH)
 _GROWTH = re.compile(r"Revenue (grew|declined) (\d+(?:\.\d+)?)% y/y")
 _SURPRISE = re.compile(r"a difference of ([+-]\d+(?:\.\d+)?)%")
 _MARGIN_BP = re.compile(r"Operating margin was [\d.]+% in Q\d, (up|down) approx\. (\d+) bp")

@@ -54,7 +54,7 @@ def _open_at(path: str, start: float, results) -> None:
         conn = connect_wal(path, timeout=30, isolation_level=None)
         conn.execute("CREATE TABLE IF NOT EXISTS t (x)")
         results.put("ok")
-    except Exception as exc:  # reported to the parent, which asserts on it
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which asserts on it
         results.put(repr(exc))
 
 

@@ -68,9 +68,9 @@ def reqs(texts):
 def test_jsonl_lines_carry_store_keys(tmp_path):
     requests = reqs(["a", "b", "c"])
     paths = write_batch_files(SPEC, requests, tmp_path, max_requests=2)
-    lines = [json.loads(l) for p in paths for l in p.read_text().splitlines()]
-    assert len(paths) == 2 and [l["custom_id"] for l in lines] == [r.key for r in requests]
-    assert all(l["url"] == "/v1/chat/completions" and l["method"] == "POST" for l in lines)
+    lines = [json.loads(line) for p in paths for line in p.read_text().splitlines()]
+    assert len(paths) == 2 and [line["custom_id"] for line in lines] == [r.key for r in requests]
+    assert all(line["url"] == "/v1/chat/completions" and line["method"] == "POST" for line in lines)
 
 
 def test_submit_poll_collect_into_store_and_never_resubmit(tmp_path, monkeypatch):

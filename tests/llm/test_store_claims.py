@@ -232,6 +232,17 @@ def _run_on_stub(monkeypatch, store_path: Path, texts: list[str], price_per_m: f
         return asyncio.run(run_openai(spec, [make_request(t, spec) for t in texts], store, seed=0, **kw))
 
 
+def _fail_after_each_claim(monkeypatch) -> None:
+    """Every claim is written to the store, then the call fails: the worker never learns it holds the key."""
+    real = ResponseStore.claim
+
+    def claim_then_fail(self, key, owner, *a, **k):
+        real(self, key, owner, *a, **k)
+        raise RuntimeError("the store connection dropped after the claim was written")
+
+    monkeypatch.setattr(ResponseStore, "claim", claim_then_fail)
+
+
 def test_a_finished_run_leaves_no_claims(tmp_path, monkeypatch):
     counts = _run_on_stub(monkeypatch, tmp_path / "r.sqlite", [f"q{i}" for i in range(12)])
     assert counts["ok"] == 12 and _claims_left(tmp_path / "r.sqlite") == 0
@@ -251,13 +262,7 @@ def test_a_budget_stopped_run_leaves_no_claims(tmp_path, monkeypatch):
 def test_a_claim_whose_worker_failed_is_dropped_at_the_end_of_the_run(tmp_path, monkeypatch):
     """A claim taken in the store whose worker never saw it (the call after the claim failed) is not
     among the keys the run knows it holds: only dropping every claim of the run removes it."""
-    real = ResponseStore.claim
-
-    def claim_then_fail(self, key, owner, *a, **k):
-        real(self, key, owner, *a, **k)
-        raise RuntimeError("the store connection dropped after the claim was written")
-
-    monkeypatch.setattr(ResponseStore, "claim", claim_then_fail)
+    _fail_after_each_claim(monkeypatch)
     with pytest.raises(RuntimeError, match="dropped after the claim"):
         _run_on_stub(monkeypatch, tmp_path / "r.sqlite", ["q0", "q1"])
     assert _claims_left(tmp_path / "r.sqlite") == 0
@@ -266,13 +271,7 @@ def test_a_claim_whose_worker_failed_is_dropped_at_the_end_of_the_run(tmp_path, 
 def test_without_release_owner_the_claims_would_stay(tmp_path, monkeypatch):
     """Seeded fault: with the end-of-run release disabled, the claim above is left behind, so the
     tests of this file that count no claims can fail."""
-    real = ResponseStore.claim
-
-    def claim_then_fail(self, key, owner, *a, **k):
-        real(self, key, owner, *a, **k)
-        raise RuntimeError("the store connection dropped after the claim was written")
-
-    monkeypatch.setattr(ResponseStore, "claim", claim_then_fail)
+    _fail_after_each_claim(monkeypatch)
     monkeypatch.setattr(ResponseStore, "release_owner", lambda self, owner: None)
     with pytest.raises(RuntimeError):
         _run_on_stub(monkeypatch, tmp_path / "r.sqlite", ["q0", "q1"])

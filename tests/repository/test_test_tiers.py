@@ -38,6 +38,21 @@ def test_fast_tiers_exclude_slow_tests_and_test_all_runs_them(stamp):
     assert "notebooks" not in dry_run("unit", stamp)
 
 
+def test_both_test_tiers_lint_first(stamp):
+    for target in ("test", "test-all"):
+        commands = dry_run(target, stamp).splitlines()
+        lint = next(i for i, c in enumerate(commands) if "ruff check finlib tests benchmarks" in c)
+        assert lint < next(i for i, c in enumerate(commands) if "pytest" in c), commands
+
+
+@pytest.mark.parametrize("target", ["test", "test-all"])
+def test_a_lint_finding_fails_the_tier_before_any_test_runs(target, stamp, tmp_path):
+    ran = tmp_path / "pytest-ran"
+    out = subprocess.run(["make", target, stamp, "LINT=false", f"PYTEST=touch {ran}; true"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and not ran.exists()
+
+
 def test_ci_runs_every_test():
     commands = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
                 if line.strip() and not line.lstrip().startswith("#")]
@@ -48,7 +63,7 @@ def test_ci_runs_every_test():
 @pytest.mark.parametrize("code, fails", [(0, False), (1, True), (5, True)])
 def test_every_tier_fails_when_pytest_fails_or_collects_nothing(target, code, fails, stamp):
     fake = f"python3 -c 'import sys; sys.exit({code})'"
-    out = subprocess.run(["make", target, stamp, f"PYTEST={fake}"], cwd=ROOT, capture_output=True,
+    out = subprocess.run(["make", target, stamp, f"PYTEST={fake}", "LINT=true"], cwd=ROOT, capture_output=True,
                          text=True)
     assert (out.returncode != 0) is fails, out.stderr
     assert ("collected no tests" in out.stderr) is (code == 5)

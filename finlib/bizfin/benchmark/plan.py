@@ -64,9 +64,6 @@ def build_plan(cfg: RunConfig) -> pd.DataFrame:
     return out
 
 
-CALIBRATION_ANSWERS_PER_QUESTION = 7   # the constructed reference set: graded answers per question
-
-
 def stage08_rows(p: dict, n: dict[str, int], n_models: int, registry, avg_len) -> list[dict]:
     """Stage 08's calls: IteraJudge on stage 07's answers of `iterajudge.tasks` (K refinements with the
     refiner, one judge call) and the calibration study (each judge, vanilla + IteraJudge, on the reference

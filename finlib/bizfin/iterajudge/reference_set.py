@@ -178,7 +178,7 @@ def _ftu_answer(calls, wrong_tool: str, wrong_params, errors: dict[str, int]) ->
     """The correct calls with `errors` injected: a wrong tool for the first call, wrong parameter
     values (one per call, in order), the calls in the wrong order with the second one dropped."""
     actions = [{"Action": tool, "Action Input": dict(params)} for tool, params in calls]
-    for i, (key, value) in enumerate(wrong_params[:errors.get("param", 0)]):
+    for key, value in wrong_params[:errors.get("param", 0)]:
         target = next(a for a in actions if key in a["Action Input"])
         target["Action Input"][key] = value
     if errors.get("tool"):

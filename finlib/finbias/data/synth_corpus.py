@@ -65,11 +65,6 @@ def _terms(scale, rating: Rating) -> tuple[str, ...]:
     return {Rating.BULLISH: scale.bullish, Rating.NEUTRAL: scale.neutral, Rating.BEARISH: scale.bearish}[rating]
 
 
-def scale_first_sentence(rating: Rating, d, ctx: dict) -> str:
-    """`scale_first_sentence_planted` without the terms it wrote."""
-    return scale_first_sentence_planted(rating, d, ctx)[0]
-
-
 def scale_first_sentence_planted(rating: Rating, d, ctx: dict) -> tuple[str, str, str | None]:
     """A first sentence in one of the published scales: maintain, initiate, upgrade or downgrade.
 

@@ -79,7 +79,7 @@ def _utf8_error(path: Path, raw: bytes, suffix: str, exc: UnicodeDecodeError) ->
         if len(hit):
             r, c = hit[0]
             where = f"row {r + 1}, column '{df.columns[c]}' (line {line})"
-    except Exception:  # the locating parse is best effort; the byte offset is always exact
+    except Exception:  # noqa: BLE001 - the locating parse is best effort; the byte offset is always exact
         pass
     snippet = raw[max(0, off - 20): off + 20]
     return DataValidationError(
@@ -303,7 +303,7 @@ def map_sectors(df: pd.DataFrame, source: str, on_unknown: str = "error") -> tup
 
 MOJIBAKE: dict[str, str] = {
     # UTF-8 bytes decoded as cp1252: the most frequent offenders in PDF/HTML extractions.
-    "â€™": "\u2019", "â€˜": "\u2018", "â€œ": "\u201c", "â€\u009d": "\u201d", "â€\x9d": "\u201d",
+    "â€™": "\u2019", "â€˜": "\u2018", "â€œ": "\u201c", "â€\u009d": "\u201d",
     "â€“": "\u2013", "â€”": "\u2014", "â€¦": "\u2026", "â€¢": "\u2022", "Ã©": "é", "Ã¨": "è",
     "Ã¼": "ü", "Ã¶": "ö", "Ã¤": "ä", "Â\u00a0": " ", "Â£": "£", "Â€": "€", "Â®": "®", "Â©": "©",
 }
