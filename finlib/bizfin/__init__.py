@@ -12,13 +12,10 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from finlib.bizfin.artifacts import PRODUCERS
 from finlib.bizfin.data import BizFinItem, parse_record
-from finlib.core.artifacts import register_producers
 from finlib.bizfin.scorers import ACCURACY_SCORERS, ItemScore
 from finlib.bizfin.tasks import TASKS, task_info
 
-register_producers(PRODUCERS)
 DEFAULT_JUDGE_SCALE = (0, 100)
 FTU_USER_MARKER = "下面是用户的输入和历史对话信息："
 

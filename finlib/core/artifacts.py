@@ -5,8 +5,10 @@ leaves a half-written parquet that the next stage would read as complete.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
+from importlib.metadata import entry_points
 from pathlib import Path
 from collections.abc import Iterator, Mapping
 from typing import Any, Callable, Iterable
@@ -17,18 +19,28 @@ import pyarrow.parquet as pq
 
 from finlib.core.config import RunConfig
 
-# artifact name -> the stage (notebook prefix) that writes it; used in "run stage NN first" errors. Each
-# paper declares its own artifacts (`finlib.finbias.artifacts`, `finlib.bizfin.artifacts`) and registers
-# them when its package is imported, so this layer names no paper's files.
-PRODUCERS: dict[str, str] = {}
+# Each paper lists its artifacts (`finlib.finbias.artifacts`, `finlib.bizfin.artifacts`: name -> the stage
+# that writes it). The papers sit above this layer, so their lists are found through the package's entry
+# points (pyproject.toml, group below), never imported by name; used in "run stage NN first" errors.
+ARTIFACT_LISTS = "finlib.artifacts"
 
 
-def register_producers(producers: Mapping[str, str]) -> None:
-    """Record which stage writes each of a paper's artifacts; a name claimed by two stages is an error."""
-    clash = {n: (PRODUCERS[n], s) for n, s in producers.items() if PRODUCERS.get(n, s) != s}
-    if clash:
-        raise ValueError(f"artifact names claimed by two stages: {clash}")
-    PRODUCERS.update(producers)
+@functools.cache
+def producers() -> dict[str, str]:
+    """Artifact name -> the stage that writes it, over every paper's list; a name two stages claim is an error."""
+    out: dict[str, str] = {}
+    for entry in entry_points(group=ARTIFACT_LISTS):
+        for name, stage in entry.load().items():
+            if out.get(name, stage) != stage:
+                raise ValueError(f"artifact {name!r} is written by stage {out[name]} and by stage {stage} "
+                                 f"({entry.value})")
+            out[name] = stage
+    return out
+
+
+def producer(name: str) -> str:
+    """The stage that writes artifact `name` ("??" when no paper lists it)."""
+    return producers().get(name, "??")
 
 
 class MissingArtifactError(FileNotFoundError):
@@ -99,7 +111,7 @@ def existing_artifact(cfg: RunConfig, name: str) -> Path:
     this run, and which runs on disk already have it."""
     path = artifact_path(cfg, name)
     if not path.is_file():
-        stage = PRODUCERS.get(name, "??")
+        stage = producer(name)
         others = runs_with_artifact(cfg, name)
         where = (f" Runs on disk that have it: {', '.join(others)} (open one with run_name = \"{others[0]}\")."
                  if others else " No run on disk has it yet.")
@@ -171,7 +183,7 @@ def write_json(cfg: RunConfig, name: str, obj: Any) -> Path:
 def read_json(cfg: RunConfig, name: str) -> Any:
     path = artifact_path(cfg, name, ".json")
     if not path.is_file():
-        stage = PRODUCERS.get(name, "??")
+        stage = producer(name)
         raise MissingArtifactError(f"{path} does not exist: run stage {stage} first.")
     return json.loads(path.read_text(encoding="utf-8"))
 

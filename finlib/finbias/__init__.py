@@ -4,9 +4,5 @@ data/ 00, labels/ 01, perturb/ 02, inference/ 03, scoring/ 04, dpo/ 05, figures/
 folder's `stage` module is the stage (`SECTION`, `run(cfg)`, `summary(cfg, result)`), the other modules its
 parts. Shared by the stages: `vocab` (ratings, conditions, sectors), `answers` (the one rating parser),
 `prompts` (the investor prompt, versioned), `sentences` (sentence splitting) and `artifacts` (which stage
-writes each file; registered with `finlib.core.artifacts` on import).
+writes each file; found by `finlib.core.artifacts.producers` through the package entry points).
 """
-from finlib.core.artifacts import register_producers
-from finlib.finbias.artifacts import PRODUCERS
-
-register_producers(PRODUCERS)

@@ -79,3 +79,33 @@ def test_save_figure_writes_png_and_pdf_with_synthetic_title(tmp_run):
     assert [p.suffix for p in paths] == [".png", ".pdf"] and all(p.stat().st_size > 0 for p in paths)
     assert ax.get_title() == "CAR by year (synthetic data)"
     plt.close(fig)
+
+
+def test_every_paper_artifact_list_is_found_through_the_entry_points():
+    """The ground floor imports no paper, yet its errors name the stage that writes each artifact."""
+    from finlib.bizfin.artifacts import PRODUCERS as BIZFIN
+    from finlib.core.artifacts import producer, producers
+    from finlib.finbias.artifacts import PRODUCERS as FINBIAS
+
+    assert producers() == {**FINBIAS, **BIZFIN}
+    assert producer("labels") == "01" and producer("bizfin_items") == "07" and producer("nothing") == "??"
+
+
+def test_an_artifact_claimed_by_two_stages_is_refused(monkeypatch):
+    from finlib.core import artifacts
+
+    class Entry:
+        def __init__(self, value, lists):
+            self.value, self._lists = value, lists
+
+        def load(self):
+            return self._lists
+
+    monkeypatch.setattr(artifacts, "entry_points", lambda group: [Entry("a:X", {"labels": "01"}),
+                                                                   Entry("b:Y", {"labels": "04"})])
+    artifacts.producers.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="'labels' is written by stage 01 and by stage 04"):
+            artifacts.producers()
+    finally:
+        artifacts.producers.cache_clear()

@@ -58,18 +58,19 @@ def _setup(run, base_url: str, k: int) -> pd.DataFrame:
 def test_k_draws_and_the_sweep_on_a_two_model_server_then_stage_09(tmp_run, monkeypatch):
     from finlib.pipeline.plan import build_plan
     from finlib.finbias.beyond import stage as beyond
-    from finlib.finbias.inference.stage import run_stage
+    from finlib.finbias.inference.stage import read_predictions, run as run_inference
 
     monkeypatch.setenv("STUB_BEYOND_KEY", "k")
     k = 3
     with ThreadedStub() as stub:
         conditions = _setup(tmp_run, stub.base_url, k)
-        pred, report = run_stage(tmp_run)
+        report = run_inference(tmp_run).report
+        pred = read_predictions(tmp_run)
         # sweep reports R0-R2: original (= its own sweep), no_rating, fake (= one sweep), the other sweep;
         # R3 (no sweep): original, no_rating, fake. no_opinion is skipped (no lexicon in this run)
         unique_texts = 3 * 4 + 3
         assert stub.stub.n_requests == unique_texts * k * 2  # two models, k draws each, every draw its own key
-        run_stage(tmp_run)  # resumable: everything is stored, nothing is sent again
+        run_inference(tmp_run)  # resumable: everything is stored, nothing is sent again
         assert stub.stub.n_requests == unique_texts * k * 2
     assert not pred["condition"].str.startswith("sweep_").any() and "sample" not in pred.columns
     draws = read_frame(tmp_run, "draws")
@@ -104,14 +105,14 @@ def test_k_draws_and_the_sweep_on_a_two_model_server_then_stage_09(tmp_run, monk
 
 def test_paper_run_has_no_extension(tmp_run, monkeypatch):
     from finlib.finbias.beyond import stage as beyond
-    from finlib.finbias.inference.stage import run_stage
+    from finlib.finbias.inference.stage import run as run_inference
 
     monkeypatch.setenv("STUB_BEYOND_KEY", "k")
     with ThreadedStub() as stub:
         _setup(tmp_run, stub.base_url, 1)
         conditions = read_frame(tmp_run, "conditions")
         write_frame(tmp_run, "conditions", conditions[~conditions["condition"].str.startswith("sweep_")])
-        run_stage(tmp_run)
+        run_inference(tmp_run)
     assert read_frame(tmp_run, "draws").empty
     res = beyond.run_stage(tmp_run)
     assert res.estimates.empty and res.matrix.empty and len(res.report["skipped"]) == 2

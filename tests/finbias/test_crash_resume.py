@@ -31,10 +31,10 @@ N_REPORTS = 60  # x 2 conditions = 120 calls
 
 def _child(root: Path) -> None:
     """Stage 03 in a forked process (everything already imported: a kill test, not an import test)."""
-    from finlib.finbias.inference.stage import run_stage
+    from finlib.finbias.inference.stage import run as run_inference
 
     os.environ["CRASH_TEST_KEY"] = "k"
-    run_stage(load_run("crash", root=root))
+    run_inference(load_run("crash", root=root))
 
 
 def _conditions() -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""Stage 00 loaders, validation, cleaning, the prepare_data entry point and Tables 2-3.
+"""Stage 00 loaders, validation, cleaning, the run entry point and Tables 2-3.
 
 Fixtures are small files written into tmp_path; every validation error must name the file,
 the row (1-based data row) and the column. No network: HF and yfinance are monkeypatched.
@@ -308,12 +308,12 @@ def test_yfinance_cache_is_used(tmp_path):
     assert calls == ["AAA"] and a.equals(b) and (tmp_path / "AAA.parquet").is_file()
 
 
-# ---------------------------------------------------------------- prepare_data and tables
+# ---------------------------------------------------------------- run and tables
 
-def test_prepare_data_synthetic_writes_contract_artifacts(tmp_run):
+def test_run_synthetic_writes_contract_artifacts(tmp_run):
     from finlib.core import artifacts
 
-    rep = data.prepare_data(tmp_run)
+    rep = data.run(tmp_run)
     r = artifacts.read_frame(tmp_run, "reports")
     assert list(r.columns) == ["report_id", "ticker", "company", "sector", "date", "text", "analyst_rating"]
     assert r["date"].dtype == "datetime64[ns]"
@@ -348,9 +348,9 @@ def _local_run(tmp_run, tmp_path, rows):
     return load_run("local", root=tmp_run.root)
 
 
-def test_prepare_data_local_counts_missing_ratings(tmp_run, tmp_path):
+def test_run_local_counts_missing_ratings(tmp_run, tmp_path):
     cfg = _local_run(tmp_run, tmp_path, GOOD)
-    rep = data.prepare_data(cfg)
+    rep = data.run(cfg)
     assert list(rep.reports["analyst_rating"]) == ["bullish", "bearish", None]  # r3: rating not in 1st sentence
     s = json.loads((cfg.processed_dir / "data_report.json").read_text())
     assert s["no_rating_in_first_sentence"] == 1 and s["no_rating_report_ids"] == ["r3"]
@@ -358,11 +358,11 @@ def test_prepare_data_local_counts_missing_ratings(tmp_run, tmp_path):
     assert s["synthetic"] is False and "truth" not in rep.paths
 
 
-def test_prepare_data_local_missing_path_is_clear(tmp_run, tmp_path):
+def test_run_local_missing_path_is_clear(tmp_run, tmp_path):
     cfg = _local_run(tmp_run, tmp_path, GOOD)
     cfg.params["data"]["reports"]["path"] = None
     with pytest.raises(DataSourceError, match="data.reports.path"):
-        data.prepare_data(cfg, write=False)
+        data.load_data(cfg)
 
 
 def test_table2_and_table3_beside_the_paper():
@@ -412,12 +412,12 @@ def test_real_run_without_market_file_fetches_adjusted_spy(tmp_run, tmp_path, mo
     cfg.params["data"]["prices"]["market_path"] = None
     calls: list = []
     monkeypatch.setitem(sys.modules, "yfinance", types.SimpleNamespace(download=_fake_yf(calls)))
-    rep = data.prepare_data(cfg, write=False)
+    rep = data.load_data(cfg)
     assert [(c[0], c[3]) for c in calls] == [("SPY", True)]       # total-return proxy, not ^GSPC
     assert list(rep.market.columns) == ["date", "market_close"] and len(rep.market) == 2
-    assert "SPY" in rep.summary["market_source"]
+    assert "SPY" in rep.report["market_source"]
     cfg.params["data"]["prices"]["market_ticker"] = "^SP500TR"     # configurable
-    data.prepare_data(cfg, write=False)
+    data.load_data(cfg)
     assert calls[-1][0] == "^SP500TR"
 
 
@@ -453,7 +453,7 @@ def test_misspelled_data_keys_are_errors(tmp_run, tmp_path, section, bad):
     target[bad] = "x"
     dotted = "data." + (f"{section}." if section else "") + bad
     with pytest.raises(ConfigError, match=rf"invalid params:\n  - unknown key '{re.escape(dotted)}'"):
-        data.prepare_data(cfg, write=False)
+        data.load_data(cfg)
 
 
 def test_text_empty_after_cleaning_names_file_row_and_column(tmp_run, tmp_path):
@@ -461,7 +461,7 @@ def test_text_empty_after_cleaning_names_file_row_and_column(tmp_run, tmp_path):
     rows[2]["clean_content"] = "\u200b\u00ad"                    # not blank to str.strip(), empty once cleaned
     cfg = _local_run(tmp_run, tmp_path, rows)
     with pytest.raises(DataValidationError, match="empty after cleaning") as e:
-        data.prepare_data(cfg, write=False)
+        data.load_data(cfg)
     _assert_names(str(e.value), tmp_path / "reports.csv", 3, "clean_content")
     assert "'r3'" in str(e.value)
 
@@ -472,13 +472,13 @@ def test_stage_00_keeps_the_text_as_the_authors_send_it_unless_a_cleaning_is_nam
     messy = "We rate AAA a Buy with a $50 target.\n\tRevenue\t2023\t2024\n  - margins  rose"
     cfg = _local_run(tmp_run, tmp_path, [dict(GOOD[0], clean_content=messy)])
     assert data.data_params(cfg)["text_cleaning"] == []
-    rep = data.prepare_data(cfg, write=False)
-    assert rep.reports["text"].iloc[0] == messy and rep.summary["cleaning"] == {}
+    rep = data.load_data(cfg)
+    assert rep.reports["text"].iloc[0] == messy and rep.report["cleaning"] == {}
     cfg.params["data"]["text_cleaning"] = ["whitespace"]
-    rep = data.prepare_data(cfg, write=False)
+    rep = data.load_data(cfg)
     assert rep.reports["text"].iloc[0] == ("We rate AAA a Buy with a $50 target.\nRevenue\t2023\t2024\n"
                                            "- margins rose")   # lines stripped; tabs inside a line are `nbsp`'s
-    assert rep.summary["cleaning"] == {"whitespace": 1}
+    assert rep.report["cleaning"] == {"whitespace": 1}
 
 
 def test_cleaning_rule_names_are_one_list_in_code_and_schema():

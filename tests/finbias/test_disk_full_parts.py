@@ -13,7 +13,7 @@ def test_disk_full_writing_a_stage_03_part_names_it_and_leaves_no_truncated_part
     """Drill: disk full while stage 03 writes a model's part file."""
     from test_circuit_breaker import _stage_on
 
-    from finlib.finbias.inference.stage import run_stage
+    from finlib.finbias.inference.stage import run as run_inference
     from finlib.rehearsal.stub_server import ThreadedStub
 
     real = pd.DataFrame.to_parquet
@@ -30,6 +30,6 @@ def test_disk_full_writing_a_stage_03_part_names_it_and_leaves_no_truncated_part
         _stage_on(tmp_run, stub.base_url)
         monkeypatch.setattr(pd.DataFrame, "to_parquet", to_parquet)
         with pytest.raises(OSError, match=r"cannot write .*\.predictions-parts/000\.parquet: No space left"):
-            run_stage(tmp_run)
+            run_inference(tmp_run)
     assert [p.name for p in parts.iterdir()] == []  # no truncated part a later join would read
     assert not (tmp_run.processed_dir / "predictions.parquet").exists()

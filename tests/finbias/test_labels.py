@@ -438,7 +438,7 @@ def test_market_series_ending_early_is_outside_coverage():
 
 # --------------------------------------------------------------------------- stage entry point and tables
 
-def test_build_labels_writes_artifacts_and_counts(tmp_run):
+def test_run_writes_artifacts_and_counts(tmp_run):
     from finlib.finbias.labels import stage as L
     from finlib.core.artifacts import read_frame, read_json, write_frame
 
@@ -456,7 +456,7 @@ def test_build_labels_writes_artifacts_and_counts(tmp_run):
     write_frame(tmp_run, "reports", reports)
     write_frame(tmp_run, "prices", prices)
     write_frame(tmp_run, "market", pd.DataFrame({"date": cal, "market_close": market.to_numpy()}))
-    res = L.build_labels(tmp_run)
+    res = L.run(tmp_run)
     lab, rep = res.labels, res.report
     assert res.primary == "paper" and res.window == 60 and res.truth is None
     assert list(res.reports["report_id"]) == list(reports["report_id"])
@@ -522,12 +522,12 @@ def test_misspelled_label_keys_are_errors(params):
         L.options_from_params(params)
 
 
-def test_build_labels_refuses_a_misspelled_key(tmp_run):
+def test_run_refuses_a_misspelled_key(tmp_run):
     from finlib.core.config import ConfigError
 
     tmp_run.params["labels"]["quantile"] = [0.2, 0.8]
     with pytest.raises(ConfigError, match=r"invalid params:\n  - unknown key 'labels\.quantile'"):
-        L.build_labels(tmp_run)
+        L.run(tmp_run)
 
 
 def test_notebook_markdown_helpers():

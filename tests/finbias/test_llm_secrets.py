@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from finlib.core.artifacts import write_frame
-from finlib.finbias.inference.stage import run_stage
+from finlib.finbias.inference.stage import read_predictions, run as run_inference
 from finlib.rehearsal.stub_server import ThreadedStub
 from llm_helpers import api_record, debug_log, write_registry
 
@@ -40,7 +40,8 @@ def test_key_reaches_the_server_only(tmp_run, tmp_path, monkeypatch, capsys):
                                                            concurrency=4))
         tmp_run.params["inference"].update(registry=registry, models=["stub-api"], budget_usd=1.0, progress=True)
         write_frame(tmp_run, "conditions", conditions())
-        pred, report = run_stage(tmp_run)
+        report = run_inference(tmp_run).report
+        pred = read_predictions(tmp_run)
         assert stub.stub.n_requests == 6  # the key was accepted: the stub answers 401 otherwise
     assert (pred.loc[pred["status"] == "ok", "raw_text"].str.contains('"answer"')).all()
     assert (pred["status"] == "ok").sum() == 6 and (pred["status"] == "skipped").sum() == 1

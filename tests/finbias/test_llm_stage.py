@@ -14,8 +14,9 @@ from finlib.core.artifacts import write_frame
 from finlib.core.config import ConfigError
 from finlib.llm.progress import QUIET_INTERVAL_S, TTY_INTERVAL_S, Progress
 from finlib.llm.registry import ModelSpec
-from finlib.finbias.inference.stage import (engine_of, generation_summary, inference_params, plan_requests, run_stage, summarise,
-                              to_frame)
+from finlib.finbias.inference.stage import (engine_of, generation_summary, inference_params, plan_requests,
+                                            read_predictions, summarise, to_frame)
+from finlib.finbias.inference.stage import run as run_inference
 from finlib.finbias.answers import parse_rating
 from llm_helpers import api_record, write_registry
 
@@ -130,7 +131,8 @@ def test_inference_batch_routes_api_models_through_the_batch_api(tmp_run, monkey
     tmp_run.params["inference"].update(registry=registry, models=["gpt-batch"], batch=True,
                                        batch_poll_s=0, max_new_tokens=16, budget_usd=1.0, progress=False)
     write_frame(tmp_run, "conditions", batch_conditions())
-    pred, report = run_stage(tmp_run)
+    report = run_inference(tmp_run).report
+    pred = read_predictions(tmp_run)
     assert len(client.batches_store) == 1  # submitted as one batch, not as live calls
     assert report["models"]["gpt-batch"]["via"] == "batch_api"
     assert pred["status"].tolist() == ["ok", "ok", "error"]
@@ -140,7 +142,7 @@ def test_inference_batch_routes_api_models_through_the_batch_api(tmp_run, monkey
     ledger = json.loads((tmp_run.root / "data" / "interim" / "batches" / "gpt-batch.batches.json").read_text())
     assert [e["collected"] for e in ledger] == [True]
     # rerun: answered keys are not resubmitted; only the failed line goes out again
-    pred2, report2 = run_stage(tmp_run)
+    report2 = run_inference(tmp_run).report
     assert len(client.batches_store) == 2 and report2["models"]["gpt-batch"]["sent"] == 1
 
 
@@ -159,7 +161,7 @@ def test_batch_over_budget_submits_nothing(tmp_run, monkeypatch):
                                        batch_poll_s=0, budget_usd=1.0, progress=False)
     write_frame(tmp_run, "conditions", batch_conditions())
     with pytest.raises(BudgetExceeded, match="Nothing was submitted"):
-        run_stage(tmp_run)
+        run_inference(tmp_run)
     assert client.batches_store == {}
 
 

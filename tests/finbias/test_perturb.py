@@ -160,6 +160,7 @@ def test_fake_reads_back_and_only_first_sentence_changes(sentence: str) -> None:
 
 # ---- the stage artifact ----------------------------------------------------------------------
 
+from finlib.finbias.perturb import stage as perturb_stage  # noqa: E402
 from finlib.finbias.perturb.lexicon import Lexicon, parse_tff  # noqa: E402
 from finlib.finbias.perturb.stage import (  # noqa: E402
     CONDITION_COLUMNS,
@@ -168,7 +169,6 @@ from finlib.finbias.perturb.stage import (  # noqa: E402
     conditions_summary,
     example_html,
     fake_ratings_for,
-    run_stage,
     validate_conditions,
 )
 
@@ -309,11 +309,11 @@ def test_summary_and_example(tiny_lex: Lexicon) -> None:
     assert page.count("<td>") == 4 and "<del>We find the valuation compelling.</del>" in page
 
 
-def test_run_stage_synthetic_with_the_default_lexicon_path(tmp_run) -> None:
+def test_stage_run_synthetic_with_the_default_lexicon_path(tmp_run) -> None:
     from finlib.core.artifacts import read_frame, read_json, write_frame
 
     write_frame(tmp_run, "reports", REPORTS)
-    run_stage(tmp_run)
+    perturb_stage.run(tmp_run)
     cond = read_frame(tmp_run, "conditions")
     paper = cond[cond.condition.isin([c.value for c in CONDITIONS])]
     assert len(paper) == 16 and not ((cond.condition == "no_opinion") & (cond.skip_reason.str.contains("lexicon",
@@ -321,17 +321,17 @@ def test_run_stage_synthetic_with_the_default_lexicon_path(tmp_run) -> None:
     assert read_json(tmp_run, "perturb_report")["lexicon"]["source"].endswith("subjclueslen1-HLTEMNLP05.tff")
 
 
-def test_run_stage_synthetic_without_lexicon_raises(tmp_run) -> None:
+def test_stage_run_synthetic_without_lexicon_raises(tmp_run) -> None:
     from finlib.core.artifacts import write_frame
     from finlib.finbias.perturb.lexicon import LexiconUnavailable
 
     tmp_run.params["perturb"]["lexicon_path"] = "data/external/none/missing.tff"
     write_frame(tmp_run, "reports", REPORTS)
     with pytest.raises(LexiconUnavailable, match="missing.tff"):
-        run_stage(tmp_run)
+        perturb_stage.run(tmp_run)
 
 
-def test_run_stage_real_data_without_lexicon_raises(tmp_run) -> None:
+def test_stage_run_real_data_without_lexicon_raises(tmp_run) -> None:
     from finlib.core.artifacts import write_frame
     from finlib.finbias.perturb.lexicon import LexiconUnavailable
 
@@ -339,7 +339,7 @@ def test_run_stage_real_data_without_lexicon_raises(tmp_run) -> None:
     tmp_run.params["data"]["source"] = "local"
     write_frame(tmp_run, "reports", REPORTS)
     with pytest.raises(LexiconUnavailable, match="make data"):
-        run_stage(tmp_run)
+        perturb_stage.run(tmp_run)
 
 
 def test_synthetic_market_round_trip(shared_data) -> None:
@@ -365,12 +365,11 @@ def test_synthetic_market_round_trip(shared_data) -> None:
 def test_misspelled_perturb_keys_are_errors(tmp_run, bad) -> None:
     from finlib.core.artifacts import write_frame
     from finlib.core.config import ConfigError
-    from finlib.finbias.perturb.stage import run_stage
 
     tmp_run.params["perturb"][bad] = "both"
     write_frame(tmp_run, "reports", REPORTS)
     with pytest.raises(ConfigError, match=rf"unknown key(?s:.*){bad}"):
-        run_stage(tmp_run)
+        perturb_stage.run(tmp_run)
 
 
 def test_example_note_names_path_and_synthetic(tmp_run) -> None:
@@ -384,7 +383,6 @@ def test_example_note_names_path_and_synthetic(tmp_run) -> None:
 
 def test_lexicon_latin1_lines_reach_the_stage_report(tmp_run, tmp_path) -> None:
     from finlib.core.artifacts import read_json, write_frame
-    from finlib.finbias.perturb.stage import run_stage
 
     lex = tmp_path / "lex.tff"
     lex.write_bytes(b"type=strongsubj len=1 word1=superb pos1=adj stemmed1=n priorpolarity=positive\n"
@@ -392,7 +390,7 @@ def test_lexicon_latin1_lines_reach_the_stage_report(tmp_run, tmp_path) -> None:
     tmp_run.params["perturb"]["lexicon_path"] = str(lex)
     tmp_run.params["perturb"]["lexicon_md5"] = None   # a test lexicon, not the MPQA file
     write_frame(tmp_run, "reports", REPORTS)
-    run_stage(tmp_run)
+    perturb_stage.run(tmp_run)
     lines = read_json(tmp_run, "perturb_report")["lexicon"]["lines_not_utf8_decoded_as_latin1"]
     assert len(lines) == 1 and lines[0].startswith("line 2:") and "caf\u00e9" in lines[0]
 

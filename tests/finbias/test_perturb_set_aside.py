@@ -74,7 +74,7 @@ def test_stage_writes_the_set_aside_artifact_and_fails_past_the_gate(tmp_run, mo
     tmp_run.params["perturb"]["mpqa_pos"] = "ignore"
     tmp_run.params["perturb"]["sweep_reports"] = 0
     write_frame(tmp_run, "reports", REPORTS)
-    res = perturb.run_stage(tmp_run)
+    res = perturb.run(tmp_run)
     assert read_frame(tmp_run, "perturb_set_aside").empty
     assert read_json(tmp_run, "perturb_report")["set_aside"]["max_share"] == 0.01
     assert res.report["first_sentences_differing_from_punkt"] == 1  # report C's rating line
@@ -82,7 +82,7 @@ def test_stage_writes_the_set_aside_artifact_and_fails_past_the_gate(tmp_run, mo
     monkeypatch.setattr(perturb, "rewrite_report_rating", lambda text, new: (_ for _ in ()).throw(
         ValueError("seeded")) if text.startswith("We rate Gamma") else real(text, new))
     with pytest.raises(perturb.SetAsideGateError):
-        perturb.run_stage(tmp_run)
+        perturb.run(tmp_run)
     aside = read_frame(tmp_run, "perturb_set_aside")
     assert list(aside["report_id"]) == ["C"]  # written before the gate stops the stage
 

@@ -8,7 +8,8 @@ from test_llm_secrets import conditions
 
 from finlib.core.artifacts import read_frame, write_frame
 from finlib.core.config import ConfigError
-from finlib.finbias.inference.stage import InferenceFailed, check_error_share, inference_params, run_stage
+from finlib.finbias.inference.stage import InferenceFailed, check_error_share, inference_params, read_predictions
+from finlib.finbias.inference.stage import run as run_inference
 from finlib.rehearsal.stub_server import ThreadedStub
 from llm_helpers import api_record, write_registry
 
@@ -27,7 +28,7 @@ def test_wrong_key_fails_the_stage_naming_the_error(tmp_run, monkeypatch):
         _use_stub(tmp_run, stub.base_url)
         with pytest.raises(InferenceFailed, match=r"model 'stub-api': 6/6 calls failed; most frequent error \(6x\): "
                                                   r"HTTP 401"):
-            run_stage(tmp_run)
+            run_inference(tmp_run)
         assert stub.stub.n_requests == 6  # 401 is not retried
     pred = read_frame(tmp_run, "predictions")  # written before failing: the failures can be inspected
     assert (pred["status"] == "error").sum() == 6 and pred["answer"].isna().all()
@@ -40,7 +41,8 @@ def test_a_few_failures_pass_and_are_not_answers(tmp_run, monkeypatch):
     with ThreadedStub() as stub:
         _use_stub(tmp_run, stub.base_url)
         write_frame(tmp_run, "conditions", cond)
-        pred, report = run_stage(tmp_run)
+        report = run_inference(tmp_run).report
+        pred = read_predictions(tmp_run)
     failed = pred[pred["status"] == "error"]
     assert len(failed) == 1 and "HTTP 500" in failed["error"].iloc[0]
     assert failed["answer"].isna().all() and not failed["parsed"].any()
@@ -84,7 +86,8 @@ def test_transport_failures_are_outside_n_and_cut_or_refused_answers_inside_n(tm
     with ThreadedStub() as stub:
         _use_stub(tmp_run, stub.base_url)
         write_frame(tmp_run, "conditions", cond)
-        pred, report = run_stage(tmp_run)
+        report = run_inference(tmp_run).report
+        pred = read_predictions(tmp_run)
     reports = pd.DataFrame({"report_id": [f"R{i}" for i in range(3)], "ticker": ["AAA", "BBB", "CCC"],
                             "sector": "Technology", "analyst_rating": "bullish"})
     labels = pd.DataFrame({"report_id": [f"R{i}" for i in range(3)], "label": ["bullish", "neutral", "bearish"]})

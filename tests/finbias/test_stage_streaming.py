@@ -90,7 +90,7 @@ def test_stage_streams_messages_and_joins_per_model_parts(tmp_run, monkeypatch):
     seen: list = []
     monkeypatch.setattr(stage, "send_pending", fake_sender(seen))
     monkeypatch.setattr(stage, "check_error_share", lambda *a: None)  # one failed report of five is the point
-    report = stage.write_stage(tmp_run)
+    report = stage.run(tmp_run).report
 
     text_of = dict(zip(df["item_id"], df["text"]))
     assert len(seen) == 2 * 9  # both models, every ok row once
@@ -126,7 +126,7 @@ def test_stage_streams_messages_and_joins_per_model_parts(tmp_run, monkeypatch):
     assert preview["raw_text"].notna().all()
 
     seen.clear()  # a rerun sends only what is not answered, and builds messages for those alone
-    stage.write_stage(tmp_run)
+    stage.run(tmp_run)
     assert sorted(r.meta["item_id"] for r in seen) == ["R2:no_rating", "R2:original"]
 
 

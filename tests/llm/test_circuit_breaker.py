@@ -184,14 +184,14 @@ def _stage_on(tmp_run, base_url: str, **fields) -> None:
 
 def test_wrong_key_stops_a_finbias_stage_after_the_breaker_threshold(tmp_run, monkeypatch):
     """Drill: wrong key in a Fin-Bias stage (stage 03 stops after the breaker's threshold)."""
-    from finlib.finbias.inference.stage import run_stage
+    from finlib.finbias.inference.stage import run as run_inference
 
     monkeypatch.setenv("STUB_RELIABILITY_KEY", "sk-wrong-key-0000000000")
     with ThreadedStub(require_key="sk-right-key-1111111111") as stub:
         _stage_on(tmp_run, stub.base_url)
         with pytest.raises(CircuitOpen, match=r"^model 'stub-api' stopped: 2 consecutive rejected requests; last: "
                                               r"HTTP 401.* 4 call\(s\) not sent and 2 failed") as err:
-            run_stage(tmp_run)
+            run_inference(tmp_run)
         sent = stub.stub.n_requests
     assert sent == 2 and "\n" not in str(err.value)  # 2 of the stage's 6 calls sent, 4 never sent
     assert "wrong-key-0000000000" not in str(err.value) and "STUB_RELIABILITY_KEY" in str(err.value)
@@ -199,13 +199,13 @@ def test_wrong_key_stops_a_finbias_stage_after_the_breaker_threshold(tmp_run, mo
 
 def test_dead_server_stops_a_finbias_stage(tmp_run, monkeypatch, simulated_clock):
     """Drill: server down during a Fin-Bias stage (connection refused: stage 03 stops)."""
-    from finlib.finbias.inference.stage import run_stage
+    from finlib.finbias.inference.stage import run as run_inference
 
     monkeypatch.setenv("STUB_RELIABILITY_KEY", "k")
     _stage_on(tmp_run, f"http://127.0.0.1:{_dead_port()}/v1", breaker_grace_s=0)
     with pytest.raises(CircuitOpen, match=r"^model 'stub-api' stopped: 2 consecutive refused connections .* "
                                           r"\d call\(s\) not sent"):
-        run_stage(tmp_run)
+        run_inference(tmp_run)
 
 
 def test_wrong_key_stops_engine_chat_used_by_bizfinbench(tmp_path, monkeypatch, simulated_clock):

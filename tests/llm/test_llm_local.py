@@ -12,7 +12,8 @@ from finlib.finbias.prompts import FINBIAS_LABELS
 from finlib.core.artifacts import read_json, write_frame
 from finlib.finbias.prompts import build_messages, first_sentence_end
 from finlib.llm.registry import load_registry
-from finlib.finbias.inference.stage import PREDICTION_COLUMNS, check_conditions, plan_requests, run_stage
+from finlib.finbias.inference.stage import PREDICTION_COLUMNS, check_conditions, plan_requests, read_predictions
+from finlib.finbias.inference.stage import run as run_inference
 from finlib.llm.store import Request, make_key
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,7 +127,8 @@ def test_stage_writes_contract_and_resumes(tmp_run):
     tmp_run.params["inference"].update(models=["smollm2-135m"], model_cache=str(MODEL_CACHE), generate_subset=1,
                                        max_new_tokens=4, progress=False)  # the torch backend alone
     write_frame(tmp_run, "conditions", fixture_conditions())
-    pred, report = run_stage(tmp_run)
+    report = run_inference(tmp_run).report
+    pred = read_predictions(tmp_run)
     assert list(pred.columns) == PREDICTION_COLUMNS
     assert len(pred) == 8 + 4  # 7 scored + 1 skipped, + 4 generated (report R0, all conditions)
     scored = pred[(pred["mode"] == "score") & (pred["status"] == "ok")]
@@ -141,7 +143,8 @@ def test_stage_writes_contract_and_resumes(tmp_run):
     assert 0 < report["models"]["smollm2-135m"]["label_mass_min"] <= report["models"]["smollm2-135m"]["label_mass_mean"] <= 1
     assert read_json(tmp_run, "inference_report")["n_skipped_conditions"] == 1
     # rerun: everything comes from the store, same predictions
-    pred2, report2 = run_stage(tmp_run)
+    report2 = run_inference(tmp_run).report
+    pred2 = read_predictions(tmp_run)
     assert report2["models"]["smollm2-135m"]["sent"] == 0
     assert report2["models"]["smollm2-135m"]["cached"] == 11
     pd.testing.assert_frame_equal(pred.drop(columns="latency_s"), pred2.drop(columns="latency_s"))

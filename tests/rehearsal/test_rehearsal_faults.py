@@ -52,9 +52,9 @@ def world(tmp_path_factory):
     (root / "pyproject.toml").write_text("[project]\nname='tmp'\n")
     (root / "params" / "faults.yaml").write_text(PARAMS)
     cfg = load_run("faults", root=root)
-    data.prepare_data(cfg)
-    labels.build_labels(cfg)
-    perturb.run_stage(cfg)
+    data.run(cfg)
+    labels.run(cfg)
+    perturb.run(cfg)
     planted = planted_records(cfg)
     profiles = profiles_for(cfg, served_model_names(cfg))
     with ServerPool(profiles, None, 0.0, planted_index(planted)) as pool:
@@ -73,7 +73,7 @@ def rehearse_tables(world, monkeypatch) -> list[str]:
         path.unlink(missing_ok=True)
     for k, v in endpoint_environment(pool.urls()).items():
         monkeypatch.setenv(k, v)
-    inference.write_stage(cfg)
+    inference.run(cfg)
     scoring.score_run(cfg)
     out: dict = {}
     return finbias_cell_problems(cfg, profiles, planted, float(rehearsal_params(cfg)["cell_alpha"]), out,

@@ -168,15 +168,20 @@ def load_reports_hf(dataset: str, split: str, columns: dict[str, str | None],
 
 # ---------------------------------------------------------------- stage entry point
 
+SECTION = "data"
+
+
 @dataclass
-class DataReport:
-    """What stage 00 produced: the four frames and the counts written to data_report.json."""
+class DataResult:
+    """What stage 00 produced: the four frames, the counts written to data_report.json (`report`),
+    the tables it wrote (`tables`: what notebook 00 shows) and the artifacts' paths."""
 
     reports: pd.DataFrame
     prices: pd.DataFrame
     market: pd.DataFrame
     truth: pd.DataFrame | None
-    summary: dict[str, Any] = field(default_factory=dict)
+    report: dict[str, Any] = field(default_factory=dict)
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     paths: dict[str, Path] = field(default_factory=dict)
 
 
@@ -275,10 +280,21 @@ def check_priced_share(reports: pd.DataFrame, prices: pd.DataFrame, min_share: f
     return covered
 
 
-def prepare_data(cfg: RunConfig, write: bool = True) -> DataReport:
-    """Stage 00: load (or generate), validate, clean, extract ratings, write the artifacts."""
-    from finlib.core import artifacts
+def rating_agreement(reports: pd.DataFrame) -> dict[str, int] | None:
+    """Where the corpus carries its own rating column (the synthetic market does): how often it agrees
+    with the first-sentence rating the extractor read (None without such a column)."""
+    if "given_rating" not in reports.columns:
+        return None
+    given = reports["given_rating"].map(lambda v: None if v is None or pd.isna(v) else str(v).strip().lower())
+    found = reports["analyst_rating"]
+    return {"given_vs_extracted_agree": int((given == found).sum()),
+            "given_vs_extracted_disagree": int(((given != found) & found.notna()).sum()),
+            "given_but_not_extracted": int((given.notna() & found.isna()).sum())}
 
+
+def load_data(cfg: RunConfig) -> DataResult:
+    """Load (or generate), validate, clean and extract the ratings -- everything stage 00 does but
+    writing: what `run` writes, and what a check of the inputs alone needs."""
     d = data_params(cfg)
     source = "synthetic" if cfg.is_synthetic else d["source"]
     truth = None
@@ -289,28 +305,59 @@ def prepare_data(cfg: RunConfig, write: bool = True) -> DataReport:
     reports, cleaning = clean_reports(reports, d["text_cleaning"])
     check_text_after_cleaning(reports)
     reports["analyst_rating"] = extract_ratings(reports["text"]).astype(object)
-    agreement = None
-    if "given_rating" in reports.columns:
-        given = reports["given_rating"].map(lambda v: None if v is None or pd.isna(v) else str(v).strip().lower())
-        found = reports["analyst_rating"]
-        agreement = {"given_vs_extracted_agree": int((given == found).sum()),
-                     "given_vs_extracted_disagree": int(((given != found) & found.notna()).sum()),
-                     "given_but_not_extracted": int((given.notna() & found.isna()).sum())}
-        reports = reports.drop(columns="given_rating")
+    agreement = rating_agreement(reports)
+    reports = reports.drop(columns="given_rating", errors="ignore")
     reports = reports[["report_id", "ticker", "company", "sector", "date", "text", "analyst_rating"]]
-    summary = summarise(reports, prices, market, {**notes, **pnotes})
-    summary.update(source=source, cleaning=cleaning, synthetic=source == "synthetic")
-    summary["reports_priced_on_their_date"] = check_priced_share(reports, prices, float(d.get("min_priced_share") or 0))
+    report = summarise(reports, prices, market, {**notes, **pnotes})
+    report.update(source=source, cleaning=cleaning, synthetic=source == "synthetic")
+    report["reports_priced_on_their_date"] = check_priced_share(reports, prices, float(d.get("min_priced_share") or 0))
     if agreement:
-        summary["rating_extraction_check"] = agreement
-    rep = DataReport(reports=reports, prices=prices, market=market, truth=truth, summary=summary)
-    if write:
-        for name in ("reports", "prices", "market"):
-            rep.paths[name] = artifacts.write_frame(cfg, name, getattr(rep, name))
-        if truth is not None:
-            rep.paths["truth"] = artifacts.write_frame(cfg, "truth", truth)
-        rep.paths["data_report"] = artifacts.write_json(cfg, "data_report", summary)
-    return rep
+        report["rating_extraction_check"] = agreement
+    return DataResult(reports=reports, prices=prices, market=market, truth=truth, report=report)
+
+
+def write_tables(cfg: RunConfig, res: DataResult) -> dict[str, pd.DataFrame]:
+    """Tables 2 and 3 (analyst half), written with their captions; plus what notebook 00 shows
+    beside them (the counts of data_report.json, the synthetic skew check), not written."""
+    from finlib.core.tables import write_table
+
+    table2 = sector_table(res.reports)
+    write_table(cfg, "table2_sectors", table2, "Table 2: analyst reports per sector (ours vs. Fin-Bias)")
+    table3 = analyst_rating_table(res.reports)
+    write_table(cfg, "table3_analyst_ratings", table3, "Table 3 (analyst half): analyst ratings (ours vs. Fin-Bias)")
+    return {"data_report": summary_table(res.report), "synthetic_checks": synthetic_checks(res),
+            "table2_sectors": table2, "table3_analyst_ratings": table3}
+
+
+def run(cfg: RunConfig) -> DataResult:
+    """Stage 00: load (or generate), validate, clean, extract ratings; write the artifacts
+    (reports, prices, market, truth for the synthetic market, data_report.json) and Tables 2-3."""
+    from finlib.core import artifacts
+
+    res = load_data(cfg)
+    for name in ("reports", "prices", "market"):
+        res.paths[name] = artifacts.write_frame(cfg, name, getattr(res, name))
+    if res.truth is not None:
+        res.paths["truth"] = artifacts.write_frame(cfg, "truth", res.truth)
+    res.paths["data_report"] = artifacts.write_json(cfg, "data_report", res.report)
+    res.tables = write_tables(cfg, res)
+    return res
+
+
+def summary(cfg: RunConfig, result: DataResult) -> str:
+    """Notebook 00's first output: the run, source and seed, where the artifacts went, the caveat of
+    synthetic data, and the headline counts (reports, unrated first sentences, reports without prices)."""
+    from finlib.core.tables import SYNTHETIC_CAVEAT
+
+    rep = result.report
+    lines = [f"Run `{cfg.name}`, source `{rep['source']}`, seed {cfg.seed}; artifacts in `{cfg.processed_dir}`."]
+    if rep.get("synthetic"):
+        lines.append(f"**{SYNTHETIC_CAVEAT}**")
+    lines.append(f"**{rep['n_reports']} reports** on {rep['n_tickers']} tickers, {rep['date_range'][0]} to "
+                 f"{rep['date_range'][1]}; first sentence without a rating: {rep['no_rating_in_first_sentence']} "
+                 f"(kept, rating None); without prices: {rep['reports_without_prices']}; priced on their date: "
+                 f"{rep['reports_priced_on_their_date']}.")
+    return "\n\n".join(lines)
 
 
 # ---------------------------------------------------------------- tables 2 and 3
@@ -394,14 +441,7 @@ def example_markdown(row: pd.Series, max_words: int = 250) -> str:
             + body.replace("\n\n", "\n>\n> "))
 
 
-def run_line(cfg: RunConfig) -> str:
-    """Notebook 00's first output: which run, source and seed, and where the artifacts go."""
-    data_params(cfg)  # a misspelled key fails here, before anything runs
-    source = "synthetic" if cfg.is_synthetic else cfg["data"]["source"]
-    return f"run {cfg.name!r}, source {source!r}, seed {cfg.seed}, artifacts -> {cfg.processed_dir}"
-
-
-def summary_table(summary: dict) -> pd.DataFrame:
+def summary_table(report: dict) -> pd.DataFrame:
     """The scalar counts of data_report.json as a two-column table for display."""
     rows: list[tuple[str, Any]] = []
 
@@ -414,11 +454,11 @@ def summary_table(summary: dict) -> pd.DataFrame:
         elif prefix.endswith("range"):
             rows.append((prefix, " .. ".join(map(str, value))))
 
-    walk("", summary)
+    walk("", report)
     return pd.DataFrame(rows, columns=["count", "value"]).astype({"value": str})
 
 
-def synthetic_checks(rep: DataReport) -> pd.DataFrame:
+def synthetic_checks(rep: DataResult) -> pd.DataFrame:
     """Does the synthetic corpus carry the paper's analyst-rating skew? Shares of first-sentence ratings.
 
     (Whether the planted return signal is recoverable is checked once, by the labels stage:

@@ -28,6 +28,9 @@ CONDITION_COLORS = {"original": "#1f5a99", "no_rating": "#e08a1e", "no_opinion":
 MODEL_COLORS = ("#332288", "#44aa99", "#88ccee", "#999933", "#882255", "#ddcc77", "#117733")
 MODEL_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 VARIANT_COLORS = {"base": "#b8b8b8", "dpo": "#3b3b3b"}
+# alternatives of one computation drawn over each other (two beta estimators, the MPQA matching
+# policies): shades of grey in a fixed order, never a hue that means a rating, condition or model
+ALTERNATIVE_GREYS = ("#3b3b3b", "#b8b8b8", "#7a7a7a")
 HEATMAP_CMAP = "viridis"
 
 # journal column widths are 3.5 in (single) and 7.2 in (double); figures are drawn 0.2 in narrower,

@@ -393,7 +393,7 @@ class FigureStage:
     def need(self, name: str) -> pd.DataFrame:
         df = self.frame(name)
         if df is None:
-            from finlib.core.artifacts import PRODUCERS
+            from finlib.finbias.artifacts import PRODUCERS
 
             stage = PRODUCERS.get(name, "05" if name.startswith("dpo") else "??")
             raise MissingArtifactError(f"stage {stage} artifacts not found ({name}): run stage {stage} "

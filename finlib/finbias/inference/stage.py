@@ -11,6 +11,7 @@ store: a rerun only sends what is not answered yet. Answers are read once, with 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass, field
 import functools
 import resource
 import shutil
@@ -295,19 +296,7 @@ def _run_model(cfg: RunConfig, spec: ModelSpec, texts: ArtifactTexts, inf: dict,
             return int(inf["samples_per_item"])
         return 1
 
-    model = None
-    if spec.backend == "local":
-        from finlib.llm.local_backend import LocalModel
-
-        model = LocalModel(spec, cfg.path(inf["model_cache"]), dtype=inf["dtype"], batch_size=inf["batch_size"],
-                           score_batch_size=inf["score_batch_size"], max_batch_tokens=inf["max_batch_tokens"],
-                           seed=cfg.seed, threads=inf["threads"], device=inf["device"], labels=FINBIAS_LABELS)
-        n_tokens = model.n_tokens
-        overhead = model.n_tokens(model.prompt_text(build_messages("", spec.supports_system, inf["prompt_version"]),
-                                                    "score"))
-        counted = "model_tokenizer (local)"
-    else:
-        n_tokens, overhead, counted = server_token_counter(spec, inf)
+    model, n_tokens, overhead, counted = model_and_counter(cfg, spec, inf)
 
     requests = [r for part in texts.frames(list(CONDITION_COLUMNS)) for r in plan_requests(
         part[part["status"] == "ok"], spec, modes_for, inf, n_tokens, overhead, samples_for, keep_messages=False)]
@@ -328,8 +317,34 @@ def _run_model(cfg: RunConfig, spec: ModelSpec, texts: ArtifactTexts, inf: dict,
             progress.close()
     stored = store.get([r.key for r in unique])
     rows = _rows(requests, stored)
+    report["models"][spec.name] = model_report(spec, inf, primary, only_ids, requests, unique, answered, pending,
+                                               rows, stored, model, counted, t0)
+    return rows
+
+
+def model_and_counter(cfg: RunConfig, spec: ModelSpec, inf: dict) -> tuple[Any, Callable[[str], int], int, str]:
+    """(the loaded local model or None, its token count of a text, the prompt's overhead in tokens,
+    how the tokens were counted): a local model counts with its own tokenizer, a server-backed one
+    with `server_token_counter`."""
+    if spec.backend != "local":
+        return (None, *server_token_counter(spec, inf))
+    from finlib.llm.local_backend import LocalModel
+
+    model = LocalModel(spec, cfg.path(inf["model_cache"]), dtype=inf["dtype"], batch_size=inf["batch_size"],
+                       score_batch_size=inf["score_batch_size"], max_batch_tokens=inf["max_batch_tokens"],
+                       seed=cfg.seed, threads=inf["threads"], device=inf["device"], labels=FINBIAS_LABELS)
+    overhead = model.n_tokens(model.prompt_text(build_messages("", spec.supports_system, inf["prompt_version"]),
+                                                "score"))
+    return model, model.n_tokens, overhead, "model_tokenizer (local)"
+
+
+def model_report(spec: ModelSpec, inf: dict, primary: str, only_ids: set[str] | None, requests: list[Request],
+                 unique: list[Request], answered, pending: list[Request], rows: list[dict],
+                 stored: dict[str, dict], model, counted: str, t0: float) -> dict:
+    """One model's block of the stage report: what was planned, sent and read from the store, the
+    inputs cut and the answers' room, load and wall time, and the label mass of scored rows."""
     masses = [s["label_mass"] for s in stored.values() if s["mode"] == "score" and s["label_mass"] is not None]
-    report["models"][spec.name] = {
+    return {
         "backend": spec.backend, "model_id": spec.model_id, "primary_mode": primary,
         "via": {"local": "local", "llamacpp": "llama.cpp server (chat_completions)"}.get(
             spec.backend, "batch_api" if inf["batch"] else "chat_completions"),
@@ -352,7 +367,6 @@ def _run_model(cfg: RunConfig, spec: ModelSpec, texts: ArtifactTexts, inf: dict,
         "label_mass_mean": float(np.mean(masses)) if masses else None,
         "label_mass_min": float(np.min(masses)) if masses else None,
     }
-    return rows
 
 
 def skipped_rows(skipped: pd.DataFrame, specs: list[ModelSpec], inf: dict,
@@ -476,15 +490,97 @@ def open_conditions(cfg: RunConfig) -> tuple[pd.DataFrame, ArtifactTexts]:
     return conditions, texts
 
 
-def run_stage(cfg: RunConfig, models: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
-    """Run stage 03 (`write_stage`) and read the predictions back whole: (predictions, report).
-    At the paper's size the notebook reads only what it shows (`read_predictions`)."""
-    report = write_stage(cfg, models)
-    return read_frame(cfg, "predictions"), report
+SECTION = "inference"
 
 
-def write_stage(cfg: RunConfig, models: list[str] | None = None) -> dict:
-    """Run stage 03 for a run and write its artifacts; returns the report.
+@dataclass
+class InferenceResult:
+    """What stage 03 produced: its report (inference_report.json), the predictions without the
+    answers' text (the counts and probabilities; `read_predictions(cfg)` reads the text), and the
+    tables notebook 03 shows."""
+
+    report: dict
+    predictions: pd.DataFrame
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+
+def report_head(inf: dict, conditions: pd.DataFrame, gen_ids: set[str], subsets: dict[str, set[str] | None],
+                precision: dict | None) -> dict:
+    """The stage report's opening block: the run's choices and the condition rows it starts from."""
+    ok = conditions[conditions["status"] == "ok"]
+    skipped = conditions[conditions["status"] == "skipped"]
+    return {"precision": precision,
+            "generator_reports": {n: sorted(ids) for n, ids in subsets.items() if ids is not None},
+            "prompt_version": inf["prompt_version"],
+            "prompt_source": finbias_prompt(inf["prompt_version"]).source,
+            "models": {}, "n_conditions": int(len(conditions)),
+            "n_ok_conditions": int(len(ok)), "n_skipped_conditions": int(len(skipped)),
+            "skip_reasons": dict(Counter(skipped["skip_reason"].astype(str))),
+            "generate_subset_reports": sorted(gen_ids), "budget_usd": float(inf["budget_usd"]),
+            "params": {k: inf[k] for k in ("mode", "max_new_tokens", "max_input_tokens", "dtype", "batch_size",
+                                            "score_batch_size", "device", "generator_reports", "constrained_json")}}
+
+
+@dataclass
+class ModelRun:
+    """What every model of one stage-03 run shares: params, texts, report ids per role, the store."""
+
+    cfg: RunConfig
+    inf: dict
+    texts: ArtifactTexts
+    skipped: pd.DataFrame
+    gen_ids: set[str]
+    subsets: dict[str, set[str] | None]
+    ext_models: set[str]
+    draw_ids: set[str]
+    report: dict
+
+
+def send_models(run: ModelRun, specs: list[ModelSpec], budget, parts_dir: Path) -> tuple[dict[str, Path], list[dict]]:
+    """Every model in turn: plan, send what the store lacks, parse, and write its paper rows (draw 0 of
+    the four conditions, skipped rows carried) to a part file; returns the parts and the extension's rows."""
+    ext: list[dict] = []
+    parts: dict[str, Path] = {}  # model -> its rows, parsed (joined in model order: the artifact's sort)
+    try:
+        with ResponseStore(run.cfg.path(run.inf["store"])) as store:
+            for spec in specs:
+                extension = spec.name in run.ext_models
+                rows = _run_model(run.cfg, spec, run.texts, run.inf, store, budget, run.gen_ids, run.report,
+                                  run.subsets[spec.name], run.draw_ids if extension else set())
+                if extension:  # the extension's rows -> draws
+                    primary_generates = run.report["models"][spec.name]["primary_mode"] == "generate"
+                    ext += [r for r in rows if str(r["report_id"]) in run.draw_ids
+                            and (r["mode"] == "generate") == primary_generates]
+                paper = [r for r in rows if r["sample"] == 0 and r["condition"] not in SWEEP_VALUES]
+                del rows
+                paper += skipped_rows(run.skipped, [spec], run.inf, run.subsets)
+                part = to_frame(paper, run.texts, release_rows=True, sort=False)  # sorted as it is joined
+                parts[spec.name] = parts_dir / f"{len(parts):03d}.parquet"
+                write_atomic(parts[spec.name], lambda tmp, part=part: part.to_parquet(tmp, index=False))
+                del paper, part
+                return_freed_memory()
+    finally:
+        from finlib.llm.llamacpp import close_servers
+
+        close_servers()  # the llama.cpp server of this stage stops here, not at kernel exit
+    return parts, ext
+
+
+def extension_draws(ext: list[dict], texts: ArtifactTexts, inf: dict, seed: int) -> pd.DataFrame:
+    """The extension's draws frame from its rows (`finlib.finbias.inference.draws`)."""
+    samples = [r["sample"] for r in ext]
+    ext_frame = to_frame(ext, texts) if ext else pd.DataFrame()
+    if ext:  # to_frame keeps the contract's columns: the draw index comes back by position after its sort
+        order = pd.DataFrame({"i": range(len(ext)), "model": [r["model"] for r in ext],
+                              "mode": [r["mode"] for r in ext], "item_id": [r["item_id"] for r in ext]})
+        order = order.sort_values(["model", "mode", "item_id"], kind="stable")
+        ext_frame["sample"] = np.asarray(samples)[order["i"].to_numpy()]
+    return draws_frame(ext_frame, int(inf["samples_per_item"]), seed)
+
+
+def run_models(cfg: RunConfig, models: list[str] | None = None) -> tuple[dict, pd.DataFrame]:
+    """Send every model's calls and write predictions.parquet, draws and inference_report.json;
+    returns the report and the predictions without the answers' text.
 
     Each model's rows are parsed and written to a part file as the model finishes, and the parts
     are joined into predictions.parquet without a frame of every row: at the paper's size
@@ -497,67 +593,27 @@ def write_stage(cfg: RunConfig, models: list[str] | None = None) -> dict:
     conditions, texts = open_conditions(cfg)
     return_freed_memory()  # the text check read every row group once
     ok = conditions[conditions["status"] == "ok"]
-    skipped = conditions[conditions["status"] == "skipped"]
     gen_ids = generate_subset_ids(ok, inf["generate_subset"])
     inf, precision = resolve_precision(cfg, inf, specs)
     subsets = subset_reports(ok, specs, inf)
-    ext_models, draw_ids = extension_models(inf), extension_report_ids(ok, inf)
-    report: dict = {"precision": precision,
-                    "generator_reports": {n: sorted(ids) for n, ids in subsets.items() if ids is not None},
-                    "prompt_version": inf["prompt_version"],
-                    "prompt_source": finbias_prompt(inf["prompt_version"]).source,
-                    "models": {}, "n_conditions": int(len(conditions)),
-                    "n_ok_conditions": int(len(ok)), "n_skipped_conditions": int(len(skipped)),
-                    "skip_reasons": dict(Counter(skipped["skip_reason"].astype(str))),
-                    "generate_subset_reports": sorted(gen_ids), "budget_usd": float(inf["budget_usd"]),
-                    "params": {k: inf[k] for k in ("mode", "max_new_tokens", "max_input_tokens", "dtype", "batch_size",
-                                                    "score_batch_size", "device", "generator_reports",
-                                                    "constrained_json")}}
+    run = ModelRun(cfg, inf, texts, conditions[conditions["status"] == "skipped"], gen_ids, subsets,
+                   set(extension_models(inf)), extension_report_ids(ok, inf),
+                   report_head(inf, conditions, gen_ids, subsets, precision))
     budget = Budget(float(inf["budget_usd"]))
     parts_dir = cfg.processed_dir / ".predictions-parts"
     shutil.rmtree(parts_dir, ignore_errors=True)  # parts of an interrupted run: remade from the store
     parts_dir.mkdir(parents=True)
-    ext: list[dict] = []
-    parts: dict[str, Path] = {}  # model -> its rows, parsed (joined in model order: the artifact's sort)
-    try:
-        with ResponseStore(cfg.path(inf["store"])) as store:
-            for spec in specs:
-                rows = _run_model(cfg, spec, texts, inf, store, budget, gen_ids, report, subsets[spec.name],
-                                  draw_ids if spec.name in ext_models else set())
-                if spec.name in ext_models:  # the extension's rows -> draws
-                    primary_generates = report["models"][spec.name]["primary_mode"] == "generate"
-                    ext += [r for r in rows if str(r["report_id"]) in draw_ids
-                            and (r["mode"] == "generate") == primary_generates]
-                # the paper's rows (draw 0 of the four conditions) -> predictions
-                paper = [r for r in rows if r["sample"] == 0 and r["condition"] not in SWEEP_VALUES]
-                del rows
-                paper += skipped_rows(skipped, [spec], inf, subsets)
-                part = to_frame(paper, texts, release_rows=True, sort=False)  # sorted as it is joined
-                parts[spec.name] = parts_dir / f"{len(parts):03d}.parquet"
-                write_atomic(parts[spec.name], lambda tmp, part=part: part.to_parquet(tmp, index=False))
-                del paper, part
-                return_freed_memory()
-    finally:
-        from finlib.llm.llamacpp import close_servers
-
-        close_servers()  # the llama.cpp server of this stage stops here, not at kernel exit
-    report["peak_rss_mb_sending"] = peak_rss_mb()
+    parts, ext = send_models(run, specs, budget, parts_dir)
+    run.report["peak_rss_mb_sending"] = peak_rss_mb()
     if parts:
         join_parts([parts[name] for name in sorted(parts)], artifact_path(cfg, "predictions"))
     else:
         write_frame(cfg, "predictions", to_frame([]))
     shutil.rmtree(parts_dir, ignore_errors=True)
     pred = read_predictions(cfg, text=False)
-    samples = [r["sample"] for r in ext]
-    ext_frame = to_frame(ext, texts) if ext else pd.DataFrame()
-    if ext:  # to_frame keeps the contract's columns: the draw index comes back by position after its sort
-        order = pd.DataFrame({"i": range(len(ext)), "model": [r["model"] for r in ext],
-                              "mode": [r["mode"] for r in ext], "item_id": [r["item_id"] for r in ext]})
-        order = order.sort_values(["model", "mode", "item_id"], kind="stable")
-        ext_frame["sample"] = np.asarray(samples)[order["i"].to_numpy()]
-    draws = draws_frame(ext_frame, int(inf["samples_per_item"]), cfg.seed)
-    report = summarise(pred, report)
-    report["draws"] = draws_summary(draws, int(inf["samples_per_item"]), draw_ids, inf)
+    draws = extension_draws(ext, texts, inf, cfg.seed)
+    report = summarise(pred, run.report)
+    report["draws"] = draws_summary(draws, int(inf["samples_per_item"]), run.draw_ids, inf)
     report["budget_spent_this_run_usd"] = budget.spent
     report["wall_s"] = round(time.perf_counter() - t0, 3)
     report["peak_rss_mb"] = peak_rss_mb()
@@ -565,7 +621,58 @@ def write_stage(cfg: RunConfig, models: list[str] | None = None) -> dict:
     write_json(cfg, "inference_report", report)
     check_error_share(pred, float(inf["max_error_share"]))
     check_error_share(draws[draws["draw"] == "stored answer"], float(inf["max_error_share"]))
-    return report
+    return report, pred
+
+
+def write_tables(cfg: RunConfig, report: dict, pred: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The label-probability table, written with its caption; plus what notebook 03 shows beside it
+    (rows per status, the first generated answers of each model, usage and cost), not written."""
+    from finlib.core.tables import write_table
+
+    probs = probability_summary(pred)
+    write_table(cfg, "inference_label_probabilities", probs,
+                "Stage 03: mean label probabilities by model and condition (label scoring).")
+    return {"status": status_summary(pred), "inference_label_probabilities": probs,
+            "generated_answers": generation_summary(generated_rows(cfg)), "usage": usage_table(report)}
+
+
+def run(cfg: RunConfig, models: list[str] | None = None) -> InferenceResult:
+    """Stage 03: every ok condition row x model (`models`: a subset of `inference.models`) through
+    the response store; writes predictions, draws, inference_report.json and the table."""
+    report, pred = run_models(cfg, models)
+    return InferenceResult(report, pred, write_tables(cfg, report, pred))
+
+
+def summary(cfg: RunConfig, result: InferenceResult) -> str:
+    """Notebook 03's first output: the synthetic-data caveat, the run's choices (models, mode, prompt,
+    output and input caps, budget), and per model what was sent, read from the store and cut."""
+    from finlib.core.tables import SYNTHETIC_CAVEAT
+
+    rep, inf = result.report, inference_params(cfg)
+    lines = [f"**{SYNTHETIC_CAVEAT}**"] if cfg.is_synthetic else []
+    lines.append(f"Run `{cfg.name}`: models {inf['models']}, mode `{inf['mode']}`, "
+                 f"prompt `{inf['prompt_version']}`, output tokens `{inf['max_new_tokens']}` "
+                 "(`registry` = the authors' 4,096; an integer = this run's CPU-time cap), "
+                 f"generation subset {inf['generate_subset']} report(s), "
+                 f"max input {inf['max_input_tokens']} tokens, budget ${inf['budget_usd']:.2f}.")
+    lines.append("Per model: " + "; ".join(
+        f"`{name}` {m['sent']} sent, {m['cached']} from the store, {m['truncated_inputs']} truncated inputs, "
+        f"load {m['load_s']} s, {m['wall_s']} s, mean label mass {m['label_mass_mean']}"
+        for name, m in rep["models"].items()))
+    return "\n\n".join(lines)
+
+
+def generation_note(report: dict) -> str:
+    """The generated answers' parse counts (stage 04's parser) and, per model, the parse rate."""
+    parse = report["generate_parse"]
+    return (f"Generated answers: {parse['n']}, parsed as a rating by stage 04's parser: {parse['parsed']} "
+            f"(reasons: {parse['by_note']}); cut at the output-token limit: {report['truncated_outputs']}. "
+            f"All rows: {report['answer_status']}.\n\n" + generation_reading(report))
+
+
+def cost_note(report: dict) -> str:
+    """The run's total cost of the stored calls and the stage's wall time."""
+    return f"Total cost: ${report['cost_usd_total']:.4f}; stage wall time {report['wall_s']} s."
 
 
 def return_freed_memory() -> None:

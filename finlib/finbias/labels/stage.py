@@ -9,18 +9,22 @@ a run, compares the methods, writes `labels.parquet` and the stage report, and d
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from finlib.core.tables import save_figure, skip_figure
+from finlib.core.config import RunConfig
+from finlib.core.tables import skip_figure, write_table
 from finlib.finbias.figures.base import (
+    ALTERNATIVE_GREYS,
     DOUBLE_COLUMN_IN,
     RATING_COLORS,
     SINGLE_COLUMN_IN,
-    caption,
     figure_style,
+    finish,
     legend_outside,
 )
 from finlib.finbias.vocab import POOLED, RATINGS, SECTOR_MEAN, SECTORS, Rating
@@ -38,6 +42,7 @@ from finlib.finbias.labels.market_model import (  # noqa: F401  (re-exported: th
     options_from_params,
 )
 
+SECTION = "labels"
 # Average rows of the analyst accuracy table (the names stage 04 uses).
 PRINTED = "Average (printed in the paper)"
 SMALL_YEAR = 10  # years with fewer labelled events are flagged: 30/40/30 holds only up to rounding
@@ -298,6 +303,9 @@ class LabelsResult:
     truth: pd.DataFrame | None     # synthetic runs only: the planted signal
     primary: str                   # params labels.method
     window: int                    # params labels.window
+    quantiles: tuple[float, float] = (0.30, 0.70)  # params labels.quantiles
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)   # written tables, by name
+    figures: dict[str, Any] = field(default_factory=dict)           # drawn figures (None: not drawn)
 
 
 def label_settings(cfg) -> tuple[str, dict]:
@@ -310,8 +318,15 @@ def label_settings(cfg) -> tuple[str, dict]:
     return primary, options_from_params(params)
 
 
-def build_labels(cfg) -> LabelsResult:
-    """Stage 01 entry point: read stage 00's artifacts, label both ways, write labels + report."""
+def bucket_split(quantiles: tuple[float, float]) -> str:
+    """The per-year split the buckets make, in percent, as captions print it: (0.3, 0.7) -> "30/40/30"."""
+    lo, hi = (float(q) for q in quantiles)
+    return "/".join(f"{round(100 * share, 4):g}" for share in (lo, hi - lo, 1 - hi))
+
+
+def label_run(cfg) -> LabelsResult:
+    """Read stage 00's artifacts, label both ways, write labels.parquet and labels_report.json
+    (the tables and figures are `run`'s)."""
     from finlib.core.artifacts import artifact_path, read_frame, write_frame, write_json
 
     primary, options = label_settings(cfg)
@@ -324,12 +339,86 @@ def build_labels(cfg) -> LabelsResult:
     report = labels_report(labels, reports, primary, options, diagnostics, truth)
     write_frame(cfg, "labels", labels)
     write_json(cfg, "labels_report", report)
-    return LabelsResult(labels, report, reports, truth, primary, int(options["window"]))
+    return LabelsResult(labels, report, reports, truth, primary, int(options["window"]),
+                        tuple(options["quantiles"]))
+
+
+def write_tables(cfg: RunConfig, res: LabelsResult) -> dict[str, pd.DataFrame]:
+    """Stage 01's tables, written with captions built from the run's params (method, window, quantiles)."""
+    labels, reports, primary, window = res.labels, res.reports, res.primary, res.window
+    split, rate = bucket_split(res.quantiles), res.report["agreement"]
+    specs = [
+        ("labels_exclusions", exclusion_counts(labels, primary),
+         f"Reports without a return-based label, by reason ({window}-day event window; both estimators).", {}),
+        ("table3_return_ratings", table3_return_ratings(labels),
+         f"Return-based ratings (Fin-Bias Table 3, lower half): {primary} market model, {window}-day CAR, "
+         f"year-specific {split} buckets; the paper's counts and shares beside ours.", {}),
+        ("labels_shares_by_year", label_shares_by_year(labels, reports),
+         f"Return-based labels per report year ({primary} method): counts and shares (%); "
+         f"small_year = fewer than {SMALL_YEAR} labelled reports, where {split} holds only up to rounding.", {}),
+        ("labels_car_by_year", car_by_year(labels, reports),
+         f"Distribution of the {window}-day CAR by report year ({primary} method), with the realised "
+         "bucket boundaries.", {"float_format": "{:.4f}"}),
+        ("labels_beta_distribution", beta_distribution(labels, primary),
+         "Estimated market-model betas: event window (paper) and pre-event estimation window (MacKinlay).",
+         {"float_format": "{:.3f}"}),
+        ("labels_method_agreement", method_agreement(labels, primary),
+         f"Labels under the paper's estimator vs MacKinlay's: same label for {rate['n_same']} of "
+         f"{rate['n_both']} reports labelled by both.", {}),
+        ("analyst_accuracy_by_sector", analyst_accuracy_by_sector(labels, reports),
+         f"Analyst rating accuracy (%) against the return-based labels ({primary} method) by sector; "
+         "the paper's Analyst rows of Tables 6 and 7 beside.", {}),
+    ]
+    tables = {}
+    for name, table, text, options in specs:
+        write_table(cfg, name, table, text, **options)
+        tables[name] = table
+    recovery = write_recovery_table(cfg, res.report)
+    if isinstance(recovery, pd.DataFrame):
+        tables["labels_synthetic_recovery"] = recovery
+    return tables
+
+
+def draw_figures(cfg: RunConfig, res: LabelsResult) -> dict[str, Any]:
+    """Stage 01's figures, saved and closed (the notebook shows them with `show_figure`)."""
+    import matplotlib.pyplot as plt
+
+    figures = {"labels_car_by_year": plot_car_by_year(cfg, res.labels, res.reports, res.primary, res.window,
+                                                      res.quantiles),
+               "labels_beta_distribution": plot_beta_distribution(cfg, res.labels, res.primary)}
+    for fig in figures.values():
+        if fig is not None:
+            plt.close(fig)  # drawn once, shown where the notebook tells the story
+    return figures
+
+
+def run(cfg) -> LabelsResult:
+    """Stage 01: read stage 00's artifacts, label both ways, write labels + report, the tables and figures."""
+    res = label_run(cfg)
+    return dataclasses.replace(res, tables=write_tables(cfg, res), figures=draw_figures(cfg, res))
+
+
+def summary(cfg, result: LabelsResult) -> str:
+    """Notebook 01's first output: the synthetic-data caveat (when it applies) and the headline counts."""
+    from finlib.core.tables import SYNTHETIC_CAVEAT
+
+    lines = [f"**{SYNTHETIC_CAVEAT}**"] if cfg.is_synthetic else []
+    lines.append(f"Primary method `{result.primary}`, {result.window}-day CAR, year-specific "
+                 f"{bucket_split(result.quantiles)} buckets (`labels.quantiles`).")
+    lines.append(report_markdown(result.report))
+    return "\n\n".join(lines)
+
+
+def recovery_view(result: LabelsResult) -> pd.DataFrame | str:
+    """The planted-signal recovery table of a synthetic run, or why a real run has none."""
+    return result.tables.get("labels_synthetic_recovery",
+                             "No truth.parquet in this run (real data): there is no planted signal to recover.")
 
 
 # --------------------------------------------------------------------------- figures
 
-def plot_car_by_year(cfg, labels: pd.DataFrame, reports: pd.DataFrame, primary: str, window: int):
+def plot_car_by_year(cfg, labels: pd.DataFrame, reports: pd.DataFrame, primary: str, window: int,
+                     quantiles: tuple[float, float] = (0.30, 0.70)):
     """Each report's CAR by year, coloured by its label: the buckets are year-relative."""
     import matplotlib.pyplot as plt
 
@@ -353,9 +442,10 @@ def plot_car_by_year(cfg, labels: pd.DataFrame, reports: pd.DataFrame, primary: 
         ax.set_xlabel("report year")
         ax.set_ylabel(f"CAR, days +1..+{window} ({primary} method)")
         legend_outside(ax, ncol=3)
-    save_figure(cfg, fig, "labels_car_by_year", caption=caption(
-        cfg, f"{window}-day CAR (days +1..+{window}, {primary} method) of each report by report year, coloured by "
-             "its return-based label; boxes per year. The buckets are year-relative (30/40/30 per year)."))
+    finish(cfg, fig, "labels_car_by_year",
+           f"{window}-day CAR (days +1..+{window}, {primary} method) of each report by report year, coloured by "
+           f"its return-based label; boxes per year. The buckets are year-relative ({bucket_split(quantiles)} "
+           "per year).")
     return fig
 
 
@@ -369,24 +459,22 @@ def plot_beta_distribution(cfg, labels: pd.DataFrame, primary: str):
         return None
     with figure_style():
         fig, ax = plt.subplots(figsize=(SINGLE_COLUMN_IN * 1.5, 3.0))
-        for (m, b), color in zip(betas.items(), ("#444444", "#bbbbbb")):
+        for (m, b), color in zip(betas.items(), ALTERNATIVE_GREYS):
             if len(b):
                 ax.hist(b, bins=min(40, max(5, len(b) // 3)), alpha=0.6, color=color, label=f"{m} (n={len(b)})")
         ax.axvline(1.0, color="black", lw=0.5)
         ax.set_xlabel("estimated market beta")
         ax.set_ylabel("reports")
         legend_outside(ax, ncol=2)
-    save_figure(cfg, fig, "labels_beta_distribution", caption=caption(
-        cfg, "Market-model beta per report: event-window estimate (the paper's) beside the estimation-window "
-             "estimate (MacKinlay)."))
+    finish(cfg, fig, "labels_beta_distribution",
+           "Market-model beta per report: event-window estimate (the paper's) beside the estimation-window "
+           "estimate (MacKinlay).")
     return fig
 
 
 def write_recovery_table(cfg, report: dict) -> pd.DataFrame | str:
     """On synthetic runs, write and return the stage report's planted-signal recovery table;
     otherwise say why not."""
-    from finlib.core.tables import write_table
-
     if "synthetic_recovery" not in report:
         return "No truth.parquet in this run (real data): there is no planted signal to recover."
     table = pd.DataFrame(report["synthetic_recovery"])

@@ -32,10 +32,11 @@ from __future__ import annotations
 import html
 import zlib
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -107,6 +108,7 @@ SET_ASIDE = "set aside: "   # + the reason: a report whose conditions could not 
 SET_ASIDE_COLUMNS = ("report_id", "step", "reason")
 DEFAULT_MAX_SET_ASIDE_SHARE = 0.01
 FAKE_MODES = ("one", "both")
+SECTION = "perturb"
 TAG_CHUNK = 256  # reports per tagging stream (spaCy batches sentences across the reports of a chunk)
 
 
@@ -185,7 +187,7 @@ def no_opinion_row(report_id: str, rating: Rating, rest: str, filtered: str | No
 
 
 @dataclass
-class StageResult:
+class PerturbResult:
     """Everything stage 02 produces, in memory, before it is written."""
 
     conditions: pd.DataFrame
@@ -195,6 +197,9 @@ class StageResult:
     subjectivity: SubjectivityFilter | None = None
     checks: pd.DataFrame | None = None     # validate_conditions' table, with n_set_aside per check
     set_aside: pd.DataFrame | None = None  # SET_ASIDE_COLUMNS: the reports set aside and why
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)  # what notebook 02 shows (`run`)
+    figures: dict[str, Any] = field(default_factory=dict)         # drawn figures (None: not drawn)
+    example: Path | None = None    # figures/<run>/example_conditions.html (`run`; None: no report to show)
 
     @property
     def lexicon(self) -> Lexicon | None:
@@ -204,7 +209,7 @@ class StageResult:
 def build_conditions(reports: pd.DataFrame, seed: int, mode: str = "one", lexicon: Lexicon | None = None,
                      source: str = "reports.parquet", policy: str = "respect",
                      tagger: PosTagger | None = None, chunk: int = TAG_CHUNK,
-                     sweep_ids: set[str] | None = None, join: bool = False, validate: bool = True) -> StageResult:
+                     sweep_ids: set[str] | None = None, join: bool = False, validate: bool = True) -> PerturbResult:
     """The conditions artifact for a reports frame (columns report_id, text[, analyst_rating]).
 
     ``lexicon``: None = the MPQA copy shipped with the package (`shipped_lexicon`); no_opinion is always built.
@@ -217,7 +222,7 @@ def build_conditions(reports: pd.DataFrame, seed: int, mode: str = "one", lexico
     ``join``: params `perturb.join_lines`: single line breaks joined into spaces in every condition (a named
     normalisation; off by default, the report keeps its line structure as the authors send it).
     ``validate``: run `validate_conditions` on every report and set aside the ones that fail (module
-    docstring, "Reports set aside"); the checks table is ``StageResult.checks``.
+    docstring, "Reports set aside"); the checks table is ``PerturbResult.checks``.
     """
     require_columns(reports, ("report_id", "text"), source)
     if policy not in POS_POLICIES:
@@ -229,57 +234,83 @@ def build_conditions(reports: pd.DataFrame, seed: int, mode: str = "one", lexico
     kinds: Counter = Counter()
     rows: list[dict] = []
     aside: list[dict] = []
-    has_stage00 = "analyst_rating" in reports.columns
     recs = list(reports.itertuples(index=False))
     for start in range(0, len(recs), chunk):
         pending = []
         for i, rec in enumerate(recs[start:start + chunk], start=start):
-            rid, text = str(rec.report_id), rec.text
-            if not isinstance(text, str) or not text.strip():
-                raise ValueError(f"{source}: row {i} (report_id {rid!r}), field 'text': empty or missing")
-            text = join_lines(text) if join else text
-            try:
-                r_rows, rating, rest = report_conditions(rid, text, seed, mode, kinds)
-                sweep = sweep_rows(rid, text, rating) if rating is not None and rid in (sweep_ids or ()) else []
-            except ValueError as exc:  # one report never stops the corpus: set aside with the reason
-                rating = extract_analyst_rating(text)
-                reason = f"conditions could not be written: {exc}"
-                aside.append({"report_id": rid, "step": "writing conditions", "reason": reason})
-                r_rows = [_row(rid, c, None, rating, skip=SET_ASIDE + reason) for c in CONDITIONS]
-                sweep, rating, rest = [], None, ""
-            if has_stage00:
-                given = rec.analyst_rating if isinstance(rec.analyst_rating, str) else None
-                if given != r_rows[0]["analyst_rating"]:
-                    raise ValueError(f"{source}: row {i} (report_id {rid!r}), field 'analyst_rating': stage 00 "
-                                     f"says {given!r} but the first sentence reads "
-                                     f"{r_rows[0]['analyst_rating']!r}; rerun stage 00")
+            r_rows, item = report_rows(i, rec, source, seed, mode, kinds, aside, sweep_ids or set(), join)
             rows.extend(r_rows)
-            rows.extend(sweep)
-            pending.append((rid, rating, rest, r_rows[-1]["skip_reason"] if rating is None else None))
-        todo = [rest for _, rating, rest, _ in pending if rating is not None and rest.strip()]
-        results = iter(filt.run(todo) if todo else [])
-        for rid, rating, rest, skipped in pending:
-            res = next(results) if rating is not None and rest.strip() else None
-            if rating is not None:
-                rows.append(no_opinion_row(rid, rating, rest, None if res is None else res[0]))
-            reason = rows[-1]["skip_reason"] if rating is not None else skipped
-            tally.add(rid, None if res is None else res[1], reason)
+            pending.append(item)
+        rows.extend(no_opinion_rows(pending, filt, tally))
     conditions = pd.DataFrame(rows, columns=list(CONDITION_COLUMNS)).astype("str")  # None stays missing
     checks = None
     if validate:
         failures, checks = _validation(conditions, filt)
         conditions = set_aside_reports(conditions, failures, aside)
         checks["n_set_aside"] = checks["n_failed"]  # every report that failed a check is set aside
+    set_aside = pd.DataFrame(aside, columns=list(SET_ASIDE_COLUMNS))
+    report = conditions_report(conditions, reports, lexicon, mode, set_aside, kinds, join)
+    report["mpqa"] = tally.summary(policy, filt.tagger)
+    report["mpqa"]["sentences"] = filt.summary()
+    return PerturbResult(conditions, tally.stats_frame(), tally.triggers_frame(lexicon), report, filt, checks,
+                         set_aside)
+
+
+def report_rows(i: int, rec, source: str, seed: int, mode: str, kinds: Counter, aside: list[dict],
+                sweep_ids: set[str], join: bool) -> tuple[list[dict], tuple]:
+    """One report's original / no_rating / fake_rating (and sweep) rows, and what its no_opinion row
+    needs: (report_id, rating, no_rating text, skip reason of an unrated report). A report whose
+    conditions cannot be written is set aside (appended to ``aside``): one report never stops the
+    corpus. A stage-00 `analyst_rating` that differs from what the extractor reads now is an error
+    (stale artifacts), naming the row and report."""
+    rid, text = str(rec.report_id), rec.text
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"{source}: row {i} (report_id {rid!r}), field 'text': empty or missing")
+    text = join_lines(text) if join else text
+    try:
+        r_rows, rating, rest = report_conditions(rid, text, seed, mode, kinds)
+        sweep = sweep_rows(rid, text, rating) if rating is not None and rid in sweep_ids else []
+    except ValueError as exc:  # set aside with the reason
+        rating = extract_analyst_rating(text)
+        reason = f"conditions could not be written: {exc}"
+        aside.append({"report_id": rid, "step": "writing conditions", "reason": reason})
+        r_rows = [_row(rid, c, None, rating, skip=SET_ASIDE + reason) for c in CONDITIONS]
+        sweep, rating, rest = [], None, ""
+    if hasattr(rec, "analyst_rating"):
+        given = rec.analyst_rating if isinstance(rec.analyst_rating, str) else None
+        if given != r_rows[0]["analyst_rating"]:
+            raise ValueError(f"{source}: row {i} (report_id {rid!r}), field 'analyst_rating': stage 00 "
+                             f"says {given!r} but the first sentence reads "
+                             f"{r_rows[0]['analyst_rating']!r}; rerun stage 00")
+    return r_rows + sweep, (rid, rating, rest, r_rows[-1]["skip_reason"] if rating is None else None)
+
+
+def no_opinion_rows(pending: list[tuple], filt: SubjectivityFilter, tally: subjectivity.TriggerTally) -> list[dict]:
+    """The no_opinion rows of a chunk of reports (``report_rows``' second values), filtered in one
+    stream so the tagger sees long batches; every report's removals go to ``tally``."""
+    todo = [rest for _, rating, rest, _ in pending if rating is not None and rest.strip()]
+    results = iter(filt.run(todo) if todo else [])
+    rows: list[dict] = []
+    for rid, rating, rest, skipped in pending:
+        res = next(results) if rating is not None and rest.strip() else None
+        reason = skipped
+        if rating is not None:
+            rows.append(no_opinion_row(rid, rating, rest, None if res is None else res[0]))
+            reason = rows[-1]["skip_reason"]
+        tally.add(rid, None if res is None else res[1], reason)
+    return rows
+
+
+def conditions_report(conditions: pd.DataFrame, reports: pd.DataFrame, lexicon: Lexicon, mode: str,
+                      set_aside: pd.DataFrame, kinds: Counter, join: bool) -> dict:
+    """perturb_report.json but its `mpqa` block: counts, set-aside reports, sentence-rule effect, rewrites."""
     report = stage_report(conditions, lexicon, mode, len(reports))
-    report["set_aside"] = set_aside_summary(pd.DataFrame(aside, columns=list(SET_ASIDE_COLUMNS)), len(reports))
+    report["set_aside"] = set_aside_summary(set_aside, len(reports))
     report["first_sentences_differing_from_punkt"] = first_sentences_differing_from_punkt(
         [t for t in reports["text"] if isinstance(t, str)])
     report["join_lines"] = bool(join)
     report["fake_rating_rewrites_by_kind"] = {k: int(kinds[k]) for k in REWRITE_KINDS}
-    report["mpqa"] = tally.summary(policy, filt.tagger)
-    report["mpqa"]["sentences"] = filt.summary()
-    return StageResult(conditions, tally.stats_frame(), tally.triggers_frame(lexicon), report, filt, checks,
-                       pd.DataFrame(aside, columns=list(SET_ASIDE_COLUMNS)))
+    return report
 
 
 def set_aside_reports(conditions: pd.DataFrame, failures: dict[str, list[str]], aside: list[dict]) -> pd.DataFrame:
@@ -307,7 +338,7 @@ def set_aside_summary(aside: pd.DataFrame, n_reports: int) -> dict:
                                    aside.groupby(["step", "reason"]).size().items()} if len(aside) else {}}
 
 
-def set_aside_table(result: StageResult) -> pd.DataFrame:
+def set_aside_table(result: PerturbResult) -> pd.DataFrame:
     """The reports set aside by the stage, one row each, with the step and reason (what notebook 02 shows)."""
     return result.set_aside if result.set_aside is not None else pd.DataFrame(columns=list(SET_ASIDE_COLUMNS))
 
@@ -393,9 +424,9 @@ def resolve_lexicon(cfg: RunConfig, params: dict) -> tuple[Lexicon, None]:
     return lexicon, None
 
 
-def run_stage(cfg: RunConfig) -> StageResult:
-    """Stage 02: read reports.parquet, write conditions / lexicon_stats / perturb_report."""
-    params = perturb_params(cfg)
+def perturb_run(cfg: RunConfig, params: dict) -> PerturbResult:
+    """Build the conditions of stage 00's reports with the run's lexicon, tagger and options
+    (the tagger and the filter's caches are closed however it ends)."""
     lexicon, _ = resolve_lexicon(cfg, params)
     reports = read_frame(cfg, "reports")
     tagger = None
@@ -412,6 +443,12 @@ def run_stage(cfg: RunConfig) -> StageResult:
             tagger.close()
         if result is not None and result.subjectivity is not None:
             result.subjectivity.close()
+    return result
+
+
+def write_artifacts(cfg: RunConfig, params: dict, result: PerturbResult) -> None:
+    """conditions, lexicon_stats, perturb_set_aside and perturb_report.json; then the set-aside gate
+    (after writing, so the list of reports set aside can be read when it stops the stage)."""
     write_frame(cfg, "conditions", result.conditions, row_group_size=TEXT_ROW_GROUP)
     write_frame(cfg, "lexicon_stats", result.lexicon_stats)
     write_frame(cfg, "perturb_set_aside", set_aside_table(result))
@@ -419,10 +456,83 @@ def run_stage(cfg: RunConfig) -> StageResult:
     result.report["set_aside"]["max_share"] = DEFAULT_MAX_SET_ASIDE_SHARE if max_share is None else float(max_share)
     write_json(cfg, "perturb_report", result.report)
     check_set_aside_gate(result.report, result.report["set_aside"]["max_share"])
+
+
+def write_tables(cfg: RunConfig, params: dict, result: PerturbResult) -> dict[str, pd.DataFrame]:
+    """Stage 02's tables, written with captions naming the run's MPQA policy; plus what notebook 02
+    shows beside them (validation checks, reports set aside, fake-rating examples), not written."""
+    from finlib.core.tables import write_table
+
+    policy, top = params["mpqa_pos"], params["top_triggers"]
+    specs = [
+        ("conditions_summary", conditions_summary(result.conditions),
+         "Stage 02 conditions: items ok / skipped and mean length (words = alphabetic tokens)"),
+        ("lexicon_removed", subjectivity.removal_summary(result.lexicon_stats),
+         "Sentences and words removed per report by the MPQA strongsubj filter, per POS policy (perturb.mpqa_pos)"),
+        ("triggers", subjectivity.top_triggers(result.triggers, policy, top),
+         f"Most frequent MPQA strongsubj triggers in the removed sentences (mpqa_pos: {policy}); "
+         "the other policy's counts beside"),
+        ("triggers_pos_blind", subjectivity.top_triggers(result.triggers, "ignore", top),
+         "Most frequent triggers under the POS-blind matcher (mpqa_pos: ignore); the POS-aware counts beside"),
+        ("mpqa_policy_differences", subjectivity.policy_differences(result.report),
+         "Sentences removed by only one MPQA matching policy, and their trigger words"),
+    ]
+    tables = {}
+    for name, table, text in specs:
+        write_table(cfg, name, table, text)
+        tables[name] = table
+    return {**tables, "validation_checks": result.checks, "set_aside": set_aside_table(result),
+            "fake_examples": fake_examples(result.conditions, n=3)}
+
+
+def run(cfg: RunConfig) -> PerturbResult:
+    """Stage 02: read reports.parquet; write conditions / lexicon_stats / perturb_set_aside /
+    perturb_report, the tables, the strongsubj-removal figure and the four-condition example."""
+    import matplotlib.pyplot as plt
+
+    params = perturb_params(cfg)
+    result = perturb_run(cfg, params)
+    write_artifacts(cfg, params, result)
+    result.tables = write_tables(cfg, params, result)
+    fig = subjectivity.removal_figure(cfg, result.lexicon_stats)
+    if fig is not None:
+        plt.close(fig)  # drawn once, shown where the notebook tells the story
+    result.figures = {"fig_strongsubj_removed": fig}
+    if (result.conditions["status"] == "ok").any():  # else no report to show: `example_note` says so
+        result.example = save_example(cfg, result.conditions, params["example_report"])
+    if result.checks is not None:
+        raise_on_failures(result.checks)
     return result
 
 
+def summary(cfg: RunConfig, result: PerturbResult) -> str:
+    """Notebook 02's first output: the synthetic-data caveat and the headline counts (reports, without
+    a rating, set aside, ok rows per condition)."""
+    from finlib.core.tables import SYNTHETIC_CAVEAT
+
+    rep = result.report
+    ok = ", ".join(f"{c} {n}" for c, n in rep["n_ok_by_condition"].items())
+    lines = [f"**{SYNTHETIC_CAVEAT}**"] if cfg.is_synthetic else []
+    lines.append(f"**{rep['n_reports']} reports**: {rep['n_reports_without_rating']} without a rating in their first "
+                 f"sentence (left out of every condition), {rep['set_aside']['n_reports']} set aside "
+                 f"({rep['set_aside']['share']:.2%}; gate {rep['set_aside']['max_share']:.2%}). Ok rows: {ok}. "
+                 f"Fake ratings: `{rep['fake_rating_mode']}`; MPQA policy `{rep['mpqa']['mpqa_pos']}`.")
+    return "\n\n".join(lines)
+
+
+def failures_not_set_aside(result: PerturbResult) -> int:
+    """Validation failures on reports the stage did not set aside: 0 unless a check is broken."""
+    checks = result.checks
+    return 0 if checks is None else int((checks["n_failed"] - checks["n_set_aside"]).sum())
+
+
 # ---- validation, tables and the side-by-side example (notebook 02) ---------------------------
+
+VALIDATION_CHECKS = ("no_rating = original minus first sentence", "fake differs from original",
+                     "fake: only the first sentence differs", "fake rating != analyst rating",
+                     "extractor reads the fake rating back", "no_opinion: sentences of no_rating only",
+                     "no_opinion: no strongsubj word left", "sweep: extractor reads the shown rating back")
+
 
 def validate_conditions(conditions: pd.DataFrame, subjectivity: SubjectivityFilter | None = None) -> pd.DataFrame:
     """The validation table (one row per check, `_validation`); see `_validation` for the checks."""
@@ -437,16 +547,12 @@ def _validation(conditions: pd.DataFrame, subjectivity: SubjectivityFilter | Non
     - fake_rating differs from the original, only in the first sentence, names a rating other
       than the analyst's, and the extractor reads the fake rating back;
     - no_opinion keeps only sentences of no_rating, none with a strongsubj word under the run's
-      policy (with a lexicon: ``subjectivity`` is ``StageResult.subjectivity``; tags from its cache).
+      policy (with a lexicon: ``subjectivity`` is ``PerturbResult.subjectivity``; tags from its cache).
       With a result cache, a text that passed this re-match with the same filter is not matched
       again (`n_passed_in_an_earlier_run`): most of a rerun's time was this check.
     """
     ok = conditions[conditions["status"] == "ok"]
-    failures: dict[str, list[str]] = {k: [] for k in (
-        "no_rating = original minus first sentence", "fake differs from original",
-        "fake: only the first sentence differs", "fake rating != analyst rating",
-        "extractor reads the fake rating back", "no_opinion: sentences of no_rating only",
-        "no_opinion: no strongsubj word left", "sweep: extractor reads the shown rating back")}
+    failures: dict[str, list[str]] = {k: [] for k in VALIDATION_CHECKS}
     checked: Counter = Counter()
     # plain records per report and condition: pandas groupbys per report were most of a rerun's time
     by_report: dict[str, dict[str, list]] = {}
@@ -458,33 +564,7 @@ def _validation(conditions: pd.DataFrame, subjectivity: SubjectivityFilter | Non
             continue
         orig = by[Condition.ORIGINAL.value][0].text
         o_spans = list(islice(iter_sentence_spans(orig), 2))
-        after_first = orig[o_spans[0][1]:]
-        if Condition.NO_RATING.value in by:
-            checked["no_rating = original minus first sentence"] += 1
-            if len(o_spans) < 2 or by[Condition.NO_RATING.value][0].text != orig[o_spans[1][0]:]:
-                failures["no_rating = original minus first sentence"].append(rid)
-        for rec in by.get(Condition.FAKE_RATING.value, []):
-            fake = rec.text
-            for k in ("fake differs from original", "fake: only the first sentence differs",
-                      "fake rating != analyst rating", "extractor reads the fake rating back"):
-                checked[k] += 1
-            f_end = next(iter_sentence_spans(fake))[1]
-            if fake == orig:
-                failures["fake differs from original"].append(rid)
-            if fake[f_end:] != after_first or not fake.startswith(orig[:o_spans[0][0]]):
-                failures["fake: only the first sentence differs"].append(rid)
-            if rec.fake_rating == rec.analyst_rating:
-                failures["fake rating != analyst rating"].append(rid)
-            read = extract_analyst_rating(fake)
-            if read is None or read.value != rec.fake_rating:
-                failures["extractor reads the fake rating back"].append(rid)
-        for cond in SWEEP_CONDITIONS.values():  # the rating sweep: the shown rating is read back
-            for rec in by.get(cond.value, []):
-                checked["sweep: extractor reads the shown rating back"] += 1
-                read = extract_analyst_rating(rec.text)
-                if read is None or read.value != rec.fake_rating or rec.text[next(iter_sentence_spans(rec.text))[1]:] \
-                        != after_first:
-                    failures["sweep: extractor reads the shown rating back"].append(rid)
+        _check_first_sentence(rid, by, orig, o_spans, failures, checked)
         if Condition.NO_OPINION.value in by and Condition.NO_RATING.value in by:
             rest = by[Condition.NO_RATING.value][0].text
             pool = subjectivity.sentences_of(rest) if subjectivity is not None else split_sentences(rest)
@@ -495,29 +575,65 @@ def _validation(conditions: pd.DataFrame, subjectivity: SubjectivityFilter | Non
                 kept = split_sentences(by[Condition.NO_OPINION.value][0].text)  # for the next check
             if subjectivity is not None:
                 to_rematch.append((rid, rest, kept))
-    # the strongsubj re-match of every kept text, on the filter's cores (the costliest check); a text
-    # whose re-match passed with this same filter (lexicon, policies, tagger, code version: the result
-    # cache's fingerprint) is not matched again on a rerun, and is counted apart
-    earlier: Counter = Counter()
-    if to_rematch:
-        cache = subjectivity.results
-        keys = [None if cache is None else cache.check_key(rest, kept) for _, rest, kept in to_rematch]
-        passed_before = set() if cache is None else cache.checked(keys)
-        now = [(k, job) for k, job in zip(keys, to_rematch) if k is None or k not in passed_before]
-        cleans = subjectivity.clean_sentences_many([rest for _, (_, rest, _) in now])
-        passed = []
-        for (key, (rid, _, kept)), clean in zip(now, cleans):
-            if set(kept) <= set(clean):
-                passed.append(key)
-            else:
-                failures["no_opinion: no strongsubj word left"].append(rid)
-        checked["no_opinion: no strongsubj word left"] += len(to_rematch)
-        earlier["no_opinion: no strongsubj word left"] = len(to_rematch) - len(now)
-        if cache is not None:
-            cache.mark_checked(passed)
+    earlier = _rematch_strongsubj(to_rematch, subjectivity, failures, checked) if to_rematch else Counter()
     return failures, pd.DataFrame([{"check": k, "n_checked": checked[k], "n_passed_in_an_earlier_run": earlier[k],
                                     "n_failed": len(v), "first_failures": ", ".join(v[:5])}
                                    for k, v in failures.items()])
+
+
+def _check_first_sentence(rid: str, by: dict[str, list], orig: str, o_spans: list[tuple[int, int]],
+                          failures: dict[str, list[str]], checked: Counter) -> None:
+    """The checks of one report's no_rating, fake_rating and sweep rows against its original: only
+    the first sentence differs, and the extractor reads back the rating each row shows."""
+    after_first = orig[o_spans[0][1]:]
+    if Condition.NO_RATING.value in by:
+        checked["no_rating = original minus first sentence"] += 1
+        if len(o_spans) < 2 or by[Condition.NO_RATING.value][0].text != orig[o_spans[1][0]:]:
+            failures["no_rating = original minus first sentence"].append(rid)
+    for rec in by.get(Condition.FAKE_RATING.value, []):
+        fake = rec.text
+        for k in ("fake differs from original", "fake: only the first sentence differs",
+                  "fake rating != analyst rating", "extractor reads the fake rating back"):
+            checked[k] += 1
+        f_end = next(iter_sentence_spans(fake))[1]
+        if fake == orig:
+            failures["fake differs from original"].append(rid)
+        if fake[f_end:] != after_first or not fake.startswith(orig[:o_spans[0][0]]):
+            failures["fake: only the first sentence differs"].append(rid)
+        if rec.fake_rating == rec.analyst_rating:
+            failures["fake rating != analyst rating"].append(rid)
+        read = extract_analyst_rating(fake)
+        if read is None or read.value != rec.fake_rating:
+            failures["extractor reads the fake rating back"].append(rid)
+    for cond in SWEEP_CONDITIONS.values():  # the rating sweep: the shown rating is read back
+        for rec in by.get(cond.value, []):
+            checked["sweep: extractor reads the shown rating back"] += 1
+            read = extract_analyst_rating(rec.text)
+            if read is None or read.value != rec.fake_rating or rec.text[next(iter_sentence_spans(rec.text))[1]:] \
+                    != after_first:
+                failures["sweep: extractor reads the shown rating back"].append(rid)
+
+
+def _rematch_strongsubj(to_rematch: list[tuple[str, str, list[str]]], subjectivity: SubjectivityFilter,
+                        failures: dict[str, list[str]], checked: Counter) -> Counter:
+    """The strongsubj re-match of every kept no_opinion text, on the filter's cores (the costliest check).
+    A text whose re-match passed with this same filter (lexicon, policies, tagger, code version: the
+    result cache's fingerprint) is not matched again on a rerun; returns those counts per check."""
+    cache = subjectivity.results
+    keys = [None if cache is None else cache.check_key(rest, kept) for _, rest, kept in to_rematch]
+    passed_before = set() if cache is None else cache.checked(keys)
+    now = [(k, job) for k, job in zip(keys, to_rematch) if k is None or k not in passed_before]
+    cleans = subjectivity.clean_sentences_many([rest for _, (_, rest, _) in now])
+    passed = []
+    for (key, (rid, _, kept)), clean in zip(now, cleans):
+        if set(kept) <= set(clean):
+            passed.append(key)
+        else:
+            failures["no_opinion: no strongsubj word left"].append(rid)
+    checked["no_opinion: no strongsubj word left"] += len(to_rematch)
+    if cache is not None:
+        cache.mark_checked(passed)
+    return Counter({"no_opinion: no strongsubj word left": len(to_rematch) - len(now)})
 
 
 def joined_subsequence(text: str, pool: list[str]) -> list[str] | None:
@@ -658,6 +774,13 @@ def save_example(cfg: RunConfig, conditions: pd.DataFrame, report_id: str | None
     return path
 
 
-def example_note(cfg: RunConfig, path: Path) -> str:
+def example_note(cfg: RunConfig, path: Path | None) -> str:
     """Notebook 02's line under the example: where it was saved, and "(synthetic data)" when it is."""
+    if path is None:
+        return "No report has an ok condition in this run: there is no example to show."
     return synthetic_title(cfg, f"Saved to `{Path(path).relative_to(cfg.root)}`") + "."
+
+
+def example_page(result: PerturbResult) -> str:
+    """The saved four-condition example as HTML for the notebook ("" when the run has none)."""
+    return "" if result.example is None else result.example.read_text(encoding="utf-8")

@@ -586,8 +586,8 @@ def removal_figure(cfg, lexicon_stats: pd.DataFrame):
     under figures/<run>/; returns the figure for inline display."""
     import matplotlib.pyplot as plt
 
-    from finlib.core.tables import save_figure, skip_figure
-    from finlib.finbias.figures.base import SINGLE_COLUMN_IN, caption, figure_style, legend_outside
+    from finlib.core.tables import skip_figure
+    from finlib.finbias.figures.base import ALTERNATIVE_GREYS, SINGLE_COLUMN_IN, figure_style, finish, legend_outside
 
     ok = lexicon_stats[lexicon_stats["status"] == "ok"]
     if not len(ok):
@@ -595,14 +595,14 @@ def removal_figure(cfg, lexicon_stats: pd.DataFrame):
         return None
     with figure_style():
         fig, ax = plt.subplots(figsize=(SINGLE_COLUMN_IN * 1.5, 3.0))
-        for (policy, g), color in zip(ok.groupby("policy", sort=False), ("#444444", "#bbbbbb", "#888888")):
+        for (policy, g), color in zip(ok.groupby("policy", sort=False), ALTERNATIVE_GREYS):
             ax.hist(g["share_words_removed"].astype(float) * 100, bins=20, alpha=0.6, color=color,
                     label=f"mpqa_pos: {policy}")
         legend_outside(ax, ncol=2)
         ax.set_xlabel("words removed by the strongsubj filter (% of no_rating text)")
         ax.set_ylabel("reports")
         fig.tight_layout()
-    save_figure(cfg, fig, "fig_strongsubj_removed", caption=caption(
-        cfg, "Share of words the MPQA strong-subjective filter removes per report (no_opinion vs no_rating "
-             "text), one series per part-of-speech policy (stage 02)."))
+    finish(cfg, fig, "fig_strongsubj_removed",
+           "Share of words the MPQA strong-subjective filter removes per report (no_opinion vs no_rating "
+           "text), one series per part-of-speech policy (stage 02).")
     return fig
