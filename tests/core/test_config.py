@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from finlib.core.config import ConfigError, deep_merge, load_params, load_run
+from finlib.core.config import ConfigError, deep_merge, load_params
 
 
 def test_deep_merge_merges_dicts_and_replaces_leaves():

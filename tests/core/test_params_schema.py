@@ -27,7 +27,7 @@ OPEN_MAPPINGS = {"inference.endpoints", "rehearsal.profiles"}  # keys of these a
 
 
 def _nested_model(annotation) -> type[BaseModel] | None:
-    """The model a field holds directly (`LoraSection`, `Optional[...]` of one), else None."""
+    """The model a field holds directly (`LoraSection`, `... | None` of one), else None."""
     if typing.get_origin(annotation) is dict:
         return None
     for arg in (annotation, *typing.get_args(annotation)):
@@ -135,7 +135,7 @@ def test_deleting_a_key_of_default_yaml_fails_at_load_naming_it(params_root, dot
 
 
 def test_seeded_fault_a_key_given_a_default_again_is_caught(params_root, monkeypatch):
-    """The deletion check fails when a field goes back to `Optional[...] = None` (the schema before
+    """The deletion check fails when a field goes back to `... | None = None` (the schema before
     every key was required): the key deleted from default.yaml then loads without a word."""
     loose = pydantic_loose_scoring()
     monkeypatch.setitem(schema.SECTION_MODELS, "scoring", loose)
@@ -145,12 +145,11 @@ def test_seeded_fault_a_key_given_a_default_again_is_caught(params_root, monkeyp
 
 
 def pydantic_loose_scoring() -> type[BaseModel]:
-    """scoring as it was declared when `required` lived in the stages: every key Optional with None."""
-    from typing import Optional
+    """scoring as it was declared when `required` lived in the stages: every key nullable with a None default."""
 
     class LooseScoring(schema._Section):
-        bootstrap_reps: Optional[schema.NonNegInt] = None
-        ci: Optional[schema.OpenShare] = None
+        bootstrap_reps: schema.NonNegInt | None = None
+        ci: schema.OpenShare | None = None
 
     return LooseScoring
 
@@ -298,7 +297,7 @@ def test_seeded_fault_a_rule_run_after_the_fields_hides_behind_a_field_error(par
         window: schema.Count
         method: typing.Literal["paper", "mackinlay"]
         quantiles: list[float]
-        min_event_obs: typing.Optional[schema.Count]
+        min_event_obs: schema.Count | None
         mackinlay: schema.MackinlaySection
 
         @model_validator(mode="after")

@@ -6,9 +6,8 @@ import copy
 from pathlib import Path
 
 import pytest
-import yaml
 
-from finlib.core.config import ConfigError, load_params, load_run
+from finlib.core.config import ConfigError, load_params
 from finlib.core.params import SECTION_MODELS, TOP_LEVEL, validate_params
 
 
@@ -140,19 +139,14 @@ def test_synthetic_section_declares_exactly_the_generator_knobs():
     assert set(SyntheticSection.model_fields) == {f.name for f in dataclasses.fields(SynthParams)}
 
 
-def test_unknown_model_names_fail_at_load_time_naming_the_registry(tmp_path: Path, repo_root: Path):
-    root = tmp_path / "repo"
-    (root / "params").mkdir(parents=True)
-    (root / "pyproject.toml").write_text("[project]\nname='t'\n")
-    for name in ("default.yaml", "models.yaml"):
-        (root / "params" / name).write_text((repo_root / "params" / name).read_text())
-    (root / "params" / "typo.yaml").write_text("extends: default.yaml\ninference: {models: [smollm2-135n, gpt-4.1]}\n")
+def test_unknown_model_names_fail_at_load_time_naming_the_registry(params_root):
+    params_root.write("typo.yaml", "extends: default.yaml\ninference: {models: [smollm2-135n, gpt-4.1]}\n")
     with pytest.raises(ConfigError, match=r"typo\.yaml \(merged over default\.yaml\): invalid params:\n"
                                           r"  - inference\.models: unknown model name 'smollm2-135n' "
                                           r"\(not a record of the model registry .*params/models\.yaml"):
-        load_run("typo", root=root)
-    (root / "params" / "template.yaml").write_text("extends: default.yaml\ndpo: {teacher: template}\n")
-    load_run("template", root=root)  # the template teacher is not a registry name
+        params_root.load("typo.yaml")
+    params_root.write("template.yaml", "extends: default.yaml\ndpo: {teacher: template}\n")
+    params_root.load("template.yaml")  # the template teacher is not a registry name
 
 
 def test_a_section_changed_after_loading_is_checked_again(tmp_run):
@@ -161,15 +155,12 @@ def test_a_section_changed_after_loading_is_checked_again(tmp_run):
         tmp_run.section("labels")
 
 
-def test_load_run_validates_the_merged_file(tmp_path: Path, repo_root: Path):
-    root = tmp_path / "repo"
-    (root / "params").mkdir(parents=True)
-    (root / "pyproject.toml").write_text("[project]\nname='t'\n")
-    for name in ("default.yaml", "models.yaml"):
-        (root / "params" / name).write_text((repo_root / "params" / name).read_text())
-    (root / "params" / "bad.yaml").write_text(yaml.safe_dump({"extends": "default.yaml", "labels": {"window": 60.9}}))
-    with pytest.raises(ConfigError, match=r"bad\.yaml \(merged over default\.yaml\): invalid params:\n  - labels\.window: .*got 60\.9"):
-        load_run("bad", root=root)
-    (root / "params" / "typo.yaml").write_text("extends: default.yaml\nlable: {window: 5}\n")
-    with pytest.raises(ConfigError, match=r"typo\.yaml \(merged over default\.yaml\): invalid params:\n  - unknown key 'lable'"):
-        load_run("typo", root=root)
+def test_load_run_validates_the_merged_file(params_root):
+    params_root.write("bad.yaml", {"extends": "default.yaml", "labels": {"window": 60.9}})
+    with pytest.raises(ConfigError, match=r"bad\.yaml \(merged over default\.yaml\): invalid params:\n"
+                                          r"  - labels\.window: .*got 60\.9"):
+        params_root.load("bad.yaml")
+    params_root.write("typo.yaml", "extends: default.yaml\nlable: {window: 5}\n")
+    with pytest.raises(ConfigError, match=r"typo\.yaml \(merged over default\.yaml\): invalid params:\n"
+                                          r"  - unknown key 'lable'"):
+        params_root.load("typo.yaml")
