@@ -151,8 +151,8 @@ def test_stage_with_nothing_on_disk_records_notes_instead_of_failing(tmp_path):
     assert stage.close().is_file()
 
 
-def test_stage_draws_from_artifacts_and_writes_comparisons(tmp_path):
-    cfg = make_cfg(tmp_path)
+def write_stage_inputs(cfg: RunConfig) -> None:
+    """Two reports with labels, their conditions and stage 04's metrics: what most figures draw from."""
     reports = pd.DataFrame({"report_id": ["R1", "R2"], "sector": ["Energy", "Technology"],
                             "analyst_rating": ["bullish", "neutral"],
                             "date": pd.to_datetime(["2021-01-04", "2022-03-01"])})
@@ -160,6 +160,11 @@ def test_stage_draws_from_artifacts_and_writes_comparisons(tmp_path):
     for name, df in (("reports", reports), ("labels", labels), ("conditions", conditions_frame()),
                      ("metrics", metrics_frame())):
         write_frame(cfg, name, df)
+
+
+def test_stage_draws_from_artifacts_and_writes_comparisons(tmp_path):
+    cfg = make_cfg(tmp_path)
+    write_stage_inputs(cfg)
     stage = figures.FigureSet(cfg)
     for name in ("fig_conditions_example", "fig_labels_by_year", "fig_herding_heatmap"):
         stage.draw(name)
@@ -177,13 +182,7 @@ def test_run_draws_every_figure_it_can_and_summary_names_the_rest(tmp_path, caps
     """`run` is the whole stage: every figure attempted once, the comparisons written, the report
     saved; `summary` names each figure not drawn with its reason; `show` prints that reason."""
     cfg = make_cfg(tmp_path)
-    reports = pd.DataFrame({"report_id": ["R1", "R2"], "sector": ["Energy", "Technology"],
-                            "analyst_rating": ["bullish", "neutral"],
-                            "date": pd.to_datetime(["2021-01-04", "2022-03-01"])})
-    labels = pd.DataFrame({"report_id": ["R1", "R2"], "car": [0.05, -0.02], "label": ["bullish", "bearish"]})
-    for name, df in (("reports", reports), ("labels", labels), ("conditions", conditions_frame()),
-                     ("metrics", metrics_frame())):
-        write_frame(cfg, name, df)
+    write_stage_inputs(cfg)
     res = figures.run(cfg)
     assert [r.name for r in res.records] == list(figures.FigureSet(cfg).drawers())
     assert res.figures["fig_herding_heatmap"] is not None and res.figures["fig_dpo_accuracy"] is None
