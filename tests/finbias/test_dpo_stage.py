@@ -137,7 +137,9 @@ def test_models_trained_in_separate_launches_meet_in_one_table8(faked):
     st.run(faked, models=["qwen3-8b"])                       # e.g. one GPU job per model
     first = st.run(faked, parts=("evaluate",), models=["qwen3-8b"])
     assert first.report["table8_missing"] == ["smollm2-135m"]
-    assert st.run(faked, parts=("train",), models=["smollm2-135m"]) is None   # the second GPU job
+    trained_only = st.run(faked, parts=("train",), models=["smollm2-135m"])   # the second GPU job
+    assert "without evaluate" in trained_only.report["not_evaluated"] and trained_only.table8.empty
+    assert "Not evaluated" in st.summary(faked, trained_only)
     res = st.run(faked, parts=("evaluate",), models=["smollm2-135m"])
     assert res.report["table8_models"] == ["smollm2-135m", "qwen3-8b"]
     assert {"smollm2-135m", "qwen3-8b"} <= set(res.table8["model"])

@@ -39,9 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     except AdapterMissingError as exc:
         print(exc, file=sys.stderr)
         return 1
-    if res is not None:
-        print(res.triplet_summary.to_string(index=False))
-        print(res.table8.to_string(index=False))
+    print(res.triplet_summary.to_string(index=False))
+    print(res.report["not_evaluated"] if res.report.get("not_evaluated") else res.table8.to_string(index=False))
     return 0
 
 

@@ -437,19 +437,26 @@ def _summaries(cfg: RunConfig, dp: dict, report: dict) -> tuple[pd.DataFrame, pd
     return split_df, tp.split_summary(split_df), tsum, drops
 
 
-def _skipped(cfg: RunConfig, dp: dict, report: dict) -> DPOResult:
-    """No training pair survived (every candidate dropped: e.g. the analyst agrees with every label):
-    the stage says so with the drop counts instead of training on nothing or inventing pairs."""
+def _without_evaluation(cfg: RunConfig, dp: dict, report: dict) -> DPOResult:
+    """The split and triplet summaries with empty training and evaluation frames: what a launch that
+    evaluates nothing has to show (no pair survived, or a training-only launch)."""
     split_df, ssum, tsum, drops = _summaries(cfg, dp, report)
-    report["skipped"] = ("no training triplets: every candidate pair was dropped ("
-                         + ", ".join(f"{r.split}/{r.reason}: {r.n}" for r in drops.itertuples()) + ")")
-    write_json(cfg, "dpo_report", report)
     empty = pd.DataFrame()
     from finlib.finbias.inference.stage import PREDICTION_COLUMNS
 
-    return with_figures(cfg, DPOResult(split_df, ssum, tsum, drops, pd.DataFrame(columns=["model", *tr.LOG_COLUMNS]),
-                                       empty, pd.DataFrame(columns=list(ev.PAIRED_COLUMNS)), empty, report,
-                                       pd.DataFrame(columns=[*PREDICTION_COLUMNS, "measure"])))
+    return DPOResult(split_df, ssum, tsum, drops, pd.DataFrame(columns=["model", *tr.LOG_COLUMNS]),
+                     empty, pd.DataFrame(columns=list(ev.PAIRED_COLUMNS)), empty, report,
+                     pd.DataFrame(columns=[*PREDICTION_COLUMNS, "measure"]))
+
+
+def _skipped(cfg: RunConfig, dp: dict, report: dict) -> DPOResult:
+    """No training pair survived (every candidate dropped: e.g. the analyst agrees with every label):
+    the stage says so with the drop counts instead of training on nothing or inventing pairs."""
+    drops = read_frame(cfg, "dpo_drops")
+    report["skipped"] = ("no training triplets: every candidate pair was dropped ("
+                         + ", ".join(f"{r.split}/{r.reason}: {r.n}" for r in drops.itertuples()) + ")")
+    write_json(cfg, "dpo_report", report)
+    return with_figures(cfg, _without_evaluation(cfg, dp, report))
 
 
 def summary(cfg: RunConfig, result: DPOResult) -> str:
@@ -458,6 +465,8 @@ def summary(cfg: RunConfig, result: DPOResult) -> str:
     lines = []
     if res.report.get("skipped"):
         lines.append(f"**Stage skipped:** {res.report['skipped']}.")
+    if res.report.get("not_evaluated"):
+        lines.append(f"**Not evaluated:** {res.report['not_evaluated']}.")
     if cfg.is_synthetic:
         lines.append("**Synthetic data.** These numbers test the pipeline; they are not research results.")
     if res.report.get("teacher") == "template":
@@ -503,12 +512,13 @@ def pooled_metrics(res: DPOResult) -> pd.DataFrame:
     return m[(m["sector"] == POOLED) & m["metric"].isin(ev.TABLE8_METRICS)].reset_index(drop=True)
 
 
-def run(cfg: RunConfig, parts: tuple[str, ...] = PARTS, models: list[str] | None = None) -> DPOResult | None:
+def run(cfg: RunConfig, parts: tuple[str, ...] = PARTS, models: list[str] | None = None) -> DPOResult:
     """Stage 05: the requested parts in order, for every model of `dpo.models` (or `models`);
     writes the split/triplet artifacts once, runs/<run>/dpo/<model>/ per model, and one Table 8.
 
-    None when the launch does not evaluate (`parts` without "evaluate", or a non-main accelerate
-    rank): a training-only GPU job has nothing to show; the evaluating launch returns the result."""
+    A launch that does not evaluate (`parts` without "evaluate", or a non-main accelerate rank) returns
+    the split and triplet summaries with empty results and `report["not_evaluated"]` saying why; it
+    writes no report or figure (the evaluating launch does)."""
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
         raise ValueError(f"dpo: unknown part(s) {unknown}; known: {PARTS}")
@@ -523,7 +533,9 @@ def run(cfg: RunConfig, parts: tuple[str, ...] = PARTS, models: list[str] | None
         return _skipped(cfg, dp, report)
     trained = _trained(cfg, dp, names, parts) if "train" in parts or "evaluate" in parts else {}
     if not trained or "evaluate" not in parts:
-        return None
+        report["not_evaluated"] = ("this launch evaluates nothing: " + (f"parts {list(parts)} without evaluate"
+                                   if "evaluate" not in parts else "a non-main accelerate rank"))
+        return _without_evaluation(cfg, dp, report)
     for name, res in trained.items():
         evaluate(cfg, dp, res, name)
     frames, have, missing = assemble(cfg, dp)
