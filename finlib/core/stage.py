@@ -45,7 +45,7 @@ def contract_problems(module: ModuleType) -> list[str]:
         if fn is None:
             continue
         required = [p.name for p in inspect.signature(fn).parameters.values()
-                    if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+                    if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
         if required != params:
             problems.append(f"{module.__name__}.{name} takes {required} without defaults; the contract is {params}")
     return problems

@@ -356,8 +356,12 @@ def unknown_model_names(cfg: RunConfig, registry: dict, sections: set[str] | Non
             for name in names if name not in registry]
 
 
-PREFLIGHT_SECTIONS = {"00": "data", "02": "perturb", "03": "inference", "05": "dpo", "07": "bizfin", "08": "bizfin"}
-# what each stage needs from outside the repository, by params section (stages not named need nothing)
+def stage_sections(stages: Iterable[str] | None) -> set[str]:
+    """The params sections `stages` read (None: every stage), from the stage table: what the
+    preflight checks of a partial run."""
+    from finlib.pipeline.stages import STAGE_MODULES, stage_section
+
+    return {sec for s in (STAGE_MODULES if stages is None else stages) if (sec := stage_section(s)) is not None}
 
 
 def preflight(cfg: RunConfig, can_reach: Callable[[str, int], bool] | None = None,
@@ -371,8 +375,7 @@ def preflight(cfg: RunConfig, can_reach: Callable[[str, int], bool] | None = Non
     here instead of being scored on error rows. `stages`: only what those stages use (stage 02
     alone needs no model server); None = the whole run."""
     can_reach = can_reach or reachable
-    needs = set(PREFLIGHT_SECTIONS.values()) if stages is None else {
-        PREFLIGHT_SECTIONS[s] for s in stages if s in PREFLIGHT_SECTIONS}
+    needs = stage_sections(stages)
     data, problems = cfg.params.get("data", {}), []
     if "data" not in needs:
         data = {"source": "synthetic"}  # nothing of the corpus or prices is read

@@ -43,9 +43,15 @@ INPUT_SUFFIXES = (".csv", ".gz", ".parquet", ".jsonl", ".json", ".tff", ".txt", 
 
 
 def discover_stages(notebooks_dir: Path) -> dict[str, Path]:
-    """Map stage id ("00", "01", …) to its notebook, from the `NN_name.ipynb` file names."""
+    """Map stage id ("00", "01", …) to its notebook, from the `NN_name.ipynb` file names; every id must
+    be a stage of the stage table (`finlib.pipeline.stages.STAGE_MODULES`), whose module the notebook runs."""
+    from finlib.pipeline.stages import STAGE_MODULES
+
     stages = {}
     for nb in sorted(notebooks_dir.glob("[0-9][0-9]_*.ipynb")):
+        if nb.name[:2] not in STAGE_MODULES:
+            raise SystemExit(f"{nb}: stage {nb.name[:2]} is not in the stage table (finlib/pipeline/stages.py: "
+                             f"{sorted(STAGE_MODULES)}); add its module there or rename the notebook")
         stages[nb.name[:2]] = nb
     return stages
 
@@ -287,7 +293,7 @@ def finish_notebook(partial: Path, output: Path, root: Path) -> str | None:
     return None
 
 
-def run_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+def execute_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     """Execute one notebook with papermill and record it in the manifest."""
     import papermill as pm
 
@@ -402,7 +408,7 @@ def run_pipeline(run_name: str = "default", stages: Iterable[str] | None = None,
     for stage in selected:  # a failed stage stops the run: later stages would read what it did not make
         try:
             with pinned_run(cfg.name):
-                run_stage(cfg, stage, available[stage], manifest)
+                execute_stage(cfg, stage, available[stage], manifest)
         except BaseException as exc:
             entry = manifest.get("stages", {}).get(stage, {})
             manifest["status"] = "failed" if isinstance(exc, Exception) else "interrupted"

@@ -2,10 +2,14 @@
 
 The notebook `notebooks/NN_<name>.ipynb` of stage NN calls the same module's `run` and `summary`
 (`finlib.core.stage` states the contract; a test checks every module here keeps it).
+The runner executes the notebooks and never imports a stage module itself: importing all ten costs
+seconds (nltk, scipy, the model libraries), so `stage_section` reads `SECTION` from the module's source.
 """
 from __future__ import annotations
 
+import ast
 import importlib
+from pathlib import Path
 from types import ModuleType
 
 STAGE_MODULES: dict[str, str] = {
@@ -22,14 +26,33 @@ STAGE_MODULES: dict[str, str] = {
 }
 
 
-def stage_module(stage: str) -> ModuleType:
-    """The module of stage `stage` ("03" or "3")."""
-    key = stage.zfill(2)
+def stage_id(stage: str) -> str:
+    """The table's key for `stage` ("3" -> "03"); an id not in the table is an error naming the known ones."""
+    key = str(stage).zfill(2)
     if key not in STAGE_MODULES:
         raise KeyError(f"unknown stage {stage!r}; stages: {sorted(STAGE_MODULES)}")
-    return importlib.import_module(STAGE_MODULES[key])
+    return key
+
+
+def stage_module(stage: str) -> ModuleType:
+    """The module of stage `stage` ("03" or "3")."""
+    return importlib.import_module(STAGE_MODULES[stage_id(stage)])
+
+
+def module_file(stage: str) -> Path:
+    """The source file of stage `stage`'s module, found without importing it."""
+    return Path(__file__).resolve().parents[2].joinpath(*STAGE_MODULES[stage_id(stage)].split(".")).with_suffix(".py")
 
 
 def stage_section(stage: str) -> str | None:
-    """The params section stage `stage` reads (None: none of its own)."""
+    """The params section stage `stage` reads (None: none of its own), from the module-level
+    `SECTION = "..."` in its source (no import); a module that computes it is imported instead."""
+    tree = ast.parse(module_file(stage).read_text(encoding="utf-8"))
+    for node in tree.body:
+        targets = (node.targets if isinstance(node, ast.Assign) else
+                   [node.target] if isinstance(node, ast.AnnAssign) else [])
+        if any(isinstance(t, ast.Name) and t.id == "SECTION" for t in targets):
+            if isinstance(node.value, ast.Constant) and (node.value.value is None or isinstance(node.value.value, str)):
+                return node.value.value
+            break
     return stage_module(stage).SECTION

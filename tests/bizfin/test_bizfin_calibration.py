@@ -170,7 +170,7 @@ def test_stage08_end_to_end_on_the_smoke_params(tmp_run, monkeypatch):
     ref = C.load_reference_sets(["FDD"], questions=1, answers=3)
     judge = RankingJudge(dict(zip(ref["answer"], ref["reference_score"])))
     monkeypatch.setattr(engine, "send_pending", judge)
-    run = judge_stage.run_stage(cfg)
+    run = judge_stage.run(cfg)
     [traj] = run.trajectories
     assert traj.input.id == f"m|{item.id}" and len(traj.steps) == len(judge_rubric("FDD").names())
     assert traj.result.status == "ok"
@@ -182,12 +182,12 @@ def test_stage08_end_to_end_on_the_smoke_params(tmp_run, monkeypatch):
     assert "expert scores" in cmp_caption and "synthetic market" not in cmp_caption
     assert "synthetic market" not in (cfg.tables_dir / "bizfin_table4_judge.md").read_text(encoding="utf-8")
     assert run.report["plumbing_models"] == ["qwen2.5-coder-0.5b"]
-    assert "NOT the paper's expert scores" in judge_stage.caveat_banner(run)
+    assert "NOT the paper's expert scores" in judge_stage.summary(cfg, run)
     assert list(judge_stage.calibration_view(run.scores)["reference_score"]) == [100, 60, 0]
     assert run.report["degenerate"]          # 3 answers: every interval flagged, never shown as precise
     assert "paired" in (cfg.tables_dir / "bizfin_table4_judge.md").read_text(encoding="utf-8")
     n_sent = len(judge.sent)
-    judge_stage.run_stage(cfg)
+    judge_stage.run(cfg)
     assert len(judge.sent) == n_sent  # a rerun is answered from the store
 
 

@@ -43,11 +43,16 @@ def _configure(cfg, base_url: str) -> None:
                                  "sample_items_per_task": 2})
 
 
+def char_count(texts: list[str]) -> list[int]:
+    """Table 6's token counter in these tests: characters (no tokenizer download)."""
+    return [len(t) for t in texts]
+
+
 def test_stage_on_format_samples_with_stub(bizfin_run):
     cfg = bizfin_run
     with ThreadedStub() as stub:
         _configure(cfg, stub.base_url)
-        run = stage.run_stage(cfg)
+        run = stage.run(cfg, count_tokens=char_count, tokenizer_name="characters")
         n_requests = stub.stub.n_requests
         items = run.items
         assert len(items) == 2 * len(TASK_ORDER) and set(items["task"]) == set(TASK_ORDER)
@@ -64,8 +69,7 @@ def test_stage_on_format_samples_with_stub(bizfin_run):
         assert run.report["judge"] == "stub" and run.report["tasks_from_format_samples"] == list(TASK_ORDER)
         assert run.report["judge_status"] == {"invalid": 6}
 
-        tables = stage.make_tables(cfg, run, count_tokens=lambda texts: [len(t) for t in texts],
-                                   tokenizer_name="characters")
+        tables = run.tables
         t3 = tables["table3"]
         assert {"this run", "paper Table 3"} == set(t3["row"]) and (t3["row"] == "paper Table 3").sum() == 25
         long = tables["table3_long"]
@@ -83,7 +87,7 @@ def test_stage_on_format_samples_with_stub(bizfin_run):
         assert cfg.is_synthetic and "synthetic market" not in csv      # BizFinBench never uses the Fin-Bias market
         assert (cfg.processed_dir / "bizfin_items.parquet").is_file()
 
-        again = stage.run_stage(cfg)        # every answer and verdict from the store: nothing re-sent
+        again = stage.run(cfg, count_tokens=char_count, tokenizer_name="characters")  # all from the store: nothing re-sent
         assert stub.stub.n_requests == n_requests
         pd.testing.assert_frame_equal(again.items.drop(columns="cached"), items.drop(columns="cached"))
         assert again.items["cached"].all()
@@ -265,7 +269,7 @@ def test_official_column_from_the_authors_scripts_when_a_checkout_is_named(bizfi
     with ThreadedStub() as stub:
         _configure(cfg, stub.base_url)
         cfg.params["bizfin"]["official_code_dir"] = str(REFERENCE)
-        run = stage.run_stage(cfg)
+        run = stage.run(cfg, count_tokens=char_count, tokenizer_name="chars")
     acc = run.items[run.items["kind"] == "accuracy"]
     assert not (acc["official"] == 0.77).any() and acc["official"].notna().any()
     er = acc[acc["task"] == "ER"]
@@ -274,7 +278,7 @@ def test_official_column_from_the_authors_scripts_when_a_checkout_is_named(bizfi
     assert (judged[judged["task"] != "FQA"]["official"] == 0).all() and judged[judged["task"] == "FQA"]["official"].isna().all()
     assert "run verbatim from a checkout at commit 6d2a4a6" in run.report["official_rules"]
     assert "published prompt files" in run.report["rubric_source"]
-    tables = stage.make_tables(cfg, run, count_tokens=lambda texts: [len(t) for t in texts], tokenizer_name="chars")
+    tables = run.tables
     assert "commit 6d2a4a6" in (cfg.tables_dir / "bizfin_table3.csv").read_text(encoding="utf-8")
     assert len(tables["table3_long"])
 
@@ -295,7 +299,7 @@ def test_a_dead_endpoint_stops_only_its_own_model(bizfin_run, monkeypatch):
         cfg.params["bizfin"].update({"models": ["good-a", "dead", "good-b"], "judge": "good-a",
                                      "source": "format_sample", "sample_items_per_task": 1})
         with pytest.raises(stage.CallsFailed, match="'dead'") as err:
-            stage.run_stage(cfg)
+            stage.run(cfg, count_tokens=char_count, tokenizer_name="chars")
     assert "good-a" not in str(err.value) and "good-b" not in str(err.value)
     items = pd.read_parquet(cfg.processed_dir / "bizfin_items.parquet")
     by_model = items.groupby("model")["status"].agg(lambda s: set(s))

@@ -82,7 +82,7 @@ def test_k_draws_and_the_sweep_on_a_two_model_server_then_stage_09(tmp_run, monk
     assert first["cache_key_x"].eq(first["cache_key_y"]).all()
     assert report["draws"]["samples_per_item"] == k and report["draws"]["extension_models"] == ["stub-a", "stub-b"]
 
-    res = beyond.run_stage(tmp_run)
+    res = beyond.run(tmp_run)
     est = res.estimates[(res.estimates["condition"] == "original") & (res.estimates["outcome"] == "herding")]
     assert len(est) == 2 and (est["n_reports"] == 4).all()
     # the stub always answers bullish: herding = share of bullish-rated reports, no draw-to-draw noise
@@ -114,6 +114,6 @@ def test_paper_run_has_no_extension(tmp_run, monkeypatch):
         write_frame(tmp_run, "conditions", conditions[~conditions["condition"].str.startswith("sweep_")])
         run_inference(tmp_run)
     assert read_frame(tmp_run, "draws").empty
-    res = beyond.run_stage(tmp_run)
+    res = beyond.run(tmp_run)
     assert res.estimates.empty and res.matrix.empty and len(res.report["skipped"]) == 2
     assert all(r.skipped for r in res.figures)

@@ -75,13 +75,13 @@ def run(tmp_run):
     for name, df in (("predictions", pred), ("conditions", cond), ("labels", labels), ("reports", reports)):
         write_frame(tmp_run, name, df)
     tmp_run.params["scoring"]["bootstrap_reps"] = 20
-    res = scoring.score_run(tmp_run)
+    res = scoring.run(tmp_run)
     write_table8(tmp_run, res.rows)
     return tmp_run, res
 
 
 def paper_names(cfg) -> dict[str, str]:
-    return figures.FigureStage(cfg).paper_names()
+    return figures.FigureSet(cfg).paper_names()
 
 
 def test_every_comparison_cell_is_our_tables_cell(run):
@@ -91,7 +91,7 @@ def test_every_comparison_cell_is_our_tables_cell(run):
     # the corpus separates the two statistics: a check that compared parsed-only with itself would show it
     assert (m.xs(HERDING, level="metric") - m.xs(HERDING_PARSED, level="metric")).abs().min() > 0.02
     assert (m.xs(ACCURACY, level="metric") - m.xs(ACCURACY_PARSED, level="metric")).abs().min() > 0.02
-    figures.FigureStage(cfg).write_comparisons()          # runs the check; raises on any disagreement
+    figures.FigureSet(cfg).write_comparisons()          # runs the check; raises on any disagreement
     check = consistency.comparison_consistency(cfg.tables_dir, paper_names(cfg))
     per_table = check.groupby("table").size()
     for key in ("finbias_table4", "finbias_table5", "finbias_table6", "finbias_table7", "finbias_table8"):
@@ -114,7 +114,7 @@ def test_a_comparison_reading_parsed_only_rates_is_caught(run, monkeypatch):
 
     monkeypatch.setattr(finbias_compare, "finbias_views", parsed_only)
     with pytest.raises(ValueError, match="disagrees with our own tables"):
-        figures.FigureStage(cfg).write_comparisons()
+        figures.FigureSet(cfg).write_comparisons()
     bad = consistency.disagreements(cfg.tables_dir, paper_names(cfg))
     assert set(bad["table"]) == {"finbias_table4", "finbias_table5", "finbias_table6", "finbias_table7"}
 
@@ -129,7 +129,7 @@ def test_a_table8_comparison_from_parsed_only_accuracy_is_caught(run, monkeypatc
 
     monkeypatch.setattr(figures, "dpo_accuracy", parsed_only)
     with pytest.raises(ValueError, match="disagrees with our own tables"):
-        figures.FigureStage(cfg).write_comparisons()
+        figures.FigureSet(cfg).write_comparisons()
     bad = consistency.disagreements(cfg.tables_dir, paper_names(cfg))
     assert set(bad["table"]) == {"finbias_table8"}
 

@@ -575,12 +575,12 @@ def test_dpo_params_refuse_misspelled_and_missing_keys(tmp_run):
         dpo_params(tmp_run)
 
 
-def test_caveat_names_template_teacher_its_reason_and_skips(tmp_run):
-    from finlib.finbias.dpo.stage import DPOResult, caveat
+def test_summary_names_template_teacher_its_reason_and_skips(tmp_run):
+    from finlib.finbias.dpo.stage import DPOResult, summary
 
     res = DPOResult(*[pd.DataFrame()] * 8, report={"teacher": "template", "skipped": "no training triplets",
                                                    "teacher_reason": "too slow here", "models": ["smollm2-135m"]})
-    text = caveat(tmp_run, res)
+    text = summary(tmp_run, res)
     assert "Template teacher" in text and "skipped" in text and "Synthetic" in text
     assert "too slow here" in text and "Plumbing model: smollm2-135m" in text
 
@@ -589,14 +589,14 @@ def test_stage_without_usable_pairs_is_skipped_with_the_drop_counts(tmp_run):
     """When every candidate pair is dropped (here: no no_opinion texts), stage 05 says so with the
     counts and trains nothing (no invented pairs)."""
     from finlib.core.artifacts import write_frame
-    from finlib.finbias.dpo.stage import run_stage
+    from finlib.finbias.dpo.stage import run
 
     reports = reports_fixture().assign(text=ORIGINAL)
     write_frame(tmp_run, "reports", reports)
     write_frame(tmp_run, "labels", labels_fixture())
     write_frame(tmp_run, "conditions", conditions_fixture(reports, skip_no_opinion=tuple(reports["report_id"])))
     tmp_run.params["dpo"].update(test_firm_share=0.2, split_cutoff="2021-01-01")
-    res = run_stage(tmp_run)
+    res = run(tmp_run)
     assert "no training triplets" in res.report["skipped"]
     assert "no_opinion_text_unavailable" in res.report["skipped"]
     assert res.table8.empty and res.train_log.empty

@@ -100,7 +100,7 @@ def faked(tmp_run, monkeypatch):
 
 
 def test_a_run_over_two_models_gives_one_table8_with_both(faked):
-    res = st.run_stage(faked)
+    res = st.run(faked)
     t8 = res.table8
     ours = t8[t8["source"] == ev.OURS]
     for m in ("smollm2-135m", "qwen3-8b"):
@@ -133,29 +133,29 @@ def test_a_run_over_two_models_gives_one_table8_with_both(faked):
 
 
 def test_models_trained_in_separate_launches_meet_in_one_table8(faked):
-    st.run_stage(faked, models=["qwen3-8b"])                       # e.g. one GPU job per model
-    first = st.run_stage(faked, parts=("evaluate",), models=["qwen3-8b"])
+    st.run(faked, models=["qwen3-8b"])                       # e.g. one GPU job per model
+    first = st.run(faked, parts=("evaluate",), models=["qwen3-8b"])
     assert first.report["table8_missing"] == ["smollm2-135m"]
-    assert st.run_stage(faked, parts=("train",), models=["smollm2-135m"]) is None   # the second GPU job
-    res = st.run_stage(faked, parts=("evaluate",), models=["smollm2-135m"])
+    assert st.run(faked, parts=("train",), models=["smollm2-135m"]) is None   # the second GPU job
+    res = st.run(faked, parts=("evaluate",), models=["smollm2-135m"])
     assert res.report["table8_models"] == ["smollm2-135m", "qwen3-8b"]
     assert {"smollm2-135m", "qwen3-8b"} <= set(res.table8["model"])
 
 
 def test_evaluate_never_trains_and_refuses_without_the_adapter_of_the_current_inputs(faked, monkeypatch):
-    st.run_stage(faked, parts=("triplets",))
+    st.run(faked, parts=("triplets",))
     monkeypatch.setattr(st, "train", lambda *a, **k: pytest.fail("--parts evaluate trained a model"))
     with pytest.raises(st.AdapterMissingError, match="no adapter there.*never trains.*--parts train --model"):
-        st.run_stage(faked, parts=("evaluate",), models=["qwen3-8b"])
+        st.run(faked, parts=("evaluate",), models=["qwen3-8b"])
     dp = st.dpo_params(faked)
     fake_train(faked, dp, "qwen3-8b")                      # trained in a bf16 launch, say
     faked.params["inference"]["dtype"] = "float32"         # evaluated in another precision,
     faked.params["dpo"].update(eval_reports=2, device="cpu")   # with other evaluation settings: same adapter
-    res = st.run_stage(faked, parts=("evaluate",), models=["qwen3-8b"])
+    res = st.run(faked, parts=("evaluate",), models=["qwen3-8b"])
     assert res.report["table8_models"] == ["qwen3-8b"] and res.report["reused_adapter"] == {"qwen3-8b": True}
     faked.params["dpo"]["learning_rate"] = 1e-3            # a training input changed: the adapter is stale
     with pytest.raises(st.AdapterMissingError, match="fingerprint differs"):
-        st.run_stage(faked, parts=("evaluate",), models=["qwen3-8b"])
+        st.run(faked, parts=("evaluate",), models=["qwen3-8b"])
 
 
 # --- GPU path: params, accelerate configs, dry run --------------------------------------------

@@ -140,7 +140,7 @@ def test_fake_transitions_figure_keeps_unparsed(tmp_path):
 
 def test_stage_with_nothing_on_disk_records_notes_instead_of_failing(tmp_path):
     cfg = make_cfg(tmp_path)
-    stage = figures.FigureStage(cfg)
+    stage = figures.FigureSet(cfg)
     for name in stage.drawers():
         stage.draw(name)
     assert all(r.skipped for r in stage.records)
@@ -160,7 +160,7 @@ def test_stage_draws_from_artifacts_and_writes_comparisons(tmp_path):
     for name, df in (("reports", reports), ("labels", labels), ("conditions", conditions_frame()),
                      ("metrics", metrics_frame())):
         write_frame(cfg, name, df)
-    stage = figures.FigureStage(cfg)
+    stage = figures.FigureSet(cfg)
     for name in ("fig_conditions_example", "fig_labels_by_year", "fig_herding_heatmap"):
         stage.draw(name)
     assert [r.skipped for r in stage.records] == [None, None, None]
@@ -171,6 +171,29 @@ def test_stage_draws_from_artifacts_and_writes_comparisons(tmp_path):
     assert (cfg.tables_dir / "paper_vs_ours_summary.md").read_text().count("not comparable") == 1
     stage.draw("fig_paper_vs_ours")
     assert stage.records[-1].skipped is None
+
+
+def test_run_draws_every_figure_it_can_and_summary_names_the_rest(tmp_path, capsys):
+    """`run` is the whole stage: every figure attempted once, the comparisons written, the report
+    saved; `summary` names each figure not drawn with its reason; `show` prints that reason."""
+    cfg = make_cfg(tmp_path)
+    reports = pd.DataFrame({"report_id": ["R1", "R2"], "sector": ["Energy", "Technology"],
+                            "analyst_rating": ["bullish", "neutral"],
+                            "date": pd.to_datetime(["2021-01-04", "2022-03-01"])})
+    labels = pd.DataFrame({"report_id": ["R1", "R2"], "car": [0.05, -0.02], "label": ["bullish", "bearish"]})
+    for name, df in (("reports", reports), ("labels", labels), ("conditions", conditions_frame()),
+                     ("metrics", metrics_frame())):
+        write_frame(cfg, name, df)
+    res = figures.run(cfg)
+    assert [r.name for r in res.records] == list(figures.FigureSet(cfg).drawers())
+    assert res.figures["fig_herding_heatmap"] is not None and res.figures["fig_dpo_accuracy"] is None
+    assert res.tables["figures"]["drawn"].sum() == len(res.report["drawn"]) >= 3
+    assert "paper_vs_ours_summary" in res.tables and (cfg.processed_dir / "figures_report.json").is_file()
+    text = figures.summary(cfg, res)
+    assert "`fig_dpo_accuracy` not drawn: stage 05 artifacts not found" in text
+    assert f"{len(res.report['drawn'])} of {len(res.records)}" in text
+    figures.show(res, "fig_dpo_accuracy")
+    assert "fig_dpo_accuracy: not drawn" in capsys.readouterr().out
 
 
 # ---- paper_vs_ours ------------------------------------------------------------------------
@@ -246,7 +269,7 @@ def test_dpo_figure_and_table8_comparison_from_stage05_metrics(tmp_path):
     write_frame(cfg, figures.DPO_METRICS, pd.DataFrame(recs))
     acc = figures.dpo_accuracy(pd.DataFrame(recs))
     assert set(acc["variant"]) == {"base", "dpo"} and set(acc["model"]) == {"qwen2-7b-it"}
-    stage = figures.FigureStage(cfg)
+    stage = figures.FigureSet(cfg)
     stage.draw("fig_dpo_accuracy")
     assert stage.records[-1].skipped is None
     assert not any("stage 05" in n for n in stage.missing_notes())

@@ -365,7 +365,7 @@ def test_plumbing_banner_quotes_this_runs_numbers(result):
 
     res = scoring.ScoringResult(result.rows, result.metrics, result.tests, result.tables, result.transitions,
                                 result.confusion, result.report, plumbing=("sc",))
-    text = scoring.caveat_banner(SimpleNamespace(is_synthetic=False), res)
+    text = scoring.summary(SimpleNamespace(is_synthetic=False), res)
     # sc original: p_bullish .6 .2 .4 .5 .1 -> mean 0.36; answers bullish, bearish, (tie), bullish,
     # neutral -> 2 of 4 parsed bullish; no_rating: .5 .5 .2 .3 (error row NaN) -> 0.375 ≈ 0.38
     assert "original: mean p_bullish 0.36, bullish answers 50 %, parsed 80 % of 5" in text
@@ -373,7 +373,7 @@ def test_plumbing_banner_quotes_this_runs_numbers(result):
     assert "0.96" not in text and "gen" not in text
     none = scoring.ScoringResult(*[getattr(result, f) for f in ("rows", "metrics", "tests", "tables", "transitions",
                                                                "confusion", "report")])
-    assert scoring.caveat_banner(SimpleNamespace(is_synthetic=False), none) == "(real data, no plumbing model)"
+    assert scoring.summary(SimpleNamespace(is_synthetic=False), none) == "(real data, no plumbing model)"
 
 
 def test_herding_no_opinion_vs_no_rating_is_tested_and_marked_in_table7():
@@ -435,12 +435,12 @@ def test_missing_column_is_named():
 # ------------------------------------------------------------------- the stage on disk
 
 
-def test_score_run_writes_metrics_and_tables(tmp_run):
+def test_run_writes_metrics_and_tables(tmp_run):
     from finlib.core.artifacts import read_frame, write_frame
     pred, cond, labels, reports = frames()
     for name, df in (("predictions", pred), ("conditions", cond), ("labels", labels), ("reports", reports)):
         write_frame(tmp_run, name, df)
-    res = scoring.score_run(tmp_run)
+    res = scoring.run(tmp_run)
     metrics = read_frame(tmp_run, "metrics")
     assert list(metrics.columns) == ["model", "condition", "sector", "metric", "value", "ci_low", "ci_high",
                                      "n", "parse_rate"]
@@ -457,7 +457,7 @@ def test_misspelled_scoring_key_is_an_error(tmp_run):
 
     tmp_run.params["scoring"]["bootstrap_rep"] = 10
     with pytest.raises(ConfigError, match="bootstrap_rep"):
-        scoring.score_run(tmp_run)
+        scoring.run(tmp_run)
 
 
 def test_missing_scoring_key_is_an_error_not_a_default(tmp_run):
@@ -465,7 +465,7 @@ def test_missing_scoring_key_is_an_error_not_a_default(tmp_run):
 
     del tmp_run.params["scoring"]["ci"]
     with pytest.raises(ConfigError, match=r"smoke\.yaml: invalid params:\n  - scoring\.ci: missing"):
-        scoring.score_run(tmp_run)
+        scoring.run(tmp_run)
 
 
 def test_two_metric_rows_for_one_cell_is_an_error():
@@ -476,13 +476,13 @@ def test_two_metric_rows_for_one_cell_is_an_error():
     assert scoring.index_cells(metrics.iloc[:1])[("m", "original", "herding_parsed", "Energy")]["value"] == 0.5
 
 
-def test_score_run_flags_the_registry_plumbing_model(tmp_run):
+def test_run_flags_the_registry_plumbing_model(tmp_run):
     from finlib.core.artifacts import write_frame
     pred, cond, labels, reports = frames()
     pred = pred.assign(model=pred.model.map({"gen": "gpt-4.1", "sc": "smollm2-135m"}))
     for name, df in (("predictions", pred), ("conditions", cond), ("labels", labels), ("reports", reports)):
         write_frame(tmp_run, name, df)
-    res = scoring.score_run(tmp_run)
+    res = scoring.run(tmp_run)
     assert res.plumbing == ("smollm2-135m",)
     t6 = res.tables["table6_accuracy_with_without"]
     assert "in the paper as 'GPT-4'" in t6[t6.Source == scoring.OURS].set_index("Registry name").loc[

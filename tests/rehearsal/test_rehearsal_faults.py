@@ -74,7 +74,7 @@ def rehearse_tables(world, monkeypatch) -> list[str]:
     for k, v in endpoint_environment(pool.urls()).items():
         monkeypatch.setenv(k, v)
     inference.run(cfg)
-    scoring.score_run(cfg)
+    scoring.run(cfg)
     out: dict = {}
     return finbias_cell_problems(cfg, profiles, planted, float(rehearsal_params(cfg)["cell_alpha"]), out,
                                  pool.books())

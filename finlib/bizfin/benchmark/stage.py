@@ -4,7 +4,8 @@ Flow: items (real files where present, else the format samples) -> `engine.chat`
 (response store: cached, resumable, cost-counted) -> accuracy tasks scored by the published
 rules (and ours beside them) -> judge tasks scored by the vanilla LLM-as-judge
 (`finlib.bizfin.iterajudge.judge`) -> item-level artifact `bizfin_items.parquet` -> Table 3 and Table 6
-(`finlib.bizfin.benchmark.results`).
+(`finlib.bizfin.benchmark.results`). The stage contract (`finlib.core.stage`): `SECTION`, `run(cfg)`,
+`summary(cfg, result)`.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from finlib.llm.engine import ChatItem, chat
 from finlib.bizfin.prompts import BIZFIN_ANSWER_VERSION
 from finlib.llm.registry import ModelSpec, run_registry, select_models
 
+SECTION = "bizfin"
 ITEM_COLUMNS = ["model", "task", "kind", "item_id", "source", "status", "parsed", "official", "ours",
                 "answer", "note", "judge_status", "raw_text", "input_tokens", "output_tokens", "cost_usd", "cached"]
 
@@ -37,6 +39,7 @@ class BizFinRun:
     asked: dict[str, list[BizFinItem]]
     loaded: dict[str, list[BizFinItem]]
     report: dict = field(default_factory=dict)
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)   # Table 3 (wide, long), rules, Table 6
 
 
 def bizfin_params(cfg: RunConfig) -> dict:
@@ -262,11 +265,19 @@ def _answers_or_failure(spec: ModelSpec, items, store, p: dict, budget, inf: dic
         return failed, cause
 
 
-def run_stage(cfg: RunConfig) -> BizFinRun:
-    """Load, ask, score; write `bizfin_items.parquet` and `bizfin_report.json`. A model whose endpoint
-    is dead stops alone: the others finish, the artifacts are written, then the stage fails naming it."""
+def run(cfg: RunConfig, count_tokens=None, tokenizer_name: str | None = None) -> BizFinRun:
+    """Stage 07: load, ask, score; write `bizfin_items.parquet`, `bizfin_report.json` and the tables
+    (`make_tables`; `count_tokens`/`tokenizer_name` replace Table 6's tokenizer, e.g. in tests). A model
+    whose endpoint is dead stops alone: the others finish, the artifacts are written, then the stage
+    fails naming it (before any table: a table must not show a dead model's items as scored)."""
+    res = answer_and_score(cfg)
+    res.tables = make_tables(cfg, res, count_tokens, tokenizer_name)
+    return res
+
+
+def answer_and_score(cfg: RunConfig) -> BizFinRun:
+    """Load the items, ask every model, score the answers; write `bizfin_items` and `bizfin_report`."""
     from finlib.llm.openai_backend import Budget
-    from finlib.llm.store import ResponseStore
 
     p = bizfin_params(cfg)
     inf = cfg["inference"]
@@ -278,6 +289,26 @@ def run_stage(cfg: RunConfig) -> BizFinRun:
         TASKS[t].kind == "judge" for t in asked) else None
     budget = Budget(float(inf["budget_usd"]))
     authors = authors_code(cfg, p)
+    rows, dead = ask_models(cfg, p, asked, specs, judge_spec, budget, authors)
+    df = pd.DataFrame(rows, columns=ITEM_COLUMNS)
+    report.update(run_facts(cfg, p, df, specs, judge_spec, asked, budget, authors, dead))
+    report["not_answered"] = not_answered_counts(df)
+    write_frame(cfg, "bizfin_items", df)
+    write_json(cfg, "bizfin_report", report)
+    if dead:
+        raise CallsFailed("stage 07: model(s) stopped, their items not answered (the other models finished and "
+                          "the artifacts are written): " + " | ".join(f"'{m}': {c}" for m, c in dead.items()))
+    check_error_share(df, float(inf["max_error_share"]), "stage 07")
+    return BizFinRun(df, asked, loaded, report)
+
+
+def ask_models(cfg: RunConfig, p: dict, asked: dict, specs: list[ModelSpec], judge_spec: ModelSpec | None, budget,
+               authors) -> tuple[list[dict], dict[str, str]]:
+    """Every model's answers to the asked items, scored (judge tasks by `judge_spec`): (item rows, the
+    models whose endpoint died with the cause)."""
+    from finlib.llm.store import ResponseStore
+
+    inf = cfg["inference"]
     published_rubric = rubrics_root(cfg, p) is not None
     rows: list[dict] = []
     dead: dict[str, str] = {}
@@ -291,9 +322,13 @@ def run_stage(cfg: RunConfig) -> BizFinRun:
             if cause:
                 dead[spec.name] = cause
             rows += score_model(spec.name, asked, answers, judge_fn, judge_scale(p), published_rubric, authors)
-    df = pd.DataFrame(rows, columns=ITEM_COLUMNS)
-    label = official_label(None if authors is None else authors.commit)
-    report.update({
+    return rows, dead
+
+
+def run_facts(cfg: RunConfig, p: dict, df: pd.DataFrame, specs: list[ModelSpec], judge_spec: ModelSpec | None,
+              asked: dict, budget, authors, dead: dict[str, str]) -> dict:
+    """What `bizfin_report.json` records of the calls: models, judge, statuses, cost, rules and prompt."""
+    return {
         "models": [s.name for s in specs], "judge": None if judge_spec is None else judge_spec.name,
         "judge_plumbing": bool(judge_spec is not None and judge_spec.plumbing),
         "plumbing_models": [s.name for s in specs if s.plumbing],
@@ -303,18 +338,11 @@ def run_stage(cfg: RunConfig) -> BizFinRun:
         "judge_status": df["judge_status"].value_counts().to_dict() if len(df) else {},
         "cut_in_think": cut_in_think_counts(df),
         "cost_usd": float(df["cost_usd"].sum()) if len(df) else 0.0, "budget_refused": int(budget.refused),
-        "official_rules": label, "official_code_commit": None if authors is None else authors.commit,
+        "official_rules": official_label(None if authors is None else authors.commit),
+        "official_code_commit": None if authors is None else authors.commit,
         "rubric_source": rubric_source(cfg, p), "answer_prompt_version": BIZFIN_ANSWER_VERSION,
         "max_new_tokens": int(p["max_new_tokens"]), "temperature": p["temperature"], "dead_models": dead,
-    })
-    report["not_answered"] = not_answered_counts(df)
-    write_frame(cfg, "bizfin_items", df)
-    write_json(cfg, "bizfin_report", report)
-    if dead:
-        raise CallsFailed("stage 07: model(s) stopped, their items not answered (the other models finished and "
-                          "the artifacts are written): " + " | ".join(f"'{m}': {c}" for m, c in dead.items()))
-    check_error_share(df, float(inf["max_error_share"]), "stage 07")
-    return BizFinRun(df, asked, loaded, report)
+    }
 
 
 def answer_status(items: pd.DataFrame) -> dict[str, int]:
@@ -385,14 +413,15 @@ def make_tables(cfg: RunConfig, run: BizFinRun, count_tokens=None, tokenizer_nam
     from finlib.core.tables import write_table
 
     sc = cfg["scoring"]
-    long = results.task_scores(run.items, int(sc["bootstrap_reps"]), cfg.seed, float(sc.get("ci", 0.95)))
+    ci = float(sc["ci"])
+    long = results.task_scores(run.items, int(sc["bootstrap_reps"]), cfg.seed, ci)
     caption = results.table3_caption(run.report, long, run.items)
     wide = results.table3(long)
     out = {"table3_long": long, "table3": wide, "rules": rule_differences(long)}
     # BizFinBench never uses the synthetic Fin-Bias market: its own caveat (format sample / plumbing) is in the caption.
     write_table(cfg, "bizfin_table3", wide, caption, synthetic_caveat=False)
-    write_table(cfg, "bizfin_table3_ci", long, caption + " Long form: N, parse rate, judge-invalid count, 95 % "
-                "bootstrap interval over items.", synthetic_caveat=False)
+    write_table(cfg, "bizfin_table3_ci", long, caption + " Long form: N, parse rate, judge-invalid count, "
+                f"{100 * ci:g} % bootstrap interval over items.", synthetic_caveat=False)
     write_table(cfg, "bizfin_rules", out["rules"], "BizFinBench: the official column vs our tolerant reading "
                 "(score %, difference = ours - official); docs/bizfinbench.md lists every difference with an "
                 "example. " + results.rules_caption(run.report) + " " + results.source_caveats(run.report, long),
@@ -421,9 +450,9 @@ def item_view(run: BizFinRun, width: int = 140) -> pd.DataFrame:
     return v
 
 
-def caveat_banner(run: BizFinRun) -> str:
+def summary(cfg: RunConfig, result: BizFinRun) -> str:
     """What the numbers are: the judge, the sources, and the plumbing caveat, in one paragraph."""
-    r = run.report
+    r = result.report
     lines = [f"**Models:** {', '.join(r['models'])}; **judge (FTU/FQA/FDD):** {r['judge']} (vanilla LLM-as-judge; "
              f"the paper used GPT-4o)."]
     if r["tasks_from_files"]:

@@ -4,7 +4,8 @@ Flow: params `bizfin.iterajudge` -> (A) stage 07's answers of the judge tasks (`
 when present) through IteraJudge, trajectories kept -> (B) the constructed reference set
 through the vanilla judge and IteraJudge for every judge model -> Spearman with bootstrap CIs and the paired IteraJudge - vanilla difference -> Table 4's layout
 beside the paper's numbers. Every call goes through the engine and the
-response store (resumable, cost-counted, budget-capped).
+response store (resumable, cost-counted, budget-capped). The stage contract (`finlib.core.stage`):
+`SECTION`, `run(cfg)`, `summary(cfg, result)`.
 """
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ from finlib.bizfin.prompts import JUDGE_CONTRASTIVE_VERSION, JUDGE_REFINE_VERSIO
 from finlib.llm.registry import run_registry, select_models
 from finlib.core.tables import paper_table, write_table
 
+SECTION = "bizfin"  # IteraJudge's knobs are `bizfin.iterajudge`
+
 NOT_COMPARABLE_TABLE4 = ("Not comparable: ours correlate the run's judges with rule-assigned scores on a small "
                          "constructed reference set; the paper's correlate its judges with expert scores")
 
@@ -40,6 +43,12 @@ class IteraRun:
     table: pd.DataFrame             # Table 4's layout
     report: dict = field(default_factory=dict)
     difference: pd.DataFrame | None = None  # paired IteraJudge - vanilla per (judge, task)
+
+    @property
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """What notebook 08 shows, by name: Table 4's layout, the Spearman values, the paired difference."""
+        return {"table4": self.table, "correlations": self.correlations,
+                "difference": pd.DataFrame() if self.difference is None else self.difference}
 
 
 def iterajudge_params(cfg: RunConfig) -> dict:
@@ -117,70 +126,98 @@ def table4_comparison(corr: pd.DataFrame, paper_names: dict[str, str]) -> pd.Dat
                          "status": cmp["status"]})
 
 
-def run_stage(cfg: RunConfig) -> IteraRun:
+def run(cfg: RunConfig) -> IteraRun:
     """Run both parts and write `iterajudge_trajectories`, `iterajudge_results`,
     `judge_calibration_scores`, `judge_calibration`, Table 4 and `iterajudge_report.json`."""
     from finlib.llm.openai_backend import Budget
-    from finlib.llm.store import ResponseStore
 
     p = iterajudge_params(cfg)
-    inf = cfg["inference"]
     registry = run_registry(cfg)
     refiner = select_models(registry, [p["refiner"]], source="bizfin.iterajudge.refiner")[0]
     judges = select_models(registry, list(p["judges"]), source="bizfin.iterajudge.judges")
-    budget = Budget(float(inf["budget_usd"]))
+    budget = Budget(float(cfg["inference"]["budget_usd"]))
     bp = bizfin_params(cfg)
     rubrics = run_rubrics(cfg, bp)
     authors = authors_code(cfg, bp)
     official = official_label(None if authors is None else authors.commit)
-    kw = judge_kwargs(cfg, p, budget, rubrics)
     inputs, note = stage07_inputs(cfg, p)
     ref = cal.load_reference_sets(list(p["calibration_tasks"]), p["calibration_questions"],
-                                p["calibration_answers"])
-    with ResponseStore(cfg.path(inf["store"])) as store:
-        trajs = iterajudge(judges[0], store, inputs, refiner_spec=refiner, **kw) if inputs else []
-        scores = cal.judge_reference_set(ref, judges, store, refiner=refiner, dimension_order=p["dimension_order"],
-                                         **kw)
+                                  p["calibration_answers"])
+    trajs, scores = judge_all(cfg, p, judges, refiner, inputs, ref, judge_kwargs(cfg, p, budget, rubrics))
     corr = cal.correlation_table(scores, int(p["bootstrap_reps"]), float(p["ci"]), cfg.seed)
     diff = cal.difference_table(scores, int(p["bootstrap_reps"]), float(p["ci"]), cfg.seed,
                                 mixed_rubrics=rubrics.mixed())
     table = cal.table4(corr, diff=diff)
-    write_frame(cfg, "iterajudge_trajectories", trajectories_frame(trajs))
-    write_frame(cfg, "iterajudge_results", results_frame(inputs, [t.result for t in trajs], "iterajudge",
-                                                          judges[0].name))
-    write_frame(cfg, "judge_calibration_scores", scores)
-    write_frame(cfg, "judge_calibration", corr)
-    write_frame(cfg, "judge_calibration_difference", diff)
-    write_table(cfg, "bizfin_table4_judge", table,
-                f"BizFinBench Table 4 layout: Spearman of each judge with the reference scores [{p['ci']:.0%} "
-                f"percentile bootstrap CI] (n answers scored, usable resamples of {p['bootstrap_reps']}); the "
-                f"paired row is IteraJudge - vanilla on the answers both scored, one resample for both. This run: "
-                f"{cal.REFERENCE_LABEL}, {len(ref)} answers; paper: expert scores. Dimension order: "
-                f"{p['dimension_order']}. Judge rubric: {rubrics.label()}. Official rules: "
-                f"{official}.",
+    write_frames(cfg, inputs, trajs, scores, corr, diff, judges[0].name)
+    write_table(cfg, "bizfin_table4_judge", table, table4_caption(p, len(ref), rubrics, official),
                 synthetic_caveat=False)  # no synthetic market here: the caption states what the scores are
-    report = {
-        "stage07": note, "refiner": refiner.name, "judges": [j.name for j in judges],
-        "plumbing_models": sorted({s.name for s in [refiner, *judges] if s.plumbing}),
-        "dimension_order": p["dimension_order"], "score_range": list(p["score_range"]),
-        "prompt_versions": [JUDGE_VANILLA_VERSION, JUDGE_REFINE_VERSION, JUDGE_CONTRASTIVE_VERSION],
-        "trajectory_status": pd.Series([t.result.status for t in trajs], dtype=object).value_counts().to_dict(),
-        "calibration_items": len(ref), "calibration_status": scores.groupby(["method", "status"]).size()
-        .rename("n").reset_index().to_dict(orient="records"),
-        "cost_usd": float(scores["cost_usd"].sum()) + sum(t.result.cost_usd for t in trajs),
-        "budget_refused": int(budget.refused), "reference_set": cal.REFERENCE_LABEL,
-        "rubric_source": rubrics.label(), "official_rules": official,
-        "answer_status": judge_answer_status(scores, trajs),
-        "paired_difference": diff.to_dict(orient="records"),
-        "degenerate": [f"{r.judge}/{r.method}/{r.task}: {r.warning}" for r in corr.itertuples() if r.warning]
-        + [f"{r.judge}/difference/{r.task}: {r.warning}" for r in diff.itertuples() if r.warning],
-    }
+    report = {"stage07": note, "refiner": refiner.name, "judges": [j.name for j in judges],
+              "plumbing_models": sorted({s.name for s in [refiner, *judges] if s.plumbing}),
+              **judge_facts(p, trajs, scores, corr, diff, budget, len(ref)),
+              "rubric_source": rubrics.label(), "official_rules": official,
+              "answer_status": judge_answer_status(scores, trajs)}
+    report = {k: report[k] for k in REPORT_ORDER}
     write_comparison(cfg, "bizfin_table4", table4_comparison(corr, {j.name: j.paper_name for j in judges}),
                      f"Table 4: Spearman with reference scores (official rules: {official}; "
                      f"judge rubric: {rubrics.label()})", not_comparable=NOT_COMPARABLE_TABLE4)
     write_json(cfg, "iterajudge_report", report)
-    check_judge_errors(scores, trajs, float(inf["max_error_share"]))
+    check_judge_errors(scores, trajs, float(cfg["inference"]["max_error_share"]))
     return IteraRun(trajs, scores, corr, table, report, diff)
+
+
+REPORT_ORDER = ("stage07", "refiner", "judges", "plumbing_models", "dimension_order", "score_range", "prompt_versions",
+                "trajectory_status", "calibration_items", "calibration_status", "cost_usd", "budget_refused",
+                "reference_set", "rubric_source", "official_rules", "answer_status", "paired_difference",
+                "degenerate")  # the keys of `iterajudge_report.json`, in the order it lists them
+
+
+def judge_all(cfg: RunConfig, p: dict, judges: list, refiner, inputs: list[JudgeInput], ref, kw: dict):
+    """(A) IteraJudge on stage 07's answers (first judge) and (B) every judge, vanilla and IteraJudge,
+    on the reference set: (trajectories, reference-set scores)."""
+    from finlib.llm.store import ResponseStore
+
+    with ResponseStore(cfg.path(cfg["inference"]["store"])) as store:
+        trajs = iterajudge(judges[0], store, inputs, refiner_spec=refiner, **kw) if inputs else []
+        scores = cal.judge_reference_set(ref, judges, store, refiner=refiner, dimension_order=p["dimension_order"],
+                                         **kw)
+    return trajs, scores
+
+
+def write_frames(cfg: RunConfig, inputs: list[JudgeInput], trajs: list[Trajectory], scores: pd.DataFrame,
+                 corr: pd.DataFrame, diff: pd.DataFrame, judge: str) -> None:
+    """The stage's artifacts: trajectories, IteraJudge results on stage 07's answers, calibration frames."""
+    write_frame(cfg, "iterajudge_trajectories", trajectories_frame(trajs))
+    write_frame(cfg, "iterajudge_results", results_frame(inputs, [t.result for t in trajs], "iterajudge", judge))
+    write_frame(cfg, "judge_calibration_scores", scores)
+    write_frame(cfg, "judge_calibration", corr)
+    write_frame(cfg, "judge_calibration_difference", diff)
+
+
+def table4_caption(p: dict, n_answers: int, rubrics, official: str) -> str:
+    """Table 4's caption, from params (CI level, resamples, dimension order) and this run's sources."""
+    return (f"BizFinBench Table 4 layout: Spearman of each judge with the reference scores [{p['ci']:.0%} "
+            f"percentile bootstrap CI] (n answers scored, usable resamples of {p['bootstrap_reps']}); the "
+            f"paired row is IteraJudge - vanilla on the answers both scored, one resample for both. This run: "
+            f"{cal.REFERENCE_LABEL}, {n_answers} answers; paper: expert scores. Dimension order: "
+            f"{p['dimension_order']}. Judge rubric: {rubrics.label()}. Official rules: "
+            f"{official}.")
+
+
+def judge_facts(p: dict, trajs: list[Trajectory], scores: pd.DataFrame, corr: pd.DataFrame, diff: pd.DataFrame,
+                budget, n_reference: int) -> dict:
+    """What the report records of the judging: settings, statuses, cost, paired difference, degenerate intervals."""
+    return {
+        "dimension_order": p["dimension_order"], "score_range": list(p["score_range"]),
+        "prompt_versions": [JUDGE_VANILLA_VERSION, JUDGE_REFINE_VERSION, JUDGE_CONTRASTIVE_VERSION],
+        "trajectory_status": pd.Series([t.result.status for t in trajs], dtype=object).value_counts().to_dict(),
+        "calibration_items": n_reference, "calibration_status": scores.groupby(["method", "status"]).size()
+        .rename("n").reset_index().to_dict(orient="records"),
+        "cost_usd": float(scores["cost_usd"].sum()) + sum(t.result.cost_usd for t in trajs),
+        "budget_refused": int(budget.refused), "reference_set": cal.REFERENCE_LABEL,
+        "paired_difference": diff.to_dict(orient="records"),
+        "degenerate": [f"{r.judge}/{r.method}/{r.task}: {r.warning}" for r in corr.itertuples() if r.warning]
+        + [f"{r.judge}/difference/{r.task}: {r.warning}" for r in diff.itertuples() if r.warning],
+    }
 
 
 def judge_answer_status(scores: pd.DataFrame, trajs: list[Trajectory]) -> dict[str, int]:
@@ -217,9 +254,9 @@ def side_by_side(trajs: list[Trajectory], width: int = 120) -> pd.DataFrame:
     return shown
 
 
-def caveat_banner(run: IteraRun) -> str:
+def summary(cfg: RunConfig, result: IteraRun) -> str:
     """What the numbers below are, and what they are not (shown before any number)."""
-    r = run.report
+    r = result.report
     lines = [(f"**Reference scores: {r['reference_set']}.** The Spearman values exercise the code path on "
               f"{r['calibration_items']} constructed answers; they are not the paper's experiment.")]
     if r["plumbing_models"]:
@@ -241,4 +278,5 @@ def calibration_view(scores: pd.DataFrame) -> pd.DataFrame:
     return wide.reset_index()
 
 
-__all__ = ["caveat_banner", "calibration_view", "run_stage", "iterajudge_params", "stage07_inputs", "side_by_side", "trajectory_summary", "IteraRun"]
+__all__ = ["SECTION", "run", "summary", "calibration_view", "iterajudge_params", "stage07_inputs", "side_by_side",
+           "trajectory_summary", "IteraRun"]

@@ -5,7 +5,9 @@ conditions, labels and reports, and the predictions (the run's N per model x con
 the tables `beyond_noise_estimates`, `beyond_paper_vs_noise`, `beyond_draws_needed`,
 `beyond_response_matrix`, `beyond_sweep_lift`, `beyond_sweep_lift_sector`, `beyond_fully_herded`,
 their frames, `beyond_report.json` and the figures (`finlib.finbias.figures.beyond`). In the
-paper's run (k = 1, no sweep) every table is empty and the report says why.
+paper's run (k = 1, no sweep) every table is empty and the report says why. The stage contract
+(`finlib.core.stage`): `SECTION` (None: its knobs are stage 03's `inference.samples_per_item` and
+stage 02's `perturb.sweep_reports`; it reads `scoring`'s bootstrap settings), `run(cfg)`, `summary(cfg, result)`.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from finlib.finbias.beyond import rating_sweep
 from finlib.finbias.beyond import sampling_noise
 from finlib.finbias.inference.draws import DRAW_LABELS
 
+SECTION = None
 HALF_WIDTHS_PP = (1.0, 2.0, 5.0)  # target +- interval half widths (points) of the draws-needed table
 PLUMBING_NOTE = ("The embedded default's label scorer (SmolLM2-135M) barely reads the report: its numbers test "
                  "the pipeline, they are not research results.")
@@ -39,6 +42,14 @@ class BeyondResult:
     herded: pd.DataFrame
     report: dict = field(default_factory=dict)
     figures: list = field(default_factory=list)
+
+    @property
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """Every table of the stage by its name (as written under tables/)."""
+        return {"beyond_noise_estimates": self.estimates, "beyond_paper_vs_noise": self.compare,
+                "beyond_draws_needed": self.needed, "beyond_response_matrix": self.matrix,
+                "beyond_sweep_lift": self.lift, "beyond_sweep_lift_sector": self.lift_sector,
+                "beyond_fully_herded": self.herded}
 
 
 def analyse(draws: pd.DataFrame, conditions: pd.DataFrame, labels: pd.DataFrame, reports: pd.DataFrame,
@@ -76,38 +87,56 @@ def analyse(draws: pd.DataFrame, conditions: pd.DataFrame, labels: pd.DataFrame,
     return BeyondResult(estimates, compare, needed, matrix, lift, lift_sector, herded, report)
 
 
-def run_stage(cfg: RunConfig) -> BeyondResult:
-    """Stage 09 entry: read the artifacts, analyse, write tables, frames, report and figures."""
+def run(cfg: RunConfig) -> BeyondResult:
+    """Stage 09: read the artifacts, analyse, write tables, frames, report and figures."""
     from finlib.finbias.scoring.stage import scoring_params
 
     sc = scoring_params(cfg)
+    ci = float(sc["ci"])
     res = analyse(read_frame(cfg, "draws"), read_frame(cfg, "conditions"), read_frame(cfg, "labels"),
                   read_frame(cfg, "reports"), read_frame(cfg, "predictions"), int(sc["bootstrap_reps"]), cfg.seed,
-                  float(sc["ci"]), int(cfg.section("plan")["corpus_reports"]))  # the real corpus size the plan prices
-    ci = float(sc["ci"])
-    specs = {
-        "beyond_noise_estimates": (res.estimates, "Sampling noise per model x condition x outcome: the k-draw estimate "
-                                   f"(mean over reports of the report shares) with its {ci:.0%} two-level bootstrap "
-                                   "interval, within- and between-report variance components, ICC, and the +- points "
-                                   "a single-draw study of the run's N moves by from re-sampling alone"),
-        "beyond_paper_vs_noise": (res.compare, "Paper difference vs sampling noise (Tables 4-6): single-draw gap, k-draw "
-                                  "gap with interval, the single-draw noise band on the reports the gap was measured on "
-                                  "(noise_pm_pp; at the run's N: noise_pm_run_pp), paired tests on report-level shares "
-                                  "(points)"),
-        "beyond_draws_needed": (res.needed, "Draws per report needed for a +-1/2/5-point interval, at this run's "
-                                "reports and at the corpus size (inf: more reports needed, not more draws)"),
-        "beyond_response_matrix": (res.matrix, "Rating sweep: herding response matrix (rating shown x answer), counts "
-                                   "of answered draws and row shares"),
-        "beyond_sweep_lift": (res.lift, f"Rating sweep: herding lift over no_rating per shown rating ({ci:.0%} "
-                              "two-level bootstrap interval, paired t and Wilcoxon tests on report-level shares)"),
-        "beyond_sweep_lift_sector": (res.lift_sector, "Rating sweep: herding lift per shown rating and sector"),
-        "beyond_fully_herded": (res.herded, "Rating sweep: share of reports whose answer follows the shown rating in "
-                                "3 (fully herded), 2, 1 or 0 of the three sweeps"),
-    }
-    for name, (frame, caption) in specs.items():
+                  ci, int(cfg.section("plan")["corpus_reports"]))  # the real corpus size the plan prices
+    captions = table_captions(ci)
+    for name, frame in res.tables.items():
         write_frame(cfg, name, frame)
-        write_table(cfg, name, frame, f"{caption}. {PLUMBING_NOTE if cfg.is_synthetic else ''}".strip(),
+        write_table(cfg, name, frame, f"{captions[name]}. {PLUMBING_NOTE if cfg.is_synthetic else ''}".strip(),
                     float_format="{:.4g}")
     res.figures = figures_beyond.draw_figures(cfg, res.matrix, res.lift, res.compare, ci)
     write_json(cfg, "beyond_report", res.report)
     return res
+
+
+def table_captions(ci: float) -> dict[str, str]:
+    """Each table's caption, its interval level from `scoring.ci`."""
+    return {
+        "beyond_noise_estimates": "Sampling noise per model x condition x outcome: the k-draw estimate (mean over "
+                                  f"reports of the report shares) with its {ci:.0%} two-level bootstrap interval, "
+                                  "within- and between-report variance components, ICC, and the +- points a "
+                                  "single-draw study of the run's N moves by from re-sampling alone",
+        "beyond_paper_vs_noise": "Paper difference vs sampling noise (Tables 4-6): single-draw gap, k-draw gap with "
+                                 "interval, the single-draw noise band on the reports the gap was measured on "
+                                 "(noise_pm_pp; at the run's N: noise_pm_run_pp), paired tests on report-level shares "
+                                 "(points)",
+        "beyond_draws_needed": "Draws per report needed for a +-1/2/5-point interval, at this run's reports and at the "
+                               "corpus size (inf: more reports needed, not more draws)",
+        "beyond_response_matrix": "Rating sweep: herding response matrix (rating shown x answer), counts of answered "
+                                  "draws and row shares",
+        "beyond_sweep_lift": f"Rating sweep: herding lift over no_rating per shown rating ({ci:.0%} two-level "
+                             "bootstrap interval, paired t and Wilcoxon tests on report-level shares)",
+        "beyond_sweep_lift_sector": "Rating sweep: herding lift per shown rating and sector",
+        "beyond_fully_herded": "Rating sweep: share of reports whose answer follows the shown rating in 3 (fully "
+                               "herded), 2, 1 or 0 of the three sweeps",
+    }
+
+
+def summary(cfg: RunConfig, result: BeyondResult) -> str:
+    """Markdown above the tables: the draws this run has, which analysis did not run and why, and the
+    plumbing and synthetic-data caveats."""
+    r = result.report
+    lines = [f"**Draws:** {r['draws']} ({r['answered_draws']} answered, {r['not_answered_draws']} not answered, "
+             f"{r['unparsed_answered_draws']} answered but unparsed); draws per item: {r['samples_per_item']}; "
+             f"rating-sweep reports: {r['sweep_reports']}."]
+    lines += [f"**Not run:** {why}." for why in r["skipped"]]
+    if cfg.is_synthetic:
+        lines.append(f"> ⚠️ **{PLUMBING_NOTE}** Synthetic data: these numbers exercise the pipeline.")
+    return "\n\n".join(lines)

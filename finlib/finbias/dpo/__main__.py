@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from finlib.core.config import load_run
-from finlib.finbias.dpo.stage import PARTS, AdapterMissingError, run_stage
+from finlib.finbias.dpo.stage import PARTS, AdapterMissingError, run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dry run: {'FAILED: ' + '; '.join(pf.problems) if pf.problems else 'passed'} (nothing trained)")
         return 1 if pf.problems else 0
     try:
-        res = run_stage(cfg, tuple(args.parts), args.model)
+        res = run(cfg, tuple(args.parts), args.model)
     except AdapterMissingError as exc:
         print(exc, file=sys.stderr)
         return 1

@@ -1,7 +1,8 @@
 """Stage 05 entry point: split -> triplets -> LoRA DPO training per model -> generated-answer evaluation
 -> one Table 8 with every trained model beside the paper's rows.
 
-`run_stage(cfg)` is what notebook 05, `make dpo` and `python -m finlib.finbias.dpo` call; with
+`run(cfg)` is what notebook 05, `make dpo` and `python -m finlib.finbias.dpo` call (the stage contract of
+`finlib.core.stage`: `SECTION`, `run`, `summary`); with
 `parts=("train",)` it is also what `accelerate launch -m finlib.finbias.dpo` runs on GPUs (docs/dpo.md).
 Training is skipped when `runs/<run>/dpo/<model>/` already holds an adapter made from the same
 records, params, seed and precision (fingerprint), so a rerun of the pipeline does not retrain.
@@ -29,6 +30,7 @@ from finlib.finbias.dpo import train as tr
 from finlib.finbias.dpo import triplets as tp
 
 PARTS = ("triplets", "train", "evaluate")
+SECTION = "dpo"
 # Measured (benchmarks/bench_dpo_teacher.py, 2 AVX2 cores): why the offline default does not use the
 # embedded generator as its teacher. Printed above the results whenever the template teacher is used.
 TEMPLATE_TEACHER_REASON = (
@@ -419,6 +421,13 @@ class DPOResult:
     report: dict = field(default_factory=dict)
     predictions: pd.DataFrame = field(default_factory=pd.DataFrame)
 
+    @property
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """What notebook 05 shows, by name (Table 8 and the frames it is made from)."""
+        return {"split_summary": self.split_summary, "triplet_summary": self.triplet_summary, "drops": self.drops,
+                "train_log": self.train_log, "table8": self.table8, "pooled_metrics": pooled_metrics(self),
+                "paired_tests": self.tests}
+
 
 def _summaries(cfg: RunConfig, dp: dict, report: dict) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     split_df, drops = read_frame(cfg, "dpo_split"), read_frame(cfg, "dpo_drops")
@@ -442,8 +451,9 @@ def _skipped(cfg: RunConfig, dp: dict, report: dict) -> DPOResult:
                      pd.DataFrame(columns=[*PREDICTION_COLUMNS, "measure"]))
 
 
-def caveat(cfg: RunConfig, res: DPOResult) -> str:
+def summary(cfg: RunConfig, result: DPOResult) -> str:
     """Markdown warning above the results: skipped stage, synthetic data, template teacher, plumbing models."""
+    res = result
     lines = []
     if res.report.get("skipped"):
         lines.append(f"**Stage skipped:** {res.report['skipped']}.")
@@ -492,9 +502,12 @@ def pooled_metrics(res: DPOResult) -> pd.DataFrame:
     return m[(m["sector"] == POOLED) & m["metric"].isin(ev.TABLE8_METRICS)].reset_index(drop=True)
 
 
-def run_stage(cfg: RunConfig, parts: tuple[str, ...] = PARTS, models: list[str] | None = None) -> DPOResult | None:
+def run(cfg: RunConfig, parts: tuple[str, ...] = PARTS, models: list[str] | None = None) -> DPOResult | None:
     """Stage 05: the requested parts in order, for every model of `dpo.models` (or `models`);
-    writes the split/triplet artifacts once, runs/<run>/dpo/<model>/ per model, and one Table 8."""
+    writes the split/triplet artifacts once, runs/<run>/dpo/<model>/ per model, and one Table 8.
+
+    None when the launch does not evaluate (`parts` without "evaluate", or a non-main accelerate
+    rank): a training-only GPU job has nothing to show; the evaluating launch returns the result."""
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
         raise ValueError(f"dpo: unknown part(s) {unknown}; known: {PARTS}")
@@ -504,28 +517,10 @@ def run_stage(cfg: RunConfig, parts: tuple[str, ...] = PARTS, models: list[str] 
     report: dict = {"teacher": dp["teacher"], "models": names, "parts": list(parts)}
     if dp["teacher"] == "template":
         report["teacher_reason"] = TEMPLATE_TEACHER_REASON
-    if "triplets" in parts:
-        sp, trip = build(cfg, dp)
-        report.update(cutoff=str(sp.cutoff.date()), split_drops=sp.dropped, teacher_calls=trip.teacher_calls,
-                      test_firms=len(sp.reports.attrs.get("test_firms", [])))
-    else:  # the split and triplets of an earlier launch (e.g. `--parts triplets` on another machine)
-        from finlib.core.artifacts import read_json
-
-        try:
-            prev = read_json(cfg, "dpo_report")
-        except FileNotFoundError:
-            prev = {}
-        report.update({k: prev[k] for k in ("cutoff", "split_drops", "teacher_calls", "test_firms") if k in prev})
+    report.update(_split_facts(cfg, dp) if "triplets" in parts else _earlier_split_facts(cfg))
     if not (read_frame(cfg, "dpo_triplets")["split"] == tp.TRAIN).any():
         return _skipped(cfg, dp, report)
-    logs, trained = [], {}
-    if "train" in parts or "evaluate" in parts:
-        for name in names:  # evaluate alone never trains: it takes the adapter of the current fingerprint
-            res = train(cfg, dp, name) if "train" in parts else require_adapter(cfg, dp, name)
-            if not res.is_main:
-                continue   # a non-main accelerate rank: rank 0 writes everything
-            trained[name] = res
-            logs.append(res.log.assign(model=name))
+    trained = _trained(cfg, dp, names, parts) if "train" in parts or "evaluate" in parts else {}
     if not trained or "evaluate" not in parts:
         return None
     for name, res in trained.items():
@@ -533,16 +528,52 @@ def run_stage(cfg: RunConfig, parts: tuple[str, ...] = PARTS, models: list[str] 
     frames, have, missing = assemble(cfg, dp)
     write_outputs(cfg, frames)
     split_df, ssum, tsum, drops = _summaries(cfg, dp, report)
-    report.update({"max_length": {n: r.max_length for n, r in trained.items()},
-                   "train_records": {n: r.n_records for n, r in trained.items()},
-                   "train_s": {n: round(r.train_s, 2) for n, r in trained.items()},
-                   "reused_adapter": {n: r.reused for n, r in trained.items()},
-                   "dtype": {n: r.dtype for n, r in trained.items()},
-                   "rating_margin_share": {n: round(r.margin_share, 4) for n, r in trained.items()},
-                   "adapter_sha256": {n: r.adapter_sha256 for n, r in trained.items()},
-                   "table8_models": have, "table8_missing": missing, "eval_reports": dp["eval_reports"],
-                   "wall_s": round(time.perf_counter() - t0, 2), "triplets": tsum.to_dict(orient="records")})
+    report.update(_training_facts(trained), table8_models=have, table8_missing=missing,
+                  eval_reports=dp["eval_reports"], wall_s=round(time.perf_counter() - t0, 2),
+                  triplets=tsum.to_dict(orient="records"))
     write_json(cfg, "dpo_report", report)
+    logs = [r.log.assign(model=n) for n, r in trained.items()]
     log = pd.concat(logs, ignore_index=True) if logs else pd.DataFrame(columns=["model", *tr.LOG_COLUMNS])
     return DPOResult(split_df, ssum, tsum, drops, log, frames["metrics"], frames["paired_tests"], frames["table8"],
                      report, frames["predictions"])
+
+
+def _split_facts(cfg: RunConfig, dp: dict) -> dict:
+    """Build the split and the triplets now; what the report keeps of them."""
+    sp, trip = build(cfg, dp)
+    return {"cutoff": str(sp.cutoff.date()), "split_drops": sp.dropped, "teacher_calls": trip.teacher_calls,
+            "test_firms": len(sp.reports.attrs.get("test_firms", []))}
+
+
+def _earlier_split_facts(cfg: RunConfig) -> dict:
+    """The split and triplets of an earlier launch (e.g. `--parts triplets` on another machine): what
+    its report said of them ({} when it wrote none)."""
+    from finlib.core.artifacts import read_json
+
+    try:
+        prev = read_json(cfg, "dpo_report")
+    except FileNotFoundError:
+        prev = {}
+    return {k: prev[k] for k in ("cutoff", "split_drops", "teacher_calls", "test_firms") if k in prev}
+
+
+def _trained(cfg: RunConfig, dp: dict, names: list[str], parts: tuple[str, ...]) -> dict[str, tr.TrainResult]:
+    """Each model's adapter, trained now ("train" in parts) or the one of the current fingerprint
+    (evaluate alone never trains); empty on a non-main accelerate rank (rank 0 writes everything)."""
+    trained = {}
+    for name in names:
+        res = train(cfg, dp, name) if "train" in parts else require_adapter(cfg, dp, name)
+        if res.is_main:
+            trained[name] = res
+    return trained
+
+
+def _training_facts(trained: dict[str, tr.TrainResult]) -> dict:
+    """Per model: what the report keeps of its training (lengths, records, time, precision, hash)."""
+    return {"max_length": {n: r.max_length for n, r in trained.items()},
+            "train_records": {n: r.n_records for n, r in trained.items()},
+            "train_s": {n: round(r.train_s, 2) for n, r in trained.items()},
+            "reused_adapter": {n: r.reused for n, r in trained.items()},
+            "dtype": {n: r.dtype for n, r in trained.items()},
+            "rating_margin_share": {n: round(r.margin_share, 4) for n, r in trained.items()},
+            "adapter_sha256": {n: r.adapter_sha256 for n, r in trained.items()}}

@@ -3,12 +3,17 @@
 Every figure is drawn from artifacts on disk (stages 00-05), saved as PNG + PDF under
 `figures/<run>/`, and carries a caption that names its data source and, on the synthetic
 default, says "synthetic data". A figure whose input is absent (e.g. stage 05 not run) is not
-drawn; `build_figures` lists it with the reason instead of failing the stage.
+drawn; the figures report lists it with the reason instead of failing the stage.
+
+The stage contract (`finlib.core.stage`): `SECTION`, `run(cfg)` (draws every figure, writes the
+paper-vs-ours tables and `figures_report.json`) and `summary(cfg, result)`; notebook 06 shows each
+drawn figure with `show(result, name)`.
 """
 from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +42,7 @@ from finlib.finbias.figures.base import (  # noqa: F401  (data_source, caption: 
     text_color_on,
 )
 
+SECTION = "figures"
 
 
 def figures_params(cfg: RunConfig) -> dict:
@@ -189,7 +195,7 @@ def plot_accuracy_vs_analyst(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[obj
 
 
 def plot_labels_by_year(cfg: RunConfig, labels: pd.DataFrame, reports: pd.DataFrame) -> tuple[object, FigureRecord]:
-    """CAR distribution per report year and the label shares per year (30/40/30 by construction)."""
+    """CAR distribution per report year and the label shares per year (`labels.quantiles` by construction)."""
     import matplotlib.pyplot as plt
 
     df = labels.merge(reports[["report_id", "date"]], on="report_id", how="left")
@@ -375,8 +381,8 @@ def dpo_accuracy(dpo_metrics: pd.DataFrame) -> pd.DataFrame:
                          "ci_low": 100 * a["ci_low"], "ci_high": 100 * a["ci_high"], "n": a["n"]}).reset_index(drop=True)
 
 
-class FigureStage:
-    """Notebook 06's one object: loads each artifact once, draws the named figures, saves the
+class FigureSet:
+    """The stage's working set: loads each artifact once, draws the named figures, saves the
     paper-vs-ours tables and the figures report. Missing inputs become recorded notes."""
 
     def __init__(self, cfg: RunConfig):
@@ -432,19 +438,16 @@ class FigureStage:
             "fig_paper_vs_ours": lambda: plot_paper_vs_ours(cfg, self.comparisons()),
         }
 
-    def draw(self, name: str) -> None:
-        """Draw one figure, show it (explicitly, then close it: no reliance on the inline backend's
-        end-of-cell flush, no figures piling up) or print why it was not drawn."""
+    def draw(self, name: str):
+        """Draw and save one figure, then close it (the figure object stays displayable; no figures
+        pile up in pyplot, none is shown by a notebook's end-of-cell flush); None when not drawn, its
+        reason recorded."""
         import matplotlib.pyplot as plt
-        from IPython.display import Markdown, display
 
         fig = attempt(self.records, name, self.drawers()[name])
-        if fig is None:
-            print(f"{name}: not drawn — {self.records[-1].skipped}")
-            return
-        display(fig)
-        display(Markdown(f"*{self.records[-1].caption}*"))  # the caption beside the figure, not burned into it
-        plt.close(fig)
+        if fig is not None:
+            plt.close(fig)
+        return fig
 
     def paper_names(self) -> dict[str, str]:
         from finlib.llm.registry import load_registry
@@ -511,6 +514,63 @@ class FigureStage:
     def close(self) -> Path:
         return write_figures_report(self.cfg, self.records)
 
-    def summary(self) -> pd.DataFrame:
+    def summary_frame(self) -> pd.DataFrame:
+        """One row per figure: drawn or not, and its caption or the reason it was not drawn."""
         return pd.DataFrame([{"figure": r.name, "drawn": r.skipped is None, "note": r.skipped or r.caption}
                              for r in self.records])
+
+
+PAPER_VS_OURS = "fig_paper_vs_ours"  # drawn last: from the comparison tables the stage writes first
+
+
+@dataclass
+class FiguresResult:
+    """What stage 06 produced: every figure (closed matplotlib figures, displayable; None when not
+    drawn), their records, and the tables notebook 06 shows."""
+
+    figures: dict[str, object | None]
+    records: list[FigureRecord]
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    report: dict = field(default_factory=dict)
+
+
+def run(cfg: RunConfig) -> FiguresResult:
+    """Stage 06: draw every figure whose inputs exist, write the paper-vs-ours tables (and their
+    consistency check, which stops the stage on a disagreement), then `figures_report.json`."""
+    figs = FigureSet(cfg)
+    drawn = {name: figs.draw(name) for name in figs.drawers() if name != PAPER_VS_OURS}
+    comparison = figs.write_comparisons()
+    drawn[PAPER_VS_OURS] = figs.draw(PAPER_VS_OURS)
+    report_path = figs.close()
+    report = {"data_source": data_source(cfg), "notes": figs.missing_notes(),
+              "drawn": [r.name for r in figs.records if r.skipped is None],
+              "not_drawn": {r.name: r.skipped for r in figs.records if r.skipped is not None},
+              "figures_report": str(report_path.relative_to(cfg.root))}
+    return FiguresResult(drawn, figs.records, {"paper_vs_ours_summary": comparison, "figures": figs.summary_frame()},
+                         report)
+
+
+def summary(cfg: RunConfig, result: FiguresResult) -> str:
+    """Markdown above the figures: the data source (synthetic or not), how many figures were drawn,
+    each one not drawn with its reason, and the later stages whose artifacts are absent."""
+    r = result.report
+    head = [f"**Data:** {r['data_source']}.", f"**Figures drawn:** {len(r['drawn'])} of {len(result.records)}."]
+    if cfg.is_synthetic:
+        head.insert(0, "> ⚠️ **Synthetic data.** The figures test the pipeline; they are not research results, and "
+                       "the paper-vs-ours comparison is not comparable.")
+    items = [f"- `{name}` not drawn: {why}" for name, why in r["not_drawn"].items()]
+    items += [f"- NOTE: {note}" for note in r["notes"]]
+    return "\n\n".join(head + (["\n".join(items)] if items else []))
+
+
+def show(result: FiguresResult, name: str) -> None:
+    """Show one figure of the stage with its caption under it (not burned into it), or why it was not drawn."""
+    from IPython.display import Markdown, display
+
+    fig = result.figures.get(name)
+    record = next(r for r in result.records if r.name == name)
+    if fig is None:
+        print(f"{name}: not drawn — {record.skipped}")
+        return
+    display(fig)
+    display(Markdown(f"*{record.caption}*"))

@@ -8,8 +8,9 @@ Three layers, each a set of small pure functions:
 2. Metrics and paired tests (`finlib.finbias.scoring.metrics`, re-exported here): Fin-Bias Section 4.1
    plus parse rates, confusion and macro-F1, by sector and overall, with cluster bootstrap
    intervals over firms from `finlib.core.stats`.
-3. The stage (`score_run`): reads the stage 00-03 artifacts, writes `metrics.parquet`,
-   `paired_tests.parquet`, `scoring_report.json` and Tables 4-7 beside the paper's numbers.
+3. The stage (`run`, `summary`, `SECTION`: the contract of `finlib.core.stage`): reads the stage 00-03
+   artifacts, writes `metrics.parquet`, `paired_tests.parquet`, `scoring_report.json` and Tables 4-7
+   beside the paper's numbers.
 """
 from __future__ import annotations
 
@@ -258,8 +259,11 @@ def scoring_params(cfg: RunConfig) -> dict:
     return cfg.section("scoring")
 
 
-def score_run(cfg: RunConfig) -> ScoringResult:
-    """Stage 04 entry: read the 00-03 artifacts, score, write metrics/tests/report and Tables 4-7."""
+SECTION = "scoring"
+
+
+def run(cfg: RunConfig) -> ScoringResult:
+    """Stage 04: read the 00-03 artifacts, score, write metrics/tests/report and Tables 4-7."""
     from finlib.finbias.inference.stage import inference_params  # here, not at the top: stage 03 imports this module's parser
 
     sc = scoring_params(cfg)
@@ -270,13 +274,21 @@ def score_run(cfg: RunConfig) -> ScoringResult:
     write_frame(cfg, "metrics", res.metrics)
     write_frame(cfg, "paired_tests", res.tests)
     write_json(cfg, "scoring_report", res.report)
+    write_tables(cfg, res)
+    return res
+
+
+def write_tables(cfg: RunConfig, res: ScoringResult) -> None:
+    """Tables 4-7 (all answers, parsed only, long form with CIs) and the stage's other tables, with
+    their captions."""
     note = averaging_note(res.report["printed_average_agreement"])
     for spec in TABLE_SPECS:
         write_table(cfg, spec.name, res.tables[spec.name], caption_for(spec, note))
         write_table(cfg, spec.parsed_name, res.tables[spec.parsed_name], caption_for(spec, note, parsed=True))
         write_table(cfg, f"{spec.name}_ci", res.tables[f"{spec.name}_ci"],
                     f"{spec.caption}: values ({spec.metric} = Eq. 1 over all answers, {spec.parsed_metric} = parsed "
-                    "only), 95 % cluster-bootstrap CIs over firms, N and parse rate (long form)")
+                    f"only), {ci_percent(res.report['ci'])} % cluster-bootstrap CIs over firms, N and parse rate "
+                    "(long form)")
     write_table(cfg, "table5_fake_transitions", res.transitions,
                 "Fake-rating transitions: analyst rating -> fake rating shown -> model answer (counts, shares; "
                 "parse_rate = share of the analyst x fake group's answers that parsed)")
@@ -291,7 +303,11 @@ def score_run(cfg: RunConfig) -> ScoringResult:
     write_table(cfg, "table_confusion", res.confusion,
                 "Confusion matrices: return-based label (rows) x answer, over parsed answers; n = rows with "
                 "that label, parse_rate = share of them parsed")
-    return res
+
+
+def ci_percent(ci: float) -> str:
+    """`scoring.ci` as the captions print it: 0.95 -> "95", 0.9 -> "90"."""
+    return f"{100 * ci:g}"
 
 
 # --------------------------------------------------------------------------------------
@@ -339,9 +355,10 @@ def _summary_line(model: str, summ: pd.DataFrame) -> str:
             "and accuracy mostly reflect how often the reference rating or the label is that label.")
 
 
-def caveat_banner(cfg: RunConfig, res: ScoringResult) -> str:
+def summary(cfg: RunConfig, result: ScoringResult) -> str:
     """Markdown warning shown above the tables: synthetic data, plumbing model(s) with this run's
     own measured label preference (never a number quoted from another run)."""
+    res = result
     lines = []
     if cfg.is_synthetic:
         lines.append("**Synthetic data.** These numbers come from the seeded synthetic market and synthetic "
@@ -390,7 +407,7 @@ def parse_note_table(res: ScoringResult) -> pd.DataFrame:
 
 
 def plot_herding(cfg: RunConfig, res: ScoringResult):
-    """Pooled herding (and accuracy) per condition with 95 % CIs; PNG + PDF under figures/<run>/.
+    """Pooled herding (and accuracy) per condition with `scoring.ci` intervals; PNG + PDF under figures/<run>/.
 
     Bars are the tables' main cells (the paper's Eq. 1 over all answered items, unparsed = no
     match), with N (answered items) on each bar and "no parsed answers" in the legend when none parsed.
@@ -431,7 +448,7 @@ def plot_herding(cfg: RunConfig, res: ScoringResult):
                 ax.bar_label(bars, labels=[f"N={int(n)}" if pd.notna(n) else "" for n in d["n"]],
                              label_type="center", fontsize=MIN_TEXT_PT, color="white")
             ax.set_xticks(np.arange(len(conds)) + width * (len(models) - 1) / 2, conds, rotation=20)
-            ax.set_title(f"{metric.removesuffix('_all')} (Eq. 1, pooled, 95 % CI)")
+            ax.set_title(f"{metric.removesuffix('_all')} (Eq. 1, pooled, {ci_percent(res.report['ci'])} % CI)")
             ax.set_ylabel("%")
         handles, labels = axes[0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="lower center", ncol=min(len(handles), 3), bbox_to_anchor=(0.5, 0.0))
@@ -439,7 +456,8 @@ def plot_herding(cfg: RunConfig, res: ScoringResult):
         fig.tight_layout(rect=(0, 0.1 + 0.05 * (len(handles) > 3), 1, 1))
     save_figure(cfg, fig, "fig_herding_accuracy", caption=caption(
         cfg, "Pooled herding and accuracy per condition and model (Eq. 1 over all N answered items, an unparsed "
-             "answer counting as no match) with 95 % cluster-bootstrap intervals; N on each bar (stage 04)."))
+             f"answer counting as no match) with {ci_percent(res.report['ci'])} % cluster-bootstrap intervals; N on "
+             "each bar (stage 04)."))
     return fig
 
 
