@@ -101,6 +101,7 @@ def faked(tmp_run, monkeypatch):
 
 def test_a_run_over_two_models_gives_one_table8_with_both(faked):
     res = st.run(faked)
+    assert res.figures["fig_dpo_training"] is not None and (faked.figures_dir / "fig_dpo_training.png").is_file()
     t8 = res.table8
     ours = t8[t8["source"] == ev.OURS]
     for m in ("smollm2-135m", "qwen3-8b"):

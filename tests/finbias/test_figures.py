@@ -140,19 +140,19 @@ def test_fake_transitions_figure_keeps_unparsed(tmp_path):
 
 def test_stage_with_nothing_on_disk_records_notes_instead_of_failing(tmp_path):
     cfg = make_cfg(tmp_path)
-    stage = figures.FigureSet(cfg)
-    for name in stage.drawers():
-        stage.draw(name)
-    assert all(r.skipped for r in stage.records)
-    by = {r.name: r.skipped for r in stage.records}
+    figs = figures.FigureSet(cfg)
+    for name in figs.drawers():
+        figs.draw(name)
+    assert all(r.skipped for r in figs.records)
+    by = {r.name: r.skipped for r in figs.records}
     assert "run stage 04" in by["fig_herding_heatmap"]
     assert "stage 05 artifacts not found" in by["fig_dpo_accuracy"]
-    assert any("stage 05 artifacts not found: run stage 05" in n for n in stage.missing_notes())
-    assert stage.close().is_file()
+    assert any("stage 05 artifacts not found: run stage 05" in n for n in figs.missing_notes())
+    assert figs.close().is_file()
 
 
-def test_stage_draws_from_artifacts_and_writes_comparisons(tmp_path):
-    cfg = make_cfg(tmp_path)
+def write_stage_inputs(cfg: RunConfig) -> None:
+    """Two reports with labels, their conditions and stage 04's metrics: what most figures draw from."""
     reports = pd.DataFrame({"report_id": ["R1", "R2"], "sector": ["Energy", "Technology"],
                             "analyst_rating": ["bullish", "neutral"],
                             "date": pd.to_datetime(["2021-01-04", "2022-03-01"])})
@@ -160,30 +160,29 @@ def test_stage_draws_from_artifacts_and_writes_comparisons(tmp_path):
     for name, df in (("reports", reports), ("labels", labels), ("conditions", conditions_frame()),
                      ("metrics", metrics_frame())):
         write_frame(cfg, name, df)
-    stage = figures.FigureSet(cfg)
+
+
+def test_stage_draws_from_artifacts_and_writes_comparisons(tmp_path):
+    cfg = make_cfg(tmp_path)
+    write_stage_inputs(cfg)
+    figs = figures.FigureSet(cfg)
     for name in ("fig_conditions_example", "fig_labels_by_year", "fig_herding_heatmap"):
-        stage.draw(name)
-    assert [r.skipped for r in stage.records] == [None, None, None]
-    summary = stage.write_comparisons().set_index(["table", "column"])
+        figs.draw(name)
+    assert [r.skipped for r in figs.records] == [None, None, None]
+    summary = figs.write_comparisons().set_index(["table", "column"])
     assert summary.loc[("finbias_table4", "with_rating"), "matched"] == 4    # GPT-4: 3 sectors + Average
     assert summary.loc[("finbias_table4", "without_rating"), "matched"] == 4
     assert summary.loc[("finbias_table2", "num"), "matched"] == 3            # Energy, Technology, Total
     assert (cfg.tables_dir / "paper_vs_ours_summary.md").read_text().count("not comparable") == 1
-    stage.draw("fig_paper_vs_ours")
-    assert stage.records[-1].skipped is None
+    figs.draw("fig_paper_vs_ours")
+    assert figs.records[-1].skipped is None
 
 
 def test_run_draws_every_figure_it_can_and_summary_names_the_rest(tmp_path, capsys):
     """`run` is the whole stage: every figure attempted once, the comparisons written, the report
     saved; `summary` names each figure not drawn with its reason; `show` prints that reason."""
     cfg = make_cfg(tmp_path)
-    reports = pd.DataFrame({"report_id": ["R1", "R2"], "sector": ["Energy", "Technology"],
-                            "analyst_rating": ["bullish", "neutral"],
-                            "date": pd.to_datetime(["2021-01-04", "2022-03-01"])})
-    labels = pd.DataFrame({"report_id": ["R1", "R2"], "car": [0.05, -0.02], "label": ["bullish", "bearish"]})
-    for name, df in (("reports", reports), ("labels", labels), ("conditions", conditions_frame()),
-                     ("metrics", metrics_frame())):
-        write_frame(cfg, name, df)
+    write_stage_inputs(cfg)
     res = figures.run(cfg)
     assert [r.name for r in res.records] == list(figures.FigureSet(cfg).drawers())
     assert res.figures["fig_herding_heatmap"] is not None and res.figures["fig_dpo_accuracy"] is None
@@ -269,10 +268,10 @@ def test_dpo_figure_and_table8_comparison_from_stage05_metrics(tmp_path):
     write_frame(cfg, figures.DPO_METRICS, pd.DataFrame(recs))
     acc = figures.dpo_accuracy(pd.DataFrame(recs))
     assert set(acc["variant"]) == {"base", "dpo"} and set(acc["model"]) == {"qwen2-7b-it"}
-    stage = figures.FigureSet(cfg)
-    stage.draw("fig_dpo_accuracy")
-    assert stage.records[-1].skipped is None
-    assert not any("stage 05" in n for n in stage.missing_notes())
+    figs = figures.FigureSet(cfg)
+    figs.draw("fig_dpo_accuracy")
+    assert figs.records[-1].skipped is None
+    assert not any("stage 05" in n for n in figs.missing_notes())
     long = finbias_compare.finbias_dpo_comparison(acc[acc["variant"] == "dpo"], {"qwen2-7b-it": "Qwen2-7B-it"})
     t8 = paper_table("finbias_table8")
     energy = long[long["row"] == "Qwen2-7B-it | Energy"].iloc[0]

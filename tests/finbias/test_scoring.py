@@ -450,6 +450,11 @@ def test_run_writes_metrics_and_tables(tmp_run):
             assert (tmp_run.tables_dir / f"{spec.name}.{ext}").is_file()
     md = (tmp_run.tables_dir / "table4_herding_with_without.md").read_text()
     assert "Synthetic data" in md and "Mean of sectors" in md
+    import matplotlib.pyplot as plt
+
+    fig = res.figures["fig_herding_accuracy"]              # the stage's figure: saved by run, closed, shown later
+    assert fig is not None and (tmp_run.figures_dir / "fig_herding_accuracy.png").is_file()
+    assert fig.number not in plt.get_fignums()
 
 
 def test_misspelled_scoring_key_is_an_error(tmp_run):

@@ -420,6 +420,7 @@ class DPOResult:
     table8: pd.DataFrame
     report: dict = field(default_factory=dict)
     predictions: pd.DataFrame = field(default_factory=pd.DataFrame)
+    figures: dict = field(default_factory=dict)   # name -> the saved figure (closed, displayable) or None
 
     @property
     def tables(self) -> dict[str, pd.DataFrame]:
@@ -446,9 +447,9 @@ def _skipped(cfg: RunConfig, dp: dict, report: dict) -> DPOResult:
     empty = pd.DataFrame()
     from finlib.finbias.inference.stage import PREDICTION_COLUMNS
 
-    return DPOResult(split_df, ssum, tsum, drops, pd.DataFrame(columns=["model", *tr.LOG_COLUMNS]),
-                     empty, pd.DataFrame(columns=list(ev.PAIRED_COLUMNS)), empty, report,
-                     pd.DataFrame(columns=[*PREDICTION_COLUMNS, "measure"]))
+    return with_figures(cfg, DPOResult(split_df, ssum, tsum, drops, pd.DataFrame(columns=["model", *tr.LOG_COLUMNS]),
+                                       empty, pd.DataFrame(columns=list(ev.PAIRED_COLUMNS)), empty, report,
+                                       pd.DataFrame(columns=[*PREDICTION_COLUMNS, "measure"])))
 
 
 def summary(cfg: RunConfig, result: DPOResult) -> str:
@@ -534,8 +535,17 @@ def run(cfg: RunConfig, parts: tuple[str, ...] = PARTS, models: list[str] | None
     write_json(cfg, "dpo_report", report)
     logs = [r.log.assign(model=n) for n, r in trained.items()]
     log = pd.concat(logs, ignore_index=True) if logs else pd.DataFrame(columns=["model", *tr.LOG_COLUMNS])
-    return DPOResult(split_df, ssum, tsum, drops, log, frames["metrics"], frames["paired_tests"], frames["table8"],
-                     report, frames["predictions"])
+    return with_figures(cfg, DPOResult(split_df, ssum, tsum, drops, log, frames["metrics"], frames["paired_tests"],
+                                       frames["table8"], report, frames["predictions"]))
+
+
+def with_figures(cfg: RunConfig, res: DPOResult) -> DPOResult:
+    """The stage's figure (the training log; a note file when nothing was trained), saved and closed:
+    a notebook shows it where it wants it."""
+    from finlib.finbias.scoring.stage import closed
+
+    res.figures["fig_dpo_training"] = closed(plot_training(cfg, res))
+    return res
 
 
 def _split_facts(cfg: RunConfig, dp: dict) -> dict:

@@ -198,6 +198,7 @@ class ScoringResult:
     confusion: pd.DataFrame
     report: dict
     plumbing: tuple[str, ...] = ()    # table rows whose registry record has `plumbing: true`
+    figures: dict = field(default_factory=dict)   # name -> the saved figure (closed, displayable) or None
 
 
 def confusion_long(rows: pd.DataFrame) -> pd.DataFrame:
@@ -275,7 +276,18 @@ def run(cfg: RunConfig) -> ScoringResult:
     write_frame(cfg, "paired_tests", res.tests)
     write_json(cfg, "scoring_report", res.report)
     write_tables(cfg, res)
+    res.figures["fig_herding_accuracy"] = closed(plot_herding(cfg, res))
     return res
+
+
+def closed(fig):
+    """The figure, saved already, closed in pyplot: a notebook shows it where it wants it (not at the end
+    of the cell that ran the stage), and no figure piles up. None stays None (not drawn)."""
+    if fig is not None:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+    return fig
 
 
 def write_tables(cfg: RunConfig, res: ScoringResult) -> None:
