@@ -109,6 +109,25 @@ class SyntheticSection(_Section):
             raise ValueError(f"data.synthetic.words_max ({value}) is below data.synthetic.words_min ({low})")
         return value
 
+    @field_validator("bearish_share")
+    @classmethod
+    def _shares(cls, value: float, info: ValidationInfo) -> float:
+        """Bullish and bearish analysts' shares leave room for neutral ones."""
+        bullish = info.data.get("bullish_share")
+        if bullish is not None and bullish + value >= 1:
+            raise ValueError(f"data.synthetic.bullish_share + bearish_share must be < 1, got {bullish} + {value}")
+        return value
+
+    @field_validator("optimism_sd")
+    @classmethod
+    def _analyst_view(cls, value: float, info: ValidationInfo) -> float:
+        """The analyst's view is q_weight * q + optimism + noise with unit variance: the noise needs room."""
+        weight = info.data.get("analyst_q_weight")
+        if weight is not None and weight ** 2 + value ** 2 >= 1:
+            raise ValueError(f"data.synthetic.analyst_q_weight^2 + optimism_sd^2 must be < 1, got "
+                             f"{weight}^2 + {value}^2")
+        return value
+
 
 class ColumnsSection(_Section):
     """data.reports.columns: our column name -> the corpus's (finlib.finbias.data.validation.REPORT_COLUMNS;

@@ -199,6 +199,7 @@ def test_the_prompt_version_literal_is_the_prompt_registry():
 
 def test_closed_vocabularies_are_the_code_s_own():
     """Literals the schema declares for choices the stages define (text_cleaning: tests/finbias/test_data.py)."""
+    from finlib.finbias.data.synth_corpus import LAYOUTS, RATING_WORDINGS
     from finlib.finbias.perturb.lexicon import POS_POLICIES
     from finlib.finbias.perturb.stage import FAKE_MODES
 
@@ -208,6 +209,8 @@ def test_closed_vocabularies_are_the_code_s_own():
 
     assert literal(schema.PerturbSection, "fake_rating") == set(FAKE_MODES)
     assert literal(schema.PerturbSection, "mpqa_pos") == set(POS_POLICIES)
+    assert literal(schema.SyntheticSection, "rating_wording") == set(RATING_WORDINGS)
+    assert literal(schema.SyntheticSection, "layout") == set(LAYOUTS)
 
 
 def test_rehearsal_profile_fields_are_the_simulated_profile_less_the_registry_fields():

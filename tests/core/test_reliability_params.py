@@ -114,6 +114,9 @@ def test_misspelled_keys_are_refused_in_every_section(default, dotted):
     ("bizfin.iterajudge.score_range", [100, 0], r"score_range must be \[low, high\] with low < high"),
     ("bizfin.source", "s3", r"bizfin\.source: input should be"),
     ("plan.preflight", "yes", r"plan\.preflight: input should be a valid boolean"),
+    ("data.synthetic.bearish_share", 0.3, r"bullish_share \+ bearish_share must be < 1, got 0\.72 \+ 0\.3"),
+    ("data.synthetic.optimism_sd", 0.95, r"analyst_q_weight\^2 \+ optimism_sd\^2 must be < 1, got 0\.35\^2 \+ 0\.95"),
+    ("data.synthetic.words_max", 50, r"data\.synthetic\.words_max \(50\) is below data\.synthetic\.words_min \(70\)"),
 ])
 def test_values_out_of_range_are_refused_at_load_time(default, dotted, value, expect):
     with pytest.raises(ConfigError, match=r"(?s)^x\.yaml: invalid params:\n.*" + expect):

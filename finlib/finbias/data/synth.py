@@ -167,34 +167,11 @@ class SynthParams:
     @classmethod
     def from_section(cls, section: dict[str, Any] | None) -> "SynthParams":
         """The knobs of `section` over the defaults (a params file's section holds them all; library
-        callers may pass a few), checked by the params schema's `data.synthetic` model."""
+        callers may pass a few), checked by the params schema's `data.synthetic` model (types, ranges,
+        the wordings and layouts of synth_corpus, the rules between knobs)."""
         section = {**asdict(cls()), **(section or {})}
         raise_errors(schema_errors(section, SyntheticSection, ("data", "synthetic")), "data.synthetic", SynthConfigError)
-        p = cls(**section)
-        p.check()
-        return p
-
-    def check(self) -> None:
-        if self.n_reports < 1 or self.n_firms < 1:
-            raise SynthConfigError("data.synthetic: n_reports and n_firms must be >= 1")
-        if not 0 < self.words_min <= self.words_max:
-            raise SynthConfigError("data.synthetic: need 0 < words_min <= words_max")
-        if not 0 < self.target_corr < 1:
-            raise SynthConfigError("data.synthetic.target_corr must lie in (0, 1)")
-        if not (0 < self.bearish_share and 0 < self.bullish_share and self.bullish_share + self.bearish_share < 1):
-            raise SynthConfigError("data.synthetic: bullish_share + bearish_share must lie in (0, 1)")
-        if self.analyst_q_weight ** 2 + self.optimism_sd ** 2 >= 1:
-            raise SynthConfigError("data.synthetic: analyst_q_weight^2 + optimism_sd^2 must be < 1")
-        from finlib.finbias.data.synth_corpus import LAYOUTS, RATING_WORDINGS
-        if self.rating_wording not in RATING_WORDINGS:
-            raise SynthConfigError(f"data.synthetic.rating_wording must be one of {RATING_WORDINGS}, "
-                                   f"got {self.rating_wording!r}")
-        if self.layout not in LAYOUTS:
-            raise SynthConfigError(f"data.synthetic.layout must be one of {LAYOUTS}, got {self.layout!r}")
-        if not 0 <= self.block_share <= 1:
-            raise SynthConfigError("data.synthetic.block_share must lie in [0, 1]")
-        if not 0 <= self.messy_share <= 1:
-            raise SynthConfigError("data.synthetic.messy_share must lie in [0, 1]")
+        return cls(**section)
 
 
 @dataclass
