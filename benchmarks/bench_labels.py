@@ -1,4 +1,4 @@
-"""Benchmark: finlib.finbias.labels.stage.compute_labels (vectorised) vs a per-event statsmodels.OLS loop.
+"""Benchmark: finlib.finbias.labels.market_model.compute_labels (vectorised) vs a per-event statsmodels.OLS loop.
 
 Panel: 500 tickers x 10 years of weekdays (2,610 days), built here with numpy (fat-tailed
 returns, ~1 % missing price rows); 8,868 events (the size of the Fin-Bias corpus) at
@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import statsmodels.api as sm
 
-from finlib.finbias.labels.stage import build_panel, compute_labels, labels_from_panel
+from finlib.finbias.labels.market_model import build_panel, compute_labels, labels_from_panel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import machine, write_result  # noqa: E402

@@ -19,7 +19,8 @@ from finlib.finbias.vocab import POOLED, SECTORS
 from finlib.finbias.scoring import consistency
 from finlib.finbias.figures import stage as figures
 from finlib.finbias.scoring import stage as scoring
-from finlib.finbias.scoring.metrics import ACCURACY, ACCURACY_PARSED, HERDING, HERDING_PARSED, metrics_long
+from finlib.finbias.scoring.metrics import (ACCURACY, ACCURACY_PARSED, HERDING, HERDING_PARSED, eq1_by_sector, eq1_rate,
+                                            metrics_long)
 
 MODELS = ("gpt-4.1", "qwen2-7b-it")          # registry names with a paper row (GPT-4, Qwen2-7B-it)
 CONDS = ("original", "no_rating", "fake_rating", "no_opinion")
@@ -144,7 +145,7 @@ def test_printed_cells_are_read_part_by_part():
 def test_eq1_helpers_agree_with_metrics_long():
     pred, cond, labels, reports = corpus(seed=11, n_reports=30)
     rows = scoring.score_frame(pred, cond, labels, reports).rows
-    direct = scoring.eq1_by_sector(rows, HERDING).set_index(["model", "condition", "sector"])["value"]
+    direct = eq1_by_sector(rows, HERDING).set_index(["model", "condition", "sector"])["value"]
     long = metrics_long(rows, reps=10, seed=1)
     long = long[(long["metric"] == HERDING) & long["sector"].isin([*SECTORS[:3], POOLED])]
     long = long.set_index(["model", "condition", "sector"])["value"]
@@ -152,4 +153,4 @@ def test_eq1_helpers_agree_with_metrics_long():
     # by hand: hits / all rows with a target, an unparsed answer counting as no match
     one = rows[(rows["model"] == "gpt-4.1") & (rows["condition"] == "original")]
     hand = float((one["answer"] == one["reference_rating"]).sum()) / len(one)
-    assert scoring.eq1_rate(one["answer"], one["reference_rating"]) == pytest.approx(hand)
+    assert eq1_rate(one["answer"], one["reference_rating"]) == pytest.approx(hand)

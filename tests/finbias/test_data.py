@@ -15,7 +15,15 @@ import pytest
 import yaml
 
 from finlib.finbias.data import stage as data
-from finlib.finbias.data.stage import DataSourceError, DataValidationError
+from finlib.finbias.data.prices import fetch_yfinance_prices, load_market, load_prices
+from finlib.finbias.data.validation import (
+    CLEANING_RULES,
+    DataSourceError,
+    DataValidationError,
+    clean_text,
+    clean_text_logged,
+    read_table,
+)
 
 THEIRS = {"report_id": "id", "ticker": "symbol", "company": "name", "sector": "industry_sector",
           "date": "published", "text": "clean_content"}
@@ -158,7 +166,7 @@ def test_unsupported_suffix(tmp_path):
     p = tmp_path / "reports.xlsx"
     p.write_bytes(b"x")
     with pytest.raises(DataValidationError, match="unsupported file type"):
-        data.read_table(p)
+        read_table(p)
 
 
 # ---------------------------------------------------------------- cleaning
@@ -173,12 +181,12 @@ def test_unsupported_suffix(tmp_path):
     ("zero\u200bwidth soft\u00adhyphen", "zerowidth softhyphen"),
 ])
 def test_clean_text(dirty, clean):
-    assert data.clean_text(dirty) == clean
+    assert clean_text(dirty) == clean
 
 
 def test_clean_text_leaves_clean_text_alone():
     t = "We maintain our Bullish rating on X Inc. (XXXX).\n\nRevenue rose 5.2% vs. $1.2 bn in the U.S."
-    assert data.clean_text_logged(t) == (t, ())
+    assert clean_text_logged(t) == (t, ())
 
 
 # ---------------------------------------------------------------- prices and market
@@ -192,12 +200,12 @@ def _prices(tmp_path: Path, rows: list[tuple], name: str = "prices.csv") -> Path
 def test_load_prices_sorted_and_typed(tmp_path):
     p = _prices(tmp_path, [("2021-01-05", "BBB", 10.0), ("2021-01-04", "BBB", 9.5), ("2021-01-04", "aaa", 1.0),
                            ("2021-01-05", "AAA", "")])
-    out, notes = data.load_prices(p)
+    out, notes = load_prices(p)
     assert list(out["ticker"]) == ["AAA", "BBB", "BBB"]
     assert list(out["date"].dt.day) == [4, 4, 5]
     assert out["adj_close"].dtype == "float64" and out["date"].dtype == "datetime64[ns]"
     assert notes["missing_adj_close_dropped"] == 1
-    sub, _ = data.load_prices(p, tickers=["BBB"])
+    sub, _ = load_prices(p, tickers=["BBB"])
     assert set(sub["ticker"]) == {"BBB"}
 
 
@@ -209,43 +217,43 @@ def test_load_prices_sorted_and_typed(tmp_path):
 def test_price_errors_name_row_and_column(tmp_path, bad, row, column, what):
     p = _prices(tmp_path, [("2021-01-05", "AAA", 1.0), bad])
     with pytest.raises(DataValidationError, match=what) as e:
-        data.load_prices(p)
+        load_prices(p)
     _assert_names(str(e.value), p, row, column)
 
 
 def test_price_duplicates_and_missing_columns(tmp_path):
     p = _prices(tmp_path, [("2021-01-05", "AAA", 1.0), ("2021-01-05", "AAA", 1.1)])
     with pytest.raises(DataValidationError, match="duplicate") as e:
-        data.load_prices(p)
+        load_prices(p)
     assert "row 2" in str(e.value) and str(p) in str(e.value)
     q = tmp_path / "wide.csv"
     pd.DataFrame({"date": ["2021-01-05"], "AAA": [1.0]}).to_csv(q, index=False)
     with pytest.raises(DataValidationError, match="missing column") as e:
-        data.load_prices(q)
+        load_prices(q)
     assert "'ticker'" in str(e.value) and str(q) in str(e.value)
 
 
 def test_load_market_and_its_errors(tmp_path):
     p = tmp_path / "market.csv"
     pd.DataFrame({"date": ["2021-01-05", "2021-01-04"], "idx": [101.0, 100.0]}).to_csv(p, index=False)
-    out, notes = data.load_market(p, "idx")
+    out, notes = load_market(p, "idx")
     assert list(out["market_close"]) == [100.0, 101.0] and notes["market_missing_dropped"] == 0
     with pytest.raises(DataValidationError, match="'spx'") as e:
-        data.load_market(p, "spx")
+        load_market(p, "spx")
     assert str(p) in str(e.value)
     pd.DataFrame({"date": ["2021-01-04", "2021-01-05"], "idx": [100.0, "n/a"]}).to_csv(p, index=False)
     with pytest.raises(DataValidationError, match="row 2"):
-        data.load_market(p, "idx")
+        load_market(p, "idx")
     pd.DataFrame({"date": ["2021-01-04", "2021-01-05"], "idx": [100.0, None]}).to_csv(p, index=False)
-    out, notes = data.load_market(p, "idx")
+    out, notes = load_market(p, "idx")
     assert len(out) == 1 and notes["market_missing_dropped"] == 1
 
 
 def test_real_prices_slice_loads_and_validates(shared_data):
-    prices, notes = data.load_prices(shared_data / "prices" / "us_daily_adjclose.csv.gz", nrows=20000)
+    prices, notes = load_prices(shared_data / "prices" / "us_daily_adjclose.csv.gz", nrows=20000)
     assert len(prices) > 19000 and prices["adj_close"].gt(0).all()
     assert prices.groupby("ticker")["date"].is_monotonic_increasing.all()
-    market, _ = data.load_market(shared_data / "prices" / "market_daily.csv", "sp500_tr_close")
+    market, _ = load_market(shared_data / "prices" / "market_daily.csv", "sp500_tr_close")
     assert market["date"].is_monotonic_increasing and len(market) > 2000
     assert market["date"].dt.day_of_week.lt(5).all()
 
@@ -280,7 +288,7 @@ def test_hf_success_path_maps_columns():
 def test_yfinance_not_installed(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "yfinance", None)
     with pytest.raises(DataSourceError, match=r"yfinance is not installed.*data\.prices\.path"):
-        data.fetch_yfinance_prices(["AAA"], "2021-01-01", "2021-02-01", tmp_path)
+        fetch_yfinance_prices(["AAA"], "2021-01-01", "2021-02-01", tmp_path)
 
 
 def test_yfinance_offline_and_empty(tmp_path):
@@ -288,10 +296,10 @@ def test_yfinance_offline_and_empty(tmp_path):
         raise OSError("Failed to resolve 'query1.finance.yahoo.com'")
 
     with pytest.raises(DataSourceError, match="offline") as e:
-        data.fetch_yfinance_prices(["AAA"], "2021-01-01", "2021-02-01", tmp_path, downloader=offline)
+        fetch_yfinance_prices(["AAA"], "2021-01-01", "2021-02-01", tmp_path, downloader=offline)
     assert "data.prices.path" in str(e.value)
     with pytest.raises(DataSourceError, match="no prices for 'AAA'"):
-        data.fetch_yfinance_prices(["AAA"], "2021-01-01", "2021-02-01", tmp_path,
+        fetch_yfinance_prices(["AAA"], "2021-01-01", "2021-02-01", tmp_path,
                                    downloader=lambda *a, **k: pd.DataFrame())
 
 
@@ -303,8 +311,8 @@ def test_yfinance_cache_is_used(tmp_path):
         idx = pd.DatetimeIndex(["2021-01-04", "2021-01-05"], name="Date")
         return pd.DataFrame({"Close": [10.0, 11.0]}, index=idx)
 
-    a = data.fetch_yfinance_prices(["AAA"], "2021-01-01", "2021-02-01", tmp_path, downloader=fake)
-    b = data.fetch_yfinance_prices(["AAA"], "2021-01-01", "2021-02-01", tmp_path, downloader=fake)
+    a = fetch_yfinance_prices(["AAA"], "2021-01-01", "2021-02-01", tmp_path, downloader=fake)
+    b = fetch_yfinance_prices(["AAA"], "2021-01-01", "2021-02-01", tmp_path, downloader=fake)
     assert calls == ["AAA"] and a.equals(b) and (tmp_path / "AAA.parquet").is_file()
 
 
@@ -424,15 +432,15 @@ def test_real_run_without_market_file_fetches_adjusted_spy(tmp_run, tmp_path, mo
 def test_yfinance_cache_refetched_when_it_does_not_cover_the_range(tmp_path):
     calls: list = []
     fake = _fake_yf(calls, dates=("2021-01-04", "2021-01-05", "2021-06-01"))
-    data.fetch_yfinance_prices(["AAA"], "2021-01-01", "2021-02-01", tmp_path, downloader=fake)
-    data.fetch_yfinance_prices(["AAA"], "2021-01-01", "2021-02-01", tmp_path, downloader=fake)
+    fetch_yfinance_prices(["AAA"], "2021-01-01", "2021-02-01", tmp_path, downloader=fake)
+    fetch_yfinance_prices(["AAA"], "2021-01-01", "2021-02-01", tmp_path, downloader=fake)
     assert len(calls) == 1                                        # covered: cache reused
-    out = data.fetch_yfinance_prices(["AAA"], "2021-01-01", "2021-07-01", tmp_path, downloader=fake)
+    out = fetch_yfinance_prices(["AAA"], "2021-01-01", "2021-07-01", tmp_path, downloader=fake)
     assert len(calls) == 2 and calls[1][1:3] == ("2021-01-01", "2021-07-01")  # end not covered -> refetch
     assert out["date"].max() == pd.Timestamp("2021-06-01")
-    data.fetch_yfinance_prices(["AAA"], "2020-12-01", "2021-03-01", tmp_path, downloader=fake)
+    fetch_yfinance_prices(["AAA"], "2020-12-01", "2021-03-01", tmp_path, downloader=fake)
     assert len(calls) == 3 and calls[2][1:3] == ("2020-12-01", "2021-07-01")  # start not covered: union
-    narrow = data.fetch_yfinance_prices(["AAA"], "2021-01-05", "2021-01-31", tmp_path, downloader=fake)
+    narrow = fetch_yfinance_prices(["AAA"], "2021-01-05", "2021-01-31", tmp_path, downloader=fake)
     assert len(calls) == 3 and list(narrow["date"]) == [pd.Timestamp("2021-01-05")]  # only the range asked
 
 
@@ -440,7 +448,7 @@ def test_yfinance_cache_without_range_record_is_refetched(tmp_path):
     pd.DataFrame({"date": pd.to_datetime(["2021-01-04"]), "ticker": "AAA", "adj_close": [1.0]}).to_parquet(
         tmp_path / "AAA.parquet", index=False)                    # a cache written before range records
     calls: list = []
-    data.fetch_yfinance_prices(["AAA"], "2021-01-01", "2021-02-01", tmp_path, downloader=_fake_yf(calls))
+    fetch_yfinance_prices(["AAA"], "2021-01-01", "2021-02-01", tmp_path, downloader=_fake_yf(calls))
     assert len(calls) == 1 and (tmp_path / "AAA.range.json").is_file()
 
 
@@ -488,6 +496,6 @@ def test_cleaning_rule_names_are_one_list_in_code_and_schema():
 
     ann = DataSection.model_fields["text_cleaning"].annotation
     literal = get_args(get_args(ann)[0])  # list[Literal[...]]
-    assert tuple(literal) == data.CLEANING_RULES
+    assert tuple(literal) == CLEANING_RULES
     with pytest.raises(ValueError, match="unknown text cleaning rule"):
-        data.clean_text("x", ["tabs"])
+        clean_text("x", ["tabs"])

@@ -27,6 +27,7 @@ from finlib.finbias.figures import stage as figures
 from finlib.finbias.figures import beyond as figures_beyond
 from finlib.finbias.figures import paper as figures_paper
 from finlib.finbias.labels import stage as labels
+from finlib.finbias.labels.market_model import METHODS
 from finlib.finbias.scoring import stage as scoring
 from finlib.finbias.perturb import subjectivity
 from finlib.finbias.dpo import train
@@ -85,7 +86,7 @@ def _all_figures(cfg: RunConfig) -> dict[str, object]:
                             "date": pd.to_datetime([f"{2020 + i % 3}-03-01" for i in range(30)])})
     lab = pd.DataFrame({"report_id": reports["report_id"], "car": np.linspace(-0.2, 0.2, 30),
                         "label": ["bearish"] * 9 + ["neutral"] * 12 + ["bullish"] * 9,
-                        "beta": np.linspace(0.5, 1.5, 30), f"beta_{labels.METHODS[1]}": np.linspace(0.6, 1.4, 30)})
+                        "beta": np.linspace(0.5, 1.5, 30), f"beta_{METHODS[1]}": np.linspace(0.6, 1.4, 30)})
     trans = pd.DataFrame({"model": [MODELS[1]] * 3, "analyst_rating": ["bullish"] * 3, "fake_rating": ["bearish"] * 3,
                           "answer": ["bearish", "bullish", "unparsed"], "n": [2, 1, 1], "share": [0.5, 0.25, 0.25]})
     dpo = pd.DataFrame([{"model": MODELS[1], "sector": s, "variant": v, "accuracy": 40.0 + i, "ci_low": 35.0,
@@ -118,8 +119,8 @@ def _all_figures(cfg: RunConfig) -> dict[str, object]:
         "beyond_sweep_lift": figures_beyond.plot_lift(cfg, lift, 0.95)[0],
         "beyond_noise_gap": figures_beyond.plot_noise_gap(cfg, gap, 0.95)[0],
         "fig_herding_accuracy": scoring.plot_herding(cfg, res),
-        "labels_car_by_year": labels.plot_car_by_year(cfg, lab, reports, labels.METHODS[0], 60),
-        "labels_beta_distribution": labels.plot_beta_distribution(cfg, lab, labels.METHODS[0]),
+        "labels_car_by_year": labels.plot_car_by_year(cfg, lab, reports, METHODS[0], 60),
+        "labels_beta_distribution": labels.plot_beta_distribution(cfg, lab, METHODS[0]),
         "fig_strongsubj_removed": subjectivity.removal_figure(cfg, stats),
         "fig_dpo_training": _saved(cfg, train.plot_log(log, f"DPO training log: {MODELS[1]}"), "fig_dpo_training"),
     }

@@ -519,7 +519,7 @@ def test_misspelled_label_keys_are_errors(params):
     from finlib.core.config import ConfigError
 
     with pytest.raises(ConfigError, match="unknown key"):
-        L.options_from_params(params)
+        MM.options_from_params(params)
 
 
 def test_run_refuses_a_misspelled_key(tmp_run):

@@ -10,6 +10,7 @@ import pytest
 
 from finlib.core.artifacts import read_frame, read_json, write_frame
 from finlib.finbias.data import messy_corpus
+from finlib.finbias.perturb import ratings
 from finlib.finbias.perturb import stage as perturb
 from finlib.finbias.perturb.stage import SET_ASIDE, build_conditions, check_set_aside_gate
 
@@ -31,7 +32,7 @@ def test_reduce_add_positive_negative_in_line_are_read_and_faked():
 
 
 def test_a_report_whose_fake_cannot_be_written_is_set_aside_not_fatal(monkeypatch):
-    real = perturb.rewrite_report_rating
+    real = ratings.rewrite_report_rating
 
     def broken(text, new):
         if text.startswith("We maintain our Hold"):
@@ -49,7 +50,7 @@ def test_a_report_whose_fake_cannot_be_written_is_set_aside_not_fatal(monkeypatc
 
 
 def test_a_report_failing_a_validation_check_is_set_aside_with_the_check(monkeypatch):
-    real = perturb.rewrite_report_rating
+    real = ratings.rewrite_report_rating
     monkeypatch.setattr(perturb, "rewrite_report_rating",  # seeded: report A's fake changes nothing
                         lambda text, new: (text, "plain") if text.startswith("We rate Acme") else real(text, new))
     res = build_conditions(REPORTS, seed=3, mode="one", policy="ignore")
@@ -78,7 +79,7 @@ def test_stage_writes_the_set_aside_artifact_and_fails_past_the_gate(tmp_run, mo
     assert read_frame(tmp_run, "perturb_set_aside").empty
     assert read_json(tmp_run, "perturb_report")["set_aside"]["max_share"] == 0.01
     assert res.report["first_sentences_differing_from_punkt"] == 1  # report C's rating line
-    real = perturb.rewrite_report_rating
+    real = ratings.rewrite_report_rating
     monkeypatch.setattr(perturb, "rewrite_report_rating", lambda text, new: (_ for _ in ()).throw(
         ValueError("seeded")) if text.startswith("We rate Gamma") else real(text, new))
     with pytest.raises(perturb.SetAsideGateError):

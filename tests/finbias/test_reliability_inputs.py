@@ -9,7 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from finlib.finbias.data.stage import DataValidationError, extract_ratings, load_market, load_prices, load_reports_file, read_table
+from finlib.finbias.data.prices import load_market, load_prices
+from finlib.finbias.data.stage import extract_ratings, load_reports_file
+from finlib.finbias.data.validation import DataValidationError, read_table
 
 COLS = {"report_id": "report_id", "ticker": "ticker", "company": "company", "sector": "sector", "date": "date",
         "text": "text"}
@@ -134,7 +136,7 @@ def test_price_file_without_its_columns_and_duplicate_days(tmp_path):
 
 
 def test_tickers_without_prices_and_dates_outside_coverage_are_counted_exclusions():
-    from finlib.finbias.labels.stage import compute_labels
+    from finlib.finbias.labels.market_model import compute_labels
 
     days = pd.bdate_range("2021-01-01", periods=200)
     rng = np.random.default_rng(0)

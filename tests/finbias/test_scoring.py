@@ -11,6 +11,19 @@ import pytest
 from scipy.stats import entropy
 
 from finlib.finbias.scoring import stage as scoring
+from finlib.finbias.scoring.metrics import confusion, kl_divergence, macro_f1, metrics_long, paired_rows, paired_tests
+from finlib.finbias.scoring.paper_layout import (
+    AVERAGE,
+    OURS,
+    PAPER,
+    TABLE_SPECS,
+    averaging_note,
+    build_table,
+    index_cells,
+    paper_row_name,
+    paper_rows,
+    printed_average_agreement,
+)
 from finlib.finbias.vocab import SECTORS
 
 NAN = np.nan
@@ -102,7 +115,7 @@ def primitive_rows(ans: list, ref: list, model: str = "m") -> pd.DataFrame:
 
 
 def pooled(rows: pd.DataFrame, metric: str) -> float:
-    m = scoring.metrics_long(rows, reps=20, seed=1)
+    m = metrics_long(rows, reps=20, seed=1)
     hit = m[(m.metric == metric) & (m.sector == scoring.POOLED)]
     return hit["value"].iloc[0] if len(hit) else "absent"
 
@@ -121,17 +134,17 @@ def test_herding_and_accuracy_by_hand_through_the_pipeline_specs():
 def test_confusion_and_macro_f1_by_hand():
     ans = pd.Series(["bullish", "bullish", "neutral", "bullish", None])
     lab = pd.Series(["bullish", "neutral", "neutral", "bearish", "bearish"])
-    conf = scoring.confusion(ans, lab)
+    conf = confusion(ans, lab)
     assert conf.loc["bullish", "bullish"] == 1 and conf.loc["neutral", "bullish"] == 1
     assert conf.loc["bearish", "bullish"] == 1 and conf.to_numpy().sum() == 4   # unparsed row left out
     # F1 bull = 2*1/(1+3) = .5, neutral = 2*1/(2+1) = 2/3, bearish = 0 (support 1, predicted 0)
-    assert scoring.macro_f1(ans, lab) == pytest.approx((0.5 + 2 / 3 + 0) / 3)
+    assert macro_f1(ans, lab) == pytest.approx((0.5 + 2 / 3 + 0) / 3)
 
 
 def test_kl_divergence_against_scipy():
     p, q = np.array([[0.6, 0.3, 0.1]]), np.array([[0.5, 0.25, 0.25]])
-    assert scoring.kl_divergence(p, q)[0] == pytest.approx(entropy(p[0], q[0]))
-    assert scoring.kl_divergence(p, p)[0] == pytest.approx(0.0)
+    assert kl_divergence(p, q)[0] == pytest.approx(entropy(p[0], q[0]))
+    assert kl_divergence(p, p)[0] == pytest.approx(0.0)
 
 
 # ------------------------------------------------------------------- the fixture
@@ -176,7 +189,7 @@ def test_empty_sector_is_nan_with_zero_n(result):
 def test_all_unparsed_group_is_nan_not_zero(result):
     # fake_rating in Energy: r3 parsed (bearish = fake), r4 cut off -> 1/1; no_rating Energy: r4 unparsed
     assert value(result, "gen", "fake_rating", "herding_parsed", "Energy") == pytest.approx(1.0)
-    sub = scoring.metrics_long(result.rows[(result.rows.model == "gen") & (result.rows.report_id == "r4")],
+    sub = metrics_long(result.rows[(result.rows.model == "gen") & (result.rows.report_id == "r4")],
                                reps=20, seed=1)
     h = sub[(sub.condition == "no_rating") & (sub.metric == "herding_parsed") & (sub.sector == scoring.POOLED)]
     assert np.isnan(h["value"].iloc[0]) and h["parse_rate"].iloc[0] == 0.0
@@ -226,7 +239,7 @@ def test_macro_f1_in_metrics(result):
     # gen/original parsed & labelled: r1 bull->bull, r2 neutral->bear, r4 bear->bull, r5 bull->neutral
     ans = pd.Series(["bullish", "bearish", "bullish", "neutral"])
     lab = pd.Series(["bullish", "neutral", "bearish", "bullish"])
-    assert value(result, "gen", "original", "macro_f1") == pytest.approx(scoring.macro_f1(ans, lab))
+    assert value(result, "gen", "original", "macro_f1") == pytest.approx(macro_f1(ans, lab))
     # by hand: bull tp1 support2 pred2 -> .5; neutral 0; bearish 0 -> 1/6
     assert value(result, "gen", "original", "macro_f1") == pytest.approx(1 / 6)
 
@@ -275,20 +288,20 @@ def test_paired_mcnemar_pairs(result):
 
 def test_table4_cells_and_paper_block(result):
     t = result.tables["table4_herding_with_without"]
-    gen = t[(t.Source == scoring.OURS) & (t.Model == "gen")].iloc[0]
+    gen = t[(t.Source == OURS) & (t.Model == "gen")].iloc[0]
     assert gen["Technology"].startswith("100.0/50.0")
     assert gen["Healthcare"] == "–/–"
     # Eq. 1: all answered rows with a reference rating (r1-r4), the hedged r3 counting as no match
     assert gen["N"] == "4/4" and gen["Not answered"] == "0/0" and gen["Parse rate %"] == "75.0/75.0"
-    assert gen[scoring.AVERAGE].startswith("75.0/50.0")     # original 3/4 herd; no_rating r2, r3 of 4
+    assert gen[AVERAGE].startswith("75.0/50.0")     # original 3/4 herd; no_rating r2, r3 of 4
     assert gen["Group"] == "Not in the paper" and gen["Registry name"] == "gen"
     parsed = result.tables["table4_herding_with_without_parsed"]
-    pgen = parsed[(parsed.Source == scoring.OURS) & (parsed.Model == "gen")].iloc[0]
-    assert pgen["N"] == "3/3" and pgen[scoring.AVERAGE].startswith("100.0/66.7")
-    paper = t[t.Source == scoring.PAPER]
+    pgen = parsed[(parsed.Source == OURS) & (parsed.Model == "gen")].iloc[0]
+    assert pgen["N"] == "3/3" and pgen[AVERAGE].startswith("100.0/66.7")
+    paper = t[t.Source == PAPER]
     assert len(paper) == 19
     assert paper.set_index("Model").loc["GPT-5", "Communication Services"] == "82.7/70.2"
-    assert paper.set_index("Model").loc["GPT-5", scoring.AVERAGE] == "94.6/87.4"
+    assert paper.set_index("Model").loc["GPT-5", AVERAGE] == "94.6/87.4"
     assert list(dict.fromkeys(paper["Group"])) == ["Private Models", "Open-Source Models"]
 
 
@@ -296,28 +309,28 @@ def test_table4_pooled_interval_column(result):
     t = result.tables["table4_herding_with_without"]
     col = [c for c in t.columns if c.startswith(scoring.POOLED) and c.endswith("CI")]
     assert col == [f"{scoring.POOLED} 95 % CI"]
-    gen = t[(t.Source == scoring.OURS) & (t.Model == "gen")].iloc[0][col[0]]
+    gen = t[(t.Source == OURS) & (t.Model == "gen")].iloc[0][col[0]]
     lo_hi = [tuple(float(x) for x in part.strip("[]").split(", ")) for part in gen.split("/")]
     assert len(lo_hi) == 2                                                     # with / without
     for (lo, hi), cond in zip(lo_hi, ("original", "no_rating")):
         v = 100 * value(result, "gen", cond, "herding")
         assert lo <= v + 0.05 and v - 0.05 <= hi and lo <= hi
-    for spec in scoring.TABLE_SPECS:
+    for spec in TABLE_SPECS:
         assert col[0] in result.tables[spec.name].columns
 
 
 def test_table5_paper_keeps_printed_decimals(result):
     t = result.tables["table5_herding_fake"]
-    assert t[t.Source == scoring.PAPER].set_index("Model").loc["GPT-5", "Communication Services"] == "50.00"
+    assert t[t.Source == PAPER].set_index("Model").loc["GPT-5", "Communication Services"] == "50.00"
 
 
 def test_table6_has_analyst_rows(result):
     t = result.tables["table6_accuracy_with_without"]
-    ours = t[(t.Model == "Analyst") & (t.Source != scoring.PAPER)]
-    assert ours.iloc[0][scoring.AVERAGE] == "40.0"      # Eq. 1: 2 right of 5 labelled (r5 has no rating)
+    ours = t[(t.Model == "Analyst") & (t.Source != PAPER)]
+    assert ours.iloc[0][AVERAGE] == "40.0"      # Eq. 1: 2 right of 5 labelled (r5 has no rating)
     parsed = result.tables["table6_accuracy_with_without_parsed"]
-    assert parsed[(parsed.Model == "Analyst") & (parsed.Source != scoring.PAPER)].iloc[0][scoring.AVERAGE] == "50.0"
-    assert (t.Source == scoring.PAPER).any() and "Analyst" in set(t.loc[t.Source == scoring.PAPER, "Model"])
+    assert parsed[(parsed.Model == "Analyst") & (parsed.Source != PAPER)].iloc[0][AVERAGE] == "50.0"
+    assert (t.Source == PAPER).any() and "Analyst" in set(t.loc[t.Source == PAPER, "Model"])
 
 
 def test_every_registry_paper_model_maps_to_a_row_of_tables_4_to_7():
@@ -326,19 +339,19 @@ def test_every_registry_paper_model_maps_to_a_row_of_tables_4_to_7():
     from finlib.llm.registry import load_registry
 
     reg = load_registry(Path(__file__).resolve().parents[2] / "params" / "models.yaml")
-    t4 = {m.lower() for m in scoring.paper_rows(scoring.TABLE_SPECS[0])["Model"]}
+    t4 = {m.lower() for m in paper_rows(TABLE_SPECS[0])["Model"]}
     # paper_name also names rows of other papers (BizFinBench records): keep the Fin-Bias ones
     names = {n: s.paper_name for n, s in reg.items() if s.paper_name and s.paper_name.lower() in t4}
     assert len(names) == 19
-    for spec in scoring.TABLE_SPECS:
-        rows = list(scoring.paper_rows(spec)["Model"])
-        mapped = {m: scoring.paper_row_name(m, names, rows) for m in names}
+    for spec in TABLE_SPECS:
+        rows = list(paper_rows(spec)["Model"])
+        mapped = {m: paper_row_name(m, names, rows) for m in names}
         assert None not in mapped.values(), (spec.name, [m for m, r in mapped.items() if r is None])
         assert len(set(mapped.values())) == 19                  # one-to-one
-    t7 = list(scoring.paper_rows(scoring.TABLE_SPECS[3])["Model"])
-    assert scoring.paper_row_name("mistral-7b-it-v0.3 [score]", names, t7) == "Mistral-7B-It-v0.3"
-    assert scoring.paper_row_name("gpt-5.1", names, t7) == "GPT-5"
-    assert scoring.paper_row_name("smollm2-135m", names, t7) is None
+    t7 = list(paper_rows(TABLE_SPECS[3])["Model"])
+    assert paper_row_name("mistral-7b-it-v0.3 [score]", names, t7) == "Mistral-7B-It-v0.3"
+    assert paper_row_name("gpt-5.1", names, t7) == "GPT-5"
+    assert paper_row_name("smollm2-135m", names, t7) is None
 
 
 def test_table_notes_point_at_the_paper_row_via_the_registry():
@@ -350,7 +363,7 @@ def test_table_notes_point_at_the_paper_row_via_the_registry():
            "smollm2-135m": SimpleNamespace(paper_name=None, plumbing=True)}
     res = scoring.score_all(pred, cond, labels, reports, reps=10, seed=1, registry=reg)
     t = res.tables["table4_herding_with_without"]
-    ours = t[t.Source == scoring.OURS].set_index("Registry name")
+    ours = t[t.Source == OURS].set_index("Registry name")
     assert "in the paper as 'GPT-5'" in ours.loc["gpt-5.1", "Notes"]
     assert (ours.loc["gpt-5.1", "Model"], ours.loc["gpt-5.1", "Group"]) == ("GPT-5", "Private Models")
     assert "paper" not in ours.loc["smollm2-135m", "Notes"]
@@ -389,22 +402,22 @@ def test_herding_no_opinion_vs_no_rating_is_tested_and_marked_in_table7():
                          "reference_rating": ref, "label": "bullish",
                          "p_bullish": NAN, "p_neutral": NAN, "p_bearish": NAN})
     rows = pd.DataFrame(rows)
-    tests = scoring.paired_tests(rows)
+    tests = paired_tests(rows)
     h = tests[(tests.test == "herding_no_opinion_vs_no_rating") & (tests.sector == scoring.POOLED)].iloc[0]
     assert (h.n_pairs, h.only_a, h.only_b) == (4, 0, 2)          # r3: unparsed on no_opinion = no match
     assert h.pvalue == pytest.approx(0.5)                         # exact binomial: 2 * 0.5**2
     assert (h.rate_a, h.rate_b) == (pytest.approx(1 / 4), pytest.approx(3 / 4))   # Eq. 1 over the 4 pairs
-    spec = scoring.TABLE_SPECS[3]
+    spec = TABLE_SPECS[3]
     assert spec.extra_test == "herding_no_opinion_vs_no_rating"
-    metrics = scoring.metrics_long(rows, reps=10, seed=1)
-    t7 = scoring.build_table(spec, metrics, tests, rows, pd.DataFrame())
+    metrics = metrics_long(rows, reps=10, seed=1)
+    t7 = build_table(spec, metrics, tests, rows, pd.DataFrame())
     # Table 7 prints 2 decimals; Holm p 0.5: no marker
     assert t7.set_index("Model").loc["m", spec.extra_label] == "25.00/75.00 (pairs 4)"
 
 
 def test_table7_skipped_not_zero(result):
     t = result.tables["table7_accuracy_no_opinion"]
-    gen = t[(t.Source == scoring.OURS) & (t.Model == "gen")].iloc[0]
+    gen = t[(t.Source == OURS) & (t.Model == "gen")].iloc[0]
     assert all(gen[s] == "skipped" for s in SECTORS)
     assert "lexicon unavailable" in gen["Notes"]
 
@@ -445,7 +458,7 @@ def test_run_writes_metrics_and_tables(tmp_run):
     assert list(metrics.columns) == ["model", "condition", "sector", "metric", "value", "ci_low", "ci_high",
                                      "n", "parse_rate"]
     assert len(metrics) == len(res.metrics)
-    for spec in scoring.TABLE_SPECS:
+    for spec in TABLE_SPECS:
         for ext in ("csv", "md", "tex"):
             assert (tmp_run.tables_dir / f"{spec.name}.{ext}").is_file()
     md = (tmp_run.tables_dir / "table4_herding_with_without.md").read_text()
@@ -477,8 +490,8 @@ def test_two_metric_rows_for_one_cell_is_an_error():
     row = {"model": "m", "condition": "original", "metric": "herding_parsed", "sector": "Energy", "value": 0.5}
     metrics = pd.DataFrame([row, {**row, "value": 0.7}])
     with pytest.raises(ValueError, match="more than one row for cell"):
-        scoring.index_cells(metrics)
-    assert scoring.index_cells(metrics.iloc[:1])[("m", "original", "herding_parsed", "Energy")]["value"] == 0.5
+        index_cells(metrics)
+    assert index_cells(metrics.iloc[:1])[("m", "original", "herding_parsed", "Energy")]["value"] == 0.5
 
 
 def test_run_flags_the_registry_plumbing_model(tmp_run):
@@ -490,7 +503,7 @@ def test_run_flags_the_registry_plumbing_model(tmp_run):
     res = scoring.run(tmp_run)
     assert res.plumbing == ("smollm2-135m",)
     t6 = res.tables["table6_accuracy_with_without"]
-    assert "in the paper as 'GPT-4'" in t6[t6.Source == scoring.OURS].set_index("Registry name").loc[
+    assert "in the paper as 'GPT-4'" in t6[t6.Source == OURS].set_index("Registry name").loc[
         "gpt-4.1", "Notes"]
     assert set(scoring.pooled_views(res)) == {"table4_ci_pooled", "paired_tests_pooled", "prob_herding_kl_pooled",
                                               "confusion"}
@@ -523,7 +536,7 @@ def _with_second_fake():
 
 def test_two_fakes_per_report_pair_with_the_one_original():
     rows = scoring.score_frame(*_with_second_fake()).rows
-    pr = scoring.paired_rows(rows, "gen", "original", "fake_rating")
+    pr = paired_rows(rows, "gen", "original", "fake_rating")
     assert len(pr) == 5                                     # 4 reports with a fake, r1 twice
     r1 = pr[pr.report_id == "r1"]
     assert set(r1.answer_a) == {"bullish"} and set(r1.answer_b) == {"neutral", "bearish"}
@@ -545,10 +558,10 @@ def test_partially_skipped_condition_is_noted():
 def test_printed_averages_are_mostly_the_pooled_rate():
     """Measured on the published Tables 4-7 with Table 2's sector counts: the count-weighted
     (pooled) mean reproduces far more printed Averages than the plain mean of sectors."""
-    a = scoring.printed_average_agreement()
+    a = printed_average_agreement()
     assert a["cells"] == 116                       # T4 38 + T5 19 + T6 39 + T7 20
     assert a["pooled"] >= 55 and a["plain_mean"] <= 10 and a["pooled"] > 5 * a["plain_mean"]
-    note = scoring.averaging_note(a)
+    note = averaging_note(a)
     assert f"{a['pooled']} of its 116" in note and "pooled" in note
 
 

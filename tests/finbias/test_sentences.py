@@ -122,7 +122,7 @@ def test_a_paragraph_longer_than_the_block_limit_is_cut_at_whitespace():
 
 
 def test_join_lines_is_the_only_place_single_line_breaks_are_joined():
-    from finlib.finbias.data.stage import clean_text
+    from finlib.finbias.data.validation import clean_text
     from finlib.finbias.sentences import join_lines
 
     report = "Maintain Buy.\nKey points:\n- Revenue rose 4%\n- Margins fell\n\nOutlook is stable."

@@ -7,7 +7,8 @@ import re
 import pandas as pd
 import pytest
 
-from finlib.finbias.data.stage import clean_reports, load_prices
+from finlib.finbias.data.prices import load_prices
+from finlib.finbias.data.stage import clean_reports
 from finlib.finbias.perturb.lexicon import LexiconError, load_lexicon
 from finlib.llm.openai_backend import redact
 from finlib.finbias.prompts import build_messages

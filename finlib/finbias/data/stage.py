@@ -32,30 +32,22 @@ import pandas as pd
 from finlib.core.config import RunConfig
 from finlib.finbias.vocab import RATINGS, Rating
 from finlib.core.tables import paper_table
-from finlib.finbias.data.prices import (  # noqa: F401  (re-exported: stage 00's public names)
-    cache_covers,
-    cached_range,
+from finlib.finbias.data.prices import (
     fetch_yfinance_prices,
     load_market,
     load_prices,
 )
-from finlib.finbias.data.validation import (  # noqa: F401  (re-exported: stage 00's public names)
+from finlib.finbias.data.validation import (
     DataSourceError,
     DataValidationError,
-    MOJIBAKE,
-    OPTIONAL_REPORT_COLUMNS,
-    PRICE_COLUMNS,
     REPORT_COLUMNS,
-    REQUIRED_REPORT_COLUMNS,
     apply_column_mapping,
-    canonical_sector,
     check_required_values,
     check_unique_ids,
     CLEANING_RULES,
     clean_text,
     clean_text_logged,
     map_sectors,
-    parse_closes,
     parse_dates,
     read_table,
     _blank,

@@ -22,8 +22,8 @@ from finlib.finbias.prompts import FINBIAS_LABELS
 from finlib.core import stats
 from finlib.finbias.vocab import POOLED, SECTOR_MEAN, SECTORS, Condition
 from finlib.core.tables import paper_table
-
-from finlib.finbias.scoring.metrics import ACCURACY, ACCURACY_PARSED, HERDING, HERDING_PARSED  # noqa: E402
+from finlib.finbias.scoring.metrics import (ACCURACY, ACCURACY_PARSED, HERDING, HERDING_PARSED, METRIC_SPECS,
+                                            metrics_long)
 
 # accuracy / herding: Eq. 1 over ALL N (unparsed = no match), the one definition of Tables 4-7;
 # *_parsed: parsed answers only, a named extra column
@@ -136,7 +136,7 @@ def predict_test_items(cfg, spec, items: pd.DataFrame, store, name: str, gen_ids
 def evaluate(pred: pd.DataFrame, conditions: pd.DataFrame, labels: pd.DataFrame, reports: pd.DataFrame,
              reps: int, seed: int, ci: float) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(scored rows, metrics long) for base and tuned predictions, with stage 04's code."""
-    from finlib.finbias.scoring.stage import METRIC_SPECS, metrics_long, score_frame
+    from finlib.finbias.scoring.stage import score_frame
 
     scored = score_frame(pred, conditions, labels, reports)
     specs = [s for s in METRIC_SPECS if s.name in TABLE8_METRICS]

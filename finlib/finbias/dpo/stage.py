@@ -99,7 +99,7 @@ def make_teacher(cfg: RunConfig, dp: dict, store):
 
 def label_window(cfg: RunConfig) -> int:
     """Stage 01's return window in trading days (the embargo's length)."""
-    from finlib.finbias.labels.stage import options_from_params
+    from finlib.finbias.labels.market_model import options_from_params
 
     return int(options_from_params(dict(cfg["labels"] or {}))["window"])
 

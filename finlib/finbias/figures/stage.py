@@ -23,7 +23,7 @@ from finlib.core.artifacts import MissingArtifactError, read_frame, write_json
 from finlib.core.config import RunConfig
 from finlib.finbias.vocab import POOLED, SECTORS, Condition, Rating
 from finlib.finbias.scoring.metrics import ACCURACY, HERDING
-from finlib.finbias.figures.base import (  # noqa: F401  (data_source, caption: used by notebook 06)
+from finlib.finbias.figures.base import (
     CONDITION_COLORS,
     CONDITION_ORDER,
     DOUBLE_COLUMN_IN,
@@ -32,7 +32,6 @@ from finlib.finbias.figures.base import (  # noqa: F401  (data_source, caption: 
     RATING_COLORS,
     VARIANT_COLORS,
     FigureRecord,
-    caption,
     data_source,
     figure_style,
     finish,
@@ -371,7 +370,7 @@ DPO_SUFFIX = " + DPO"
 
 def dpo_accuracy(dpo_metrics: pd.DataFrame) -> pd.DataFrame:
     """Stage 05's accuracy on the original condition as (model, sector, variant base|dpo, accuracy %, CI %)."""
-    from finlib.finbias.scoring.stage import base_model
+    from finlib.finbias.scoring.paper_layout import base_model
 
     a = dpo_metrics[(dpo_metrics["metric"] == ACCURACY) & (dpo_metrics["condition"] == Condition.ORIGINAL.value)]
     name = a["model"].map(base_model)

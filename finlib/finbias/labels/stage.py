@@ -29,16 +29,11 @@ from finlib.finbias.figures.base import (
 )
 from finlib.finbias.vocab import POOLED, RATINGS, SECTOR_MEAN, SECTORS, Rating
 from finlib.finbias.data.stage import table3_half
-from finlib.finbias.labels.market_model import (  # noqa: F401  (re-exported: the stage's public names)
+from finlib.finbias.labels.market_model import (
     EXCLUSION_REASONS,
     METHODS,
-    OPTION_DEFAULTS,
-    assign_year_buckets,
-    bucket_counts,
     build_panel,
-    compute_labels,
     labels_from_panel,
-    market_series,
     options_from_params,
 )
 

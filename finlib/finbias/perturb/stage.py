@@ -10,7 +10,7 @@
                (`finlib.finbias.perturb.subjectivity`; the lexicon's POS honoured by default, `perturb.mpqa_pos`).
 
 Rating extraction and the fake-rating rewrite live in `finlib.finbias.perturb.ratings` (stage 00 and the
-rating sweep use them too); their names stay importable from here.
+rating sweep use them too); callers import them from there.
 
 Reports set aside
 -----------------
@@ -70,11 +70,7 @@ from finlib.finbias.sentences import (
     sentence_spans,
     split_sentences,
 )
-from finlib.finbias.perturb.subjectivity import (  # noqa: F401
-    SubjectivityFilter,
-    SubjectivityStats,
-    remove_subjective_sentences,
-)
+from finlib.finbias.perturb.subjectivity import SubjectivityFilter
 from finlib.core.tables import synthetic_title
 from finlib.finbias.perturb.ratings import (
     REWRITE_KINDS,
@@ -411,23 +407,23 @@ def lexicon_file(cfg: RunConfig, params: dict) -> Path:
     return SHIPPED_LEXICON if params.get("lexicon_path") is None else cfg.path(params["lexicon_path"])
 
 
-def resolve_lexicon(cfg: RunConfig, params: dict) -> tuple[Lexicon, None]:
+def resolve_lexicon(cfg: RunConfig, params: dict) -> Lexicon:
     """The lexicon at `perturb.lexicon_path` (the shipped copy by default), its MD5 checked against
     `perturb.lexicon_md5`. Missing or corrupted is an error naming the file (no run skips no_opinion).
-    ``params``: ``perturb_params(cfg)``. The second value (always None) is kept for callers.
+    ``params``: ``perturb_params(cfg)``.
     """
     path = lexicon_file(cfg, params)
     if not path.is_file():
         raise LexiconUnavailable(missing_message(path, params.get("lexicon_url")))
     lexicon = load_lexicon(path, params.get("lexicon_url"), params.get("lexicon_md5"))
     lexicon.source = str(params["lexicon_path"] or SHIPPED_SOURCE)  # no machine paths in reports
-    return lexicon, None
+    return lexicon
 
 
 def perturb_run(cfg: RunConfig, params: dict) -> PerturbResult:
     """Build the conditions of stage 00's reports with the run's lexicon, tagger and options
     (the tagger and the filter's caches are closed however it ends)."""
-    lexicon, _ = resolve_lexicon(cfg, params)
+    lexicon = resolve_lexicon(cfg, params)
     reports = read_frame(cfg, "reports")
     tagger = None
     if params["mpqa_pos"] != "ignore":

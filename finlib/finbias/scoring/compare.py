@@ -40,7 +40,7 @@ def finbias_views() -> tuple[MetricView, ...]:
 def paper_model_rows(metrics: pd.DataFrame, paper_names: dict[str, str]) -> pd.DataFrame:
     """Our metrics rows renamed to the paper's model names (registry `paper_name`), one row per
     paper model: a model run both ways keeps its generated answers (the paper's protocol)."""
-    from finlib.finbias.scoring.stage import base_model
+    from finlib.finbias.scoring.paper_layout import base_model
 
     m = metrics.copy()
     m["base"] = m["model"].map(base_model)

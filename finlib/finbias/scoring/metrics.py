@@ -4,8 +4,8 @@ Metrics (`METRIC_SPECS` evaluated by `metrics_long`; `confusion`, `macro_f1`, `k
 sector, pooled and as the mean of sectors, each with a cluster-bootstrap interval over firms
 (`finlib.core.stats`); paired tests (`paired_tests`: exact McNemar, Stuart-Maxwell, Holm). Kept
 apart from `finlib.finbias.scoring.stage` (reading the artifacts, the stage, the notebook's views) because
-the statistics change for other reasons than the stage's inputs and outputs; scoring re-exports
-every name, so `scoring.metrics_long` and the like keep working.
+the statistics change for other reasons than the stage's inputs and outputs. Callers import these
+names from here, their one home.
 """
 from __future__ import annotations
 

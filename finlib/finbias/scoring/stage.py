@@ -5,7 +5,7 @@ Three layers, each a set of small pure functions:
 1. Parsing (`parse_rating`, `answer_from_probs`): a model's text becomes a `Rating` or
    `None` (unparsed). Unparsed is never turned into "neutral": a default answer would
    silently move herding and accuracy towards whatever the default happens to be.
-2. Metrics and paired tests (`finlib.finbias.scoring.metrics`, re-exported here): Fin-Bias Section 4.1
+2. Metrics and paired tests (`finlib.finbias.scoring.metrics`): Fin-Bias Section 4.1
    plus parse rates, confusion and macro-F1, by sector and overall, with cluster bootstrap
    intervals over firms from `finlib.core.stats`.
 3. The stage (`run`, `summary`, `SECTION`: the contract of `finlib.core.stage`): reads the stage 00-03
@@ -27,6 +27,10 @@ from finlib.llm.registry import load_registry
 from finlib.finbias.answers import condition_texts, parse_predictions
 from finlib.finbias.vocab import POOLED, RATINGS, SECTOR_MEAN, SECTORS, Condition, Rating
 from finlib.core.tables import write_table
+from finlib.finbias.scoring.metrics import (ACCURACY, HERDING, confusion, fake_transitions, kl_metrics, metrics_long,
+                                            paired_tests)
+from finlib.finbias.scoring.paper_layout import (AVERAGE, TABLE_SPECS, averaging_note, base_model, build_table,
+                                                 caption_for, ci_table, printed_average_agreement)
 
 # --------------------------------------------------------------------------------------
 # 2. Joining the artifacts
@@ -152,32 +156,6 @@ def analyst_rows(reports: pd.DataFrame, labels: pd.DataFrame) -> pd.DataFrame:
         "reference_rating": df["analyst_rating"].astype(object), "label": df["label"],
         "p_bullish": np.nan, "p_neutral": np.nan, "p_bearish": np.nan,
     })
-
-
-# --------------------------------------------------------------------------------------
-# 3-4. Metrics and paired tests live in finlib/finbias/scoring/metrics.py; their names stay importable here.
-# --------------------------------------------------------------------------------------
-
-from finlib.finbias.scoring.metrics import (KL_PAIRS, METRIC_SPECS, PAIRED_TESTS, PROB_COLUMNS,  # noqa: E402,F401
-                                    MetricSpec, PairedTest, _eq, _estimate_arrays, _estimate_rows,
-                                    _one_hot_confusion, _parse_rates, _ref_prob, _sector_index, _specs,
-                                    _statistic, _subset_sums, _weights, bootstrap, confusion, fake_transitions,
-                                    kl_divergence, kl_metrics, macro_f1, metrics_long, model_condition_groups,
-                                    paired_rows, paired_tests)
-from finlib.finbias.scoring.metrics import _denominator, _outcomes  # noqa: E402,F401
-from finlib.finbias.scoring.metrics import (ACCURACY, ACCURACY_PARSED, HERDING, HERDING_PARSED,  # noqa: E402,F401
-                                    OUTCOME_TARGETS, eq1_by_sector, eq1_rate, eq1_values)
-
-
-# --------------------------------------------------------------------------------------
-# 5. Tables 4-7 in the paper's layout, with the published numbers beside ours
-# --------------------------------------------------------------------------------------
-
-# Tables 4-7 live in finlib/finbias/scoring/paper_layout.py (layout changes for other reasons than the
-# statistics); their names stay importable from here.
-from finlib.finbias.scoring.paper_layout import (AVERAGE, OURS, PAPER, POOLED_CI, SIGNIF_NOTE, TABLE_SPECS,  # noqa: E402,F401
-                                   TableSpec, averaging_note, base_model, build_table, caption_for, ci_table,
-                                   index_cells, paper_row_name, paper_rows, printed_average_agreement)
 
 
 # --------------------------------------------------------------------------------------
