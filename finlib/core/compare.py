@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from finlib.core.config import RunConfig
-from finlib.core.tables import paper_table, read_table_csv, write_table
+from finlib.core.tables import read_table_csv, write_table
 
 MATCHED, PAPER_ONLY, OURS_ONLY = "matched", "paper only", "ours only"
 COMPARISON_PREFIX = "paper_vs_ours_"

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from finlib.llm.replies import MAX_PARSE_CHARS, find_json_objects, cut_in_think, read_json_objects, strip_think
+from finlib.llm.replies import MAX_PARSE_CHARS, find_json_objects, strip_think
 from finlib.finbias.vocab import (AMBIGUOUS_RATING_TERMS, RATING_SYNONYMS, RATINGS, Rating, normalise_term,
                            rating_of, term_pattern)
 
