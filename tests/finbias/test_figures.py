@@ -169,7 +169,11 @@ def test_stage_draws_from_artifacts_and_writes_comparisons(tmp_path):
     for name in ("fig_conditions_example", "fig_labels_by_year", "fig_herding_heatmap"):
         figs.draw(name)
     assert [r.skipped for r in figs.records] == [None, None, None]
+    later = pd.DataFrame([{"table": "bizfin_table4", "row": "m", "column": "FDD", "ours": 1.0, "paper": 2.0,
+                           "diff": -1.0, "status": compare.MATCHED}])
+    compare.write_comparison(cfg, "bizfin_table4", later)        # stage 08 of an earlier run, in the same folder
     summary = figs.write_comparisons().set_index(["table", "column"])
+    assert not summary.index.get_level_values("table").str.startswith("bizfin").any()   # same table on a rerun
     assert summary.loc[("finbias_table4", "with_rating"), "matched"] == 4    # GPT-4: 3 sectors + Average
     assert summary.loc[("finbias_table4", "without_rating"), "matched"] == 4
     assert summary.loc[("finbias_table2", "num"), "matched"] == 3            # Energy, Technology, Total

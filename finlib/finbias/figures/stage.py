@@ -473,7 +473,7 @@ class FigureSet:
         from finlib.core.tables import write_table
 
         write_table(self.cfg, "paper_vs_ours_summary", summary,
-                    "Paper vs ours per published table: rows matched, rows on one side only, mean and mean absolute "
+                    "Paper vs ours per published Fin-Bias table: rows matched, rows on one side only, mean and mean absolute "
                     "difference (ours - paper)" + (f" [{compare.NOT_COMPARABLE}]" if self.cfg.is_synthetic else ""))
         return summary
 
@@ -495,9 +495,12 @@ class FigureSet:
         return check
 
     def comparisons(self) -> pd.DataFrame:
+        """The Fin-Bias comparisons this stage wrote. BizFinBench's (stages 07/08, which run after this
+        one) are left out, so the summary does not depend on whether a later stage already ran."""
         from finlib.core.compare import read_comparisons
 
-        return read_comparisons(self.cfg)
+        cmp = read_comparisons(self.cfg)
+        return cmp[cmp["table"].astype(str).str.startswith("finbias_")].reset_index(drop=True)
 
     def missing_notes(self) -> list[str]:
         """One line per later stage whose artifacts are absent (shown by the notebook, never an error)."""
