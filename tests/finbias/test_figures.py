@@ -101,6 +101,17 @@ def test_result_figures_are_saved_with_a_caption_naming_synthetic_data(tmp_path)
         assert {Path(f).suffix for f in rec.files} == {".png", ".pdf"}
 
 
+def test_interval_captions_and_axes_state_the_run_s_interval_level(tmp_path):
+    """The intervals are computed at `scoring.ci`: a 90 % run must not be captioned 95 %."""
+    cfg = make_cfg(tmp_path)
+    cfg.params["scoring"]["ci"] = 0.9
+    m = metrics_frame()
+    (fig, rec), (fig2, rec2) = figures.plot_with_without(cfg, m), figures.plot_accuracy_vs_analyst(cfg, m)
+    assert "90 % cluster-bootstrap" in rec.caption and "90 % cluster-bootstrap" in rec2.caption
+    assert "95 %" not in rec.caption + rec2.caption
+    assert "90 % cluster-bootstrap CI" in fig.axes[0].get_xlabel() and "90 % CI" in fig2.axes[0].get_ylabel()
+
+
 def test_real_runs_name_their_corpus_and_do_not_say_synthetic(tmp_path):
     cfg = make_cfg(tmp_path, source="huggingface")
     _, rec = figures.plot_herding_heatmap(cfg, metrics_frame())

@@ -103,7 +103,7 @@ def _all_figures(cfg: RunConfig) -> dict[str, object]:
                           "share_words_removed": np.linspace(0.01, 0.2, 20)})
     log = pd.DataFrame({"step": [1, 2, 3], "loss": [0.7, 0.6, 0.5], "rewards/margins": [0.0, 0.1, 0.2],
                         "rewards/accuracies": [0.5, 0.6, 0.7]})
-    res = SimpleNamespace(metrics=m, plumbing=())
+    res = SimpleNamespace(metrics=m, plumbing=(), report={"ci": 0.95})
     return {
         "fig_herding_heatmap": figures.plot_herding_heatmap(cfg, m)[0],
         "fig_herding_with_without": figures.plot_with_without(cfg, m)[0],
@@ -230,7 +230,7 @@ def test_a_figure_without_data_is_not_drawn_and_says_why(tmp_path):
         figures.plot_dpo(cfg, dpo)
     with pytest.raises(LookupError, match="no herding values"):
         figures.plot_herding_heatmap(cfg, metrics_frame().assign(value=np.nan))
-    assert scoring.plot_herding(cfg, SimpleNamespace(metrics=metrics_frame().assign(value=np.nan), plumbing=())) is None
+    assert scoring.plot_herding(cfg, SimpleNamespace(metrics=metrics_frame().assign(value=np.nan), plumbing=(), report={"ci": 0.95})) is None
     note = cfg.figures_dir / "fig_herding_accuracy.skipped.txt"
     assert "no pooled" in note.read_text() and not (cfg.figures_dir / "fig_herding_accuracy.png").exists()
 

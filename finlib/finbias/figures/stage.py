@@ -44,6 +44,11 @@ from finlib.finbias.figures.base import (
 SECTION = "figures"
 
 
+
+def ci_level(cfg: RunConfig) -> str:
+    """The interval level every figure's CI was computed at (`scoring.ci`), as captions print it: "95 %"."""
+    return f"{100 * float(cfg.section('scoring')['ci']):g} %"
+
 def figures_params(cfg: RunConfig) -> dict:
     """The `figures:` section, checked by the params schema (`finlib.core.params.FiguresSection`:
     misspellings and wrong types are errors); every key is read, so every key is required."""
@@ -124,12 +129,12 @@ def plot_with_without(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object, Fi
                             color=CONDITION_COLORS[cond], label=cond if y == 0 else None)
         ax.set_yticks(range(len(rows)), [f"{m} · {s}" for m, s in rows])
         ax.invert_yaxis()
-        ax.set_xlabel("herding % (95 % cluster-bootstrap CI)")
+        ax.set_xlabel(f"herding % ({ci_level(cfg)} cluster-bootstrap CI)")
         ax.set_xlim(-2, 102)
         legend_outside(ax)
     rec = finish(cfg, fig, "fig_herding_with_without",
                  "Herding with the analyst rating (original) vs without it (no_rating), per model and sector, "
-                 "with 95 % cluster-bootstrap intervals (Fin-Bias Table 4 as a figure).")
+                 f"with {ci_level(cfg)} cluster-bootstrap intervals (Fin-Bias Table 4 as a figure).")
     return fig, rec
 
 
@@ -184,12 +189,12 @@ def plot_accuracy_vs_analyst(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[obj
                    color=CONDITION_COLORS[cond.value], label=cond.value)
         ax.axhline(100 / 3, color="#888888", lw=0.8, ls=":", label="chance (1/3)")
         ax.set_xticks(range(len(models)), models, rotation=15)
-        ax.set_ylabel("accuracy % (pooled, 95 % CI)")
+        ax.set_ylabel(f"accuracy % (pooled, {ci_level(cfg)} CI)")
         ax.set_ylim(0, 100)
         legend_outside(ax, ncol=3)
     rec = finish(cfg, fig, "fig_accuracy_vs_analyst",
                  "Accuracy against the return-based labels, pooled over sectors, per model and condition, with "
-                 "95 % cluster-bootstrap intervals; dashed line and band: the analysts' own rating and its interval.")
+                 f"{ci_level(cfg)} cluster-bootstrap intervals; dashed line and band: the analysts' own rating and its interval.")
     return fig, rec
 
 
@@ -246,7 +251,7 @@ def plot_prob_herding(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object, Fi
             ax.errorbar(range(len(conds)), 100 * d["value"], yerr=np.nan_to_num(_interval(d)), marker=markers[m],
                         capsize=3, label=m, color=colors[m])
         ax.set_xticks(range(len(conds)), conds)
-        ax.set_ylabel("mean p(reference rating) % (95 % CI)")
+        ax.set_ylabel(f"mean p(reference rating) % ({ci_level(cfg)} CI)")
         ax.set_ylim(0, 100)
         legend_outside(ax, ncol=2)
     rec = finish(cfg, fig, "fig_prob_herding",
@@ -294,7 +299,7 @@ def plot_dpo(cfg: RunConfig, dpo: pd.DataFrame) -> tuple[object, FigureRecord]:
         axes[0][0].set_ylabel("accuracy %")
         fig.tight_layout()
     rec = finish(cfg, fig, "fig_dpo_accuracy",
-                 "Accuracy per sector of each model before (base) and after DPO fine-tuning, with 95 % "
+                 f"Accuracy per sector of each model before (base) and after DPO fine-tuning, with {ci_level(cfg)} "
                  "cluster-bootstrap intervals (stage 05; Fin-Bias Table 8).")
     return fig, rec
 
