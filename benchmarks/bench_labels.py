@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ import statsmodels.api as sm
 from finlib.finbias.labels.market_model import build_panel, compute_labels, labels_from_panel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import machine, write_result  # noqa: E402
+from results import machine, write_result
 
 N_TICKERS, N_EVENTS, WINDOW, L, GAP = 500, 8868, 60, 250, 30
 
@@ -137,12 +138,12 @@ def main() -> None:
     ok = True
     for method in ("paper", "mackinlay"):
         kw = dict(window=WINDOW, method=method, estimation_window=L, gap=GAP, min_obs=120)
-        t_e2e, ours = best_of(lambda: compute_labels(events, prices, market, **kw), reps=5)
-        t_hot, hot = best_of(lambda: labels_from_panel(events, panel, **kw), reps=5)
+        t_e2e, ours = best_of(partial(compute_labels, events, prices, market, **kw), reps=5)
+        t_hot, hot = best_of(partial(labels_from_panel, events, panel, **kw), reps=5)
         assert ours["excluded_reason"].isna().all(), ours["excluded_reason"].value_counts()
-        t_lean, ref = best_of(lambda: statsmodels_loop(prepared, subset, method), reps=2)
+        t_lean, ref = best_of(partial(statsmodels_loop, prepared, subset, method), reps=2)
         lean_all = t_lean / n_sub * E
-        t_naive, ref_naive = best_of(lambda: naive_loop(prices, market, naive_sub, method), reps=1)
+        t_naive, ref_naive = best_of(partial(naive_loop, prices, market, naive_sub, method), reps=1)
         naive_all = t_naive / len(naive_sub) * E
         d_lean, nd_lean = max_diff(ours, ref)
         d_naive, nd_naive = max_diff(ours, ref_naive)

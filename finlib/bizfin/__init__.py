@@ -10,7 +10,8 @@ was invalid or the call failed: such an item is reported, never scored 0.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from finlib.bizfin.data import BizFinItem, parse_record
 from finlib.bizfin.scorers import ACCURACY_SCORERS, ItemScore
@@ -27,10 +28,10 @@ def judge_input(item: BizFinItem, prediction: str, item_id: str | None = None, v
     `Actions` as a list of {Action: ActionInput} (`finlib.bizfin.official.ftu_judge_input`). `verbatim`
     (the published rubric): the reply as written, `<think>` included, as the authors' `data_preprocess`
     passes it."""
-    from finlib.llm.replies import strip_think
     from finlib.bizfin.iterajudge.judge import JudgeInput
-    from finlib.bizfin.official import ftu_judge_input
     from finlib.bizfin.iterajudge.rubrics import dimensions_for
+    from finlib.bizfin.official import ftu_judge_input
+    from finlib.llm.replies import strip_think
 
     question, answer = item.question, (prediction or "") if verbatim else strip_think(prediction or "")
     if item.task == "FTU":

@@ -28,9 +28,10 @@ import subprocess
 import sys
 import tempfile
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from finlib.bizfin.official import SCRIPTS
 

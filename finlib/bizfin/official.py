@@ -22,8 +22,9 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 PUBLISHED_COMMIT = "6d2a4a6"
 PUBLISHED_REPOSITORY = "HiThink-Research/BizFinBench"

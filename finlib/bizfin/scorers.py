@@ -27,10 +27,11 @@ import json
 import math
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal, InvalidOperation
-from typing import Any, Callable
+from typing import Any
 
 from finlib.bizfin import official as published
 from finlib.llm.replies import read_json_objects, strip_think

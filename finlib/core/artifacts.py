@@ -8,10 +8,10 @@ from __future__ import annotations
 import functools
 import json
 import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from importlib.metadata import entry_points
 from pathlib import Path
-from collections.abc import Iterator, Mapping
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa

@@ -14,7 +14,7 @@ import signal
 import threading
 import weakref
 
-_KERNELS: "weakref.WeakSet" = weakref.WeakSet()  # kernel managers this process started
+_KERNELS: weakref.WeakSet = weakref.WeakSet()  # kernel managers this process started
 
 
 class StageInterrupted(KeyboardInterrupt):
@@ -59,7 +59,7 @@ class SigintForwarder:
         if self.count > 1 or not interrupt_kernels():
             raise KeyboardInterrupt
 
-    def install(self) -> "SigintForwarder":
+    def install(self) -> SigintForwarder:
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGINT, self._handle)
         return self

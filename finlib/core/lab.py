@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +107,7 @@ def _record_exploration(cfg: RunConfig, derived_from: str) -> None:
     write_manifest(cfg, {
         "run": cfg.name, "origin": NOTEBOOK_ORIGIN, "derived_from": derived_from,
         "params_file": _relative(cfg.params_file, cfg.root), "params": cfg.params,
-        "updated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "updated": datetime.now(UTC).isoformat(timespec="seconds"),
     })
 
 

@@ -16,8 +16,9 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO
 
 from tqdm import tqdm
 
@@ -107,13 +108,13 @@ class FeedTail:
         self._offset = 0
         self._partial = ""
 
-    def __enter__(self) -> "FeedTail":
+    def __enter__(self) -> FeedTail:
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    def start(self) -> "FeedTail":
+    def start(self) -> FeedTail:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text("", encoding="utf-8")
         self._previous = os.environ.get(FEED_ENV)

@@ -13,8 +13,8 @@ across models (statsmodels implements all three; we only shape the inputs).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd

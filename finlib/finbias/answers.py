@@ -8,19 +8,24 @@ whatever the default happens to be.
 """
 from __future__ import annotations
 
-import ast
-import json
 import re
-from functools import lru_cache
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
+from finlib.finbias.vocab import (
+    AMBIGUOUS_RATING_TERMS,
+    RATING_SYNONYMS,
+    RATINGS,
+    Rating,
+    normalise_term,
+    rating_of,
+    term_pattern,
+)
 from finlib.llm.replies import MAX_PARSE_CHARS, find_json_objects, strip_think
-from finlib.finbias.vocab import (AMBIGUOUS_RATING_TERMS, RATING_SYNONYMS, RATINGS, Rating, normalise_term,
-                           rating_of, term_pattern)
 
 # Synonyms that are also everyday English (schema.AMBIGUOUS_RATING_TERMS: "buy back", "hold
 # talks", "in line with") are trusted only inside an explicit rating slot (JSON `answer`,

@@ -18,12 +18,12 @@ notebook use it too, so the parse rate shown there is the one the metrics see.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
+from finlib.finbias.sentences import first_sentence_span
 from finlib.finbias.vocab import RATINGS, Rating
 from finlib.llm.local_backend import LabelScoring
-from finlib.finbias.sentences import first_sentence_span
 
 # --- Fin-Bias: the investor prompt -------------------------------------------------------------
 

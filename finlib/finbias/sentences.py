@@ -30,8 +30,8 @@ relies on this).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from functools import lru_cache
-from typing import Iterator
 
 from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
 

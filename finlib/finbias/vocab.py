@@ -7,11 +7,11 @@ empty group.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Iterable, Mapping
 
 
 class Rating(str, Enum):

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 from finlib.core.artifacts import write_jsonl
 from finlib.llm.openai_backend import Budget, BudgetExceeded, redact, request_kwargs, result_from_completion
 from finlib.llm.registry import ModelSpec
-from finlib.llm.store import Request, Result, ResponseStore
+from finlib.llm.store import Request, ResponseStore, Result
 
 ENDPOINT = "/v1/chat/completions"
 MAX_REQUESTS_PER_BATCH = 50_000  # OpenAI's per-batch limit

@@ -8,9 +8,10 @@ content, resumable after a crash, cost-counted against the run's budget and neve
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pandas as pd
 

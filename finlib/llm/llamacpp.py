@@ -29,10 +29,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 CHUNK = 1 << 22
 XLLAMACPP_PIN = "xllamacpp==2026.10.11549"

@@ -26,10 +26,10 @@ import os
 import shutil
 import time
 import warnings
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from finlib.llm.registry import ModelSpec
 from finlib.llm.store import Request, Result

@@ -22,12 +22,12 @@ import re
 import socket
 import threading
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 from finlib.llm.context import CONTEXT_REFUSED, is_context_refusal, room_from_error
 from finlib.llm.interrupt import STOP, Interrupted, ThreadsafeEvent, resume_hint
 from finlib.llm.registry import ModelSpec
-from finlib.llm.store import Request, Result, ResponseStore, run_owner
+from finlib.llm.store import Request, ResponseStore, Result, run_owner
 
 RETRY_STATUS = {408, 409, 429}
 sleep = asyncio.sleep  # every wait of this module (rate limit, backoff); tests replace it with a simulated clock

@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 CANDIDATES = ("float32", "bfloat16", "float16")
 FIXED = CANDIDATES                 # values a params file may fix instead of "auto"

@@ -22,9 +22,9 @@ import sqlite3
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 from finlib.core.sqlite_wal import connect_wal
 
@@ -170,7 +170,7 @@ class Result:
     truncated_output: bool | None = None
 
     @classmethod
-    def for_request(cls, req: "Request", **fields) -> "Result":
+    def for_request(cls, req: Request, **fields) -> Result:
         """The Result of `req`: its key, model, backend, mode and input truncation, plus `fields`
         (which may override any of them)."""
         return cls(**{"key": req.key, "model": req.model, "backend": req.backend, "mode": req.mode,
@@ -361,7 +361,7 @@ class ResponseStore:
             self._claims_conn.close()
         self.conn.close()
 
-    def __enter__(self) -> "ResponseStore":
+    def __enter__(self) -> ResponseStore:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from finlib.core.config import RunConfig
-from finlib.llm.registry import ModelSpec, run_registry, select_models
 from finlib.finbias.vocab import CONDITIONS, Condition
+from finlib.llm.registry import ModelSpec, run_registry, select_models
 
 HF_HOST, YAHOO_HOST = ("huggingface.co", 443), ("query1.finance.yahoo.com", 443)
 

@@ -54,8 +54,8 @@ def rehearsal_params(cfg: RunConfig) -> dict[str, Any]:
 
 def served_model_names(cfg: RunConfig) -> list[str]:
     """Every API-served registry model the params name (stage 03, BizFinBench answerers, judges, refiner)."""
-    from finlib.pipeline.plan import _model_names
     from finlib.llm.registry import load_registry
+    from finlib.pipeline.plan import _model_names
 
     registry = load_registry(cfg.path(cfg.params["inference"]["registry"]))
     names = _model_names({k: cfg.params.get(k) for k in ("inference", "bizfin")}) & set(registry)
@@ -85,7 +85,7 @@ class ServerPool:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.servers: dict = {}
 
-    def __enter__(self) -> "ServerPool":
+    def __enter__(self) -> ServerPool:
         from finlib.rehearsal.simulated_servers import start_servers
 
         self.thread.start()
@@ -173,7 +173,6 @@ def planted_truth(cfg: RunConfig, profiles: dict, planted: pd.DataFrame) -> pd.D
     inside N; labels from stage 01); sector and ratings from the generator."""
     from finlib.core.artifacts import read_frame
     from finlib.finbias.data.synth_planted import analyst_cells, expected_cells
-
     from finlib.llm.context import CONTEXT_REFUSED
 
     pred = read_frame(cfg, "predictions", ["item_id", "report_id", "condition", "model", "answered", "error"])

@@ -36,8 +36,9 @@ import json
 import math
 import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from finlib.finbias.vocab import Rating
 from finlib.rehearsal.stub_server import StubServer

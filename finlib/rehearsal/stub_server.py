@@ -242,7 +242,7 @@ class ThreadedStub:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.stub.port}/v1"
 
-    def __enter__(self) -> "ThreadedStub":
+    def __enter__(self) -> ThreadedStub:
         self.thread.start()
         asyncio.run_coroutine_threadsafe(self.stub.start(), self.loop).result(10)
         return self

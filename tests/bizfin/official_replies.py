@@ -7,7 +7,8 @@ a reply with project code, so the comparison shares no part with either scorer.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 LONG = "根据题目给出的数据逐步分析。" * 2200          # ~30k characters of reasoning
 
@@ -87,7 +88,7 @@ def fdd_verdicts(i: int) -> Iterator[tuple[str, str]]:
     for label, s in (("right", 100 if i % 2 else 60), ("wrong", 0)):
         v = {"评分分数": str(s), "描述": "趋势与数据一致。"}
         yield f"{label}/one_line_json", _js(v)
-        yield f"{label}/multi_line", '{\n  "评分分数": "%d",\n  "描述": "第一行\n第二行"\n}' % s
+        yield f"{label}/multi_line", f'{{\n  "评分分数": "{s:d}",\n  "描述": "第一行\n第二行"\n}}'
         yield f"{label}/fenced", f"```json\n{_js(v)}\n```\n补充说明。"
         yield f"{label}/think_first", f"<think>先看数据。</think>\n{_js(v)}"
         yield f"{label}/prose", f"评分分数：{s}。描述：数据一致。"

@@ -13,11 +13,11 @@ the same as the base model's.
 from __future__ import annotations
 
 import pytest
+from tiny_lm import write_tiny_lm
+
+from finlib.finbias.prompts import FINBIAS_LABELS
 
 pytestmark = pytest.mark.slow   # three tiny-model loads, ~10-30 s on 2 shared cores
-
-from tiny_lm import write_tiny_lm
-from finlib.finbias.prompts import FINBIAS_LABELS
 
 PROMPT = [{"role": "user", "content": "We rate Acme a Buy. Sales fell 20 percent."}]
 UPDATE_SCALE = 1e-3   # ||BA|| relative to ||W|| on the adapted modules: a "small adapter"
@@ -38,7 +38,7 @@ def tiny(tmp_path_factory):
     peft = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
                                            init_lora_weights=False))
     with torch.no_grad():
-        for name, mod in peft.named_modules():
+        for mod in peft.modules():
             if hasattr(mod, "lora_B") and "default" in getattr(mod, "lora_B", {}):
                 w = mod.base_layer.weight
                 delta = mod.lora_B["default"].weight @ mod.lora_A["default"].weight * mod.scaling["default"]

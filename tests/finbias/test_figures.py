@@ -10,16 +10,16 @@ import pytest
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from conftest import with_defaults
 
-from finlib.finbias.figures import paper as figures_paper
-from finlib.finbias.figures import stage as figures
 from finlib.core import compare
-from finlib.finbias.scoring import compare as finbias_compare
 from finlib.core.artifacts import write_frame
 from finlib.core.config import RunConfig
-from finlib.finbias.vocab import POOLED, SECTORS
 from finlib.core.tables import paper_table, write_table
-from conftest import with_defaults
+from finlib.finbias.figures import paper as figures_paper
+from finlib.finbias.figures import stage as figures
+from finlib.finbias.scoring import compare as finbias_compare
+from finlib.finbias.vocab import POOLED, SECTORS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -92,7 +92,7 @@ def test_pick_example_prefers_wanted_and_refuses_unknown():
 def test_result_figures_are_saved_with_a_caption_naming_synthetic_data(tmp_path):
     cfg = make_cfg(tmp_path)
     m = metrics_frame()
-    for fig, rec in (figures.plot_herding_heatmap(cfg, m), figures.plot_with_without(cfg, m),
+    for _fig, rec in (figures.plot_herding_heatmap(cfg, m), figures.plot_with_without(cfg, m),
                      figures.plot_accuracy_vs_analyst(cfg, m), figures.plot_prob_herding(cfg, m),
                      figures_paper.plot_conditions_example(cfg, conditions_frame(), "R1")):
         assert "synthetic data" in rec.caption and "Run 't'" in rec.caption

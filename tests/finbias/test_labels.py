@@ -9,9 +9,15 @@ import pandas as pd
 import pytest
 import statsmodels.api as sm
 
-from finlib.finbias.labels import stage as L
 from finlib.finbias.labels import market_model as MM
-from finlib.finbias.labels.market_model import EXCLUSION_REASONS, assign_year_buckets, bucket_counts, compute_labels, market_series
+from finlib.finbias.labels import stage as L
+from finlib.finbias.labels.market_model import (
+    EXCLUSION_REASONS,
+    assign_year_buckets,
+    bucket_counts,
+    compute_labels,
+    market_series,
+)
 
 TOL = 1e-10
 
@@ -255,7 +261,7 @@ def test_year_buckets_30_40_30_per_year_and_independent_of_order():
     rid = [f"id{i:04d}" for i in range(n)]
     lab = assign_year_buckets(car, dates, rid)
     df = pd.DataFrame({"year": dates.year, "car": car, "lab": lab})
-    for year, g in df.groupby("year"):
+    for _year, g in df.groupby("year"):
         k = len(g)
         counts = g["lab"].value_counts()
         assert counts["bearish"] == round(0.3 * k) or abs(counts["bearish"] - 0.3 * k) <= 0.5
@@ -439,8 +445,8 @@ def test_market_series_ending_early_is_outside_coverage():
 # --------------------------------------------------------------------------- stage entry point and tables
 
 def test_run_writes_artifacts_and_counts(tmp_run):
-    from finlib.finbias.labels import stage as L
     from finlib.core.artifacts import read_frame, read_json, write_frame
+    from finlib.finbias.labels import stage as L
 
     prices, market, tickers = random_panel(seed=9, n_tickers=8, n_days=900, hole_rate=0.0)
     cal = market.index

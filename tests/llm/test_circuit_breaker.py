@@ -9,7 +9,8 @@ import dataclasses
 import socket
 
 import pytest
-from llm_helpers import STUB_SPEC, make_request as req
+from llm_helpers import STUB_SPEC
+from llm_helpers import make_request as req
 
 from finlib.llm.openai_backend import Breaker, CircuitOpen, run_openai
 from finlib.llm.store import ResponseStore

@@ -10,7 +10,8 @@ import random
 import socket
 
 import pytest
-from llm_helpers import STUB_SPEC, make_request as req
+from llm_helpers import STUB_SPEC
+from llm_helpers import make_request as req
 
 from finlib.llm.openai_backend import HTTP_TRANSPORTS, RateLimiter, call_with_retries, lasting_kind, make_client
 from finlib.rehearsal.stub_server import FaultPlan, ThreadedStub

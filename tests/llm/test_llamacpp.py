@@ -16,8 +16,16 @@ import pytest
 
 from finlib.llm import llamacpp
 from finlib.llm.engine import ChatItem, chat, engine_key
-from finlib.llm.llamacpp import (GGUFError, ServerConfig, ServerError, free_port, join_parts, part_paths,
-                                 server_command, served_spec)
+from finlib.llm.llamacpp import (
+    GGUFError,
+    ServerConfig,
+    ServerError,
+    free_port,
+    join_parts,
+    part_paths,
+    served_spec,
+    server_command,
+)
 from finlib.llm.registry import RegistryError, load_registry, validate_record
 from finlib.llm.store import ResponseStore
 
@@ -229,9 +237,9 @@ def test_constrained_json_is_refused_for_the_paper_models():
 
 
 def test_constrained_requests_carry_the_schema_into_key_and_call():
-    from finlib.llm.openai_backend import request_kwargs
-    from finlib.finbias.prompts import finbias_response_format
     from finlib.finbias.inference.stage import plan_requests
+    from finlib.finbias.prompts import finbias_response_format
+    from finlib.llm.openai_backend import request_kwargs
 
     spec = validate_record(record(), Path("models.yaml"), 0)
     inf = {"prompt_version": "finbias-authors-v1", "max_new_tokens": 64, "max_input_tokens": 512, "dtype": "auto"}

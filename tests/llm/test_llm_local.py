@@ -8,12 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from finlib.finbias.prompts import FINBIAS_LABELS
 from finlib.core.artifacts import read_json, write_frame
-from finlib.finbias.prompts import build_messages, first_sentence_end
-from finlib.llm.registry import load_registry
 from finlib.finbias.inference.stage import PREDICTION_COLUMNS, check_conditions, plan_requests, read_predictions
 from finlib.finbias.inference.stage import run as run_inference
+from finlib.finbias.prompts import FINBIAS_LABELS, build_messages
+from finlib.llm.registry import load_registry
 from finlib.llm.store import Request, make_key
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,8 @@ import threading
 
 import numpy as np
 import pytest
-from llm_helpers import STUB_SPEC as SPEC, make_request as req
+from llm_helpers import STUB_SPEC as SPEC
+from llm_helpers import make_request as req
 
 from finlib.llm import openai_backend
 from finlib.llm.openai_backend import Budget, BudgetExceeded, RateLimiter, backoff_s, redact, request_kwargs, run_openai

@@ -7,8 +7,6 @@ import os
 import time
 from pathlib import Path
 
-import pytest
-
 from finlib.llm import local_backend as lb
 from finlib.llm.registry import ModelSpec
 

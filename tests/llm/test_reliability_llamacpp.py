@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from finlib.llm.engine import ChatItem, chat
-from finlib.rehearsal.fault_proxy import ThreadedProxy
 from finlib.llm.store import ResponseStore
+from finlib.rehearsal.fault_proxy import ThreadedProxy
 from finlib.rehearsal.stub_server import FaultPlan
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(

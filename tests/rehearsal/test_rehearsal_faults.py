@@ -42,10 +42,10 @@ def world(tmp_path_factory):
     """A throwaway repository root with the params, the corpus, labels and conditions (stages 00-02), the
     planted records and the simulated servers, started once for every fault."""
     from finlib.core.config import load_run
-    from finlib.rehearsal.rehearse import ServerPool, planted_index, planted_records, profiles_for, served_model_names
     from finlib.finbias.data import stage as data
     from finlib.finbias.labels import stage as labels
     from finlib.finbias.perturb import stage as perturb
+    from finlib.rehearsal.rehearse import ServerPool, planted_index, planted_records, profiles_for, served_model_names
 
     root = tmp_path_factory.mktemp("rehearsal-faults")
     shutil.copytree(ROOT / "params", root / "params")
@@ -63,9 +63,9 @@ def world(tmp_path_factory):
 
 def rehearse_tables(world, monkeypatch) -> list[str]:
     """Stages 03-04 from an empty response store, then the rehearsal's own Fin-Bias check: its problems."""
-    from finlib.rehearsal.rehearse import endpoint_environment, finbias_cell_problems, rehearsal_params
     from finlib.finbias.inference import stage as inference
     from finlib.finbias.scoring import stage as scoring
+    from finlib.rehearsal.rehearse import endpoint_environment, finbias_cell_problems, rehearsal_params
 
     cfg, profiles, planted, pool = world
     store = cfg.path(cfg.params["inference"]["store"])

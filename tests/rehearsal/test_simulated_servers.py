@@ -10,18 +10,17 @@ import json
 import threading
 import urllib.request
 
+import numpy as np
 import pytest
 from llm_helpers import make_request
 
-import numpy as np
-
+from finlib.finbias.prompts import build_messages
 from finlib.finbias.vocab import RATINGS
 from finlib.llm.context import MIN_OUTPUT_TOKENS, fits, output_room, room_from_error
 from finlib.llm.openai_backend import run_openai
-from finlib.finbias.prompts import build_messages
 from finlib.llm.registry import RegistryError, apply_endpoints, endpoint_env_name, load_registry
-from finlib.rehearsal.simulated_servers import Profile, SimulatedServer, finbias_reply, fundamentals
 from finlib.llm.store import ResponseStore
+from finlib.rehearsal.simulated_servers import Profile, SimulatedServer, finbias_reply, fundamentals
 from finlib.rehearsal.stub_server import stub_spec
 
 REPORT = ("We upgrade Corvanta Systems (CRVS) to Outperform from Sector Perform.\n\n"
@@ -158,8 +157,9 @@ def test_endpoints_from_params_and_environment_environment_wins(tmp_path):
 
 
 def test_each_open_model_has_its_own_port_and_a_vllm_command_without_generation_config():
-    from finlib.llm.registry import vllm_command
     from urllib.parse import urlparse
+
+    from finlib.llm.registry import vllm_command
 
     reg = load_registry("params/models.yaml")
     local = [s for s in reg.values() if s.backend == "openai" and "localhost" in (s.base_url or "")]

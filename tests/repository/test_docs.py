@@ -14,8 +14,9 @@ import ast
 import functools
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, get_args, get_origin
+from typing import Any, get_args, get_origin
 
 import pytest
 from pydantic import BaseModel
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 GENERATED_PREFIXES = ("figures/", "runs/")
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|!\[[^\]]*\]\(([^)\s]+)\)")
 INLINE_CODE = re.compile(r"`([^`]+)`")  # may wrap a line
-PARAMS_KEY = re.compile(r"^((?:%s)(?:\.[A-Za-z0-9_]+)+)(?=$|[\s:=,)\]])" % "|".join(SECTION_MODELS))
+PARAMS_KEY = re.compile(r"^((?:" + "|".join(SECTION_MODELS) + r")(?:\.[A-Za-z0-9_]+)+)(?=$|[\s:=,)\]])")
 MEASURED = re.compile(r"([-+]?\d[\d,]*(?:\.\d+)?)\s*(?:[^\d\s<]{0,12}\s?)?\**\s*<!--\s*measured:\s*([^#\s]+)#(\S+)\s*-->")
 
 
@@ -178,7 +179,7 @@ QUOTED_PATH = re.compile(r"(?<![\w/.-])((?:finlib|tests|benchmarks|notebooks)/[\
 QUOTED_NAME = re.compile(r"(?<![\w/.-])(finlib(?:\.\w+)+)")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def defined_names(path: Path) -> dict[str, set[str]]:
     """A module's top-level names (functions, classes, assignments, imports), each class with its members:
     read with `ast`, nothing imported."""

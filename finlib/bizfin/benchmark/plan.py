@@ -16,8 +16,8 @@ import pandas as pd
 
 from finlib.bizfin.tasks import TASKS
 from finlib.core.config import RunConfig, load_run
-from finlib.llm.registry import run_registry, select_models
 from finlib.core.tables import paper_table
+from finlib.llm.registry import run_registry, select_models
 
 JUDGE_PROMPT_TOKENS = 400   # rubric + dimensions around the question and answer (our judge prompt, ~Chinese chars)
 

@@ -25,13 +25,12 @@ from typing import Any
 
 import pandas as pd
 
-from finlib.llm.replies import read_json_objects, strip_think
+from finlib.bizfin.iterajudge.rubrics import Rubrics
 from finlib.llm import engine
 from finlib.llm.engine import ChatItem
-from finlib.bizfin.iterajudge.rubrics import Rubrics
 from finlib.llm.registry import ModelSpec
+from finlib.llm.replies import read_json_objects, strip_think
 from finlib.llm.store import ResponseStore
-
 
 METHODS = ("vanilla", "iterajudge")
 STATUSES = ("ok", "invalid", "not_answered")

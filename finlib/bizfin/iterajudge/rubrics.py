@@ -17,9 +17,16 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from finlib.bizfin.prompts import (JUDGE_CONTRASTIVE_VERSION, JUDGE_REFINE_VERSION, JUDGE_VANILLA_VERSION,
-                                   build_contrastive_judge_messages, build_refine_messages,
-                                   build_vanilla_judge_messages, fill_published_template, judge_rubric)
+from finlib.bizfin.prompts import (
+    JUDGE_CONTRASTIVE_VERSION,
+    JUDGE_REFINE_VERSION,
+    JUDGE_VANILLA_VERSION,
+    build_contrastive_judge_messages,
+    build_refine_messages,
+    build_vanilla_judge_messages,
+    fill_published_template,
+    judge_rubric,
+)
 
 _CODE = "benchmark_code/BizFinBench"
 # task -> role -> (file, variable); FDD's refiners in the authors' order, keyed by our dimension name.
@@ -85,7 +92,7 @@ class Rubrics:
     published: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @classmethod
-    def from_dir(cls, root: Path | str | None) -> "Rubrics":
+    def from_dir(cls, root: Path | str | None) -> Rubrics:
         return cls() if root is None else cls(Path(root), load_published(Path(root)))
 
     def label(self) -> str:

@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from finlib.finbias.vocab import POOLED, RATINGS, SWEEP_CONDITIONS, Condition
 from finlib.finbias.beyond.sampling_noise import hit, paired_share_test, two_level_bootstrap
+from finlib.finbias.vocab import POOLED, RATINGS, SWEEP_CONDITIONS, Condition
 
 SHOWN_ORDER = ("none (no_rating)", *(r.value for r in RATINGS))
 ANSWER_ORDER = (*(r.value for r in RATINGS), "unparsed")

@@ -37,9 +37,9 @@ import pandas as pd
 from scipy import stats as sps
 
 from finlib.core.artifacts import require_columns
-from finlib.finbias.vocab import Condition
 from finlib.finbias.inference.draws import SWEEP_VALUES
 from finlib.finbias.scoring.metrics import OUTCOME_TARGETS, eq1_values
+from finlib.finbias.vocab import Condition
 
 OUTCOMES = OUTCOME_TARGETS  # outcome -> the column an answer must equal (Eq. 1, finlib.finbias.scoring.metrics)
 # The paper's with/without comparisons (Tables 4-5): (name, table, condition a, condition b, outcome)

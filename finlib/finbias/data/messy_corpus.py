@@ -23,8 +23,8 @@ Everything is deterministic: the corpus is a function of its arguments.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import pandas as pd
 

@@ -6,8 +6,8 @@ Every loader reads through `finlib.finbias.data.validation` (same row/column err
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -23,6 +23,7 @@ from finlib.finbias.data.validation import (
     parse_dates,
     read_table,
 )
+
 
 def load_prices(path: str | Path, tickers: list[str] | None = None, nrows: int | None = None
                 ) -> tuple[pd.DataFrame, dict]:

@@ -36,9 +36,9 @@ from scipy.stats import norm
 
 from finlib.core.config import ConfigError
 from finlib.core.params import SyntheticSection, raise_errors, schema_errors
-from finlib.finbias.vocab import SECTORS, Rating
 from finlib.finbias.data import messy_corpus
 from finlib.finbias.data.synth_corpus import bullet_block, scale_first_sentence_planted, table_block
+from finlib.finbias.vocab import SECTORS, Rating
 
 # Opinion words, all `type=strongsubj` in the MPQA subjectivity lexicon
 # (subjclueslen1-HLTEMNLP05.tff; checked in development and by tests/finbias/test_synth.py when
@@ -165,7 +165,7 @@ class SynthParams:
                                   # rating sentences and skeletons; headings, bullets, tab tables, unpunctuated lines)
 
     @classmethod
-    def from_section(cls, section: dict[str, Any] | None) -> "SynthParams":
+    def from_section(cls, section: dict[str, Any] | None) -> SynthParams:
         """The knobs of `section` over the defaults (a params file's section holds them all; library
         callers may pass a few), checked by the params schema's `data.synthetic` model (types, ranges,
         the wordings and layouts of synth_corpus, the rules between knobs)."""

@@ -13,10 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from finlib.finbias.data import messy_corpus
-from finlib.finbias.data import synth
-from finlib.finbias.data import synth_corpus
-from finlib.finbias.data import synth_planted
+from finlib.finbias.data import messy_corpus, synth, synth_corpus, synth_planted
 from finlib.finbias.data.synth import RAW_FILES, SynthParams, generate_market, write_market
 
 

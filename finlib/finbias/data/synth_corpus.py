@@ -18,9 +18,6 @@ tagger and the models' context windows, so the rehearsal (params/rehearsal.yaml)
 """
 from __future__ import annotations
 
-
-import pandas as pd
-
 from finlib.finbias.vocab import RATING_SCALES, RATINGS, Rating
 
 RATING_WORDINGS = ("paper", "scales")

@@ -19,8 +19,9 @@ from __future__ import annotations
 import gzip
 import io
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd

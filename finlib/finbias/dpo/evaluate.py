@@ -18,12 +18,18 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from finlib.finbias.prompts import FINBIAS_LABELS
 from finlib.core import stats
-from finlib.finbias.vocab import POOLED, SECTOR_MEAN, SECTORS, Condition
 from finlib.core.tables import paper_table
-from finlib.finbias.scoring.metrics import (ACCURACY, ACCURACY_PARSED, HERDING, HERDING_PARSED, METRIC_SPECS,
-                                            metrics_long)
+from finlib.finbias.prompts import FINBIAS_LABELS
+from finlib.finbias.scoring.metrics import (
+    ACCURACY,
+    ACCURACY_PARSED,
+    HERDING,
+    HERDING_PARSED,
+    METRIC_SPECS,
+    metrics_long,
+)
+from finlib.finbias.vocab import POOLED, SECTOR_MEAN, SECTORS, Condition
 
 # accuracy / herding: Eq. 1 over ALL N (unparsed = no match), the one definition of Tables 4-7;
 # *_parsed: parsed answers only, a named extra column
@@ -84,14 +90,14 @@ def predict_test_items(cfg, spec, items: pd.DataFrame, store, name: str, gen_ids
     starts from the pre-filled `{"answer": "`, its first token a label stem, and stops at `}`; it is in the
     request's params, hence in
     its store key. Returns stage 03's prediction rows, model column = `name`."""
-    from finlib.llm.engine import engine_key, send_pending
-    from finlib.llm.progress import Progress
-    from finlib.llm.local_backend import LocalModel
-    from finlib.finbias.prompts import build_messages
-    from finlib.finbias.inference.stage import _rows, inference_params, plan_requests, to_frame
-    from finlib.llm.store import make_key
     from finlib.finbias.answers import condition_texts
     from finlib.finbias.dpo.train import chat_template_kwargs
+    from finlib.finbias.inference.stage import _rows, inference_params, plan_requests, to_frame
+    from finlib.finbias.prompts import build_messages
+    from finlib.llm.engine import engine_key, send_pending
+    from finlib.llm.local_backend import LocalModel
+    from finlib.llm.progress import Progress
+    from finlib.llm.store import make_key
 
     if spec.backend != "local":
         raise ValueError(f"dpo evaluation: model {spec.name!r} has backend {spec.backend!r}; the tuned model is "

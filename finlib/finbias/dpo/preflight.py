@@ -24,7 +24,6 @@ from finlib.core.config import ConfigError, RunConfig
 from finlib.llm.precision import MIXED, launch_dtype
 
 
-
 @dataclass
 class Preflight:
     lines: list[str] = field(default_factory=list)

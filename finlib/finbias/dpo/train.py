@@ -16,9 +16,9 @@ import json
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 
@@ -221,11 +221,10 @@ def train_dpo(model, tok, records: list[dict], out_dir: Path, dp: dict, seed: in
     `args`: a DPOConfig made before the model was loaded (ZeRO-3); else it is made here.
     """
     from datasets import Dataset
-    from transformers import set_seed
-    from trl import DPOTrainer
-
     from datasets.utils.logging import disable_progress_bar
+    from transformers import set_seed
     from transformers.utils import logging as hf_logging
+    from trl import DPOTrainer
 
     disable_progress_bar()  # per-dataset-map bars would flood executed notebooks
     hf_logging.disable_progress_bar()

@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import pandas as pd
 
-from finlib.finbias.answers import parse_rating_detail
 from finlib.core.artifacts import require_columns
-from finlib.finbias.vocab import RATINGS, Condition
+from finlib.finbias.answers import parse_rating_detail
 from finlib.finbias.sentences import split_sentences
+from finlib.finbias.vocab import RATINGS, Condition
 
 TEMPLATE_TEACHER = "template teacher"
 TRAIN, TEST, DROPPED = "train", "test", "dropped"
@@ -246,8 +246,8 @@ def model_teacher(spec, store, *, max_new_tokens: int, budget=None, progress: bo
                   model_cache=None, log_dir=None, local_model=None, dtype: str | None = None) -> Teacher:
     """A registry model as the teacher, through the inference engine (store-cached, resumable,
     cost-counted); prompts from `finlib.finbias.dpo.prompts` (their version is in every key)."""
+    from finlib.finbias.dpo.prompts import build_dpo_teacher_messages, dpo_teacher_version
     from finlib.llm.engine import ChatItem, chat
-    from finlib.finbias.dpo.prompts import dpo_teacher_version, build_dpo_teacher_messages
 
     def teach(calls: list[TeacherCall]) -> pd.DataFrame:
         items = [ChatItem(c.id, build_dpo_teacher_messages(c.kind, c.text, c.rating), dpo_teacher_version(c.kind))

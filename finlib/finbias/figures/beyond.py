@@ -14,7 +14,7 @@ import pandas as pd
 
 from finlib.core.artifacts import write_json
 from finlib.core.config import RunConfig
-from finlib.finbias.vocab import POOLED
+from finlib.finbias.beyond.rating_sweep import ANSWER_ORDER, SHOWN_ORDER
 from finlib.finbias.figures.base import (
     DOUBLE_COLUMN_IN,
     MIN_TEXT_PT,
@@ -25,7 +25,7 @@ from finlib.finbias.figures.base import (
     legend_outside,
     text_color_on,
 )
-from finlib.finbias.beyond.rating_sweep import ANSWER_ORDER, SHOWN_ORDER
+from finlib.finbias.vocab import POOLED
 
 FIGURES_JSON = "beyond_figures"
 

@@ -20,8 +20,8 @@ from finlib.finbias.figures.base import (
     figure_style,
     finish,
 )
-from finlib.finbias.vocab import Condition
 from finlib.finbias.sentences import split_sentences
+from finlib.finbias.vocab import Condition
 
 # ---- Figures 2-5: one report in its four conditions ---------------------------------------
 

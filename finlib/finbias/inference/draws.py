@@ -78,7 +78,7 @@ def label_draws(probs: np.ndarray, k: int, seed: int, model: str, item_id: str) 
         return [None] * k
     out = []
     for s in range(k):
-        rng = np.random.default_rng([int(seed), zlib.crc32(f"{model}|{item_id}".encode("utf-8")), s])
+        rng = np.random.default_rng([int(seed), zlib.crc32(f"{model}|{item_id}".encode()), s])
         out.append(RATINGS[int(rng.choice(3, p=p / p.sum()))].value)
     return out
 

@@ -52,8 +52,9 @@ flagged as small in the stage report, because their 30/40/30 split is only appro
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd

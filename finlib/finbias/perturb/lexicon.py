@@ -52,9 +52,9 @@ import sys
 import urllib.request
 import zipfile
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 from nltk.stem import PorterStemmer
@@ -394,7 +394,7 @@ def download(url: str, target: Path, timeout: float = DOWNLOAD_TIMEOUT_S) -> Pat
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 -- fixed https URL from params
             payload = resp.read()
-    except Exception as exc:  # noqa: BLE001 -- any network failure gets the same advice
+    except Exception as exc:
         raise LexiconUnavailable(f"could not download {url} ({type(exc).__name__}: {exc}). "
                                  + missing_message(target, url)) from exc
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -27,9 +27,9 @@ import sqlite3
 import time
 import zlib
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 

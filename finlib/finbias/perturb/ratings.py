@@ -81,6 +81,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from finlib.finbias.sentences import first_sentence_span
 from finlib.finbias.vocab import (
     AMBIGUOUS_RATING_TERMS,
     HYPHENS,
@@ -91,7 +92,6 @@ from finlib.finbias.vocab import (
     rating_vocabulary,
     term_pattern,
 )
-from finlib.finbias.sentences import first_sentence_span
 
 # Tiers (normalised phrases). Tier A: the rating jargon, everything outside the shared
 # schema.AMBIGUOUS_RATING_TERMS. The ambiguous terms split further here, because reading an

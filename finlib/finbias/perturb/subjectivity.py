@@ -24,9 +24,9 @@ import re
 import sqlite3
 import zlib
 from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -551,7 +551,7 @@ def policy_differences(report: dict) -> pd.DataFrame:
     rows = []
     for pair, d in (report.get("mpqa", {}).get("policy_differences") or {}).items():
         first, other = pair.split(" vs ")
-        rows.append({"policies": pair, f"removed only by the run's policy": d[f"sentences_removed_only_by_{first}"],
+        rows.append({"policies": pair, "removed only by the run's policy": d[f"sentences_removed_only_by_{first}"],
                      "removed only by the other": d[f"sentences_removed_only_by_{other}"],
                      "triggers only under the run's policy": ", ".join(d[f"top_triggers_only_{first}"]),
                      "triggers only under the other": ", ".join(d[f"top_triggers_only_{other}"])})

@@ -9,9 +9,9 @@ names from here, their one home.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable, Iterable
 
 import numpy as np
 import pandas as pd

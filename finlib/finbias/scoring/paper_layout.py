@@ -17,15 +17,16 @@ than the statistics. The form follows the paper:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from finlib.finbias.vocab import POOLED, SECTOR_MEAN, SECTORS, Condition
 from finlib.core.tables import paper_table
 from finlib.finbias.scoring.metrics import ACCURACY, ACCURACY_PARSED, HERDING, HERDING_PARSED
+from finlib.finbias.vocab import POOLED, SECTOR_MEAN, SECTORS, Condition
 
 OURS, PAPER = "ours", "Fin-Bias (published)"
 AVERAGE = "Average"   # ours: the pooled rate; the paper's rows: the printed Average
