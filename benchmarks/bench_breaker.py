@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import ROOT, machine, write_result  # noqa: E402
+from results import ROOT, machine, write_result
 
 sys.path.insert(0, str(ROOT))
 from finlib.llm.openai_backend import CircuitOpen, run_openai

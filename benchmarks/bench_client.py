@@ -29,12 +29,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import ROOT, machine, write_result  # noqa: E402
+from results import ROOT, machine, write_result
+
 sys.path.insert(0, str(ROOT))
 
-from finlib.llm.registry import ModelSpec  # noqa: E402
-from finlib.llm.store import Request, ResponseStore, Result, make_key  # noqa: E402
-from finlib.rehearsal.stub_server import stub_spec  # noqa: E402
+from finlib.llm.registry import ModelSpec
+from finlib.llm.store import Request, ResponseStore, Result, make_key
+from finlib.rehearsal.stub_server import stub_spec
 
 PARAMS = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 64}
 REPORT = ("Revenue grew in the quarter while margins held steady and guidance was reaffirmed. " * 24).strip()

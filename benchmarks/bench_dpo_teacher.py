@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import ROOT, machine, write_result  # noqa: E402
+from results import ROOT, machine, write_result
 
 sys.path.insert(0, str(ROOT))
 
@@ -61,8 +61,8 @@ def main() -> None:
                                            "seconds_per_call": round(dt / len(calls), 1), "parsed": parsed}}
 
     if args.generate:
-        from finlib.llm.local_backend import LocalModel
         from finlib.finbias.prompts import build_messages
+        from finlib.llm.local_backend import LocalModel
         from finlib.llm.registry import load_registry
 
         inf = inference_params(cfg)

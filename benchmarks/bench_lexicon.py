@@ -31,20 +31,22 @@ import resource
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import ROOT, machine, write_result  # noqa: E402
+from results import ROOT, machine, write_result
 
 sys.path.insert(0, str(ROOT))
 
-from nltk.stem import PorterStemmer  # noqa: E402
+from nltk.stem import PorterStemmer
 
-from finlib.finbias.perturb.lexicon import TOKEN, Lexicon, load_lexicon  # noqa: E402
-from finlib.finbias.perturb.postag import PosTagger, compound_pos, mpqa_pos  # noqa: E402
-from finlib.finbias.sentences import sentence_spans  # noqa: E402
-from finlib.finbias.perturb.subjectivity import SubjectivityFilter, _join_kept  # noqa: E402
+from finlib.finbias.perturb.lexicon import TOKEN, Lexicon, load_lexicon
+from finlib.finbias.perturb.postag import PosTagger, compound_pos, mpqa_pos
+from finlib.finbias.perturb.subjectivity import SubjectivityFilter, _join_kept
+from finlib.finbias.sentences import sentence_spans
 
 LEXICON_CANDIDATES = (
     ROOT / "data" / "external" / "mpqa" / "subjclueslen1-HLTEMNLP05.tff",
@@ -141,7 +143,7 @@ class NaiveFilter:
         return _join_kept(text, spans, kept_idx), n_words, removed_words, triggers
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reports", type=int, default=200)
     ap.add_argument("--words", type=int, default=3000)
@@ -149,14 +151,89 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policy", choices=("respect", "ignore"), default="respect")
     ap.add_argument("--chunk", type=int, default=64, help="reports per tagging stream (fast path)")
     ap.add_argument("--seed", type=int, default=20261129)
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
+
+@dataclass
+class Tally:
+    """The timed whole-workload run (fast path, chunked) and, on a random subset, the same texts one
+    at a time through the fast path and the naive baseline (outputs compared)."""
+
+    fast: SubjectivityFilter
+    naive: NaiveFilter
+    tagger: PosTagger | None
+    subset: set[int]
+    t_fast: float = 0.0
+    t_fast_sub: float = 0.0
+    t_naive: float = 0.0
+    words_all: int = 0
+    words_sub: int = 0
+    tag_s: float = 0.0  # seconds inside spaCy during the timed whole-workload runs
+    mismatches: int = 0
+    digest: Any = field(default_factory=hashlib.sha256)
+
+    def flush(self, chunk: list[tuple[int, str, str]]) -> None:
+        before = 0.0 if self.tagger is None else self.tagger.seconds
+        t0 = time.perf_counter()
+        results = self.fast.run([t for _, _, t in chunk])
+        self.t_fast += time.perf_counter() - t0
+        self.tag_s += 0.0 if self.tagger is None else self.tagger.seconds - before
+        for (i, rid, text), (out, (st, *_)) in zip(chunk, results):
+            self.words_all += st.n_words
+            self.digest.update(out.encode("utf-8"))
+            if i in self.subset:
+                self.compare_alone(rid, text, out, st.n_words)
+        chunk.clear()
+
+    def compare_alone(self, rid: str, text: str, out: str, n_words: int) -> None:
+        """The same text alone (no batching credit) through both paths: timed, and the outputs compared."""
+        t0 = time.perf_counter()
+        (alone, (st1, *_)), = self.fast.run([text])
+        self.t_fast_sub += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        expected = self.naive(text)
+        self.t_naive += time.perf_counter() - t0
+        self.words_sub += n_words
+        if (alone, st1.n_words, st1.n_words_removed, st1.triggers) != expected or alone != out:
+            self.mismatches += 1
+            print(f"MISMATCH on {rid}", file=sys.stderr)
+
+
+def print_results(args: argparse.Namespace, tally: Tally, path: Path, load_s: float, before_machine: dict) -> None:
+    tg, k = tally.tagger, tally
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"workload: {args.reports} synthetic reports, ~{args.words} words, {k.words_all:,} words; policy "
+          f"{args.policy}; lexicon {path.name}" + (f"; tagger {tg.id} (loaded in {load_s:.1f} s)" if tg else ""))
+    print(f"fast, whole workload:        {k.t_fast:8.1f} s  {k.words_all / k.t_fast:10,.0f} words/s"
+          + (f"  (tagging {k.tag_s:.1f} s = {100 * k.tag_s / k.t_fast:.0f} % of the time; matching alone "
+             f"{k.words_all / max(k.t_fast - k.tag_s, 1e-9):,.0f} words/s)" if tg else ""))
+    if tg:
+        print(f"  extrapolated to the real corpus (27M words): {27e6 / (k.words_all / k.t_fast) / 3600:.1f} h once, "
+              f"then from the tag cache")
+    print(f"baseline subset:             {len(k.subset)} random reports ({k.words_sub:,} words)")
+    print(f"fast, subset (one at a time):{k.t_fast_sub:8.2f} s  {k.words_sub / k.t_fast_sub:10,.0f} words/s")
+    print(f"naive, subset:               {k.t_naive:8.2f} s  {k.words_sub / k.t_naive:10,.0f} words/s")
+    print(f"ratio (naive / fast, same texts): {k.t_naive / k.t_fast_sub:.1f}x   "
+          f"(whole-workload fast throughput vs naive: {(k.words_all / k.t_fast) / (k.words_sub / k.t_naive):.1f}x)")
+    print(f"outputs identical on the subset: {k.mismatches == 0}; sha256 of all filtered texts "
+          f"{k.digest.hexdigest()[:16]}; peak RSS {peak_mb:.0f} MB")
+    print("written:", write_result(f"lexicon_{args.policy}", {
+        "reports": args.reports, "words": k.words_all, "policy": args.policy, "baseline_reports": len(k.subset),
+        "baseline_words": k.words_sub, "fast_seconds": round(k.t_fast, 2), "tagging_seconds": round(k.tag_s, 2),
+        "fast_words_per_s": round(k.words_all / k.t_fast), "naive_words_per_s": round(k.words_sub / k.t_naive, 1),
+        "ratio_same_texts": round(k.t_naive / k.t_fast_sub, 1), "peak_rss_mb": round(peak_mb),
+        "outputs_identical": k.mismatches == 0}, before_machine))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     path = next((p for p in LEXICON_CANDIDATES if p.is_file()), None)
     if path is None:
         print("bench_lexicon: MPQA lexicon not found (run `make data`); skipping", file=sys.stderr)
         return 0
     lexicon = load_lexicon(path)
     tagger = PosTagger() if args.policy == "respect" else None
+    load_s = 0.0
     if tagger is not None:
         t0 = time.perf_counter()
         tagger._pipeline()  # load once, outside the timed loop (printed)
@@ -164,74 +241,19 @@ def main(argv: list[str] | None = None) -> int:
     # the naive baseline applies Porter stems: compared with the Porter-stem policy (`respect_porter`)
     fast = SubjectivityFilter(lexicon, "respect_porter" if args.policy == "respect" else args.policy, tagger,
                               compare=False)
-    naive = NaiveFilter(lexicon, args.policy, None)
     subset = set(random.Random(args.seed).sample(range(args.reports), min(args.baseline_n, args.reports)))
-
+    tally = Tally(fast, NaiveFilter(lexicon, args.policy, None), tagger, subset)
     before_machine = machine()
-    t_fast = t_fast_sub = t_naive = 0.0
-    words_all = words_sub = 0
-    digest = hashlib.sha256()
-    mismatches = 0
-    tag_s = 0.0  # seconds inside spaCy during the timed whole-workload runs
     chunk: list[tuple[int, str, str]] = []
-
-    def flush() -> None:
-        nonlocal t_fast, t_fast_sub, t_naive, words_all, words_sub, mismatches
-        texts = [t for _, _, t in chunk]
-        nonlocal tag_s
-        before = 0.0 if tagger is None else tagger.seconds
-        t0 = time.perf_counter()
-        results = fast.run(texts)
-        t_fast += time.perf_counter() - t0
-        tag_s += 0.0 if tagger is None else tagger.seconds - before
-        for (i, rid, text), (out, (st, *_)) in zip(chunk, results):
-            words_all += st.n_words
-            digest.update(out.encode("utf-8"))
-            if i in subset:
-                t0 = time.perf_counter()
-                (alone, (st1, *_)), = fast.run([text])  # same text alone: no batching credit
-                t_fast_sub += time.perf_counter() - t0
-                t0 = time.perf_counter()
-                expected = naive(text)
-                t_naive += time.perf_counter() - t0
-                words_sub += st.n_words
-                if (alone, st1.n_words, st1.n_words_removed, st1.triggers) != expected or alone != out:
-                    mismatches += 1
-                    print(f"MISMATCH on {rid}", file=sys.stderr)
-        chunk.clear()
-
     for i, (rid, text) in enumerate(synthetic_reports(args.reports, args.words, args.seed)):
         chunk.append((i, rid, text))
         if len(chunk) == args.chunk:
-            flush()
-            print(f"  {i + 1} reports, fast {words_all / t_fast:,.0f} words/s", flush=True)
+            tally.flush(chunk)
+            print(f"  {i + 1} reports, fast {tally.words_all / tally.t_fast:,.0f} words/s", flush=True)
     if chunk:
-        flush()
-
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"workload: {args.reports} synthetic reports, ~{args.words} words, {words_all:,} words; policy "
-          f"{args.policy}; lexicon {path.name}" + (f"; tagger {tagger.id} (loaded in {load_s:.1f} s)" if tagger else ""))
-    print(f"fast, whole workload:        {t_fast:8.1f} s  {words_all / t_fast:10,.0f} words/s"
-          + (f"  (tagging {tag_s:.1f} s = {100 * tag_s / t_fast:.0f} % of the time; matching alone "
-             f"{words_all / max(t_fast - tag_s, 1e-9):,.0f} words/s)" if tagger else ""))
-    if tagger:
-        print(f"  extrapolated to the real corpus (27M words): {27e6 / (words_all / t_fast) / 3600:.1f} h once, "
-              f"then from the tag cache")
-    print(f"baseline subset:             {len(subset)} random reports ({words_sub:,} words)")
-    print(f"fast, subset (one at a time):{t_fast_sub:8.2f} s  {words_sub / t_fast_sub:10,.0f} words/s")
-    print(f"naive, subset:               {t_naive:8.2f} s  {words_sub / t_naive:10,.0f} words/s")
-    print(f"ratio (naive / fast, same texts): {t_naive / t_fast_sub:.1f}x   "
-          f"(whole-workload fast throughput vs naive: {(words_all / t_fast) / (words_sub / t_naive):.1f}x)")
-    print(f"outputs identical on the subset: {mismatches == 0}; sha256 of all filtered texts "
-          f"{digest.hexdigest()[:16]}; peak RSS {peak_mb:.0f} MB")
-    print("written:", write_result(f"lexicon_{args.policy}", {
-        "reports": args.reports, "words": words_all, "policy": args.policy, "baseline_reports": len(subset),
-        "baseline_words": words_sub, "fast_seconds": round(t_fast, 2), "tagging_seconds": round(tag_s, 2),
-        "fast_words_per_s": round(words_all / t_fast), "naive_words_per_s": round(words_sub / t_naive, 1),
-        "ratio_same_texts": round(t_naive / t_fast_sub, 1), "peak_rss_mb": round(peak_mb),
-        "outputs_identical": mismatches == 0}, before_machine))
-    return 1 if mismatches else 0
-
+        tally.flush(chunk)
+    print_results(args, tally, path, load_s, before_machine)
+    return 1 if tally.mismatches else 0
 
 if __name__ == "__main__":
     sys.exit(main())

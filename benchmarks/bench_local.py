@@ -23,17 +23,17 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import ROOT, machine, write_result  # noqa: E402
+from results import ROOT, machine, write_result
 
 sys.path.insert(0, str(ROOT))
 
-from finlib.core.config import load_run  # noqa: E402
-from finlib.llm.local_backend import LocalModel  # noqa: E402
-from finlib.finbias.prompts import build_messages  # noqa: E402
-from finlib.llm.registry import load_registry  # noqa: E402
-from finlib.finbias.inference.stage import inference_params  # noqa: E402
-from finlib.llm.store import Request, make_key  # noqa: E402
-from finlib.finbias.answers import parse_rating  # noqa: E402
+from finlib.core.config import load_run
+from finlib.finbias.answers import parse_rating
+from finlib.finbias.inference.stage import inference_params
+from finlib.finbias.prompts import build_messages
+from finlib.llm.local_backend import LocalModel
+from finlib.llm.registry import load_registry
+from finlib.llm.store import Request, make_key
 
 WORDS = ("revenue growth margin guidance demand cost pricing segment cash flow debt outlook risk competition "
          "quarter earnings management valuation dividend capital expenditure backlog orders inventory").split()

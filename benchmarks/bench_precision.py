@@ -23,11 +23,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import ROOT, machine, write_result  # noqa: E402
+from results import ROOT, machine, write_result
 
 sys.path.insert(0, str(ROOT))
 
-from finlib.llm.precision import CANDIDATES, cpu_features, resolve_dtype  # noqa: E402
+from finlib.llm.precision import CANDIDATES, cpu_features, resolve_dtype
 
 AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 HOPELESS = 4.0   # a candidate this many times slower than float32 in the probe is not run on the model
@@ -46,8 +46,8 @@ def forward_tok_s(dtype: str, texts: list[str], rounds: int = 2) -> float:
     import torch
 
     from finlib.core.config import load_run
-    from finlib.llm.local_backend import LocalModel
     from finlib.finbias.prompts import build_messages
+    from finlib.llm.local_backend import LocalModel
     from finlib.llm.registry import load_registry
 
     cfg = load_run("default")

@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import RESULTS, ROOT, machine, write_result  # noqa: E402
+from results import RESULTS, ROOT, machine, write_result
 
 FULL_REPORTS, FULL_FIRMS = 8_868, 480
 WORK = ROOT / "data" / "interim" / "bench-rehearsal-scaling"

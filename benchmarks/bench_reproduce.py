@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import ROOT, machine, write_result  # noqa: E402
+from results import ROOT, machine, write_result
 
 
 def bench_params(run: str, folder: Path) -> Path:

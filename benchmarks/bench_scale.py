@@ -35,7 +35,7 @@ from fractions import Fraction
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import ROOT, machine, write_result  # noqa: E402
+from results import ROOT, machine, write_result
 
 FULL_REPORTS = 8_868
 
@@ -71,6 +71,7 @@ def _cpu_s() -> float:
 def child_04(n_reports: int, reps: int) -> dict:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from scale_data import scale_frames
+
     from finlib.finbias.scoring import stage as scoring
 
     f = scale_frames(n_reports)
@@ -129,6 +130,7 @@ def child_03(n_requests: int, base_url: str) -> dict:
     import numpy as np
     import pandas as pd
     from scale_data import _body
+
     from finlib.finbias.answers import parse_predictions
     from finlib.llm.openai_backend import run_openai
     from finlib.llm.store import Request, ResponseStore, make_key

@@ -26,14 +26,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import ROOT, machine, write_result  # noqa: E402
+from results import ROOT, machine, write_result
 
 sys.path.insert(0, str(ROOT))
 
-from finlib.core.config import load_run  # noqa: E402
-from finlib.llm.llamacpp import gguf_path, serve, server_config, server_pid  # noqa: E402
-from finlib.finbias.prompts import build_messages  # noqa: E402
-from finlib.llm.registry import load_registry  # noqa: E402
+from finlib.core.config import load_run
+from finlib.finbias.prompts import build_messages
+from finlib.llm.llamacpp import gguf_path, serve, server_config, server_pid
+from finlib.llm.registry import load_registry
 
 MODEL = "qwen2.5-coder-0.5b"
 

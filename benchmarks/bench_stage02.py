@@ -39,10 +39,10 @@ from bench_lexicon import synthetic_reports  # noqa: E402
 from results import machine, write_result  # noqa: E402
 
 from finlib.finbias.perturb.lexicon import TOKEN  # noqa: E402
-from finlib.finbias.perturb.stage import report_conditions, shipped_lexicon  # noqa: E402
 from finlib.finbias.perturb.postag import EXCLUDE, PosTagger, installed_model  # noqa: E402
-from finlib.finbias.sentences import sentence_spans  # noqa: E402
+from finlib.finbias.perturb.stage import report_conditions, shipped_lexicon  # noqa: E402
 from finlib.finbias.perturb.subjectivity import TAG, SubjectivityFilter, _filter, sentence_need, tag_windows  # noqa: E402
+from finlib.finbias.sentences import sentence_spans  # noqa: E402
 
 PAPER_REPORTS = 8868
 

@@ -8,7 +8,7 @@ import json
 import os
 import platform
 import subprocess
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ def machine() -> dict[str, Any]:
     cores = os.cpu_count() or 1
     return {"cpu_flags": cpu_flags(), "cores": cores, "load_average_1_5_15": [round(x, 2) for x in load],
             "idle": load[0] / cores < IDLE_LOAD_PER_CORE, "platform": platform.platform(),
-            "python": platform.python_version(), "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+            "python": platform.python_version(), "at": datetime.now(UTC).isoformat(timespec="seconds")}
 
 
 def git_commit() -> dict[str, Any]:

@@ -15,8 +15,9 @@ Notebooks call these names and display what `run` returned; nothing in a noteboo
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from types import ModuleType
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import pandas as pd
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-from contextlib import contextmanager
 import hashlib
 import json
 import os
@@ -22,16 +21,18 @@ import resource
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from finlib.core.artifacts import load_manifest, write_manifest
 from finlib.core.config import RunConfig, load_run, repo_root, split_run_arg
 from finlib.core.kernel_interrupt import SigintForwarder, StageInterrupted, interrupted_line, is_interrupt, track
-from finlib.pipeline.report import publishable_notebook
 from finlib.core.progress_feed import FeedTail
+from finlib.pipeline.report import publishable_notebook
 
 KERNEL = "python3"
 TRACKED_PACKAGES = (
@@ -129,7 +130,7 @@ def package_versions() -> dict[str, str | None]:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def not_answered(cfg: RunConfig, artifacts: dict[str, str]) -> tuple[int, int] | None:
@@ -194,7 +195,7 @@ def env_var_names(cfg: RunConfig) -> dict[str, Any]:
         from finlib.llm.registry import load_registry
 
         registry = load_registry(cfg.path(cfg.params.get("inference", {}).get("registry", "params/models.yaml")))
-    except Exception as exc:  # the stages report a broken registry themselves; the manifest notes it
+    except Exception as exc:  # noqa: BLE001 -- the stages report a broken registry themselves; the manifest notes it
         return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
     used = sorted(_strings(cfg.params) & set(registry))
     names = {m: registry[m].api_key_env for m in used}
@@ -473,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as exc:  # Ctrl-C: one line (what was in flight, how to resume), no traceback
         print(str(exc) if isinstance(exc, StageInterrupted) else f"[{args.run}] interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # a failed stage: one clear line and a non-zero exit, no "done"
+    except Exception as exc:  # noqa: BLE001 -- a failed stage: one clear line and a non-zero exit, no "done"
         name = getattr(exc, "ename", type(exc).__name__)
         value = getattr(exc, "evalue", str(exc))
         print(f"[{args.run}] FAILED: {name}: {value}\n{where_to_look(args.run, t0)}", file=sys.stderr)

@@ -158,9 +158,9 @@ def test_end_to_end_with_a_scripted_judge(tmp_path, monkeypatch):
 def test_stage08_end_to_end_on_the_smoke_params(tmp_run, monkeypatch):
     """Stage 08 with a scripted model: stage 07's FDD answer through IteraJudge, the reference set
     through both judges, every artifact, Table 4 and the paper-vs-ours comparison written."""
-    from finlib.core.artifacts import read_frame, write_frame
-    from finlib.bizfin.iterajudge import stage as judge_stage
     from finlib.bizfin.benchmark.stage import bizfin_params, load_items
+    from finlib.bizfin.iterajudge import stage as judge_stage
+    from finlib.core.artifacts import read_frame, write_frame
 
     cfg = tmp_run
     item = load_items(cfg, bizfin_params(cfg))[0]["FDD"][0]
@@ -264,8 +264,8 @@ def test_reference_sets_have_at_least_40_graded_answers_and_match_their_builder(
 
 
 def test_stage08_gate_fails_when_the_judge_calls_fail():
-    from finlib.bizfin.iterajudge import stage as judge_stage
     from finlib.bizfin.benchmark.stage import CallsFailed
+    from finlib.bizfin.iterajudge import stage as judge_stage
 
     def scores(statuses):
         return pd.DataFrame({"judge": "j", "method": "vanilla", "status": statuses,

@@ -8,11 +8,17 @@ import math
 import pytest
 
 from finlib.bizfin import score_item, score_item_detail
-from finlib.bizfin.data import (BizFinDataError, check_counts, load_format_samples, load_huggingface, load_local,
-                                read_jsonl)
+from finlib.bizfin.data import (
+    BizFinDataError,
+    check_counts,
+    load_format_samples,
+    load_huggingface,
+    load_local,
+    read_jsonl,
+)
 from finlib.bizfin.iterajudge.judge import JudgeResult
-from finlib.bizfin.tasks import JUDGE_TASKS, TASK_ORDER, TASKS, check_tasks
 from finlib.bizfin.prompts import judge_rubric
+from finlib.bizfin.tasks import JUDGE_TASKS, TASK_ORDER, TASKS, check_tasks
 
 
 def line(user="问题", gold="1", system=None, **extra) -> str:
@@ -200,7 +206,7 @@ def test_failed_call_is_not_answered_not_wrong():
 
 def test_file_that_is_not_utf8_names_file_and_line(tmp_path):
     p = tmp_path / "Financial_Numerical_Computation.jsonl"
-    p.write_bytes((line(gold="1") + "\n" + line(user="问题二", gold="2")).encode("utf-8") + "\n".encode()
+    p.write_bytes((line(gold="1") + "\n" + line(user="问题二", gold="2")).encode("utf-8") + b"\n"
                   + line(user="第三题", gold="3").encode("gbk"))
     with pytest.raises(BizFinDataError, match=rf"{p.name}, line 3: not UTF-8"):
         read_jsonl(p, "FNC")

@@ -9,8 +9,8 @@ import re
 import pytest
 
 from finlib.bizfin.iterajudge import judge as J
-from finlib.llm import engine
 from finlib.bizfin.prompts import JUDGE_CONTRASTIVE_VERSION, JUDGE_REFINE_VERSION
+from finlib.llm import engine
 from finlib.llm.store import ResponseStore, Result
 from finlib.rehearsal.stub_server import ThreadedStub, stub_spec
 

@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 
 import pytest
+from official_replies import answer_replies, fdd_verdicts, fner_replies, fqa_verdicts
 
 from finlib.bizfin import official
 from finlib.bizfin.authors_code import AuthorsCode, ScriptScore
-from official_replies import answer_replies, fdd_verdicts, fner_replies, fqa_verdicts
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = (ROOT / ".." / "shared" / "reference" / "bizfinbench-eval").resolve()

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from finlib.bizfin.iterajudge import judge as J
-from finlib.bizfin.iterajudge.rubrics import PUBLISHED, Rubrics, RubricError, check_rubrics_dir, read_template
-from finlib.llm import engine
+from finlib.bizfin.iterajudge.rubrics import PUBLISHED, RubricError, Rubrics, check_rubrics_dir, read_template
 from finlib.bizfin.prompts import JUDGE_RUBRICS, JUDGE_VANILLA_VERSION
+from finlib.llm import engine
 from finlib.llm.store import ResponseStore, Result
 from finlib.rehearsal.stub_server import stub_spec
 

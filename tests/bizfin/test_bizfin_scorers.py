@@ -8,9 +8,21 @@ import math
 
 import pytest
 
-from finlib.bizfin.scorers import (ACCURACY_SCORERS, answers_match, official_unscorable, parse_date, parse_number,
-                                   parse_quantity, question_unit, score_aea, score_er, score_fnc, score_fner,
-                                   score_ftr, score_sp)
+from finlib.bizfin.scorers import (
+    ACCURACY_SCORERS,
+    answers_match,
+    official_unscorable,
+    parse_date,
+    parse_number,
+    parse_quantity,
+    question_unit,
+    score_aea,
+    score_er,
+    score_fnc,
+    score_fner,
+    score_ftr,
+    score_sp,
+)
 
 
 def js(**kw) -> str:

@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 import yaml
+from llm_helpers import api_record, write_registry
 
 from finlib.bizfin.benchmark import stage
 from finlib.bizfin.tasks import TASK_ORDER
 from finlib.core.config import ConfigError, RunConfig
 from finlib.rehearsal.stub_server import ThreadedStub
-from llm_helpers import api_record, write_registry
 
 
 @pytest.fixture()
@@ -329,8 +328,8 @@ def test_o_series_requests_carry_no_temperature(repo_root):
 
 
 def test_a_reply_cut_inside_think_is_counted_per_model_and_noted():
-    from finlib.bizfin.data import load_format_samples
     from finlib.bizfin.benchmark.results import cut_in_think_note
+    from finlib.bizfin.data import load_format_samples
 
     asked = {"FNC": load_format_samples(["FNC"])["FNC"][:2]}
     ids = [it.id for it in asked["FNC"]]

@@ -5,8 +5,7 @@ import pandas as pd
 import pytest
 
 from finlib.core.artifacts import MissingArtifactError, read_frame, read_json, write_frame, write_json
-from finlib.core.tables import SYNTHETIC_CAVEAT
-from finlib.core.tables import PAPER_TABLES, latex_escape, paper_table, read_table_csv, write_table
+from finlib.core.tables import PAPER_TABLES, SYNTHETIC_CAVEAT, latex_escape, paper_table, read_table_csv, write_table
 
 
 def test_frame_roundtrip_and_no_temp_files_left(tmp_run):

@@ -9,8 +9,15 @@ import re
 import pytest
 
 from finlib.finbias import vocab as schema
-from finlib.finbias.vocab import (AMBIGUOUS_RATING_TERMS, HYPHENS, Rating, normalise_term, rating_of,
-                           rating_vocabulary, term_pattern)
+from finlib.finbias.vocab import (
+    AMBIGUOUS_RATING_TERMS,
+    HYPHENS,
+    Rating,
+    normalise_term,
+    rating_of,
+    rating_vocabulary,
+    term_pattern,
+)
 
 B, N, S = Rating.BULLISH, Rating.NEUTRAL, Rating.BEARISH
 

@@ -10,7 +10,6 @@ from statsmodels.stats.multitest import multipletests
 
 from finlib.core import stats
 
-
 # ---------------------------------------------------------------- cluster sums / bootstrap
 
 

@@ -9,12 +9,12 @@ import json
 import pandas as pd
 import pytest
 import yaml
+from llm_helpers import api_record
 
 from finlib.core.artifacts import read_frame, write_frame
 from finlib.finbias.perturb.stage import build_conditions
 from finlib.llm.store import make_key
 from finlib.rehearsal.stub_server import ThreadedStub
-from llm_helpers import api_record
 
 TEXTS = ["We rate Firm {i} a Buy. Revenue grew {i} percent. Costs fell.",
          "We rate Firm {i} a Sell. Revenue fell {i} percent. Costs rose."]
@@ -56,9 +56,10 @@ def _setup(run, base_url: str, k: int) -> pd.DataFrame:
 
 @pytest.mark.slow
 def test_k_draws_and_the_sweep_on_a_two_model_server_then_stage_09(tmp_run, monkeypatch):
-    from finlib.pipeline.plan import build_plan
     from finlib.finbias.beyond import stage as beyond
-    from finlib.finbias.inference.stage import read_predictions, run as run_inference
+    from finlib.finbias.inference.stage import read_predictions
+    from finlib.finbias.inference.stage import run as run_inference
+    from finlib.pipeline.plan import build_plan
 
     monkeypatch.setenv("STUB_BEYOND_KEY", "k")
     k = 3

@@ -12,15 +12,22 @@ import pandas as pd
 import pytest
 
 from finlib.core import compare
-from finlib.finbias.scoring import compare as finbias_compare
 from finlib.core.artifacts import write_frame
 from finlib.core.tables import write_table
-from finlib.finbias.vocab import POOLED, SECTORS
-from finlib.finbias.scoring import consistency
 from finlib.finbias.figures import stage as figures
+from finlib.finbias.scoring import compare as finbias_compare
+from finlib.finbias.scoring import consistency
 from finlib.finbias.scoring import stage as scoring
-from finlib.finbias.scoring.metrics import (ACCURACY, ACCURACY_PARSED, HERDING, HERDING_PARSED, eq1_by_sector, eq1_rate,
-                                            metrics_long)
+from finlib.finbias.scoring.metrics import (
+    ACCURACY,
+    ACCURACY_PARSED,
+    HERDING,
+    HERDING_PARSED,
+    eq1_by_sector,
+    eq1_rate,
+    metrics_long,
+)
+from finlib.finbias.vocab import POOLED, SECTORS
 
 MODELS = ("gpt-4.1", "qwen2-7b-it")          # registry names with a paper row (GPT-4, Qwen2-7B-it)
 CONDS = ("original", "no_rating", "fake_rating", "no_opinion")

@@ -7,11 +7,11 @@ the server), and the resumed run's predictions equal an uninterrupted run's (all
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
 import os
 import random
 import re
 import shutil
-import multiprocessing as mp
 import signal
 import sqlite3
 import time
@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from llm_helpers import api_record, write_registry
 
 from finlib.core.artifacts import read_frame, write_frame
 from finlib.core.config import load_run
 from finlib.rehearsal.stub_server import FaultPlan, ThreadedStub
-from llm_helpers import api_record, write_registry
 
 TRIALS = 10
 N_REPORTS = 60  # x 2 conditions = 120 calls

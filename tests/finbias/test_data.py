@@ -141,7 +141,7 @@ def test_unknown_sector_error_and_keep(tmp_path):
 
 def test_non_utf8_names_offset_row_and_column(tmp_path):
     p = _csv(tmp_path, GOOD)
-    raw = p.read_bytes().replace("Margins declined".encode(), "Margins d\xe9clin\xe9".encode("latin-1"))
+    raw = p.read_bytes().replace(b"Margins declined", "Margins d\xe9clin\xe9".encode("latin-1"))
     p.write_bytes(raw)
     with pytest.raises(DataValidationError, match="not valid UTF-8") as e:
         data.load_reports_file(p, THEIRS)

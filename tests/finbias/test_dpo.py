@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from finlib.finbias.answers import parse_rating_detail
 from finlib.core.config import ConfigError
+from finlib.finbias.answers import parse_rating_detail
 from finlib.finbias.dpo import evaluate as ev
 from finlib.finbias.dpo import train as tr
 from finlib.finbias.dpo import triplets as tp
@@ -379,9 +379,8 @@ QWEN3_TEMPLATE = Path(__file__).parent / "fixtures" / "qwen3_chat_template.jinja
 def qwen3_tokenizer(tmp_path_factory):
     """A tokenizer with Qwen3's published chat template (Qwen/Qwen3-8B tokenizer_config.json, Apache-2.0;
     the tool-calling branches left out: stage 05 sends none)."""
-    from transformers import AutoTokenizer
-
     from tiny_lm import write_tiny_lm
+    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(write_tiny_lm(tmp_path_factory.mktemp("q3") / "m"))
     tok.chat_template = QWEN3_TEMPLATE.read_text()
@@ -393,8 +392,8 @@ def test_qwen3_thinking_is_off_in_training_and_evaluation_alike(qwen3_tokenizer)
     the same empty think block it renders before a stored answer: the training sequence is the
     evaluation prompt + the answer. Seeded fault: thinking left on (the template's default) -- trained
     after an empty thought, evaluated where the model writes its own -- is refused."""
-    from finlib.llm.registry import load_registry
     from finlib.core.config import repo_root
+    from finlib.llm.registry import load_registry
 
     spec = load_registry(repo_root() / "params" / "models.yaml")["qwen3-8b"]
     assert tr.chat_template_kwargs(spec) == {"enable_thinking": False}
@@ -455,9 +454,9 @@ def test_adapter_hash_names_the_content_not_the_checkout(tmp_path):
 
 
 def test_engine_key_includes_the_adapter_hash():
+    from finlib.core.config import repo_root
     from finlib.llm.engine import engine_key
     from finlib.llm.registry import load_registry
-    from finlib.core.config import repo_root
 
     spec = load_registry(repo_root() / "params" / "models.yaml")["smollm2-135m"]
     base = engine_key(spec, "float32")

@@ -5,7 +5,6 @@ no code with ours). A tiny Llama with a random LoRA adapter; tolerance 1e-4 (flo
 from __future__ import annotations
 
 import pytest
-
 from tiny_lm import write_tiny_lm
 
 pytestmark = pytest.mark.slow   # a tiny model, PEFT and two dozen forward passes

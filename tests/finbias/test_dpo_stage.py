@@ -294,9 +294,8 @@ TINY_DP = {"beta": 0.1, "learning_rate": 5e-6, "max_steps": None, "num_train_epo
 @pytest.fixture(scope="module")
 def tiny_parts(tmp_path_factory):
     """(model folder, tokenizer, two records) for a tiny Llama (tests/finbias/tiny_lm.py)."""
-    from transformers import AutoTokenizer
-
     from tiny_lm import write_tiny_lm
+    from transformers import AutoTokenizer
 
     path = write_tiny_lm(tmp_path_factory.mktemp("tiny") / "model")
     trip = pd.DataFrame({"report_id": ["a", "b"], "prompt_text": [ORIGINAL] * 2,

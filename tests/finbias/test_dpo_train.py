@@ -26,8 +26,8 @@ def test_two_step_dpo_changes_label_probabilities_and_reloads(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from finlib.finbias.dpo import train as tr
-    from finlib.llm.local_backend import LocalModel, ensure_cache
     from finlib.finbias.prompts import build_messages
+    from finlib.llm.local_backend import LocalModel, ensure_cache
     from finlib.llm.registry import load_registry
 
     spec = load_registry(repo_root() / "params" / "models.yaml")["smollm2-135m"]
@@ -71,8 +71,8 @@ def test_tuned_model_generates_through_stage_03_with_its_own_store_keys(tmp_path
 
     from finlib.finbias.dpo import evaluate as ev
     from finlib.finbias.dpo import train as tr
-    from finlib.llm.local_backend import ensure_cache
     from finlib.finbias.prompts import build_messages
+    from finlib.llm.local_backend import ensure_cache
     from finlib.llm.registry import load_registry
     from finlib.llm.store import ResponseStore
 

@@ -14,9 +14,9 @@ import re
 
 import pytest
 
-from finlib.finbias.vocab import RATING_SCALES, RATINGS, Rating, is_cjk, rating_of
 from finlib.finbias.perturb import ratings
 from finlib.finbias.perturb.ratings import extract_analyst_rating, rewrite_rating
+from finlib.finbias.vocab import RATING_SCALES, RATINGS, Rating, is_cjk, rating_of
 
 RANK = {Rating.BEARISH: 0, Rating.NEUTRAL: 1, Rating.BULLISH: 2}
 UP = {"upgrade", "upgraded", "upgrading", "upgrades", "raise", "raised", "raising", "raises", "lift", "lifted",

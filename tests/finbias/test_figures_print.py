@@ -18,21 +18,21 @@ import matplotlib.pyplot as plt
 from matplotlib import font_manager
 from matplotlib.text import Text
 from PIL import Image
+from test_figures import make_cfg
 
 from finlib.core import tables
 from finlib.core.config import RunConfig
-from finlib.finbias.vocab import POOLED, SECTORS
+from finlib.finbias.beyond.rating_sweep import ANSWER_ORDER, SHOWN_ORDER
+from finlib.finbias.dpo import train
 from finlib.finbias.figures import base as figure_base
-from finlib.finbias.figures import stage as figures
 from finlib.finbias.figures import beyond as figures_beyond
 from finlib.finbias.figures import paper as figures_paper
+from finlib.finbias.figures import stage as figures
 from finlib.finbias.labels import stage as labels
 from finlib.finbias.labels.market_model import METHODS
-from finlib.finbias.scoring import stage as scoring
 from finlib.finbias.perturb import subjectivity
-from finlib.finbias.dpo import train
-from finlib.finbias.beyond.rating_sweep import ANSWER_ORDER, SHOWN_ORDER
-from test_figures import make_cfg
+from finlib.finbias.scoring import stage as scoring
+from finlib.finbias.vocab import POOLED, SECTORS
 
 pytestmark = pytest.mark.slow  # every test draws the full figure set first (a module fixture)
 

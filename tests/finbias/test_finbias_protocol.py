@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from finlib.core.config import ConfigError
-from finlib.llm.registry import ModelSpec, load_registry
 from finlib.finbias.inference.stage import inference_params, max_new_tokens_for, plan_requests
+from finlib.llm.registry import ModelSpec, load_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 API = ModelSpec(name="api", backend="openai", model_id="m", supports_system=False, context_length=8192,

@@ -16,12 +16,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from finlib.finbias.answers import parse_rating, parse_rating_detail
 from finlib.core.config import ConfigError, load_params
 from finlib.core.params import validate_params
+from finlib.finbias.answers import parse_rating, parse_rating_detail
 from finlib.finbias.perturb.ratings import extract_analyst_rating
-from finlib.finbias.vocab import RATING_SYNONYMS, Rating
 from finlib.finbias.sentences import sentence_spans
+from finlib.finbias.vocab import RATING_SYNONYMS, Rating
 
 FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DEADLINE_S = 10.0  # per hostile call: the linear ones take < 1 s idle, up to ~5 s on our loaded 2 cores

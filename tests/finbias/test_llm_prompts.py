@@ -1,12 +1,19 @@
 """Prompt construction, truncation (first sentence kept) and answer parsing."""
 from __future__ import annotations
 
-from hypothesis import given, settings, strategies as st
-
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from finlib.finbias.prompts import (FINBIAS_PROMPTS, PROMPT_VERSION, SYSTEM_PROMPT, build_messages, finbias_prompt,
-                                first_sentence_end, truncate_text)
+from finlib.finbias.prompts import (
+    FINBIAS_PROMPTS,
+    PROMPT_VERSION,
+    SYSTEM_PROMPT,
+    build_messages,
+    finbias_prompt,
+    first_sentence_end,
+    truncate_text,
+)
 
 # A literal copy of the authors' system text (github.com/Xiaoyu1216/Fin-Bias, run_api.py and
 # run_vllm.py, prepare_cot_inv_input): five lines joined with "\n". Kept as one literal here so that

@@ -7,11 +7,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from llm_helpers import api_record, debug_log, write_registry
 
 from finlib.core.artifacts import write_frame
-from finlib.finbias.inference.stage import read_predictions, run as run_inference
+from finlib.finbias.inference.stage import read_predictions
+from finlib.finbias.inference.stage import run as run_inference
 from finlib.rehearsal.stub_server import ThreadedStub
-from llm_helpers import api_record, debug_log, write_registry
 
 KEY = "sk-dummy-SECRET-7f3a9c1e5b"
 

@@ -9,16 +9,23 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from llm_helpers import api_record, write_registry
 
 from finlib.core.artifacts import write_frame
 from finlib.core.config import ConfigError
+from finlib.finbias.answers import parse_rating
+from finlib.finbias.inference.stage import (
+    engine_of,
+    generation_summary,
+    inference_params,
+    plan_requests,
+    read_predictions,
+    summarise,
+    to_frame,
+)
+from finlib.finbias.inference.stage import run as run_inference
 from finlib.llm.progress import QUIET_INTERVAL_S, TTY_INTERVAL_S, Progress
 from finlib.llm.registry import ModelSpec
-from finlib.finbias.inference.stage import (engine_of, generation_summary, inference_params, plan_requests,
-                                            read_predictions, summarise, to_frame)
-from finlib.finbias.inference.stage import run as run_inference
-from finlib.finbias.answers import parse_rating
-from llm_helpers import api_record, write_registry
 
 LOCAL = ModelSpec(name="smol", backend="local", model_id="smol", supports_system=True, context_length=8192,
                   price_input_per_m=0.0, price_output_per_m=0.0, sampling={"temperature": 1.0, "top_p": 1.0},

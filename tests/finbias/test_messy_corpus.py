@@ -6,10 +6,10 @@ import re
 
 import pytest
 
-from finlib.finbias.vocab import RATING_SCALES, is_cjk, rating_of
 from finlib.finbias.data import messy_corpus as mc
 from finlib.finbias.perturb.ratings import extract_analyst_rating, rating_of_sentence
 from finlib.finbias.sentences import first_sentence
+from finlib.finbias.vocab import RATING_SCALES, is_cjk, rating_of
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +87,8 @@ def test_first_sentence_check_catches_a_splitter_blind_to_line_structure(reports
 def test_every_fake_of_every_messy_sentence_reads_back(sentences):
     """Every rating sentence (Chinese ones included) x each other rating: the fake is written and read back,
     and the secondary direction words of the sentence are all still there."""
-    from finlib.finbias.vocab import RATINGS
     from finlib.finbias.perturb.ratings import rewrite_rating
+    from finlib.finbias.vocab import RATINGS
 
     secondary = ("lower margins", "cost cuts", "raise our target", "cut our estimates", "up from", "down from",
                  "下调盈利预测", "上调目标价")

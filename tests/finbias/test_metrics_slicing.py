@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from test_scoring import frames
 
 from finlib.core import stats
 from finlib.finbias.scoring import metrics
 from finlib.finbias.scoring import stage as scoring
-from test_scoring import frames
 
 
 def test_metrics_on_all_rows_equal_metrics_per_group():

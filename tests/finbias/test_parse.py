@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from finlib.finbias.vocab import RATINGS, RATING_SYNONYMS, Rating
 from finlib.finbias.answers import answer_from_probs, parse_rating, parse_rating_detail, rating_from_value
+from finlib.finbias.vocab import RATING_SYNONYMS, RATINGS, Rating
 
 B, N, S = Rating.BULLISH, Rating.NEUTRAL, Rating.BEARISH
 
@@ -313,6 +313,7 @@ def test_alternative_answer_keys(text, expected):
 
 def _pred(**kw):
     import pandas as pd
+
     from finlib.finbias.answers import parse_predictions
 
     row = {"item_id": "r:original", "model": "m", "mode": "generate", "raw_text": '{"answer": "bullish"}',

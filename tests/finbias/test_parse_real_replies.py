@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from finlib.finbias.vocab import RATING_SCALES, Rating, is_cjk, rating_of
 from finlib.finbias.answers import parse_rating, parse_rating_detail
+from finlib.finbias.vocab import RATING_SCALES, Rating, is_cjk, rating_of
 from finlib.llm.replies import read_json_objects
 
 B, N, S = Rating.BULLISH, Rating.NEUTRAL, Rating.BEARISH

@@ -1,14 +1,13 @@
 """Rating extractor, the four conditions, and the stage-02 artifact."""
 from __future__ import annotations
 
-
 import pandas as pd
 import pytest
 
 from finlib.finbias.perturb.ratings import extract_analyst_rating, find_rating_mentions, replace_rating
 from finlib.finbias.perturb.stage import remove_rating_sentence
-from finlib.finbias.vocab import CONDITIONS, RATINGS, Rating
 from finlib.finbias.sentences import sentence_spans
+from finlib.finbias.vocab import CONDITIONS, RATINGS, Rating
 
 B, N, S = Rating.BULLISH, Rating.NEUTRAL, Rating.BEARISH
 
@@ -344,8 +343,8 @@ def test_stage_run_real_data_without_lexicon_raises(tmp_run) -> None:
 
 def test_synthetic_market_round_trip(shared_data) -> None:
     """The generator's first sentences are read back exactly and every invariant holds."""
-    from finlib.finbias.perturb.lexicon import load_lexicon
     from finlib.finbias.data.synth import generate_market
+    from finlib.finbias.perturb.lexicon import load_lexicon
 
     path = shared_data / "mpqa" / "subjclueslen1-HLTEMNLP05.tff"
     if not path.is_file():

@@ -122,8 +122,8 @@ def test_stage_02_completes_on_the_messy_corpus_with_the_tagger():
 def test_stage_02_completes_on_every_scale_term_in_every_generator_template():
     """Every term of every English scale in every first-sentence template of the rehearsal's generator
     (finlib.finbias.data.synth_corpus), with both fakes: nothing set aside, every planted rating read."""
-    from finlib.finbias.vocab import RATINGS, Rating
     from finlib.finbias.data import synth_corpus as sc
+    from finlib.finbias.vocab import RATINGS, Rating
 
     rank = {Rating.BEARISH: 0, Rating.NEUTRAL: 1, Rating.BULLISH: 2}
     rows, planted = [], {}

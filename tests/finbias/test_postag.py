@@ -13,9 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from finlib.finbias.perturb.lexicon import Lexicon, load_lexicon, parse_tff
+from finlib.finbias.perturb.lexicon import MPQA_MD5, SHIPPED_LEXICON, Lexicon, load_lexicon, parse_tff
 from finlib.finbias.perturb.postag import PosTagger, Tagged, TaggerUnavailable, compound_pos, installed_model, mpqa_pos
-from finlib.finbias.perturb.lexicon import MPQA_MD5, SHIPPED_LEXICON
 from finlib.finbias.perturb.subjectivity import SubjectivityFilter, remove_subjective_sentences, remove_with_tags
 
 MPQA_NAME = "subjclueslen1-HLTEMNLP05.tff"

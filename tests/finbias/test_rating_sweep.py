@@ -5,10 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from finlib.finbias.vocab import CONDITIONS, POOLED, Condition, Rating, shown_rating
+from finlib.finbias.beyond.rating_sweep import herded_table, lift_table, response_matrix, sweep_draws
 from finlib.finbias.perturb.ratings import extract_analyst_rating
 from finlib.finbias.perturb.stage import build_conditions, sweep_report_ids, sweep_rows
-from finlib.finbias.beyond.rating_sweep import herded_table, lift_table, response_matrix, sweep_draws
+from finlib.finbias.vocab import CONDITIONS, POOLED, Condition, Rating, shown_rating
 
 TEXT = "We rate ACME a Buy with a price target of $50. Revenue grew 5% on volume. Margins were stable."
 

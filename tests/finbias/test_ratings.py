@@ -7,7 +7,6 @@ import re
 
 import pytest
 
-from finlib.finbias.vocab import RATING_SCALES, RATINGS, Rating, is_cjk
 from finlib.finbias.perturb.ratings import (
     FAMILIES,
     REWRITE_KINDS,
@@ -16,6 +15,7 @@ from finlib.finbias.perturb.ratings import (
     replace_rating,
     rewrite_rating,
 )
+from finlib.finbias.vocab import RATING_SCALES, RATINGS, Rating, is_cjk
 
 B, N, S = Rating.BULLISH, Rating.NEUTRAL, Rating.BEARISH
 RANK = {S: 0, N: 1, B: 2}

@@ -170,9 +170,9 @@ def test_lexicon_in_the_wrong_format(tmp_path):
 
 def test_registry_record_without_its_key_variable(tmp_path, monkeypatch):
     import yaml
+    from llm_helpers import api_record
 
     from finlib.llm.registry import MissingKeyError, RegistryError, load_registry
-    from llm_helpers import api_record
 
     rec = api_record("m", "http://127.0.0.1:1/v1", "RELIABILITY_UNSET_KEY")
     p = tmp_path / "models.yaml"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from llm_helpers import api_record, write_registry
 from test_llm_secrets import conditions
 
 from finlib.core.artifacts import read_frame, write_frame
@@ -11,7 +12,6 @@ from finlib.core.config import ConfigError
 from finlib.finbias.inference.stage import InferenceFailed, check_error_share, inference_params, read_predictions
 from finlib.finbias.inference.stage import run as run_inference
 from finlib.rehearsal.stub_server import ThreadedStub
-from llm_helpers import api_record, write_registry
 
 
 def _use_stub(run, base_url: str, key_env: str = "STUB_RELIABILITY_KEY", **fields) -> None:
@@ -74,8 +74,8 @@ def test_transport_failures_are_outside_n_and_cut_or_refused_answers_inside_n(tm
     answered' (outside N, counted with their error); an answer cut at the token limit whose JSON
     already holds the rating is read ('truncated_read', inside N); a prompt the server refuses for
     its context length is an empty answer inside N (the authors' vLLM), counted by its reason."""
-    from finlib.finbias.scoring.stage import score_frame
     from finlib.finbias.inference.stage import usage_table
+    from finlib.finbias.scoring.stage import score_frame
     from finlib.llm.context import CONTEXT_REFUSED
 
     monkeypatch.setenv("STUB_RELIABILITY_KEY", "k")

@@ -6,7 +6,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from finlib.finbias.inference.draws import draws_frame, label_draws
 from finlib.finbias.beyond.sampling_noise import (
     draws_needed,
     paired_share_test,
@@ -14,6 +13,7 @@ from finlib.finbias.beyond.sampling_noise import (
     two_level_bootstrap,
     variance_components,
 )
+from finlib.finbias.inference.draws import draws_frame, label_draws
 
 
 def test_variance_components_hand_computed_balanced():

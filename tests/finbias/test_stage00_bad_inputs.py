@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from finlib.finbias.data.stage import check_priced_share, load_reports_file
 from finlib.finbias.data.prices import load_prices
+from finlib.finbias.data.stage import check_priced_share, load_reports_file
 from finlib.finbias.data.validation import REPORT_COLUMNS, DataValidationError
 
 IDENT = {c: c for c in (*REPORT_COLUMNS, "analyst_rating")}

@@ -12,9 +12,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from finlib.finbias.data.synth import (
+    NEGATIVE_STRONGSUBJ,
+    POSITIVE_STRONGSUBJ,
+    STRONGSUBJ_WORDS,
+    SynthConfigError,
+    SynthParams,
+    generate_market,
+    write_market,
+)
 from finlib.finbias.vocab import SECTORS
-from finlib.finbias.data.synth import (NEGATIVE_STRONGSUBJ, POSITIVE_STRONGSUBJ, STRONGSUBJ_WORDS, SynthConfigError,
-                          SynthParams, generate_market, write_market)
 
 BIG = {"n_reports": 3000, "n_firms": 200}
 # Famous tickers typed here independently of finlib.finbias.data.synth's blacklist.
@@ -235,8 +242,8 @@ def test_factual_numbers_carry_q(big):
 
 def test_every_synthetic_rating_word_is_a_synonym_of_its_rating():
     """The generator's first-sentence vocabulary must stay inside finlib.finbias.vocab.RATING_SYNONYMS."""
-    from finlib.finbias.vocab import RATING_SYNONYMS, Rating
     from finlib.finbias.data.synth import _RATING_WORDS
+    from finlib.finbias.vocab import RATING_SYNONYMS, Rating
 
     assert set(_RATING_WORDS) == {"standard", "broker"}
     for style, by_rating in _RATING_WORDS.items():
@@ -249,8 +256,8 @@ def test_every_synthetic_rating_word_is_a_synonym_of_its_rating():
 
 
 def test_every_rating_word_is_read_back_by_the_extractor():
-    from finlib.finbias.perturb.ratings import extract_analyst_rating
     from finlib.finbias.data.synth import _FIRST_SENTENCE, _RATING_WORDS
+    from finlib.finbias.perturb.ratings import extract_analyst_rating
 
     for style, by_rating in _RATING_WORDS.items():
         for rating, words in by_rating.items():
@@ -266,8 +273,8 @@ def test_every_rating_word_is_read_back_by_the_extractor():
 def test_truth_records_the_planted_rating_as_written(section):
     """The truth table says, for every report, the rating the generator planted and the text holding it,
     so checks of the pipeline need not read it back with the project's extractor."""
-    from finlib.finbias.vocab import rating_of
     from finlib.finbias.data.synth import PLANTED_COLUMNS
+    from finlib.finbias.vocab import rating_of
 
     m = generate_market(section, 5)
     t = m.truth.merge(m.reports[["report_id", "text", "analyst_rating"]], on="report_id")

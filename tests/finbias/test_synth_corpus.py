@@ -5,10 +5,10 @@ import re
 
 import pytest
 
-from finlib.finbias.vocab import Rating
 from finlib.finbias.data.synth import SynthConfigError, generate_market
 from finlib.finbias.data.synth_cache import cached_market
 from finlib.finbias.data.synth_corpus import _TEMPLATES, display_term, english_scales
+from finlib.finbias.vocab import Rating
 
 SHAPED = {"n_reports": 300, "n_firms": 20, "start": "2013-06-01", "end": "2024-12-31",
           "first_report": "2015-01-01", "words_min": 600, "words_max": 800,

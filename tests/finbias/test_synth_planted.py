@@ -9,15 +9,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from finlib.finbias.vocab import POOLED, Rating
 from finlib.finbias.data.synth_planted import PlantedIndex, expected_cells, own_view_probs
+from finlib.finbias.vocab import POOLED, Rating
 
 
 @pytest.fixture(scope="module")
 def corpus():
     """A small generated corpus in every scale's wording and its stage 02 conditions."""
-    from finlib.finbias.perturb.stage import build_conditions, shipped_lexicon
     from finlib.finbias.data.synth import generate_market
+    from finlib.finbias.perturb.stage import build_conditions, shipped_lexicon
 
     m = generate_market({"n_reports": 60, "n_firms": 8, "words_min": 150, "words_max": 220,
                          "rating_wording": "scales", "layout": "structured"}, 5)
@@ -26,8 +26,8 @@ def corpus():
 
 
 def test_each_condition_shows_what_the_generator_planted_without_the_extractor(corpus, monkeypatch):
-    from finlib.finbias.perturb import stage as perturb
     from finlib.finbias.perturb import ratings
+    from finlib.finbias.perturb import stage as perturb
 
     def no_extractor(*_a, **_k):
         raise AssertionError("the simulated models must not read the rating with the project's extractor")

@@ -53,8 +53,8 @@ def test_a_report_the_count_says_fills_the_context_is_still_sent_to_a_server():
 def test_a_local_models_prompt_that_fills_its_context_is_an_empty_answer_inside_n():
     import dataclasses
 
-    from finlib.finbias.inference.stage import _rows
     from finlib.finbias.answers import parse_predictions
+    from finlib.finbias.inference.stage import _rows
     from finlib.llm.context import CONTEXT_REFUSED
 
     local = dataclasses.replace(SPEC, backend="local")

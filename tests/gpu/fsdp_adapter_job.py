@@ -14,10 +14,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "finbias"))  # tiny
 def main(out: Path) -> int:
     import torch
     from safetensors.torch import load_file
+    from tiny_lm import write_tiny_lm
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from finlib.finbias.dpo import train as tr
-    from tiny_lm import write_tiny_lm
 
     path = write_tiny_lm(out / "model") if not (out / "model" / "config.json").is_file() else out / "model"
     trip = pd.DataFrame({"report_id": ["a", "b"], "prompt_text": ["We rate Acme a Buy. Sales fell 20 percent."] * 2,

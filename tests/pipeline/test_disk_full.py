@@ -14,9 +14,9 @@ import pytest
 from test_runner import _notebook, mini_repo  # noqa: F401 -- the fixture
 from test_runner_failures import _disk_full_for
 
-from finlib.pipeline import runner
 from finlib.llm import store as store_module
 from finlib.llm.store import ResponseStore, Result, StoreError
+from finlib.pipeline import runner
 
 FULL = "database or disk is full"
 

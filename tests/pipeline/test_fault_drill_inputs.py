@@ -10,8 +10,8 @@ import pytest
 from finlib.finbias.data.prices import load_prices
 from finlib.finbias.data.stage import clean_reports
 from finlib.finbias.perturb.lexicon import LexiconError, load_lexicon
-from finlib.llm.openai_backend import redact
 from finlib.finbias.prompts import build_messages
+from finlib.llm.openai_backend import redact
 
 STRONG = "type=strongsubj len=1 word1=abuse pos1=verb stemmed1=y priorpolarity=negative\n"
 WEAK = "type=weaksubj len=1 word1=concern pos1=verb stemmed1=y priorpolarity=negative\n"

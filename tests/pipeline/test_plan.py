@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from finlib.pipeline import plan
 from finlib.core.config import RunConfig, load_params
 from finlib.finbias.prompts import build_messages
+from finlib.pipeline import plan
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = {"corpus_reports": 100, "report_tokens": 1000, "estimate_chars": 4.0, "answer_tokens": 300,
@@ -138,8 +138,8 @@ def test_preflight_off_by_default_and_on_for_the_paper_run():
     assert paper["plan"]["preflight"] is True
     assert len(paper["inference"]["models"]) == 19
     assert paper["data"]["source"] == "huggingface"
-    from finlib.llm.registry import load_registry
     from finlib.core.tables import paper_table
+    from finlib.llm.registry import load_registry
 
     registry = load_registry(ROOT / "params" / "models.yaml")
     assert {registry[m].paper_name for m in paper["inference"]["models"]} == set(

@@ -15,9 +15,9 @@ import pytest
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from finlib.pipeline import report
 from finlib.core.config import RunConfig
 from finlib.core.tables import save_figure, write_table
+from finlib.pipeline import report
 
 
 def _notebook_with_a_plot(path: Path) -> None:

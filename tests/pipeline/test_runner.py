@@ -127,8 +127,8 @@ def test_git_state_counts_untracked_files(tmp_path: Path):
 @pytest.mark.slow
 def test_manifest_records_reruns_and_key_variable_names_only(mini_repo: Path, monkeypatch):
     """The manifest records which stages an invocation reran, and the NAMES of the key variables."""
-    from llm_helpers import api_record, write_registry
     import yaml
+    from llm_helpers import api_record, write_registry
 
     monkeypatch.setenv("RUNNER_TEST_KEY", "sk-runner-sentinel-42")
     registry = write_registry(mini_repo, api_record("keyed", "http://127.0.0.1:1/v1", "RUNNER_TEST_KEY"))
@@ -161,8 +161,8 @@ def test_a_stage_killed_mid_run_reads_running_and_the_rerun_says_so(mini_repo: P
     """SIGKILL leaves no `finally`: the manifest must already say which stage was running."""
     import papermill
 
-    from finlib.core.config import load_run
     from finlib.core.artifacts import load_manifest
+    from finlib.core.config import load_run
 
     seen = {}
 

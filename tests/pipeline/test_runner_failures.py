@@ -13,8 +13,8 @@ import pytest
 from test_runner import _notebook, mini_repo  # noqa: F401 -- the fixture
 
 from finlib.core import artifacts
-from finlib.pipeline import runner
 from finlib.core.config import load_run
+from finlib.pipeline import runner
 
 
 def _stand_in(monkeypatch, behaviour: dict) -> list[str]:

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 import yaml
+from llm_helpers import api_record, debug_log
 
 from finlib.core.config import load_params
 from finlib.rehearsal.stub_server import ThreadedStub
-from llm_helpers import api_record, debug_log, write_registry
 
 SENTINEL = "sk-SENTINEL-issue15-9d2f7c4b1a"
 KEY_ENV = "FINLIB_SENTINEL_KEY"

@@ -14,17 +14,17 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from finlib.core.artifacts import write_frame, write_json
 from finlib.bizfin import score_item_detail, unit_score
-from finlib.bizfin.data import (BizFinItem, check_counts, load_format_samples, load_huggingface, load_local)
+from finlib.bizfin.data import BizFinItem, check_counts, load_format_samples, load_huggingface, load_local
 from finlib.bizfin.official import VERDICT_READERS, official_label
+from finlib.bizfin.prompts import BIZFIN_ANSWER_VERSION
 from finlib.bizfin.scorers import official_unscorable
 from finlib.bizfin.tasks import TASKS, check_tasks, task_info
+from finlib.core.artifacts import write_frame, write_json
 from finlib.core.config import ConfigError, RunConfig
-from finlib.llm.replies import cut_in_think
 from finlib.llm.engine import ChatItem, chat
-from finlib.bizfin.prompts import BIZFIN_ANSWER_VERSION
 from finlib.llm.registry import ModelSpec, run_registry, select_models
+from finlib.llm.replies import cut_in_think
 
 SECTION = "bizfin"
 ITEM_COLUMNS = ["model", "task", "kind", "item_id", "source", "status", "parsed", "official", "ours",

@@ -14,18 +14,24 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from finlib.core.artifacts import MissingArtifactError, read_frame, write_frame, write_json
-from finlib.bizfin.iterajudge import calibration as cal
-from finlib.bizfin.iterajudge.judge import (JudgeInput, Trajectory, iterajudge, results_frame, trajectories_frame,
-                                 trajectory_summary)
-from finlib.bizfin.official import official_label
 from finlib.bizfin.benchmark.stage import CallsFailed, authors_code, bizfin_params, run_rubrics
+from finlib.bizfin.iterajudge import calibration as cal
+from finlib.bizfin.iterajudge.judge import (
+    JudgeInput,
+    Trajectory,
+    iterajudge,
+    results_frame,
+    trajectories_frame,
+    trajectory_summary,
+)
+from finlib.bizfin.official import official_label
+from finlib.bizfin.prompts import JUDGE_CONTRASTIVE_VERSION, JUDGE_REFINE_VERSION, JUDGE_VANILLA_VERSION
 from finlib.bizfin.tasks import JUDGE_TASKS, check_tasks
+from finlib.core.artifacts import MissingArtifactError, read_frame, write_frame, write_json
 from finlib.core.compare import write_comparison
 from finlib.core.config import ConfigError, RunConfig
-from finlib.bizfin.prompts import JUDGE_CONTRASTIVE_VERSION, JUDGE_REFINE_VERSION, JUDGE_VANILLA_VERSION
-from finlib.llm.registry import run_registry, select_models
 from finlib.core.tables import paper_table, write_table
+from finlib.llm.registry import run_registry, select_models
 
 SECTION = "bizfin"  # IteraJudge's knobs are `bizfin.iterajudge`
 

@@ -18,9 +18,8 @@ import pandas as pd
 from finlib.core.artifacts import read_frame, write_frame, write_json
 from finlib.core.config import RunConfig
 from finlib.core.tables import write_table
+from finlib.finbias.beyond import rating_sweep, sampling_noise
 from finlib.finbias.figures import beyond as figures_beyond
-from finlib.finbias.beyond import rating_sweep
-from finlib.finbias.beyond import sampling_noise
 from finlib.finbias.inference.draws import DRAW_LABELS
 
 SECTION = None

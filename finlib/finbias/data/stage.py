@@ -22,15 +22,15 @@ rating are kept with `analyst_rating = None` and counted in `data_report.json`.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from finlib.core.config import RunConfig
-from finlib.finbias.vocab import RATINGS, Rating
 from finlib.core.tables import paper_table
 from finlib.finbias.data.prices import (
     fetch_yfinance_prices,
@@ -38,23 +38,24 @@ from finlib.finbias.data.prices import (
     load_prices,
 )
 from finlib.finbias.data.validation import (
+    CLEANING_RULES,
+    REPORT_COLUMNS,
     DataSourceError,
     DataValidationError,
-    REPORT_COLUMNS,
+    _blank,
+    _col,
+    _listing,
+    _row,
     apply_column_mapping,
     check_required_values,
     check_unique_ids,
-    CLEANING_RULES,
     clean_text,
     clean_text_logged,
     map_sectors,
     parse_dates,
     read_table,
-    _blank,
-    _col,
-    _listing,
-    _row,
 )
+from finlib.finbias.vocab import RATINGS, Rating
 
 # The market return is a total return (S&P 500 total-return index or SPY), like the stocks' adjusted
 # closes. Without a market file a real run fetches

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from finlib.finbias.prompts import FINBIAS_LABELS
 from finlib.core.artifacts import read_frame, write_frame, write_json
 from finlib.core.config import ConfigError, RunConfig
 from finlib.finbias.dpo import evaluate as ev
 from finlib.finbias.dpo import train as tr
 from finlib.finbias.dpo import triplets as tp
+from finlib.finbias.prompts import FINBIAS_LABELS
 
 PARTS = ("triplets", "train", "evaluate")
 SECTION = "dpo"
@@ -312,8 +312,8 @@ def evaluate(cfg: RunConfig, dp: dict, trained: tr.TrainResult, model_name: str)
     """Base and DPO model on the test split's original-condition items: generated answers for the
     first `dpo.eval_reports` test reports, label scores for all; metrics and paired tests per
     measure. Written to runs/<run>/dpo/<model>/eval/ (one folder per model: nothing is overwritten)."""
-    from finlib.llm.store import ResponseStore
     from finlib.finbias.scoring.stage import scoring_params
+    from finlib.llm.store import ResponseStore
 
     sc = scoring_params(cfg)
     spec = as_local(_spec(cfg, model_name))

@@ -21,8 +21,6 @@ import pandas as pd
 
 from finlib.core.artifacts import MissingArtifactError, read_frame, write_json
 from finlib.core.config import RunConfig
-from finlib.finbias.vocab import POOLED, SECTORS, Condition, Rating
-from finlib.finbias.scoring.metrics import ACCURACY, HERDING
 from finlib.finbias.figures.base import (
     CONDITION_COLORS,
     CONDITION_ORDER,
@@ -40,6 +38,8 @@ from finlib.finbias.figures.base import (
     model_markers,
     text_color_on,
 )
+from finlib.finbias.scoring.metrics import ACCURACY, HERDING
+from finlib.finbias.vocab import POOLED, SECTORS, Condition, Rating
 
 SECTION = "figures"
 

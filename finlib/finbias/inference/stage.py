@@ -11,15 +11,15 @@ store: a rerun only sends what is not answered yet. Answers are read once, with 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 import functools
 import resource
 import shutil
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -27,19 +27,38 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from finlib.finbias.prompts import FINBIAS_LABELS
-from finlib.core.artifacts import (ArtifactTexts, artifact_path, existing_artifact, read_frame, require_columns,
-                                   write_atomic, write_frame, write_json)
+from finlib.core.artifacts import (
+    ArtifactTexts,
+    artifact_path,
+    existing_artifact,
+    read_frame,
+    require_columns,
+    write_atomic,
+    write_frame,
+    write_json,
+)
 from finlib.core.config import ConfigError, RunConfig
+from finlib.finbias.answers import TRUNCATED, TRUNCATED_READ, parse_predictions
+from finlib.finbias.inference.draws import (
+    SWEEP_VALUES,
+    check_extension_params,
+    draws_frame,
+    draws_summary,
+    extension_models,
+    extension_report_ids,
+)
+from finlib.finbias.prompts import (
+    FINBIAS_LABELS,
+    build_messages,
+    finbias_prompt,
+    finbias_response_format,
+    truncate_text,
+)
 from finlib.llm.context import CONTEXT_REFUSED, fits, not_fit_reason, output_room
 from finlib.llm.engine import engine_key, send_pending
 from finlib.llm.progress import Progress
-from finlib.finbias.prompts import build_messages, finbias_prompt, finbias_response_format, truncate_text
 from finlib.llm.registry import ModelSpec, run_registry, select_models
 from finlib.llm.store import Request, ResponseStore, make_key
-from finlib.finbias.answers import TRUNCATED, TRUNCATED_READ, parse_predictions
-from finlib.finbias.inference.draws import (SWEEP_VALUES, check_extension_params, draws_frame, draws_summary,
-                                  extension_models, extension_report_ids)
 
 CALL_COLUMNS = ["item_id", "report_id", "condition", "model", "mode", "raw_text", "p_bullish", "p_neutral",
                 "p_bearish", "status", "error", "input_tokens", "output_tokens", "cost_usd", "latency_s",

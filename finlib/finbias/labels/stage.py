@@ -18,6 +18,7 @@ import pandas as pd
 
 from finlib.core.config import RunConfig
 from finlib.core.tables import skip_figure, write_table
+from finlib.finbias.data.stage import table3_half
 from finlib.finbias.figures.base import (
     ALTERNATIVE_GREYS,
     DOUBLE_COLUMN_IN,
@@ -27,8 +28,6 @@ from finlib.finbias.figures.base import (
     finish,
     legend_outside,
 )
-from finlib.finbias.vocab import POOLED, RATINGS, SECTOR_MEAN, SECTORS, Rating
-from finlib.finbias.data.stage import table3_half
 from finlib.finbias.labels.market_model import (
     EXCLUSION_REASONS,
     METHODS,
@@ -36,6 +35,7 @@ from finlib.finbias.labels.market_model import (
     labels_from_panel,
     options_from_params,
 )
+from finlib.finbias.vocab import POOLED, RATINGS, SECTOR_MEAN, SECTORS, Rating
 
 SECTION = "labels"
 # Average rows of the analyst accuracy table (the names stage 04 uses).

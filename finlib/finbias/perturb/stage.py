@@ -41,37 +41,22 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from finlib.finbias.perturb import subjectivity
 from finlib.core.artifacts import TEXT_ROW_GROUP, read_frame, require_columns, write_frame, write_json
 from finlib.core.config import RunConfig
+from finlib.core.tables import synthetic_title
+from finlib.finbias.perturb import subjectivity
 from finlib.finbias.perturb.lexicon import (
-    POS_POLICIES,
-    word_counts,
-    Lexicon,
     MPQA_MD5,
+    POS_POLICIES,
     SHIPPED_LEXICON,
     SHIPPED_SOURCE,
+    Lexicon,
     LexiconUnavailable,
     load_lexicon,
     missing_message,
+    word_counts,
 )
 from finlib.finbias.perturb.postag import PosTagger
-from finlib.finbias.vocab import (
-    CONDITIONS,
-    RATINGS,
-    SWEEP_CONDITIONS,
-    Condition,
-    Rating,
-)
-from finlib.finbias.sentences import (
-    first_sentence_span,
-    iter_sentence_spans,
-    join_lines,
-    sentence_spans,
-    split_sentences,
-)
-from finlib.finbias.perturb.subjectivity import SubjectivityFilter
-from finlib.core.tables import synthetic_title
 from finlib.finbias.perturb.ratings import (
     REWRITE_KINDS,
     extract_analyst_rating,
@@ -80,6 +65,22 @@ from finlib.finbias.perturb.ratings import (
     rewrite_rating,
     rewrite_report_rating,
 )
+from finlib.finbias.perturb.subjectivity import SubjectivityFilter
+from finlib.finbias.sentences import (
+    first_sentence_span,
+    iter_sentence_spans,
+    join_lines,
+    sentence_spans,
+    split_sentences,
+)
+from finlib.finbias.vocab import (
+    CONDITIONS,
+    RATINGS,
+    SWEEP_CONDITIONS,
+    Condition,
+    Rating,
+)
+
 
 def remove_rating_sentence(text: str) -> str:
     """The report without its first sentence: the text from the second sentence on, unchanged.

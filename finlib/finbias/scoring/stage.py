@@ -15,7 +15,6 @@ Three layers, each a set of small pure functions:
 from __future__ import annotations
 
 import textwrap
-
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,14 +22,29 @@ import pandas as pd
 
 from finlib.core.artifacts import read_frame, require_columns, write_frame, write_json
 from finlib.core.config import RunConfig
-from finlib.llm.registry import load_registry
-from finlib.finbias.answers import condition_texts, parse_predictions
-from finlib.finbias.vocab import POOLED, RATINGS, SECTOR_MEAN, SECTORS, Condition, Rating
 from finlib.core.tables import write_table
-from finlib.finbias.scoring.metrics import (ACCURACY, HERDING, confusion, fake_transitions, kl_metrics, metrics_long,
-                                            paired_tests)
-from finlib.finbias.scoring.paper_layout import (AVERAGE, TABLE_SPECS, averaging_note, base_model, build_table,
-                                                 caption_for, ci_table, printed_average_agreement)
+from finlib.finbias.answers import condition_texts, parse_predictions
+from finlib.finbias.scoring.metrics import (
+    ACCURACY,
+    HERDING,
+    confusion,
+    fake_transitions,
+    kl_metrics,
+    metrics_long,
+    paired_tests,
+)
+from finlib.finbias.scoring.paper_layout import (
+    AVERAGE,
+    TABLE_SPECS,
+    averaging_note,
+    base_model,
+    build_table,
+    caption_for,
+    ci_table,
+    printed_average_agreement,
+)
+from finlib.finbias.vocab import POOLED, RATINGS, SECTOR_MEAN, SECTORS, Condition, Rating
+from finlib.llm.registry import load_registry
 
 # --------------------------------------------------------------------------------------
 # 2. Joining the artifacts
@@ -243,7 +257,9 @@ SECTION = "scoring"
 
 def run(cfg: RunConfig) -> ScoringResult:
     """Stage 04: read the 00-03 artifacts, score, write metrics/tests/report and Tables 4-7."""
-    from finlib.finbias.inference.stage import inference_params  # here, not at the top: stage 03 imports this module's parser
+    from finlib.finbias.inference.stage import (
+        inference_params,  # here, not at the top: stage 03 imports this module's parser
+    )
 
     sc = scoring_params(cfg)
     registry = load_registry(cfg.path(inference_params(cfg)["registry"]))
