@@ -10,7 +10,7 @@ import pytest
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from conftest import with_defaults
+from params_helpers import with_defaults
 
 from finlib.core import compare
 from finlib.core.artifacts import write_frame
