@@ -15,23 +15,9 @@ Notebooks call these names and display what `run` returned; nothing in a noteboo
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
 from types import ModuleType
-from typing import Any, Protocol, runtime_checkable
-
-import pandas as pd
-
-from finlib.core.config import RunConfig
 
 CONTRACT = ("SECTION", "run", "summary")
-
-
-@runtime_checkable
-class StageResult(Protocol):
-    """What every stage's `run` returns (each stage's own dataclass adds its frames)."""
-
-    tables: Mapping[str, pd.DataFrame]
-    report: Mapping[str, Any]
 
 
 def contract_problems(module: ModuleType) -> list[str]:
@@ -51,7 +37,3 @@ def contract_problems(module: ModuleType) -> list[str]:
             problems.append(f"{module.__name__}.{name} takes {required} without defaults; the contract is {params}")
     return problems
 
-
-def section_of(module: ModuleType, cfg: RunConfig) -> dict:
-    """The stage's validated params section ({} for a stage without one)."""
-    return {} if module.SECTION is None else cfg.section(module.SECTION)
