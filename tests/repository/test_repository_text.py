@@ -20,8 +20,9 @@ FORBIDDEN = re.compile("|".join([
     "develop" + r"ers.? workspace", r"\b" + _WORK,
 ]), re.IGNORECASE)  # \b: "obsession" (an MPQA lexicon entry, committed unmodified) is not the word
 # Technical identifiers that contain the word in another sense: pytest's fixture scope, and the
-# process-group flag that lets the llama.cpp server outlive a signal sent to its parent's group.
-ALLOWED = ('scope="' + _WORK + '"', "start_new_" + _WORK)
+# process-group flag that lets the llama.cpp server outlive a signal sent to its parent's group, and the
+# header field of a Jupyter kernel message.
+ALLOWED = ('scope="' + _WORK + '"', "start_new_" + _WORK, '"' + _WORK + '": ')
 README_LIMIT = 12_000
 
 
