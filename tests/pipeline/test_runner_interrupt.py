@@ -36,9 +36,16 @@ with ResponseStore(os.environ["STORE"]) as store:
 """
 
 
+def _sigint_default() -> None:
+    """In the child before exec: SIGINT back to its default, as a terminal gives it (a test launched in
+    the background or under nohup has it ignored, and a child would inherit that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _runner(repo: Path, env: dict) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "finlib.pipeline.runner", "--run", "smoke", "--stages", "00"],
-                            cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_sigint_default)
 
 
 @pytest.mark.slow  # two runner processes, each starting a kernel
