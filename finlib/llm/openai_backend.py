@@ -44,12 +44,13 @@ clock = time.monotonic  # the breaker's clock; tests replace it with the simulat
 # Kinds that only count once their streak has lasted the grace period (a restarting server refuses for
 # a moment, an overloaded one answers 5xx or 429 for a moment); while such a streak is past the
 # threshold, one probe per `grace_s / PROBES_PER_GRACE` is sent and the other workers wait.
-GRACE_KINDS = ("refused", "5xx", "429")
+GRACE_KINDS = ("refused", "5xx", "429", "429ra")
 PROBES_PER_GRACE = 4
 MODEL_KINDS = ("model",)  # failures of one model on an endpoint (its name): the other models there go on
 _WHAT = {"http": "rejected requests", "dns": "host name lookups that failed", "quota": "quota refusals (429)",
          "model": "rejections of the model name", "timeout": "timeouts", "5xx": "server errors (5xx)",
-         "429": "rate limits without Retry-After (429)", "refused": "refused connections"}
+         "429": "rate limits without Retry-After (429)", "refused": "refused connections",
+         "429ra": "rate limits with Retry-After (429) and no answer between"}
 
 
 class Breaker:
@@ -57,9 +58,14 @@ class Breaker:
     consecutive attempts that failed in one kind that cannot heal by waiting -- "http" (401/403:
     the key), "model" (404, or a 400 naming an unknown model), "dns" (host not found), "quota"
     (429 insufficient_quota), "timeout" (every attempt timing out) -- or, for the GRACE_KINDS
-    ("refused", "5xx" from a gateway or a dead upstream, "429" without Retry-After), once the
-    streak has also lasted `grace_s`. Any other outcome (an answer, a 429 with Retry-After, a
-    reset) ends the streak: transient faults keep their backoff. threshold 0 = never opens.
+    ("refused", "5xx" from a gateway or a dead upstream, "429" without Retry-After, "429ra" with
+    it), once the streak has also lasted `grace_s`. A rate limit that lets answers through ends
+    its streak with each answer; one that answers nothing but 429 (whatever Retry-After it asks)
+    is a server that cannot serve this run: left alone it would retry every attempt of every call
+    for hours. A Retry-After that would carry the streak past `grace_s` opens the breaker at once
+    (no wait ends sooner than the server asked, and none would end inside the grace). Any other
+    outcome (an answer, a reset) ends the streak: transient faults keep their backoff.
+    threshold 0 = never opens.
 
     Shared by every run in the process (`breaker_for`): stages that send in small batches
     (judges, IteraJudge) see one streak, not a fresh one per batch. Thread-safe: batches may run
@@ -113,8 +119,10 @@ class Breaker:
         with self._lock:
             return max(0.0, self.next_probe - self.now()) if self.suspect else 0.0
 
-    def record(self, kind: str | None, reason: str = "") -> None:
-        """Book one attempt's outcome (`kind` from `lasting_kind`, None for anything else)."""
+    def record(self, kind: str | None, reason: str = "", wait_s: float = 0.0) -> None:
+        """Book one attempt's outcome (`kind` from `lasting_kind`, None for anything else); `wait_s`
+        is the wait the server asked for before the next attempt (Retry-After), counted as part of
+        the streak: the next attempt cannot come sooner."""
         with self._lock:
             if self.cause is not None or self.threshold <= 0:
                 return
@@ -125,8 +133,10 @@ class Breaker:
                 self.kind, self.n, self.t0 = kind, 0, self.now()
             self.n += 1
             lasted = self.now() - self.t0
-            if self.n >= self.threshold and (kind not in GRACE_KINDS or lasted >= self.grace_s):
+            if self.n >= self.threshold and (kind not in GRACE_KINDS or lasted + wait_s >= self.grace_s):
                 what = _WHAT[kind] + (f" for {lasted:.0f} s" if kind in GRACE_KINDS else "")
+                if kind in GRACE_KINDS and lasted < self.grace_s:  # opened by the wait the server asked for
+                    what += f" (the server asks to wait {wait_s:g} s more)"
                 self._open(f"{self.n} consecutive {what}; last: {reason}")
 
 
@@ -142,12 +152,12 @@ class Breakers:
     def cause(self) -> str | None:
         return self.endpoint.cause or self.model.cause
 
-    def record(self, kind: str | None, reason: str = "") -> None:
+    def record(self, kind: str | None, reason: str = "", wait_s: float = 0.0) -> None:
         if kind in MODEL_KINDS:
             self.model.record(kind, reason)
             self.endpoint.record(None)  # the endpoint answered: its own streak ends
         else:
-            self.endpoint.record(kind, reason)
+            self.endpoint.record(kind, reason, wait_s)
             if kind is None:
                 self.model.record(None)
 
@@ -210,7 +220,7 @@ def lasting_kind(exc: Exception) -> str | None:
         if status == 429:
             if "insufficient_quota" in text or re.search(r"\bquota\b|billing", text, re.IGNORECASE):
                 return "quota"
-            return None if retry_after_s(exc) is not None else "429"
+            return "429ra" if retry_after_s(exc) is not None else "429"
         return "5xx" if status >= 500 else None
     if any(isinstance(c, socket.gaierror) for c in _causes(exc)):
         return "dns"
@@ -512,14 +522,16 @@ async def call_with_retries(client, spec: ModelSpec, req: Request, limiter: Rate
                 if breaker is not None:
                     breaker.record(None)  # the server answered: not a failing server
                 return context_refused(req, redact(reason, secret), time.perf_counter() - t_start, attempt)
+            asked_s = retry_after_s(exc) or 0.0
             if breaker is not None:
-                breaker.record(lasting_kind(exc), redact(reason, secret)[:200])
+                kind = lasting_kind(exc)
+                breaker.record(kind, redact(reason, secret)[:200], asked_s if kind == "429ra" else 0.0)
             if not retryable or attempt == spec.max_attempts or (breaker is not None and breaker.cause) \
                     or STOP.is_set():
                 break
-            delay = backoff_s(attempt, backoff_base_s, backoff_cap_s, retry_after_s(exc), rng)
+            delay = backoff_s(attempt, backoff_base_s, backoff_cap_s, asked_s, rng)
             if breaker is not None:
-                delay = breaker.backoff(delay)
+                delay = max(breaker.backoff(delay), asked_s)  # probes keep their pace, never before Retry-After
             await waiting(delay)
             await sleep_unless_open(delay, breaker)
             if breaker is not None and breaker.cause:

@@ -116,10 +116,10 @@ def test_refused_within_the_grace_period_does_not_trip():
 
 @pytest.mark.parametrize("scenario, directive, ok", [
     ("server errors: the first attempt of every text 500", "[[500x1]]", 8),
-    ("rate limited: every attempt 429 with Retry-After", "[[429x99:0.01]]", 0),
+    ("rate limited: the first attempt of every text 429 with Retry-After", "[[429x1:0.01]]", 8),
 ])
 def test_transient_faults_never_trip(scenario, directive, ok, tmp_path, monkeypatch, simulated_clock):
-    """Drill: transient faults (a 500 the retry heals, 429 with Retry-After on every attempt) never stop the model.
+    """Drill: transient faults (a 500 or a 429 with Retry-After that the retry heals) never stop the model.
 
     A 429 with Retry-After comes from a server that is alive and says when to come back."""
     monkeypatch.setenv("STUB_TEST_KEY", "k")
@@ -269,10 +269,13 @@ def _drill(spec, directive: str, tmp_path, clock, monkeypatch) -> dict:
     ("a gateway answering 502 to everything", "[[502]]", "server errors (5xx)"),
     ("quota spent: 429 insufficient_quota without Retry-After", "[[quota]]", "quota refusals (429)"),
     ("429 without Retry-After on every call", "[[ratelimit]]", "rate limits without Retry-After (429)"),
+    ("429 with Retry-After 1 s on every attempt", "[[429x9999:1]]", "rate limits with Retry-After (429)"),
+    ("429 with Retry-After 600 s on every attempt", "[[429x9999:600]]",
+     "rate limits with Retry-After (429) and no answer between for 0 s (the server asks to wait 600 s more)"),
     ("400: the model does not exist", "[[nomodel]]", "rejections of the model name"),
 ])
 def test_breaker_drill_failures_that_cannot_heal(scenario, directive, what, tmp_path, monkeypatch, simulated_clock):
-    """Drill: a failure that waiting cannot heal (502 gateway, spent quota, 429 without Retry-After, unknown model) stops the model at registry defaults.
+    """Drill: a failure that waiting cannot heal (502 gateway, spent quota, 429 with or without Retry-After and no answer between, unknown model) stops the model at registry defaults.
 
     Goal: <= 60 s of simulated time and <= 50 calls to the endpoint, 111 calls pending."""
     monkeypatch.setenv("STUB_TEST_KEY", "k")
@@ -282,6 +285,36 @@ def test_breaker_drill_failures_that_cannot_heal(scenario, directive, what, tmp_
     assert f"consecutive {what}" in got["message"]
     print(f"drill: {got['seconds']:.1f} s simulated, {got['calls']} calls until the stop")
     assert got["calls"] <= DRILL_GOAL_CALLS and got["seconds"] <= DRILL_GOAL_S, got
+
+
+def test_a_rate_limit_that_lets_answers_through_heals(tmp_path, monkeypatch, simulated_clock):
+    """Drill: a rate-limited server (three attempts in ten 429 with Retry-After 2 s) answers every call at registry defaults.
+
+    Answers between the refusals end each streak, so the breaker never opens however long the run."""
+    from llm_helpers import ClockedClient, hold_clock_during_threads
+
+    from finlib.llm.openai_backend import make_client
+    from finlib.rehearsal.stub_server import FaultPlan
+
+    monkeypatch.setenv("STUB_TEST_KEY", "k")
+    hold_clock_during_threads(monkeypatch, simulated_clock)
+    plan = FaultPlan(rate=0.3, seed=4, weights={"429": 1.0}, retry_after_s=2.0)
+    with ThreadedStub(faults=plan) as stub:
+        spec = _registry_default_spec(stub.base_url)
+        requests = [req(f"limited {i}", spec=spec) for i in range(DRILL_ITEMS)]
+
+        async def send() -> dict:
+            client = ClockedClient(make_client(spec), simulated_clock)
+            try:
+                return await run_openai(spec, requests, s, client=client, seed=0)
+            finally:
+                await client.close()
+
+        with ResponseStore(tmp_path / "r.sqlite") as s:
+            counts = asyncio.run(send())
+        refused = stub.stub.stats()["faults"].get("429", 0)
+    assert counts["ok"] == DRILL_ITEMS and counts["error"] == 0
+    assert refused > 10  # more refusals than the breaker's threshold, spread between answers
 
 
 def test_breaker_drill_host_not_found(tmp_path, monkeypatch, simulated_clock):
