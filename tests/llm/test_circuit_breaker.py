@@ -288,7 +288,7 @@ def test_breaker_drill_failures_that_cannot_heal(scenario, directive, what, tmp_
 
 
 def test_a_rate_limit_that_lets_answers_through_heals(tmp_path, monkeypatch, simulated_clock):
-    """Drill: a rate-limited server (three attempts in ten 429 with Retry-After 2 s) answers every call at registry defaults.
+    """Drill: a rate-limited server (three attempts in ten 429 with `Retry-After: 2`) answers every call at registry defaults.
 
     Answers between the refusals end each streak, so the breaker never opens however long the run."""
     from llm_helpers import ClockedClient, hold_clock_during_threads
