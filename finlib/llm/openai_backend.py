@@ -80,6 +80,42 @@ class Breaker:
         self.next_probe = 0.0
         self._lock = threading.Lock()
         self._opened = ThreadsafeEvent()
+        self._stalled = ThreadsafeEvent()  # set with a stall: the calls in flight are given up
+        self.in_flight, self.heard_at = 0, time.monotonic()  # wall clock: a stall is real waiting
+
+    def sending(self) -> None:
+        """A call goes out: the silence of an idle endpoint is not a stall, so it starts counting now."""
+        with self._lock:
+            if self.in_flight == 0:
+                self.heard_at = time.monotonic()
+            self.in_flight += 1
+
+    def sent(self, responded: bool) -> None:
+        """A call came back (`responded`: the server sent a response, an answer or an HTTP error)."""
+        with self._lock:
+            self.in_flight -= 1
+            if responded:
+                self.heard_at = time.monotonic()
+
+    def heard(self) -> None:
+        """The server showed it is alive (it answered the stall probe)."""
+        with self._lock:
+            self.heard_at = time.monotonic()
+
+    def silent_s(self) -> float:
+        """Seconds with calls in flight and no response from the server (0 with none in flight)."""
+        with self._lock:
+            return time.monotonic() - self.heard_at if self.in_flight else 0.0
+
+    def stall(self, cause: str) -> None:
+        """Open for a stall: besides stopping new calls, the calls in flight are given up."""
+        with self._lock:
+            if self.cause is None:
+                self._open(cause)
+        self._stalled.set()
+
+    def stalled_event(self) -> asyncio.Event:
+        return self._stalled.event()
 
     def now(self) -> float:
         return (self._clock or clock)()
@@ -275,6 +311,105 @@ async def admit(breaker: Breakers | None, before_wait=None) -> None:
         if before_wait is not None:
             await before_wait(wait)
         await sleep_unless_open(wait, breaker)
+
+
+STOP_GRACE_S = 5.0  # after Ctrl-C, how long a call in flight may still be answered (and stored)
+
+
+class Abandoned(Exception):
+    """A call in flight given up: its endpoint stalled, or the user interrupted and it was not
+    answered within STOP_GRACE_S (a stalled server would otherwise hold the exit for timeout_s)."""
+
+
+async def _give_up_signal(breaker: Breakers | None) -> str:
+    """Ends (with the reason) when a call in flight must be given up."""
+    waits = {asyncio.ensure_future(STOP.event().wait()): "stop"}
+    if breaker is not None:
+        waits[asyncio.ensure_future(breaker.endpoint.stalled_event().wait())] = "stall"
+    try:
+        done, _ = await asyncio.wait(set(waits), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in waits:
+            t.cancel()
+    if any(waits[t] == "stall" for t in done):
+        return f"given up in flight: {breaker.cause}"
+    await asyncio.sleep(STOP_GRACE_S)  # wall clock, as the server's answer would be
+    return f"interrupted: not answered within {STOP_GRACE_S:g} s of the signal"
+
+
+async def post_unless_stopped(client, kwargs: dict, breaker: Breakers | None):
+    """The chat-completions POST, booked on the endpoint's stall watch (`Breaker.sending`), given
+    up (`Abandoned`) when the endpoint stalls or an interrupt's grace runs out. The POST runs in the
+    caller's task (no extra task, no extra loop turn before it is sent); a watcher cancels it."""
+    import openai
+
+    task = asyncio.current_task()
+    state = {"posting": True, "given_up": False}
+
+    def cancel_post(watcher: asyncio.Future) -> None:
+        if state["posting"] and not watcher.cancelled():
+            state["given_up"] = True
+            task.cancel()
+
+    endpoint = breaker.endpoint if breaker is not None else None
+    if endpoint is not None:
+        endpoint.sending()
+    responded = False
+    give_up = asyncio.ensure_future(_give_up_signal(breaker))
+    give_up.add_done_callback(cancel_post)
+    try:
+        body = await client.post("/chat/completions", body=kwargs, cast_to=dict)
+        state["posting"], responded = False, True
+        return body
+    except openai.APIStatusError:
+        state["posting"], responded = False, True
+        raise
+    except asyncio.CancelledError:
+        state["posting"] = False
+        if not state["given_up"]:
+            raise
+        task.uncancel()
+        raise Abandoned(give_up.result()) from None
+    finally:
+        state["posting"] = False
+        give_up.cancel()
+        if endpoint is not None:
+            endpoint.sent(responded)
+
+
+STALL_PROBE_S = 10.0  # how long the stall probe (GET /models) may take to get any response
+
+
+async def server_responds(client) -> bool:
+    """Whether the server sends any response (even an error) to GET /models within STALL_PROBE_S: a
+    server busy with long generations does; one that accepts connections and never answers does not."""
+    import openai
+
+    try:
+        await asyncio.wait_for(client.get("/models", cast_to=dict, options={"timeout": STALL_PROBE_S}),
+                               STALL_PROBE_S + 1.0)
+    except openai.APIStatusError:
+        return True
+    except Exception:  # noqa: BLE001 -- a timeout, a reset, a client without .get: no response
+        return False
+    return True
+
+
+async def watch_for_stall(spec: ModelSpec, breaker: Breakers, client) -> None:
+    """Stop the model when its endpoint stalls: calls in flight, no response to any for `stall_s`
+    (wall clock, whatever `timeout_s` is) and none to the probe either. Runs beside the workers."""
+    endpoint = breaker.endpoint
+    while spec.stall_s > 0 and endpoint.cause is None:
+        await asyncio.sleep(min(1.0, spec.stall_s / 4))
+        silent = endpoint.silent_s()
+        if silent < spec.stall_s:
+            continue
+        if await server_responds(client):
+            endpoint.heard()  # alive and busy (long generations): not a stall
+            continue
+        endpoint.stall(f"no response for {silent:.0f} s to any of {endpoint.in_flight} call(s) in flight and none "
+                       f"to GET /models within {STALL_PROBE_S:g} s (stall_s {spec.stall_s:g}): the server accepts "
+                       "connections and does not answer")
 
 
 class BudgetExceeded(RuntimeError):
@@ -507,7 +642,7 @@ async def call_with_retries(client, spec: ModelSpec, req: Request, limiter: Rate
         try:
             # The JSON as sent and received: the SDK's request transform and response models were
             # about a third of the client's CPU per call at 674k calls; errors raise the same classes.
-            body = await client.post("/chat/completions", body=kwargs, cast_to=dict)
+            body = await post_unless_stopped(client, kwargs, breaker)
             if not isinstance(body, dict):
                 raise MalformedResponse(f"response body is not a JSON object: {str(body)[:80]!r}")
             if (why := malformed_reason(body)) is not None:
@@ -523,7 +658,7 @@ async def call_with_retries(client, spec: ModelSpec, req: Request, limiter: Rate
                     breaker.record(None)  # the server answered: not a failing server
                 return context_refused(req, redact(reason, secret), time.perf_counter() - t_start, attempt)
             asked_s = retry_after_s(exc) or 0.0
-            if breaker is not None:
+            if breaker is not None and not isinstance(exc, Abandoned):
                 kind = lasting_kind(exc)
                 breaker.record(kind, redact(reason, secret)[:200], asked_s if kind == "429ra" else 0.0)
             if not retryable or attempt == spec.max_attempts or (breaker is not None and breaker.cause) \
@@ -764,6 +899,7 @@ class _CallRun:
         workers would otherwise wait forever on the full queue), else a worker's own error."""
         writer_task = asyncio.create_task(self.writer())
         pool = asyncio.ensure_future(asyncio.gather(*(self.worker() for _ in range(self.spec.concurrency))))
+        watch = asyncio.ensure_future(watch_for_stall(self.spec, self.breaker, self.client))
         try:
             await asyncio.wait({writer_task, pool}, return_when=asyncio.FIRST_COMPLETED)
             if writer_task.done():  # before the pool: the store failed
@@ -772,6 +908,8 @@ class _CallRun:
                 writer_task.result()
             await pool  # a worker's own error, raised after the finally stored what was answered
         finally:
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
             await self._finish(writer_task)
 
     async def _finish(self, writer_task: asyncio.Task) -> None:

@@ -63,6 +63,9 @@ class ModelSpec:
     # timeout; refused, 5xx, 429 without Retry-After once the streak lasted breaker_grace_s); 0 = never
     breaker_failures: int = 10
     breaker_grace_s: float = 20.0   # refused / 5xx / 429 must also have lasted this long (a restart heals)
+    # a stalled endpoint (accepts, never answers): no response to any call in flight for this long and no
+    # answer to a GET /models probe either stops the model, whatever timeout_s is; 0 = off
+    stall_s: float = 30.0
     sends_sampling: bool = True     # false: temperature/top_p are never sent (OpenAI o-series refuse any but 1)
     reasoning_tokens: int = 0       # output tokens a thinker may spend reasoning, added to a stage's answer
                                     # budget (max_completion_tokens counts hidden reasoning; a vLLM thinker's
@@ -101,6 +104,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "hf_path": (str, type(None)), "paper_name": (str, type(None)), "plumbing": (bool,),
     "gguf_parts": (list, type(None)), "gguf_sha256": (str, type(None)), "threads": (int, type(None)), "thinks": (bool,),
     "max_new_tokens": (int,), "breaker_failures": (int,), "breaker_grace_s": (int, float),
+    "stall_s": (int, float),
     "sends_sampling": (bool,), "reasoning_tokens": (int,),
     "dtype": (str, type(None)),
 }
@@ -149,7 +153,7 @@ def validate_record(rec: Any, path: Path, index: int) -> ModelSpec:
     for key in ("concurrency", "max_attempts", "max_new_tokens"):
         if rec.get(key, 1) < 1:
             raise _fail(path, where, key, "must be >= 1")
-    for key in ("breaker_failures", "breaker_grace_s", "reasoning_tokens"):
+    for key in ("breaker_failures", "breaker_grace_s", "stall_s", "reasoning_tokens"):
         if rec.get(key, 0) < 0:
             raise _fail(path, where, key, "must be >= 0")
     if rec.get("dtype") is not None and (rec["backend"] != "openai" or rec["dtype"] not in VLLM_DTYPES):
@@ -187,7 +191,7 @@ def validate_record(rec: Any, path: Path, index: int) -> ModelSpec:
                         "a local model needs gguf_package + gguf_file, or hf_path (a folder or hub id)")
     if isinstance(rec.get("gguf_parts"), list):
         rec = {**rec, "gguf_parts": tuple(rec["gguf_parts"])}
-    return ModelSpec(**{k: (float(v) if k.startswith("price") or k in ("timeout_s", "breaker_grace_s") else v) for k, v in rec.items()})
+    return ModelSpec(**{k: (float(v) if k.startswith("price") or k in ("timeout_s", "breaker_grace_s", "stall_s") else v) for k, v in rec.items()})
 
 
 def _check_llamacpp(rec: dict, path: Path, where: str) -> None:

@@ -30,6 +30,7 @@ import asyncio
 import hashlib
 import json
 import re
+import socket
 import threading
 import time
 from collections import Counter
@@ -251,6 +252,65 @@ class ThreadedStub:
         asyncio.run_coroutine_threadsafe(self.stub.stop(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+
+
+class StalledServer:
+    """A server that accepts connections and reads what is sent, and never answers (a hung server,
+    or a proxy whose upstream hangs): the stall drills' endpoint. It counts the POSTs and GETs whose
+    request line arrived (`posts`, `gets`), with the time of each POST."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.posts: list[float] = []
+        self.gets = 0
+        self._lock = threading.Lock()
+        self._conns: list[socket.socket] = []
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with self._lock:
+                self._conns.append(conn)
+            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
+
+    def _read(self, conn: socket.socket) -> None:
+        buffered = b""
+        while True:
+            try:
+                data = conn.recv(65536)
+            except OSError:
+                return
+            if not data:
+                return
+            buffered += data
+            while (line_end := buffered.find(b"\r\n")) >= 0 and buffered[:5] in (b"POST ", b"GET /"):
+                with self._lock:
+                    if buffered.startswith(b"POST "):
+                        self.posts.append(time.monotonic())
+                    else:
+                        self.gets += 1
+                buffered = buffered[line_end + 2:]
+            if len(buffered) > 1 << 20 or (buffered and buffered[:5] not in (b"POST ", b"GET /")):
+                buffered = b""  # headers and bodies of requests already counted
+
+    def __enter__(self) -> StalledServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._closed = True
+        self.sock.close()
+        with self._lock:
+            for conn in self._conns:
+                conn.close()
 
 
 def stub_spec(base_url: str = "http://127.0.0.1:1/v1", **fields):
