@@ -10,6 +10,7 @@ SIGINT stops the runner at once.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import threading
 import weakref
@@ -70,8 +71,10 @@ class SigintForwarder:
             self._previous = None
 
 
-def interrupted_line(run: str, stage: str, exc: BaseException | None) -> str:
-    """The one line a stopped run prints: what was in flight and how to resume."""
+def interrupted_line(run: str, stage: str, exc: BaseException | None, params_file: str | None = None) -> str:
+    """The one line a stopped run prints: what was in flight and how to resume. `params_file`: the
+    params file the run was started with when it is not params/<run>.yaml -- the resume command
+    must name it, or it would load another params file (and another store) and pay again."""
     detail = str(getattr(exc, "evalue", "") or "").strip().splitlines()
     if exc is None:
         what = "the stage had finished when the interrupt reached it (its results are kept)"
@@ -79,5 +82,6 @@ def interrupted_line(run: str, stage: str, exc: BaseException | None) -> str:
         what = detail[-1]
     else:
         what = "stopped outside model calls (no call was being sent)"
-    return (f"[{run}] stage {stage} interrupted: {what} Resume with: python -m finlib.pipeline.runner --run {run} "
-            f"--from {stage} (stored answers are not sent again)")
+    params = f" --params {shlex.quote(params_file)}" if params_file else ""
+    return (f"[{run}] stage {stage} interrupted: {what} Resume with: python -m finlib.pipeline.runner --run {run}"
+            f"{params} --from {stage} (stored answers are not sent again)")

@@ -33,6 +33,7 @@ from finlib.core.config import RunConfig, load_run, repo_root, split_run_arg
 from finlib.core.kernel_interrupt import SigintForwarder, StageInterrupted, interrupted_line, is_interrupt, track
 from finlib.core.progress_feed import FeedTail
 from finlib.pipeline.report import publishable_notebook
+from finlib.pipeline.run_lock import RunLocked, one_writer
 
 KERNEL = "python3"
 TRACKED_PACKAGES = (
@@ -294,6 +295,13 @@ def finish_notebook(partial: Path, output: Path, root: Path) -> str | None:
     return None
 
 
+def resume_params(cfg: RunConfig) -> str | None:
+    """The params file a resume command must name: the run's own unless it is params/<run>.yaml."""
+    if cfg.params_file.resolve() == (cfg.root / "params" / f"{cfg.name}.yaml").resolve():
+        return None
+    return display_path(cfg.params_file, cfg.root)
+
+
 def execute_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     """Execute one notebook with papermill and record it in the manifest."""
     import papermill as pm
@@ -330,7 +338,7 @@ def execute_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str
             raise exc from None
         entry["error"] = describe_failure(exc)
         if entry["status"] == "interrupted":
-            raise StageInterrupted(interrupted_line(cfg.name, stage, exc)) from None
+            raise StageInterrupted(interrupted_line(cfg.name, stage, exc, resume_params(cfg))) from None
         raise
     except BaseException:  # Ctrl-C, SystemExit (a SIGKILL runs no code: it leaves "running")
         entry["status"] = "interrupted"
@@ -353,7 +361,7 @@ def execute_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str
         raise OSError(errno.ENOSPC, entry["error"])
     print(done_line(cfg, stage, entry, manifest), flush=True)
     if sigint.count:  # the stage finished before the interrupt reached it: true "ok", but stop here
-        raise StageInterrupted(interrupted_line(cfg.name, stage, None))
+        raise StageInterrupted(interrupted_line(cfg.name, stage, None, resume_params(cfg)))
     return entry
 
 
@@ -381,6 +389,12 @@ def run_pipeline(run_name: str = "default", stages: Iterable[str] | None = None,
     HTML report (`finlib.pipeline.report`, runs/<run>/report/), its time recorded in the manifest too."""
     os.environ.setdefault("JUPYTER_PREFER_ENV_PATH", "1")  # the venv's kernel, not a user-level one
     cfg = load_run(run_name, params_file)
+    with one_writer(cfg.run_dir):  # a second invocation of this run is refused, naming this one
+        return _run_stages(cfg, stages, start, report)
+
+
+def _run_stages(cfg: RunConfig, stages: Iterable[str] | None, start: str | None, report: bool) -> dict[str, Any]:
+    """run_pipeline's work, done while this process is the run directory's one writer."""
     available = discover_stages(cfg.root / "notebooks")
     selected = select_stages(available, stages, start)
     if (cfg.params.get("plan") or {}).get("preflight"):  # e.g. params/paper.yaml: stop at once, naming what is missing
@@ -471,6 +485,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time() - 1
     try:
         manifest = run_pipeline(args.run, args.stages, args.start, args.params, report=args.report)
+    except RunLocked as exc:  # another invocation of this run is running: nothing was done here
+        print(f"[{args.run}] {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt as exc:  # Ctrl-C: one line (what was in flight, how to resume), no traceback
         print(str(exc) if isinstance(exc, StageInterrupted) else f"[{args.run}] interrupted", file=sys.stderr)
         return 130
@@ -479,7 +496,8 @@ def main(argv: list[str] | None = None) -> int:
         value = getattr(exc, "evalue", str(exc))
         print(f"[{args.run}] FAILED: {name}: {value}\n{where_to_look(args.run, t0)}", file=sys.stderr)
         return 1
-    done = ", ".join(f"{k} {v['seconds']:.0f}s" for k, v in sorted(manifest.get("stages", {}).items()))
+    done = ", ".join(f"{k} {v['seconds']:.0f}s" if "seconds" in v else f"{k} {v.get('status')}"
+                     for k, v in sorted(manifest.get("stages", {}).items()))  # a stage killed mid-run has no time
     print(f"[{args.run}] manifest: runs/{args.run}/manifest.json ({done})")
     partial = {k: v["not_answered"]["n"] for k, v in sorted(manifest.get("stages", {}).items())
                if (v.get("not_answered") or {}).get("n")}
