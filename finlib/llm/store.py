@@ -22,7 +22,8 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -244,27 +245,35 @@ class ResponseStore:
         `since` by any process plus every live reservation plus this one must stay within the
         limit (checked in the same transaction, so processes sharing a store share the cap)."""
         now = time.time()
-        with self._claims_lock:
+        with self._claims_lock, self._naming("claim a call before sending it"):
             conn = self._claims()
             conn.execute("BEGIN IMMEDIATE")
             try:
-                if conn.execute("SELECT 1 FROM responses WHERE key = ? AND status = 'ok'", (key,)).fetchone():
-                    return "answered"
-                row = conn.execute("SELECT owner, expires FROM claims WHERE key = ?", (key,)).fetchone()
-                if row is not None and row[0] != owner and row[1] > now and not owner_gone(row[0]):
-                    return "busy"
-                if budget is not None and reserved_usd > 0 and \
-                        self._spent(conn, budget[1], now) + reserved_usd > budget[0]:
-                    return "over_budget"
-                conn.execute("INSERT OR REPLACE INTO claims (key, owner, expires, reserved_usd) VALUES (?, ?, ?, ?)",
-                             (key, owner, now + lease_s, float(reserved_usd)))
-                return "mine"
-            finally:
-                conn.execute("COMMIT")
+                got = self._claim_in(conn, key, owner, now + lease_s, reserved_usd, budget, now)
+            except BaseException:
+                if conn.in_transaction:  # SQLite may have rolled back already (a full disk)
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return got
+
+    def _claim_in(self, conn: sqlite3.Connection, key: str, owner: str, expires: float, reserved_usd: float,
+                  budget: tuple[float, float] | None, now: float) -> str:
+        """`claim`'s decision and write, inside its transaction."""
+        if conn.execute("SELECT 1 FROM responses WHERE key = ? AND status = 'ok'", (key,)).fetchone():
+            return "answered"
+        row = conn.execute("SELECT owner, expires FROM claims WHERE key = ?", (key,)).fetchone()
+        if row is not None and row[0] != owner and row[1] > now and not owner_gone(row[0]):
+            return "busy"
+        if budget is not None and reserved_usd > 0 and self._spent(conn, budget[1], now) + reserved_usd > budget[0]:
+            return "over_budget"
+        conn.execute("INSERT OR REPLACE INTO claims (key, owner, expires, reserved_usd) VALUES (?, ?, ?, ?)",
+                     (key, owner, expires, float(reserved_usd)))
+        return "mine"
 
     def renew(self, key: str, owner: str, lease_s: float) -> None:
         """Extend `owner`'s lease on `key` (before a retry: the call is still being asked)."""
-        with self._claims_lock:
+        with self._claims_lock, self._naming("renew a claim's lease"):
             self._claims().execute("UPDATE claims SET expires = ? WHERE key = ? AND owner = ?",
                                    (time.time() + lease_s, key, owner))
 
@@ -272,7 +281,7 @@ class ResponseStore:
         """Drop `owner`'s claims on `keys` -- after their results are committed (answer first, then
         release: no moment where neither the answer nor the claim is visible)."""
         keys = list(keys)
-        with self._claims_lock:
+        with self._claims_lock, self._naming("release the claims of stored results"):
             conn = self._claims()
             for i in range(0, len(keys), 500):
                 chunk = keys[i:i + 500]
@@ -282,8 +291,31 @@ class ResponseStore:
     def release_owner(self, owner: str) -> None:
         """Drop every claim of `owner` (its run ended, normally or by an error; `run_openai` calls it
         last): a claim whose release was missed, e.g. taken while its worker was cancelled, goes too."""
-        with self._claims_lock:
-            self._claims().execute("DELETE FROM claims WHERE owner = ?", (owner,))
+        with self._claims_lock, self._naming("release the claims of a run that ended"):
+            conn = self._claims()
+            conn.execute("DELETE FROM claims WHERE owner = ?", (owner,))
+            self._drop_stale_claims(conn)
+
+    @staticmethod
+    def _drop_stale_claims(conn: sqlite3.Connection) -> None:
+        """Drop claims nobody needs: on keys already answered (an owner killed between storing the
+        answer and releasing its claim), of owners that are gone (killed on this host) and of expired
+        leases. No rerun would ever send those keys again, so nothing else would drop them."""
+        conn.execute("DELETE FROM claims WHERE expires < ? OR key IN (SELECT key FROM responses WHERE status = 'ok')",
+                     (time.time(),))
+        gone = [o for (o,) in conn.execute("SELECT DISTINCT owner FROM claims") if owner_gone(o)]
+        for owner in gone:
+            conn.execute("DELETE FROM claims WHERE owner = ?", (owner,))
+
+    @contextmanager
+    def _naming(self, operation: str) -> Iterator[None]:
+        """SQLite's errors ("database or disk is full") name neither the file nor the step: say both."""
+        try:
+            yield
+        except StoreError:
+            raise
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"cannot {operation} in the response store {self.path} (claims table): {exc}") from exc
 
     def _spent(self, conn: sqlite3.Connection, since: float, now: float) -> float:
         """USD of calls stored since `since` plus live reservations (calls in flight, any process).

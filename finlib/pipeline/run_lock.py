@@ -46,7 +46,9 @@ def describe_holder(path: Path) -> str:
         info = {}
     if not info.get("pid"):
         return "another process (it has not yet written its pid)"
-    return f"pid {info['pid']} on {info.get('host', '?')} ({info.get('command', '?')}), started {info.get('started', '?')}"
+    return (
+        f"pid {info['pid']} on {info.get('host', '?')} ({info.get('command', '?')}), started {info.get('started', '?')}"
+    )
 
 
 def refusal(run_dir: Path, path: Path) -> str:

@@ -283,3 +283,48 @@ def test_runs_of_one_process_have_owners_of_their_own():
 
     a, b = run_owner(), run_owner()
     assert a != b and a.startswith(process_owner() + ":") and not owner_gone(a)
+
+
+def test_claims_a_killed_run_left_behind_are_gone_after_a_later_successful_run(tmp_path, monkeypatch):
+    """Drill: a run killed between storing its answers and releasing their claims, then a later successful run.
+
+    15 claims left behind (on answered keys, by a dead owner, and one expired lease of another host's
+    run): none is on a key the later run sends, and none is left after it."""
+    import socket
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # exited and reaped: its pid names no process
+    killed = f"{socket.gethostname()}:{dead.pid}:abcd1234"
+    path = tmp_path / "r.sqlite"
+    with ResponseStore(path) as s:
+        s.put_many([Result(key=f"old{i}", model="stub", backend="openai", mode="generate", status="ok",
+                           raw_text="x") for i in range(10)])
+        for i in range(10):  # answered, claim not released (the kill came between)
+            assert s.claim(f"old{i}-claim", killed, lease_s=600) == "mine"
+            s.conn.execute("UPDATE claims SET key = ? WHERE key = ?", (f"old{i}", f"old{i}-claim"))
+        for i in range(4):  # claimed and never answered by the killed run
+            assert s.claim(f"lost{i}", killed, lease_s=600) == "mine"
+        assert s.claim("expired", "elsewhere:1:abcd", lease_s=-1) == "mine"  # another host, lease over
+    assert _claims_left(path) == 15
+    counts = _run_on_stub(monkeypatch, path, [f"new{i}" for i in range(6)])
+    assert counts["ok"] == 6 and _claims_left(path) == 0
+
+
+def test_disk_full_at_the_claim_step_names_the_store_and_the_operation(tmp_path):
+    """Drill: disk full when a call is claimed before it is sent.
+
+    SQLite's own error is "database or disk is full"; the store's names its file and the step, and
+    the claim is not taken (a full store is refilled by nothing: the next claim fails the same way)."""
+    from finlib.llm.store import StoreError
+
+    path = tmp_path / "r.sqlite"
+    with ResponseStore(path) as s:
+        conn = s._claims()
+        conn.execute(f"PRAGMA max_page_count = {conn.execute('PRAGMA page_count').fetchone()[0]}")  # no page more
+        with pytest.raises(StoreError) as err:
+            for i in range(100_000):
+                s.claim(f"key {i} " + "x" * 200, "me:1:a", lease_s=60)
+        taken = i
+    assert f"cannot claim a call before sending it in the response store {path} (claims table)" in str(err.value)
+    assert "database or disk is full" in str(err.value)
+    assert _claims_left(path) == taken  # the failed claim is absent, the earlier ones intact
