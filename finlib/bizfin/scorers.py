@@ -272,7 +272,7 @@ def score_er(gold: str, text: str, question: str = "") -> ItemScore:
     if pred is None:
         try:
             bare = json.loads(re.sub(r"^```(?:json)?\s*|\s*```$", "", strip_think(text)), strict=False)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):   # RecursionError: hostile nesting, not an answer
             bare = None
         pred = bare if isinstance(bare, list) else None
     if pred is None or not all(isinstance(x, str) for x in pred):

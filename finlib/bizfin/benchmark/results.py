@@ -130,6 +130,13 @@ def cut_in_think_note(report: dict) -> str:
             + ", ".join(f"{m} {n}" for m, n in cut.items()) + "." if cut else "")
 
 
+def scoring_error_note(report: dict) -> str:
+    """Replies whose scoring raised, per model: outside N under both rules, never a stopped stage."""
+    bad = {m: n for m, n in (report.get("scoring_errors") or {}).items() if n}
+    return (" Replies whose scoring raised (outside N, the error in bizfin_items): "
+            + ", ".join(f"{m} {n}" for m, n in bad.items()) + "." if bad else "")
+
+
 def missing_average_note(long: pd.DataFrame) -> str:
     """The Average is over all nine tasks: where tasks are missing it is "—" and they are named."""
     miss = long[(long["task"] == "Average") & long["missing_tasks"].astype(str).str.len().gt(0)]
@@ -148,7 +155,8 @@ def table3_caption(report: dict, long: pd.DataFrame, items: pd.DataFrame | None 
     answered, official AEA values above 1, and the plumbing caveat."""
     return (f"BizFinBench Table 3: score (%) per task and plain-mean Average; judge-scored tasks (FTU, FQA, FDD) "
             f"by the vanilla LLM-as-judge {report.get('judge')}. " + rules_caption(report)
-            + not_answered_note(long) + missing_average_note(long) + cut_in_think_note(report) + " "
+            + not_answered_note(long) + missing_average_note(long) + cut_in_think_note(report)
+            + scoring_error_note(report) + " "
             + source_caveats(report, long))
 
 

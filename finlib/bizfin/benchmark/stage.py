@@ -18,7 +18,7 @@ from finlib.bizfin import score_item_detail, unit_score
 from finlib.bizfin.data import BizFinItem, check_counts, load_format_samples, load_huggingface, load_local
 from finlib.bizfin.official import VERDICT_READERS, official_label
 from finlib.bizfin.prompts import BIZFIN_ANSWER_VERSION
-from finlib.bizfin.scorers import official_unscorable
+from finlib.bizfin.scorers import ItemScore, official_unscorable
 from finlib.bizfin.tasks import TASKS, check_tasks, task_info
 from finlib.core.artifacts import write_frame, write_json
 from finlib.core.config import ConfigError, RunConfig
@@ -27,8 +27,9 @@ from finlib.llm.registry import ModelSpec, run_registry, select_models
 from finlib.llm.replies import cut_in_think
 
 SECTION = "bizfin"
-ITEM_COLUMNS = ["model", "task", "kind", "item_id", "source", "status", "parsed", "official", "ours",
-                "answer", "note", "judge_status", "raw_text", "input_tokens", "output_tokens", "cost_usd", "cached"]
+ITEM_COLUMNS = ["model", "task", "kind", "item_id", "source", "status", "parsed", "official", "official_n", "ours",
+                "answer", "note", "judge_status", "scoring_error", "raw_text", "input_tokens", "output_tokens",
+                "reasoning_tokens", "cost_usd", "cached"]
 
 
 @dataclass
@@ -179,6 +180,17 @@ def official_judge_score(task: str, res, published_rubric: bool, scale: tuple[in
     return s
 
 
+def guarded_score(task: str, item: BizFinItem, text: str | None):
+    """(ItemScore, None), or (NaN under both rules, the error) when scoring this one reply raises: a
+    reply that breaks a reader must cost its own item only, never the stage (stored replies are
+    rescored on every rerun). The error is kept in the row and counted in the report."""
+    try:
+        return score_item_detail(task, item, text), None
+    except Exception as exc:  # noqa: BLE001 - any reader failure is this item's, counted, never the run's
+        error = f"{type(exc).__name__}: {str(exc)[:200]}"
+        return ItemScore(math.nan, math.nan, False, None, f"scoring raised {error}"), error
+
+
 def score_model(spec_name: str, asked: dict[str, list[BizFinItem]], answers: pd.DataFrame, judge_batch_fn,
                 scale: tuple[int, int], published_rubric: bool = False, authors=None) -> list[dict]:
     """Item rows for one model: accuracy tasks by rule, judge tasks by one judge batch; with `authors`
@@ -192,7 +204,7 @@ def score_model(spec_name: str, asked: dict[str, list[BizFinItem]], answers: pd.
             base = {"model": spec_name, "task": t, "kind": TASKS[t].kind, "item_id": it.id, "source": it.source,
                     "status": a["status"], "raw_text": a["raw_text"], "input_tokens": int(a["input_tokens"]),
                     "output_tokens": int(a["output_tokens"]), "cost_usd": float(a["cost_usd"]),
-                    "cached": bool(a["cached"]), "judge_status": None}
+                    "cached": bool(a["cached"]), "judge_status": None, "scoring_error": None}
             if TASKS[t].kind == "judge":
                 if ok:
                     to_judge.append((base, it, a["raw_text"]))
@@ -200,12 +212,12 @@ def score_model(spec_name: str, asked: dict[str, list[BizFinItem]], answers: pd.
                     rows.append({**base, "parsed": False, "official": math.nan, "ours": math.nan, "answer": None,
                                  "note": f"no answer to judge ({a['error']})", "judge_status": "no_answer"})
                 continue
-            s = score_item_detail(t, it, a["raw_text"] if ok else None)   # not answered: NaN, outside N
+            s, error = guarded_score(t, it, a["raw_text"] if ok else None)   # not answered: NaN, outside N
             note = s.note if ok else f"not answered: {a['error']}"
             if ok and cut_in_think(a["raw_text"]):
                 note = "; ".join(x for x in ("cut inside <think>: the output budget ran out while reasoning", note) if x)
             rows.append({**base, "parsed": s.parsed, "official": s.official, "ours": s.ours, "answer": s.answer,
-                         "note": note, "_gold": it.gold})
+                         "note": note, "scoring_error": error, "_gold": it.gold})
     if to_judge:
         from finlib.bizfin import judge_input
 
@@ -336,7 +348,7 @@ def run_facts(cfg: RunConfig, p: dict, df: pd.DataFrame, specs: list[ModelSpec],
         "answer_status": answer_status(df),
         "call_status": df.groupby("status").size().to_dict() if len(df) else {},
         "judge_status": df["judge_status"].value_counts().to_dict() if len(df) else {},
-        "cut_in_think": cut_in_think_counts(df),
+        "cut_in_think": cut_in_think_counts(df), "scoring_errors": scoring_error_counts(df),
         "cost_usd": float(df["cost_usd"].sum()) if len(df) else 0.0, "budget_refused": int(budget.refused),
         "official_rules": official_label(None if authors is None else authors.commit),
         "official_code_commit": None if authors is None else authors.commit,
@@ -361,6 +373,14 @@ def cut_in_think_counts(items: pd.DataFrame) -> dict[str, int]:
         return {}
     cut = items["status"].eq("ok") & items["raw_text"].map(cut_in_think)
     return {str(m): int(n) for m, n in cut.groupby(items["model"], sort=False).sum().items()}
+
+
+def scoring_error_counts(items: pd.DataFrame) -> dict[str, int]:
+    """Per model: replies whose scoring raised (outside N under both rules, the error in the row)."""
+    if not len(items) or "scoring_error" not in items:
+        return {}
+    bad = items["scoring_error"].notna()
+    return {str(m): int(n) for m, n in bad.groupby(items["model"], sort=False).sum().items()}
 
 
 class CallsFailed(RuntimeError):
