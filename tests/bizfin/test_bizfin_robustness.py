@@ -92,3 +92,56 @@ def test_stage_scores_a_stored_er_reply_of_nested_brackets():
         stage.score_model("m", asked, _answers(asked, [NESTED_1000]), None, (0, 100)), columns=stage.ITEM_COLUMNS
     )
     assert rows["ours"].iat[0] == 0.0 and rows["scoring_error"].isna().all()
+
+
+# ---------------------------------------------------------------- the tolerant reader reads the whole reply
+
+LATEX = "".join(f"第{k}步：$\\frac{{{k}}}{{{k + 1}}}$ 约等于 {k / (k + 1):.3f}；\n" for k in range(1, 301))
+
+
+def test_answer_after_300_latex_fractions_is_read():
+    """Reasoning written as the world writes it (LaTeX fractions, each a `{` that is no JSON) before the answer."""
+    s = scorers.score_fnc("12.5", LATEX + '最终答案：\n```json\n{"answer": "12.5"}\n```')
+    assert (s.ours, s.parsed, s.answer) == (1.0, True, "12.5")
+
+
+def test_a_python_dict_answer_longer_than_20000_characters_is_read():
+    reason = "营收增长，毛利率提升。" * 2500  # 27,500 characters of single-quoted reason
+    s = scorers.score_fnc("12.5", f"{{'reason': '{reason}', 'answer': '12.5',}}")
+    assert (s.ours, s.parsed) == (1.0, True)
+
+
+@pytest.mark.parametrize(
+    "gold,pred,want",
+    [
+        ("1500", 1.5e3, True),
+        ("0.00000012", 1.2e-07, True),
+        ("1500", "1.5E3", True),
+        ("1500", "1.4e3", False),
+        ("2.5亿", "2.5e8元", True),
+        ("0.00125", "1.25e-3", True),
+        ("0.00125", "1.26e-3", False),
+    ],
+)
+def test_scientific_notation_is_a_number(gold, pred, want):
+    assert scorers.answers_match(gold, pred) is want
+
+
+def test_json_number_in_scientific_notation_scores():
+    assert scorers.score_fnc("0.00000012", '{"answer": 1.2e-7}').ours == 1.0
+
+
+def test_hostile_braces_read_as_nothing():
+    from finlib.llm.replies import read_json_objects
+
+    assert read_json_objects("{" * 1_000_000, max_chars=None) == []
+    assert read_json_objects('{"a": ' * 100_000, max_chars=None) == []
+    tail = '{"answer": "x"}'
+    assert read_json_objects("{" * 100_000 + tail, max_chars=None) == [{"answer": "x"}]
+
+
+def test_judge_verdict_longer_than_20000_characters_is_read():
+    from finlib.bizfin.iterajudge.judge import parse_judge_score
+
+    verdict = "评语：" + "数据描述准确。" * 3000 + '\n{"score": 80}'
+    assert parse_judge_score(verdict, (0, 100)) == (80, "json")
