@@ -145,3 +145,80 @@ def test_judge_verdict_longer_than_20000_characters_is_read():
 
     verdict = "评语：" + "数据描述准确。" * 3000 + '\n{"score": 80}'
     assert parse_judge_score(verdict, (0, 100)) == (80, "json")
+
+
+# ---------------------------------------------------------------- the official FDD denominator
+
+FDD_VERDICTS = [
+    '```json\n{"评分分数": "100", "描述": "完全正确"}\n```',
+    '{"评分分数": 60, "描述": "数据值描述错误"}',
+    '{"描述": "趋势描述错误，不得分"}',  # JSON without the score: the published script counts it twice in N
+    '```json\n{"评分分数": "满分", "描述": "x"}\n```',  # int() refuses: twice
+    '["评分分数", 0]',  # JSON, not an object: twice
+    "评分：60分，描述基本正确。",  # no JSON: once
+    '{"评分分数": "0", "描述": "趋势错误"}',
+]
+
+
+def test_fdd_n_counts_are_the_published_scripts_by_hand():
+    from finlib.bizfin.official import fdd_verdict, verdict_n
+
+    assert [verdict_n("FDD", v) for v in FDD_VERDICTS] == [1, 1, 2, 2, 2, 1, 1]
+    # the script's mean: (100 + 60) / (1 + 1 + 2 + 2 + 2 + 1 + 1) / 100 = 0.16 (each verdict once: 0.2286)
+    assert sum(fdd_verdict(v) * verdict_n("FDD", v) for v in FDD_VERDICTS) / 10 == pytest.approx(0.16)
+
+
+def test_table3_official_fdd_uses_the_published_n():
+    from finlib.bizfin.benchmark.results import task_scores
+    from finlib.bizfin.official import fdd_verdict, verdict_n
+
+    rows = [
+        {
+            "model": "m",
+            "task": "FDD",
+            "source": "benchmark",
+            "parsed": True,
+            "judge_status": "ok",
+            "status": "ok",
+            "official": fdd_verdict(v),
+            "official_n": verdict_n("FDD", v),
+            "ours": 0.5,
+        }
+        for v in FDD_VERDICTS
+    ]
+    long = task_scores(pd.DataFrame(rows), reps=50, seed=1).set_index(["rule", "task"])
+    assert long.loc[("official", "FDD"), "score"] == pytest.approx(16.0)
+    assert long.loc[("ours", "FDD"), "score"] == pytest.approx(50.0)
+
+
+def test_stage_records_the_published_n_of_each_verdict():
+    from finlib.bizfin.iterajudge.judge import JudgeResult
+
+    asked = {"FDD": load_format_samples(["FDD"])["FDD"][:2]}
+    verdicts = iter(FDD_VERDICTS[1:3])
+
+    def judge(inputs):
+        return [JudgeResult(i.id, None, "invalid", raw_text=next(verdicts), note="x") for i in inputs]
+
+    rows = stage.score_model(
+        "m", asked, _answers(asked, ["答一", "答二"]), judge, (0, 100), published_rubric=True
+    )
+    assert [(r["official"], r["official_n"]) for r in rows] == [(0.6, 1), (0.0, 2)]
+
+
+def test_fdd_official_column_equals_the_authors_batch_mean(authors):
+    """The verbatim path: per-item scores with their N counts, checked against one run of the whole batch."""
+    from finlib.bizfin.official import fdd_verdict, verdict_n
+
+    got = authors.score_verdicts("FDD", FDD_VERDICTS)
+    assert [(g.score, g.n) for g in got] == [(fdd_verdict(v), verdict_n("FDD", v)) for v in FDD_VERDICTS]
+    assert authors._verdict_acc("FDD", FDD_VERDICTS) == pytest.approx(0.16)
+
+
+def test_a_wrong_n_count_fails_the_batch_check(authors, monkeypatch):
+    from finlib.bizfin.authors_code import AuthorsCodeError, ScriptScore
+
+    real = authors._one_verdict
+    monkeypatch.setattr(authors, "_one_verdict", lambda task, v: ScriptScore(real(task, v).score))  # every n = 1
+    with pytest.raises(AuthorsCodeError, match="batch mean"):
+        authors.score_verdicts("FDD", FDD_VERDICTS)

@@ -16,7 +16,7 @@ import pandas as pd
 
 from finlib.bizfin import score_item_detail, unit_score
 from finlib.bizfin.data import BizFinItem, check_counts, load_format_samples, load_huggingface, load_local
-from finlib.bizfin.official import VERDICT_READERS, official_label
+from finlib.bizfin.official import VERDICT_READERS, official_label, verdict_n
 from finlib.bizfin.prompts import BIZFIN_ANSWER_VERSION
 from finlib.bizfin.scorers import ItemScore, official_unscorable
 from finlib.bizfin.tasks import TASKS, check_tasks, task_info
@@ -191,6 +191,17 @@ def guarded_score(task: str, item: BizFinItem, text: str | None):
         return ItemScore(math.nan, math.nan, False, None, f"scoring raised {error}"), error
 
 
+def official_n(task: str, official: float, verdict: str | None, published_rubric: bool) -> int:
+    """How many times the official column counts this item in its N: 0 when it has no official score,
+    the published script's count for a published verdict (FDD counts a JSON verdict without a readable
+    score twice), else 1."""
+    if not math.isfinite(official):
+        return 0
+    if TASKS[task].kind == "judge" and published_rubric:
+        return verdict_n(task, verdict or "")
+    return 1
+
+
 def score_model(spec_name: str, asked: dict[str, list[BizFinItem]], answers: pd.DataFrame, judge_batch_fn,
                 scale: tuple[int, int], published_rubric: bool = False, authors=None) -> list[dict]:
     """Item rows for one model: accuracy tasks by rule, judge tasks by one judge batch; with `authors`
@@ -209,7 +220,8 @@ def score_model(spec_name: str, asked: dict[str, list[BizFinItem]], answers: pd.
                 if ok:
                     to_judge.append((base, it, a["raw_text"]))
                 else:
-                    rows.append({**base, "parsed": False, "official": math.nan, "ours": math.nan, "answer": None,
+                    rows.append({**base, "parsed": False, "official": math.nan, "official_n": 0, "ours": math.nan,
+                             "answer": None,
                                  "note": f"no answer to judge ({a['error']})", "judge_status": "no_answer"})
                 continue
             s, error = guarded_score(t, it, a["raw_text"] if ok else None)   # not answered: NaN, outside N
@@ -217,7 +229,8 @@ def score_model(spec_name: str, asked: dict[str, list[BizFinItem]], answers: pd.
             if ok and cut_in_think(a["raw_text"]):
                 note = "; ".join(x for x in ("cut inside <think>: the output budget ran out while reasoning", note) if x)
             rows.append({**base, "parsed": s.parsed, "official": s.official, "ours": s.ours, "answer": s.answer,
-                         "note": note, "scoring_error": error, "_gold": it.gold})
+                         "official_n": official_n(t, s.official, None, published_rubric), "note": note,
+                         "scoring_error": error, "_gold": it.gold})
     if to_judge:
         from finlib.bizfin import judge_input
 
@@ -226,8 +239,9 @@ def score_model(spec_name: str, asked: dict[str, list[BizFinItem]], answers: pd.
         results = judge_batch_fn(inputs)
         for (base, it, _), res in zip(to_judge, results, strict=True):
             s = unit_score(res.score, scale) if res.status == "ok" else math.nan
-            rows.append({**base, "parsed": res.status == "ok",
-                         "official": official_judge_score(it.task, res, published_rubric, scale), "ours": s,
+            official = official_judge_score(it.task, res, published_rubric, scale)
+            rows.append({**base, "parsed": res.status == "ok", "official": official, "ours": s,
+                         "official_n": official_n(it.task, official, res.raw_text, published_rubric),
                          "answer": None if res.score is None else str(res.score),
                          "note": res.note if res.status != "ok" else "", "judge_status": res.status,
                          "_verdict": res.raw_text})
@@ -255,6 +269,7 @@ def official_from_scripts(rows: list[dict], authors, published_rubric: bool) -> 
             got = authors.score_verdicts(task, [r["_verdict"] or "" for r in group])
         for r, g in zip(group, got, strict=True):
             r["official"] = math.nan if g.score is None else float(g.score)
+            r["official_n"] = 0 if g.score is None else int(g.n)
             if g.error:
                 r["note"] = "; ".join(x for x in (r["note"], f"official: {g.error}") if x)
 
