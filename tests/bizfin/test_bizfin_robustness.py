@@ -200,9 +200,7 @@ def test_stage_records_the_published_n_of_each_verdict():
     def judge(inputs):
         return [JudgeResult(i.id, None, "invalid", raw_text=next(verdicts), note="x") for i in inputs]
 
-    rows = stage.score_model(
-        "m", asked, _answers(asked, ["答一", "答二"]), judge, (0, 100), published_rubric=True
-    )
+    rows = stage.score_model("m", asked, _answers(asked, ["答一", "答二"]), judge, (0, 100), published_rubric=True)
     assert [(r["official"], r["official_n"]) for r in rows] == [(0.6, 1), (0.0, 2)]
 
 
@@ -222,3 +220,30 @@ def test_a_wrong_n_count_fails_the_batch_check(authors, monkeypatch):
     monkeypatch.setattr(authors, "_one_verdict", lambda task, v: ScriptScore(real(task, v).score))  # every n = 1
     with pytest.raises(AuthorsCodeError, match="batch mean"):
         authors.score_verdicts("FDD", FDD_VERDICTS)
+
+
+# ---------------------------------------------------------------- task files split as the authors read them
+
+SEPARATORS_INSIDE_STRINGS = ["\u2028", "\u2029", "\u0085"]  # JSON allows these raw inside a string
+
+
+def test_task_file_splits_only_on_newlines_like_the_authors_reader(tmp_path):
+    """The authors iterate a text-mode file (`for line in f`): U+2028 / U+2029 / U+0085 inside a query
+    stay inside the record. Checked against that reading itself."""
+    import json
+
+    from finlib.bizfin.data import load_local
+    from finlib.bizfin.tasks import task_info
+
+    sample = (ROOT / "finlib" / "bizfin" / "format_samples" / "sample_FNC.jsonl").read_text(encoding="utf-8")
+    rec = json.loads(sample.splitlines()[0])
+    text = rec["messages"][0]["content"][0]["text"]
+    rec["messages"][0]["content"][0]["text"] = text.replace("\n", "\u2028", 1) + "".join(SEPARATORS_INSIDE_STRINGS)
+    line = json.dumps(rec, ensure_ascii=False)
+    path = tmp_path / f"{task_info('FNC').file_stem}.jsonl"
+    path.write_text(line + "\r\n" + line.replace("示例", "样例", 1) + "\n", encoding="utf-8")
+    with open(path, encoding="utf8") as f:  # the authors' reading
+        theirs = [json.loads(x) for x in f]
+    items = load_local(tmp_path, ["FNC"])["FNC"]
+    assert len(items) == len(theirs) == 2
+    assert all(sep in items[0].question for sep in SEPARATORS_INSIDE_STRINGS)
