@@ -247,3 +247,84 @@ def test_task_file_splits_only_on_newlines_like_the_authors_reader(tmp_path):
     items = load_local(tmp_path, ["FNC"])["FNC"]
     assert len(items) == len(theirs) == 2
     assert all(sep in items[0].question for sep in SEPARATORS_INSIDE_STRINGS)
+
+
+# ---------------------------------------------------------------- out of budget while reasoning; reasoning tokens
+
+FNC_GOLD_REPLY = '{"answer": "0"}'
+
+
+def _completion(content, finish_reason="length", reasoning_tokens=None) -> dict:
+    usage = {"prompt_tokens": 10, "completion_tokens": 64}
+    if reasoning_tokens is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    message = {"role": "assistant", "content": content, "reasoning_content": "先算营收，再算利润……"}
+    return {"choices": [{"index": 0, "message": message, "finish_reason": finish_reason}], "usage": usage}
+
+
+def _stored(body: dict, tmp_path) -> pd.DataFrame:
+    """A completion body through the backend's reading and the response store, as `chat` returns it."""
+    from llm_helpers import STUB_SPEC, make_request
+
+    from finlib.llm.openai_backend import malformed_reason, result_from_completion
+    from finlib.llm.store import ResponseStore
+
+    assert malformed_reason(body) is None
+    req = make_request("q")
+    with ResponseStore(tmp_path / "s.sqlite") as store:
+        store.put_many([result_from_completion(req, STUB_SPEC, body)])
+        row = store.get([req.key])[req.key]
+    return row
+
+
+@pytest.mark.parametrize(
+    "content,finish",
+    [
+        ("", "length"),
+        (None, "length"),
+        ("<think>先算营收，再", "length"),
+        ("<think>先算营收，再", "stop"),
+        ("<think>想完了</think>", "length"),
+    ],
+)
+def test_running_out_of_budget_while_reasoning_is_one_status(content, finish, tmp_path):
+    """Empty content, null content and an unclosed <think> are one status: not answered under ours
+    (outside N, counted), the returned text scored by the published rule under the official column."""
+    from finlib.bizfin.benchmark.results import task_scores
+
+    row = _stored(_completion(content, finish), tmp_path)
+    asked = {"FNC": load_format_samples(["FNC"])["FNC"][:2]}
+    answers = _answers(asked, [row["raw_text"], FNC_GOLD_REPLY])
+    answers["truncated_output"] = [bool(row["truncated_output"]), False]
+    items = pd.DataFrame(stage.score_model("m", asked, answers, None, (0, 100)), columns=stage.ITEM_COLUMNS)
+    spent = items.iloc[0]
+    assert spent["status"] == stage.OUT_OF_BUDGET and math.isnan(spent["ours"]) and not spent["parsed"]
+    assert spent["official"] == scorers.official_value("FNC", asked["FNC"][0].gold, row["raw_text"])[0]
+    assert stage.out_of_budget_counts(items) == {"m": 1}
+    assert stage.answer_status(items) == {"answered": 1, "not_answered": 1}
+    long = task_scores(items, reps=20, seed=1).set_index(["rule", "task"])
+    assert long.loc[("ours", "FNC"), "not_answered"] == 1 and long.loc[("ours", "FNC"), "n_scored"] == 1
+
+
+def test_an_empty_reply_inside_the_budget_stays_an_answer():
+    asked = {"FNC": load_format_samples(["FNC"])["FNC"][:1]}
+    answers = _answers(asked, [""])
+    answers["truncated_output"] = [False]
+    row = stage.score_model("m", asked, answers, None, (0, 100))[0]
+    assert row["status"] == "ok" and row["ours"] == 0.0
+
+
+def test_a_null_content_that_did_not_hit_the_limit_is_still_malformed():
+    from finlib.llm.openai_backend import malformed_reason
+
+    assert malformed_reason(_completion(None, "stop")) == "choice without message content"
+
+
+def test_reasoning_tokens_are_recorded_per_answer(tmp_path):
+    row = _stored(_completion('{"answer": "1"}', "stop", reasoning_tokens=812), tmp_path)
+    assert row["reasoning_tokens"] == 812 and row["output_tokens"] == 64
+    assert _stored(_completion('{"answer": "1"}', "stop"), tmp_path / "b")["reasoning_tokens"] is None
+    asked = {"FNC": load_format_samples(["FNC"])["FNC"][:1]}
+    answers = _answers(asked, ['{"answer": "1"}'])
+    answers["reasoning_tokens"] = [row["reasoning_tokens"]]
+    assert stage.score_model("m", asked, answers, None, (0, 100))[0]["reasoning_tokens"] == 812

@@ -137,11 +137,12 @@ def rules_caption(report: dict) -> str:
     return (f"Official column: {report.get('official_rules')}. Judge rubric: {report.get('rubric_source', 'ours')}.")
 
 
-def cut_in_think_note(report: dict) -> str:
-    """Replies that ended inside an unclosed <think> (the budget ran out while reasoning), per model."""
-    cut = {m: n for m, n in (report.get("cut_in_think") or {}).items() if n}
-    return (" Replies cut inside <think> (no answer; raise the model's reasoning_tokens): "
-            + ", ".join(f"{m} {n}" for m, n in cut.items()) + "." if cut else "")
+def out_of_budget_note(report: dict) -> str:
+    """Replies whose output budget ran out while the model was reasoning, per model."""
+    cut = {m: n for m, n in (report.get("out_of_budget_reasoning") or {}).items() if n}
+    return (" Replies that ran out of output budget while reasoning (empty or null content at the limit, or an "
+            "unclosed <think>; not answered under ours, the text as returned under the official rule; raise the "
+            "model's reasoning_tokens): " + ", ".join(f"{m} {n}" for m, n in cut.items()) + "." if cut else "")
 
 
 def scoring_error_note(report: dict) -> str:
@@ -169,7 +170,7 @@ def table3_caption(report: dict, long: pd.DataFrame, items: pd.DataFrame | None 
     answered, official AEA values above 1, and the plumbing caveat."""
     return (f"BizFinBench Table 3: score (%) per task and plain-mean Average; judge-scored tasks (FTU, FQA, FDD) "
             f"by the vanilla LLM-as-judge {report.get('judge')}. " + rules_caption(report)
-            + not_answered_note(long) + missing_average_note(long) + cut_in_think_note(report)
+            + not_answered_note(long) + missing_average_note(long) + out_of_budget_note(report)
             + scoring_error_note(report) + " "
             + source_caveats(report, long))
 
