@@ -49,6 +49,7 @@ class ScriptScore:
 
     score: float | None
     error: str = ""
+    n: int = 1      # times the script counts the item in its N (the FDD script counts some verdicts twice)
 
 
 def checkout_commit(root: Path) -> str:
@@ -230,16 +231,44 @@ class AuthorsCode:
             return _read_jsonl(Path(tmp) / "step1" / "answers.jsonl")
 
     def score_verdicts(self, task: str, verdicts: list[str]) -> list[ScriptScore]:
-        """Per-item judge scores (0..1) as the script's `evaluation` reads the judge's replies: each
-        verdict scored alone (the scripts keep no per-line score), the batch mean checked against them."""
-        out = []
-        for v in verdicts:
-            with tempfile.TemporaryDirectory(prefix="bizfin-official-") as tmp:
-                path = Path(tmp) / "verdicts.jsonl"
-                _write_jsonl(path, [{"predict_result": v}])
-                acc = float(self._evaluate(SCRIPTS[task], path)["acc"])
-            out.append(_verdict_score(task, acc, v))
+        """Per-item judge scores (0..1) and N counts as the script's `evaluation` reads the judge's replies:
+        each verdict scored alone (the scripts keep no per-line score), then the whole batch run once and
+        its mean required to equal the per-item scores weighted by their N counts."""
+        out = [self._one_verdict(task, v) for v in verdicts]
+        if verdicts:
+            _check_verdict_mean(task, self._verdict_acc(task, verdicts), out)
         return out
+
+    def _verdict_acc(self, task: str, verdicts: list[str]) -> float:
+        """The script's `acc` on these verdicts (one JSONL line each)."""
+        with tempfile.TemporaryDirectory(prefix="bizfin-official-") as tmp:
+            path = Path(tmp) / "verdicts.jsonl"
+            _write_jsonl(path, [{"predict_result": v} for v in verdicts])
+            return float(self._evaluate(SCRIPTS[task], path)["acc"])
+
+    def _one_verdict(self, task: str, verdict: str) -> ScriptScore:
+        """One verdict's score; for an FDD verdict scored 0, its N count measured by running it beside a
+        full-mark verdict: acc = (0 + 100) / (n + 1) / 100."""
+        s = _verdict_score(task, self._verdict_acc(task, [verdict]), verdict)
+        if task == "FDD" and s.score == 0:
+            both = self._verdict_acc(task, [verdict, FDD_FULL_MARK])
+            return ScriptScore(s.score, s.error, round(1 / both) - 1)
+        return s
+
+
+FDD_FULL_MARK = '{"评分分数": "100", "描述": "完全正确"}'
+
+
+def _check_verdict_mean(task: str, batch_acc: float, scores: list[ScriptScore]) -> None:
+    """The batch mean of a judge script must equal the per-item scores weighted by their N counts
+    (else a per-item reading, or an N count, differs from the script's own)."""
+    kept = [s for s in scores if s.score is not None]
+    n = sum(s.n for s in kept)
+    mean = sum(s.score * s.n for s in kept) / n if n else 0.0
+    want = batch_acc / 100 if task == "FTU" else batch_acc
+    if not math.isclose(mean, want, rel_tol=1e-9, abs_tol=1e-9):
+        raise AuthorsCodeError(f"{SCRIPTS[task]}: per-item verdict scores weighted by their N average {mean!r}, the "
+                               f"script's batch mean is {want!r}")
 
 
 def _verdict_score(task: str, acc: float, verdict: str) -> ScriptScore:
@@ -248,7 +277,7 @@ def _verdict_score(task: str, acc: float, verdict: str) -> ScriptScore:
     if task == "FTU":
         return ScriptScore(acc / 100)
     if task == "FQA" and acc <= 0:
-        return ScriptScore(None, "outside N under eval_financial_encyclopedia.py (no total above 0)")
+        return ScriptScore(None, "outside N under eval_financial_encyclopedia.py (no total above 0)", 0)
     return ScriptScore(acc)
 
 

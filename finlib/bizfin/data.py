@@ -188,13 +188,20 @@ def _records(body: str, path: Path | str):
             raise _fail(path, exc.lineno, "<file>", f"not a valid JSON array ({exc.msg} at column {exc.colno})") from None
         yield from ((i, rec) for i, rec in enumerate(records, 1))  # "line" = the record's position
         return
-    for n, raw in enumerate(body.splitlines(), 1):
+    for n, raw in enumerate(file_lines(body), 1):
         if not raw.strip():
             continue
         try:
             yield n, json.loads(raw)
         except json.JSONDecodeError as exc:
             raise _fail(path, n, "<line>", f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+
+
+def file_lines(body: str) -> list[str]:
+    """The lines of a JSONL body as the authors read their task files (iterating a file opened in text
+    mode): a line ends at \\n, \\r\\n or \\r only. `str.splitlines` also splits at U+2028, U+2029 and U+0085,
+    which JSON allows raw inside a string (a record holding one is one line), and at \\v, \\f and \\x1c-\\x1e."""
+    return body.replace("\r\n", "\n").replace("\r", "\n").split("\n")
 
 
 def _read_utf8(path: Path) -> str:

@@ -269,15 +269,44 @@ _FQA_TOTAL = re.compile(r'"总分"\s*:\s*(\d+(\.\d+)?)')
 _FTU_SCORE = re.compile(r"评分\s*：\s*\[?\s*\[?\s*(\d+)\s*\]?\s*\]?")
 
 
+def _fdd_json_text(verdict: str) -> str:
+    found = _JSON_FENCE.findall(verdict)
+    return found[0] if found else verdict.split("\n\n")[0].strip()
+
+
 def fdd_verdict(verdict: str) -> float | None:
     """FDD (eval_financial_description.py): the first ```json fence, else the text before the first blank
-    line, read as JSON; `int(评分分数)` / 100; anything unreadable scores 0 inside N."""
-    found = _JSON_FENCE.findall(verdict)
-    text = found[0] if found else verdict.split("\n\n")[0].strip()
+    line, read as JSON; `int(评分分数)` / 100; anything unreadable scores 0 inside N (`fdd_verdict_n`:
+    counted twice when the JSON reads but its score does not)."""
     try:
-        return int(json.loads(text)["评分分数"]) / 100
+        return int(json.loads(_fdd_json_text(verdict))["评分分数"]) / 100
     except Exception:  # noqa: BLE001
         return 0.0
+
+
+def fdd_verdict_n(verdict: str) -> int:
+    """How many times eval_financial_description.py counts this verdict in N: twice when its JSON reads
+    but `int(评分分数)` raises (the script adds 1 after `json.loads`, then 1 again in the handler of
+    the KeyError / TypeError / ValueError), else once."""
+    try:
+        parsed = json.loads(_fdd_json_text(verdict))
+    except Exception:  # noqa: BLE001 - unreadable JSON: counted once, in the JSONDecodeError handler
+        return 1
+    try:
+        int(parsed["评分分数"])
+    except Exception:  # noqa: BLE001
+        return 2
+    return 1
+
+
+def verdict_n(task: str, verdict: str) -> int:
+    """How many times the published judge script counts one verdict in its denominator (FQA: 1 for a
+    total above 0, else 0; FTU: 1; FDD: `fdd_verdict_n`)."""
+    if task == "FDD":
+        return fdd_verdict_n(verdict)
+    if task == "FQA":
+        return 0 if fqa_verdict(verdict) is None else 1
+    return 1
 
 
 def _fqa_parsed(verdict: str) -> Any:
@@ -354,5 +383,6 @@ def ftu_judge_input(query: str, reply: str) -> tuple[str, Any]:
 
 
 __all__ = ["PUBLISHED_COMMIT", "SCRIPTS", "FNER_SCRIPTS", "PublishedScriptError", "official_label", "paser_json",
-           "score", "RULE_SCORERS", "VERDICT_READERS", "fdd_verdict", "fqa_verdict", "ftu_verdict",
+           "score", "RULE_SCORERS", "VERDICT_READERS", "fdd_verdict", "fdd_verdict_n", "fqa_verdict", "ftu_verdict",
+           "verdict_n",
            "ftu_judge_input"]

@@ -97,7 +97,8 @@ def parse_date(value: Any) -> date | None:
 UNIT_SCALE: dict[str, Decimal] = {"万亿": Decimal(10) ** 12, "亿": Decimal(10) ** 8, "万": Decimal(10) ** 4,
                                   "千": Decimal(10) ** 3, "%": Decimal("0.01"), "元": Decimal(1), "": Decimal(1)}
 _CURRENCY_NAMES = r"元|人民币|美元|港元|港币"
-_QUANTITY = re.compile(r"^([-+]?\d+(?:\.\d+)?)\s*(万亿|亿|万|千|%)?\s*(" + _CURRENCY_NAMES + r")?$")
+# mantissa, optional exponent (scientific notation: "1.5e3", a JSON number 1.2e-07), scale, currency
+_QUANTITY = re.compile(r"^([-+]?\d+(?:\.\d+)?)(?:[eE]([-+]?\d+))?\s*(万亿|亿|万|千|%)?\s*(" + _CURRENCY_NAMES + r")?$")
 _QUESTION_UNIT = re.compile(r"单位\s*[:：为是]*\s*[（(]?\s*((?:万亿|亿|万|千)?(?:" + _CURRENCY_NAMES
                             + r")|%|万亿|亿|万|千)")
 
@@ -117,8 +118,8 @@ class Quantity:
 
 
 def parse_quantity(value: Any) -> Quantity | None:
-    """A number, or a numeric string with thousands commas and an optional unit (万 / 亿 / % with or
-    without 元, or 元 alone). Anything else after the number ("10以上", "约10") makes it not a number."""
+    """A number, or a numeric string (scientific notation read) with thousands commas and an optional
+    unit (万 / 亿 / % with or without 元, or 元 alone). Anything else after the number ("10以上", "约10") makes it not a number."""
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
@@ -130,12 +131,16 @@ def parse_quantity(value: Any) -> Quantity | None:
     m = _QUANTITY.match(value.strip().replace(",", ""))
     if not m:
         return None
+    exponent = int(m[2]) if m[2] else 0
+    if abs(exponent) > 400:   # beyond any float: not a quantity a model means
+        return None
     try:
-        num = Decimal(m[1])
+        num = Decimal(m[1]).scaleb(exponent)
     except InvalidOperation:
         return None
-    decimals = len(m[1].split(".")[1]) if "." in m[1] else 0
-    return Quantity(num, decimals, m[2] or ("元" if m[3] else ""))
+    # the decimals the number states: "1.25e-3" states five (0.00125); "1.5e3" states units
+    decimals = max(0, (len(m[1].split(".")[1]) if "." in m[1] else 0) - exponent)
+    return Quantity(num, decimals, m[3] or ("元" if m[4] else ""))
 
 
 def parse_number(value: Any) -> float | None:
@@ -272,7 +277,7 @@ def score_er(gold: str, text: str, question: str = "") -> ItemScore:
     if pred is None:
         try:
             bare = json.loads(re.sub(r"^```(?:json)?\s*|\s*```$", "", strip_think(text)), strict=False)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):   # RecursionError: hostile nesting, not an answer
             bare = None
         pred = bare if isinstance(bare, list) else None
     if pred is None or not all(isinstance(x, str) for x in pred):

@@ -22,8 +22,8 @@ from finlib.llm.store import Request, ResponseStore, make_key
 
 DEFAULT_MODEL_CACHE = Path("data/interim/models")  # params inference.model_cache (callers pass theirs)
 DEFAULT_LOG_DIR = Path("runs/llamacpp")           # stages pass runs/<run>/
-CHAT_COLUMNS = ["id", "model", "status", "raw_text", "error", "input_tokens", "output_tokens", "cost_usd",
-                "latency_s", "truncated_output", "cache_key", "cached"]
+CHAT_COLUMNS = ["id", "model", "status", "raw_text", "error", "input_tokens", "output_tokens", "reasoning_tokens",
+                "cost_usd", "latency_s", "truncated_output", "cache_key", "cached"]
 
 
 @dataclass(frozen=True)
@@ -205,6 +205,7 @@ def chat(spec: ModelSpec, items: list[ChatItem], store: ResponseStore, *, max_ne
                      else (s["error"] if s["status"] == "error" else None),
                      "input_tokens": 0 if s is None else s["input_tokens"],
                      "output_tokens": 0 if s is None else s["output_tokens"],
+                     "reasoning_tokens": None if s is None else s["reasoning_tokens"],
                      "cost_usd": 0.0 if s is None else s["cost_usd"],
                      "latency_s": 0.0 if s is None else s["latency_s"],
                      "truncated_output": None if s is None or s["truncated_output"] is None

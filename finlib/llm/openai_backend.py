@@ -555,9 +555,13 @@ def result_from_completion(req: Request, spec: ModelSpec, body: dict, discount: 
     usage = body.get("usage") or {}
     n_in, n_out = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
     choice = (body.get("choices") or [{}])[0]
-    return Result.for_request(req, status="ok", raw_text=(choice.get("message") or {}).get("content"),
+    reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
+    # null content cut at the limit: the budget ran out while reasoning, stored as the empty answer it is
+    content = (choice.get("message") or {}).get("content")
+    return Result.for_request(req, status="ok", raw_text="" if content is None else content,
                               input_tokens=n_in, output_tokens=n_out, cost_usd=spec.cost(n_in, n_out, discount),
-                              truncated_output=choice.get("finish_reason") == "length", **fields)
+                              truncated_output=choice.get("finish_reason") == "length",
+                              reasoning_tokens=None if reasoning is None else int(reasoning), **fields)
 
 
 def context_refused(req: Request, reason: str, latency_s: float = 0.0, attempts: int = 1) -> Result:
@@ -579,8 +583,10 @@ def malformed_reason(body: dict) -> str | None:
     if not choices:
         return "no choices"
     message = choices[0].get("message")
-    if not isinstance(message, dict) or message.get("content") is None:
+    if not isinstance(message, dict):
         return "choice without message content"
+    if message.get("content") is None and choices[0].get("finish_reason") != "length":
+        return "choice without message content"   # null content at the limit: out of budget while reasoning
     return None
 
 

@@ -64,37 +64,40 @@ def read_json_objects(text: str, max_chars: int | None = MAX_PARSE_CHARS) -> lis
 
     The one JSON-in-text reader (stages 04, 05, 07 and the BizFinBench scorers use it): top-level
     objects only, nested objects are inside their parent; an object that cannot be read is
-    skipped, never guessed.
+    skipped, never guessed. `max_chars=None` reads the whole reply: every `{` is tried, however
+    many unreadable ones (LaTeX `\frac{a}{b}` in reasoning) come before the answer.
     """
     stripped = strip_think(text)
-    return find_json_objects(stripped if max_chars is None else stripped[:max_chars])
+    return whole_text_objects(stripped) if max_chars is None else find_json_objects(stripped[:max_chars])
 
 
 MAX_JSON_STARTS = 200  # bounded work on hostile input ("{" * 10**6): unreadable starts tried at most
+WHOLE_REPLY_WORK_PER_CHAR = 16  # whole-reply reading: characters decoded or repaired per reply character, at most
+_OBJECT_START = re.compile(r"""\{\s*["'}]""")  # an object with string keys (or empty) opens this way
 
 
-def find_json_objects(text: str) -> list[dict]:
+def find_json_objects(text: str, max_starts: int | None = MAX_JSON_STARTS) -> list[dict]:
     """Every top-level JSON-ish object in `text` (strict JSON first, then Python-dict syntax
-    with single quotes / trailing commas). Objects nested in strings are not visited."""
+    with single quotes / trailing commas). Objects nested in strings are not visited.
+
+    `max_starts`: unreadable `{` tried at most, each block scanned over at most MAX_PARSE_CHARS
+    (cheap on hostile input). None: the whole text (`whole_text_objects`).
+    """
+    if max_starts is None:
+        return whole_text_objects(text)
     out: list[dict] = []
     dec = json.JSONDecoder(strict=False)  # strict=False: raw line breaks inside strings (a multi-line "reason")
+    braces = _Braces(text, MAX_PARSE_CHARS)
     i = text.find("{")
     failed = 0
-    while i != -1 and failed < MAX_JSON_STARTS:
+    while i != -1 and failed < max_starts:
         obj, end = None, None
         try:
             obj, end = dec.raw_decode(text, i)
         except (ValueError, RecursionError):  # RecursionError: hostile nesting, not an answer
-            block_end = _matching_brace(text, i)
+            block_end = braces.close(i)
             if block_end is not None:
-                block = re.sub(r",\s*([}\]])", r"\1", _escape_raw_breaks(text[i:block_end + 1]))
-                for loader in (json.loads, _literal):
-                    try:
-                        obj = loader(block)
-                        end = block_end + 1
-                        break
-                    except Exception:  # noqa: BLE001 - any failure just means "not this block"
-                        obj = None
+                obj, end = _repaired(text[i:block_end + 1]), block_end + 1
         if isinstance(obj, dict):
             out.append(obj)
             i = text.find("{", end)
@@ -102,6 +105,51 @@ def find_json_objects(text: str) -> list[dict]:
             failed += 1
             i = text.find("{", i + 1)
     return out
+
+
+def whole_text_objects(text: str) -> list[dict]:
+    """`find_json_objects` over the whole text, however many unreadable `{` come first (LaTeX
+    `\\frac{a}{b}` in reasoning) and however long an object is. Linear work: only a `{` followed by a
+    quote or `}` can open an object with string keys; a `{` no `}` closes is skipped (one shared scan
+    settles the braces); each block is decoded on its own slice (a decoding error then costs the
+    block, not the text before it). Hostile nesting (`'{"a": ' * n + '}' * n`) stops the reading
+    after WHOLE_REPLY_WORK_PER_CHAR x the text's length of decoding."""
+    out: list[dict] = []
+    dec = json.JSONDecoder(strict=False)
+    braces = _Braces(text, None)
+    work_left = WHOLE_REPLY_WORK_PER_CHAR * len(text) + MAX_PARSE_CHARS
+    m = _OBJECT_START.search(text)
+    while m is not None:
+        i = m.start()
+        close = braces.close(i)
+        if close is None:
+            m = _OBJECT_START.search(text, i + 1)
+            continue
+        block = text[i:close + 1]
+        work_left -= 2 * len(block)
+        if work_left < 0:
+            break
+        try:
+            obj, end = dec.raw_decode(block)
+        except (ValueError, RecursionError):
+            obj, end = _repaired(block), len(block)
+        if isinstance(obj, dict):
+            out.append(obj)
+            m = _OBJECT_START.search(text, i + end)
+        else:
+            m = _OBJECT_START.search(text, i + 1)
+    return out
+
+
+def _repaired(block: str) -> Any:
+    """The block read as JSON or a Python dict after repairs (raw breaks, trailing commas); None if neither."""
+    block = re.sub(r",\s*([}\]])", r"\1", _escape_raw_breaks(block))
+    for loader in (json.loads, _literal):
+        try:
+            return loader(block)
+        except Exception:  # noqa: BLE001 - any failure just means "not this block"
+            continue
+    return None
 
 
 def _escape_raw_breaks(block: str) -> str:
@@ -129,24 +177,39 @@ def _literal(block: str) -> Any:
     return ast.literal_eval(block)
 
 
-def _matching_brace(text: str, start: int) -> int | None:
-    """Index of the `}` closing the `{` at `start`, skipping quoted strings of either kind."""
-    depth, quote, esc = 0, None, False
-    for j in range(start, min(len(text), start + MAX_PARSE_CHARS)):
-        ch = text[j]
-        if quote:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == quote:
-                quote = None
-        elif ch in "\"'":
-            quote = ch
-        elif ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return j
-    return None
+class _Braces:
+    """The `}` closing each `{`, scanned from that `{` with quoted strings of either kind skipped, within
+    `limit` characters (None: to the end). One scan also settles every `{` it passes outside quotes
+    (from there the scan from that `{` would be the same), so nested or repeated braces cost one pass."""
+
+    def __init__(self, text: str, limit: int | None):
+        self.text, self.limit, self.known = text, limit, {}
+
+    def close(self, start: int) -> int | None:
+        if start in self.known:
+            return self.known[start]
+        text = self.text
+        stop = len(text) if self.limit is None else min(len(text), start + self.limit)
+        opened: list[int] = []
+        quote, esc = None, False
+        for j in range(start, stop):
+            ch = text[j]
+            if quote:
+                if esc:
+                    esc = False
+                elif ch == "\\":
+                    esc = True
+                elif ch == quote:
+                    quote = None
+            elif ch in "\"'":
+                quote = ch
+            elif ch == "{":
+                opened.append(j)
+            elif ch == "}":
+                self.known.setdefault(opened.pop(), j)
+                if not opened:
+                    return j
+        if stop == len(text):  # the text ended: none of the open braces closes (a limit settles nothing)
+            for k in opened:
+                self.known.setdefault(k, None)
+        return None

@@ -45,6 +45,7 @@ CREATE TABLE IF NOT EXISTS responses (
     truncated INTEGER NOT NULL DEFAULT 0,
     label_mass REAL,
     truncated_output INTEGER,
+    reasoning_tokens INTEGER,
     error TEXT,
     attempts INTEGER NOT NULL DEFAULT 1,
     n_failures INTEGER NOT NULL DEFAULT 0,
@@ -111,7 +112,7 @@ def owner_gone(owner: str) -> bool:
 
 COLUMNS = ("key", "model", "backend", "mode", "status", "raw_text", "p_bullish", "p_neutral", "p_bearish",
            "input_tokens", "output_tokens", "cost_usd", "latency_s", "truncated", "label_mass", "truncated_output",
-           "error", "attempts")
+           "reasoning_tokens", "error", "attempts")
 
 # An answer is never replaced by an error; an error is replaced by anything newer.
 UPSERT = f"""
@@ -169,6 +170,8 @@ class Result:
     extra: dict = field(default_factory=dict)
     # the answer hit the output-token limit (finish_reason "length"); None when unknown (errors)
     truncated_output: bool | None = None
+    # output tokens the server says went to reasoning (usage.completion_tokens_details); None when not reported
+    reasoning_tokens: int | None = None
 
     @classmethod
     def for_request(cls, req: Request, **fields) -> Result:
@@ -183,7 +186,7 @@ class Result:
                 p.get("bullish"), p.get("neutral"), p.get("bearish"), int(self.input_tokens),
                 int(self.output_tokens), float(self.cost_usd), float(self.latency_s), int(bool(self.truncated)),
                 self.extra.get("label_mass"), None if self.truncated_output is None else int(self.truncated_output),
-                self.error, int(self.attempts), int(self.status == "error"), time.time())
+                None if self.reasoning_tokens is None else int(self.reasoning_tokens), self.error, int(self.attempts), int(self.status == "error"), time.time())
 
 
 class StoreError(sqlite3.OperationalError):
@@ -220,7 +223,7 @@ class ResponseStore:
         self.conn.execute("PRAGMA synchronous=FULL")
         self.conn.execute(SCHEMA)
         have = {row[1] for row in self.conn.execute("PRAGMA table_info(responses)")}
-        for column, kind in (("label_mass", "REAL"), ("truncated_output", "INTEGER")):
+        for column, kind in (("label_mass", "REAL"), ("truncated_output", "INTEGER"), ("reasoning_tokens", "INTEGER")):
             if column not in have:  # stores made before the column existed (old rows: NULL = unknown)
                 self.conn.execute(f"ALTER TABLE responses ADD COLUMN {column} {kind}")
         self.conn.execute(CLAIMS_SCHEMA)

@@ -96,6 +96,7 @@ def fdd_verdicts(i: int) -> Iterator[tuple[str, str]]:
         yield f"{label}/float", _js({"评分分数": f"{s}.5"})
         yield f"{label}/python_dict", repr(v)
         yield f"{label}/list", _js([v])
+        yield f"{label}/no_score", _js({"描述": "趋势描述错误。"})   # JSON without the score: twice in the published N
 
 
 def fqa_verdicts(i: int) -> Iterator[tuple[str, str]]:

@@ -328,7 +328,7 @@ def test_o_series_requests_carry_no_temperature(repo_root):
 
 
 def test_a_reply_cut_inside_think_is_counted_per_model_and_noted():
-    from finlib.bizfin.benchmark.results import cut_in_think_note
+    from finlib.bizfin.benchmark.results import out_of_budget_note
     from finlib.bizfin.data import load_format_samples
 
     asked = {"FNC": load_format_samples(["FNC"])["FNC"][:2]}
@@ -337,6 +337,6 @@ def test_a_reply_cut_inside_think_is_counted_per_model_and_noted():
                             "error": [None, None], "input_tokens": 1, "output_tokens": 1, "cost_usd": 0.0,
                             "cached": False})
     items = pd.DataFrame(stage.score_model("qwq", asked, answers, None, (0, 100)), columns=stage.ITEM_COLUMNS)
-    assert stage.cut_in_think_counts(items) == {"qwq": 1}
-    assert items["note"].str.contains("cut inside <think>").sum() == 1
-    assert "qwq 1" in cut_in_think_note({"cut_in_think": stage.cut_in_think_counts(items)})
+    assert stage.out_of_budget_counts(items) == {"qwq": 1}
+    assert items["note"].str.contains("ran out while reasoning").sum() == 1
+    assert "qwq 1" in out_of_budget_note({"out_of_budget_reasoning": stage.out_of_budget_counts(items)})

@@ -26,10 +26,21 @@ LONG_COLUMNS = ["model", "rule", "task", "source", "n_items", "not_answered", "n
                 "judge_invalid", "score", "ci_low", "ci_high", "missing_tasks"]
 
 
-def _sums(values: np.ndarray) -> np.ndarray:
-    """Items x 2 [score, 1] for the defined scores (NaN = not scored, left out)."""
-    v = values[np.isfinite(values)]
-    return np.column_stack([v, np.ones_like(v)])
+def _sums(values: np.ndarray, counts: np.ndarray | None = None) -> np.ndarray:
+    """Items x 2 [score x count, count] for the defined scores (NaN = not scored, left out); `count` is
+    how many times the item enters N (1, or the published FDD script's 2 for a JSON verdict without
+    a readable score; `official_n`)."""
+    ok = np.isfinite(values)
+    n = np.ones(int(ok.sum())) if counts is None else counts[ok].astype(float)
+    return np.column_stack([values[ok] * n, n])
+
+
+def n_counts(g: pd.DataFrame, rule: str) -> np.ndarray | None:
+    """The official column's per-item N counts (`official_n`) where recorded; ours counts each item once."""
+    if rule != "official" or "official_n" not in g:
+        return None
+    n = pd.to_numeric(g["official_n"], errors="coerce").to_numpy(dtype=float)
+    return np.where(np.isfinite(n), n, 1.0)
 
 
 def task_scores(items: pd.DataFrame, reps: int, seed: int, ci: float = 0.95) -> pd.DataFrame:
@@ -44,11 +55,12 @@ def task_scores(items: pd.DataFrame, reps: int, seed: int, ci: float = 0.95) -> 
 def _model_rows(g: pd.DataFrame, model: str, rule: str, reps: int, seed: int, ci: float) -> list[dict]:
     rows = []
     tasks = [t for t in TASK_ORDER if t in set(g["task"])]
-    blocks = []
+    blocks, weights = [], []
     for t in tasks:
         gt = g[g["task"] == t]
         vals = gt[rule].to_numpy(dtype=float)
-        est = bootstrap_ci(_sums(vals), ratio, reps, seed, ci)
+        counts = n_counts(gt, rule)
+        est = bootstrap_ci(_sums(vals, counts), ratio, reps, seed, ci)
         answered = gt[gt["status"] == "ok"]   # a failed call is not answered: outside N and the parse rate
         # a judged answer whose judge call failed has no verdict either: not answered, as the runner counts it
         missing = (gt["status"] != "ok") | (gt["judge_status"] == "not_answered")
@@ -60,12 +72,13 @@ def _model_rows(g: pd.DataFrame, model: str, rule: str, reps: int, seed: int, ci
                      "score": 100 * est.value, "ci_low": 100 * est.ci_low, "ci_high": 100 * est.ci_high,
                      "missing_tasks": ""})
         blocks.append(vals)
-    rows.append(average_row(model, rule, tasks, blocks, reps, seed, ci))
+        weights.append(np.ones_like(vals) if counts is None else counts)
+    rows.append(average_row(model, rule, tasks, blocks, reps, seed, ci, weights))
     return rows
 
 
 def average_row(model: str, rule: str, tasks: list[str], blocks: list[np.ndarray], reps: int, seed: int,
-                ci: float) -> dict:
+                ci: float, weights: list[np.ndarray] | None = None) -> dict:
     """Plain mean over the nine tasks, with an interval from resampling all items jointly; NaN ("—" in
     the tables) with the missing tasks named when any task has no score (a mean over fewer tasks is a
     different statistic, never shown as the Average)."""
@@ -82,8 +95,9 @@ def average_row(model: str, rule: str, tasks: list[str], blocks: list[np.ndarray
     i = 0
     for j, b in enumerate(blocks):
         ok = np.isfinite(b)
-        sums[i:i + len(b), 2 * j] = np.where(ok, b, 0.0)
-        sums[i:i + len(b), 2 * j + 1] = ok.astype(float)
+        w = np.ones_like(b) if weights is None else weights[j]
+        sums[i:i + len(b), 2 * j] = np.where(ok, b * w, 0.0)
+        sums[i:i + len(b), 2 * j + 1] = np.where(ok, w, 0.0)
         i += len(b)
     est = bootstrap_ci(sums, mean_over_groups(ratio, k, 2), reps, seed, ci)
     return {"model": model, "rule": rule, "task": "Average", "source": "", "n_items": n, "not_answered": np.nan,
@@ -123,11 +137,19 @@ def rules_caption(report: dict) -> str:
     return (f"Official column: {report.get('official_rules')}. Judge rubric: {report.get('rubric_source', 'ours')}.")
 
 
-def cut_in_think_note(report: dict) -> str:
-    """Replies that ended inside an unclosed <think> (the budget ran out while reasoning), per model."""
-    cut = {m: n for m, n in (report.get("cut_in_think") or {}).items() if n}
-    return (" Replies cut inside <think> (no answer; raise the model's reasoning_tokens): "
-            + ", ".join(f"{m} {n}" for m, n in cut.items()) + "." if cut else "")
+def out_of_budget_note(report: dict) -> str:
+    """Replies whose output budget ran out while the model was reasoning, per model."""
+    cut = {m: n for m, n in (report.get("out_of_budget_reasoning") or {}).items() if n}
+    return (" Replies that ran out of output budget while reasoning (empty or null content at the limit, or an "
+            "unclosed <think>; not answered under ours, the text as returned under the official rule; raise the "
+            "model's reasoning_tokens): " + ", ".join(f"{m} {n}" for m, n in cut.items()) + "." if cut else "")
+
+
+def scoring_error_note(report: dict) -> str:
+    """Replies whose scoring raised, per model: outside N under both rules, never a stopped stage."""
+    bad = {m: n for m, n in (report.get("scoring_errors") or {}).items() if n}
+    return (" Replies whose scoring raised (outside N, the error in bizfin_items): "
+            + ", ".join(f"{m} {n}" for m, n in bad.items()) + "." if bad else "")
 
 
 def missing_average_note(long: pd.DataFrame) -> str:
@@ -148,7 +170,8 @@ def table3_caption(report: dict, long: pd.DataFrame, items: pd.DataFrame | None 
     answered, official AEA values above 1, and the plumbing caveat."""
     return (f"BizFinBench Table 3: score (%) per task and plain-mean Average; judge-scored tasks (FTU, FQA, FDD) "
             f"by the vanilla LLM-as-judge {report.get('judge')}. " + rules_caption(report)
-            + not_answered_note(long) + missing_average_note(long) + cut_in_think_note(report) + " "
+            + not_answered_note(long) + missing_average_note(long) + out_of_budget_note(report)
+            + scoring_error_note(report) + " "
             + source_caveats(report, long))
 
 

@@ -16,19 +16,20 @@ import pandas as pd
 
 from finlib.bizfin import score_item_detail, unit_score
 from finlib.bizfin.data import BizFinItem, check_counts, load_format_samples, load_huggingface, load_local
-from finlib.bizfin.official import VERDICT_READERS, official_label
+from finlib.bizfin.official import VERDICT_READERS, official_label, verdict_n
 from finlib.bizfin.prompts import BIZFIN_ANSWER_VERSION
-from finlib.bizfin.scorers import official_unscorable
+from finlib.bizfin.scorers import ItemScore, official_unscorable
 from finlib.bizfin.tasks import TASKS, check_tasks, task_info
 from finlib.core.artifacts import write_frame, write_json
 from finlib.core.config import ConfigError, RunConfig
 from finlib.llm.engine import ChatItem, chat
 from finlib.llm.registry import ModelSpec, run_registry, select_models
-from finlib.llm.replies import cut_in_think
+from finlib.llm.replies import cut_in_think, strip_think
 
 SECTION = "bizfin"
-ITEM_COLUMNS = ["model", "task", "kind", "item_id", "source", "status", "parsed", "official", "ours",
-                "answer", "note", "judge_status", "raw_text", "input_tokens", "output_tokens", "cost_usd", "cached"]
+ITEM_COLUMNS = ["model", "task", "kind", "item_id", "source", "status", "parsed", "official", "official_n", "ours",
+                "answer", "note", "judge_status", "scoring_error", "raw_text", "input_tokens", "output_tokens",
+                "reasoning_tokens", "cost_usd", "cached"]
 
 
 @dataclass
@@ -179,6 +180,44 @@ def official_judge_score(task: str, res, published_rubric: bool, scale: tuple[in
     return s
 
 
+OUT_OF_BUDGET = "out_of_budget_reasoning"
+OUT_OF_BUDGET_NOTE = ("the output budget ran out while reasoning (empty or null content at the limit, or an "
+                      "unclosed <think>): not answered")
+
+
+def ran_out_while_reasoning(text, truncated_output) -> bool:
+    """One status however the server returns it: a reply that ends inside an unclosed `<think>`, or one
+    cut at the output limit with nothing outside its reasoning (empty content; null content, which the
+    backend stores as empty)."""
+    if cut_in_think(text):
+        return True
+    limit = truncated_output is True or (truncated_output is not None and not pd.isna(truncated_output)
+                                         and bool(truncated_output))
+    return limit and (text is None or not strip_think(str(text)))
+
+
+def guarded_score(task: str, item: BizFinItem, text: str | None):
+    """(ItemScore, None), or (NaN under both rules, the error) when scoring this one reply raises: a
+    reply that breaks a reader must cost its own item only, never the stage (stored replies are
+    rescored on every rerun). The error is kept in the row and counted in the report."""
+    try:
+        return score_item_detail(task, item, text), None
+    except Exception as exc:  # noqa: BLE001 - any reader failure is this item's, counted, never the run's
+        error = f"{type(exc).__name__}: {str(exc)[:200]}"
+        return ItemScore(math.nan, math.nan, False, None, f"scoring raised {error}"), error
+
+
+def official_n(task: str, official: float, verdict: str | None, published_rubric: bool) -> int:
+    """How many times the official column counts this item in its N: 0 when it has no official score,
+    the published script's count for a published verdict (FDD counts a JSON verdict without a readable
+    score twice), else 1."""
+    if not math.isfinite(official):
+        return 0
+    if TASKS[task].kind == "judge" and published_rubric:
+        return verdict_n(task, verdict or "")
+    return 1
+
+
 def score_model(spec_name: str, asked: dict[str, list[BizFinItem]], answers: pd.DataFrame, judge_batch_fn,
                 scale: tuple[int, int], published_rubric: bool = False, authors=None) -> list[dict]:
     """Item rows for one model: accuracy tasks by rule, judge tasks by one judge batch; with `authors`
@@ -188,24 +227,32 @@ def score_model(spec_name: str, asked: dict[str, list[BizFinItem]], answers: pd.
     for t, its in asked.items():
         for it in its:
             a = by_id.loc[it.id]
-            ok = a["status"] == "ok"
+            spent = a["status"] == "ok" and ran_out_while_reasoning(a["raw_text"], a.get("truncated_output"))
+            ok = a["status"] == "ok" and not spent
+            reasoning = a.get("reasoning_tokens")
             base = {"model": spec_name, "task": t, "kind": TASKS[t].kind, "item_id": it.id, "source": it.source,
-                    "status": a["status"], "raw_text": a["raw_text"], "input_tokens": int(a["input_tokens"]),
-                    "output_tokens": int(a["output_tokens"]), "cost_usd": float(a["cost_usd"]),
-                    "cached": bool(a["cached"]), "judge_status": None}
+                    "status": OUT_OF_BUDGET if spent else a["status"], "raw_text": a["raw_text"],
+                    "input_tokens": int(a["input_tokens"]), "output_tokens": int(a["output_tokens"]),
+                    "reasoning_tokens": None if reasoning is None or pd.isna(reasoning) else int(reasoning),
+                    "cost_usd": float(a["cost_usd"]), "cached": bool(a["cached"]), "judge_status": None,
+                    "scoring_error": None}
             if TASKS[t].kind == "judge":
                 if ok:
                     to_judge.append((base, it, a["raw_text"]))
                 else:
-                    rows.append({**base, "parsed": False, "official": math.nan, "ours": math.nan, "answer": None,
-                                 "note": f"no answer to judge ({a['error']})", "judge_status": "no_answer"})
+                    why = OUT_OF_BUDGET_NOTE if spent else f"no answer to judge ({a['error']})"
+                    rows.append({**base, "parsed": False, "official": math.nan, "official_n": 0, "ours": math.nan,
+                                 "answer": None, "note": why, "judge_status": "no_answer"})
                 continue
-            s = score_item_detail(t, it, a["raw_text"] if ok else None)   # not answered: NaN, outside N
-            note = s.note if ok else f"not answered: {a['error']}"
-            if ok and cut_in_think(a["raw_text"]):
-                note = "; ".join(x for x in ("cut inside <think>: the output budget ran out while reasoning", note) if x)
+            # not answered: NaN, outside N; out of budget while reasoning: the official rule scores the text
+            # as returned (as the published scripts would), ours leaves it out of N
+            s, error = guarded_score(t, it, a["raw_text"] if ok or spent else None)
+            if spent:
+                s = ItemScore(s.official, math.nan, False, None, "; ".join(x for x in (OUT_OF_BUDGET_NOTE, s.note) if x))
+            note = s.note if ok or spent else f"not answered: {a['error']}"
             rows.append({**base, "parsed": s.parsed, "official": s.official, "ours": s.ours, "answer": s.answer,
-                         "note": note, "_gold": it.gold})
+                         "official_n": official_n(t, s.official, None, published_rubric), "note": note,
+                         "scoring_error": error, "_gold": it.gold})
     if to_judge:
         from finlib.bizfin import judge_input
 
@@ -214,8 +261,9 @@ def score_model(spec_name: str, asked: dict[str, list[BizFinItem]], answers: pd.
         results = judge_batch_fn(inputs)
         for (base, it, _), res in zip(to_judge, results, strict=True):
             s = unit_score(res.score, scale) if res.status == "ok" else math.nan
-            rows.append({**base, "parsed": res.status == "ok",
-                         "official": official_judge_score(it.task, res, published_rubric, scale), "ours": s,
+            official = official_judge_score(it.task, res, published_rubric, scale)
+            rows.append({**base, "parsed": res.status == "ok", "official": official, "ours": s,
+                         "official_n": official_n(it.task, official, res.raw_text, published_rubric),
                          "answer": None if res.score is None else str(res.score),
                          "note": res.note if res.status != "ok" else "", "judge_status": res.status,
                          "_verdict": res.raw_text})
@@ -233,8 +281,9 @@ def official_from_scripts(rows: list[dict], authors, published_rubric: bool) -> 
     only; under our rubric there is no published verdict to read)."""
     by_task: dict[str, list[dict]] = {}
     for r in rows:
-        if r["status"] == "ok" and (r["kind"] == "accuracy" or (published_rubric and r["judge_status"] in
-                                                                  ("ok", "invalid"))):
+        if (r["status"] == "ok" and (r["kind"] == "accuracy" or (published_rubric and r["judge_status"] in
+                                                                   ("ok", "invalid")))) \
+                or (r["status"] == OUT_OF_BUDGET and r["kind"] == "accuracy"):
             by_task.setdefault(r["task"], []).append(r)
     for task, group in by_task.items():
         if TASKS[task].kind == "accuracy":
@@ -243,6 +292,7 @@ def official_from_scripts(rows: list[dict], authors, published_rubric: bool) -> 
             got = authors.score_verdicts(task, [r["_verdict"] or "" for r in group])
         for r, g in zip(group, got, strict=True):
             r["official"] = math.nan if g.score is None else float(g.score)
+            r["official_n"] = 0 if g.score is None else int(g.n)
             if g.error:
                 r["note"] = "; ".join(x for x in (r["note"], f"official: {g.error}") if x)
 
@@ -336,7 +386,7 @@ def run_facts(cfg: RunConfig, p: dict, df: pd.DataFrame, specs: list[ModelSpec],
         "answer_status": answer_status(df),
         "call_status": df.groupby("status").size().to_dict() if len(df) else {},
         "judge_status": df["judge_status"].value_counts().to_dict() if len(df) else {},
-        "cut_in_think": cut_in_think_counts(df),
+        "out_of_budget_reasoning": out_of_budget_counts(df), "scoring_errors": scoring_error_counts(df),
         "cost_usd": float(df["cost_usd"].sum()) if len(df) else 0.0, "budget_refused": int(budget.refused),
         "official_rules": official_label(None if authors is None else authors.commit),
         "official_code_commit": None if authors is None else authors.commit,
@@ -354,13 +404,21 @@ def answer_status(items: pd.DataFrame) -> dict[str, int]:
     return {"answered": int((~missing).sum()), "not_answered": int(missing.sum())}
 
 
-def cut_in_think_counts(items: pd.DataFrame) -> dict[str, int]:
-    """Per model: answers that ended inside an unclosed `<think>` (the output budget ran out while the
-    model was reasoning): they hold no answer, a status of their own shown under Table 3."""
+def out_of_budget_counts(items: pd.DataFrame) -> dict[str, int]:
+    """Per model: answers whose output budget ran out while the model was reasoning (status
+    `out_of_budget_reasoning`): not answered under ours, shown under Table 3."""
     if not len(items):
         return {}
-    cut = items["status"].eq("ok") & items["raw_text"].map(cut_in_think)
-    return {str(m): int(n) for m, n in cut.groupby(items["model"], sort=False).sum().items()}
+    spent = items["status"].eq(OUT_OF_BUDGET)
+    return {str(m): int(n) for m, n in spent.groupby(items["model"], sort=False).sum().items()}
+
+
+def scoring_error_counts(items: pd.DataFrame) -> dict[str, int]:
+    """Per model: replies whose scoring raised (outside N under both rules, the error in the row)."""
+    if not len(items) or "scoring_error" not in items:
+        return {}
+    bad = items["scoring_error"].notna()
+    return {str(m): int(n) for m, n in bad.groupby(items["model"], sort=False).sum().items()}
 
 
 class CallsFailed(RuntimeError):
@@ -373,7 +431,7 @@ def not_answered_counts(items: pd.DataFrame) -> dict[str, dict]:
     frequent error (outside every N, shown in the report)."""
     out = {}
     for model, g in items.groupby("model", sort=False):
-        failed = g[g["status"] != "ok"]
+        failed = g[g["status"] == "error"]   # failed calls; out of budget while reasoning is the model's
         judged = g[g["judge_status"].notna() & (g["judge_status"] != "no_answer")]
         out[str(model)] = {"answers": int(len(failed)), "of": int(len(g)),
                            "judge_calls": int((judged["judge_status"] == "not_answered").sum()),

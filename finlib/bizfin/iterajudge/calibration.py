@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import rankdata
 
+from finlib.bizfin.data import file_lines
 from finlib.bizfin.iterajudge.judge import JudgeInput, judge_batch, results_frame
 from finlib.bizfin.iterajudge.rubrics import dimensions_for
 from finlib.core.tables import paper_table
@@ -77,7 +78,7 @@ def read_reference_set(path: str | Path, text: str | None = None) -> pd.DataFram
     change of the reference."""
     text = Path(path).read_text(encoding="utf-8") if text is None else text
     rows = []
-    for n, raw in enumerate(text.splitlines(), 1):
+    for n, raw in enumerate(file_lines(text), 1):
         if not raw.strip():
             continue
         try:

@@ -138,7 +138,8 @@ def parse_judge_score(text: Any, score_range: tuple[int, int] = DEFAULT_SCORE_RA
     if fmt not in SCORE_PATHS:
         raise ValueError(f"unknown judge verdict format {fmt!r}; known: {sorted(SCORE_PATHS) + ['ftu_published']}")
     scores = []
-    for obj in read_json_objects(text):  # <think> blocks are dropped first: scratch work is not the verdict
+    # <think> blocks dropped first (scratch work is not the verdict); the whole verdict read, however long
+    for obj in read_json_objects(text, max_chars=None):
         found, value = _dig(obj, SCORE_PATHS[fmt])
         if not found:
             continue
