@@ -76,7 +76,7 @@ FAULTS: tuple[Fault, ...] = (
         METRICS,
         'stats.cluster_sums(d["ticker"],',
         "stats.cluster_sums(d.index,",
-        "Fin-Bias Table 7 paired difference interval: pairs resampled one by one, not by firm",
+        "Fin-Bias Tables 4-7 paired differences' intervals: pairs resampled one by one, not by firm",
         (f"{TRUTHS}::test_paired_difference_interval_resamples_firms_at_95_percent",),
     ),
     # ------------------------------------------------------------ paired tests and Holm (Tables 4, 7 markers)
@@ -85,7 +85,7 @@ FAULTS: tuple[Fault, ...] = (
         METRICS,
         'out.loc[idx, "p_holm"] = stats.holm(out.loc[idx, "pvalue"].to_numpy())',
         'out.loc[idx, "p_holm"] = out.loc[idx, "pvalue"].to_numpy()',
-        "Fin-Bias Tables 4 and 7 significance markers: Holm's correction across models left out",
+        "Fin-Bias Tables 4-7 significance markers: Holm's correction across models left out",
         (f"{TRUTHS}::test_holm_runs_across_models_and_sets_the_marker",),
     ),
     Fault(
@@ -93,7 +93,7 @@ FAULTS: tuple[Fault, ...] = (
         STATS,
         "(m - np.arange(m)) * p[order]",
         "m * p[order]",
-        "Fin-Bias Tables 4 and 7 markers: Bonferroni's factor m for every rank instead of Holm's m - i",
+        "Fin-Bias Tables 4-7 markers: Bonferroni's factor m for every rank instead of Holm's m - i",
         (
             "tests/core/test_stats.py::test_holm_matches_statsmodels_and_keeps_nan",
             f"{TRUTHS}::test_holm_runs_across_models_and_sets_the_marker",
@@ -104,7 +104,7 @@ FAULTS: tuple[Fault, ...] = (
         METRICS,
         'out.groupby(["test", "sector"]).groups',
         'out.groupby(["test"]).groups',
-        "Fin-Bias Tables 4 and 7 markers: one Holm family per test over all sectors instead of per sector",
+        "Fin-Bias Tables 4-7 markers: one Holm family per test over all sectors instead of per sector",
         (f"{TRUTHS}::test_holm_runs_across_models_and_sets_the_marker",),
     ),
     Fault(
@@ -112,7 +112,7 @@ FAULTS: tuple[Fault, ...] = (
         STATS,
         "exact=True",
         "exact=False",
-        "Fin-Bias Tables 4 and 7 McNemar p-values: chi-square approximation instead of the exact binomial test",
+        "Fin-Bias Tables 4-7 McNemar p-values: chi-square approximation instead of the exact binomial test",
         (
             "tests/core/test_stats.py::test_mcnemar_hand_value",
             f"{TRUTHS}::test_mcnemar_pvalues_are_binomial_tests_on_hand_counted_discordant_pairs",
@@ -123,7 +123,7 @@ FAULTS: tuple[Fault, ...] = (
         METRICS,
         "d = pr[pr[target].notna()].reset_index(drop=True)",
         'd = pr[pr[target].notna() & pr["parsed_a"] & pr["parsed_b"]].reset_index(drop=True)',
-        "Fin-Bias Table 7 McNemar: pairs with an unparsed answer left out instead of counted as no match",
+        "Fin-Bias Tables 4-7 McNemar: pairs with an unparsed answer left out instead of counted as no match",
         (f"{TRUTHS}::test_mcnemar_pvalues_are_binomial_tests_on_hand_counted_discordant_pairs",),
     ),
     Fault(
@@ -131,7 +131,7 @@ FAULTS: tuple[Fault, ...] = (
         STATS,
         'method="stuart_maxwell"',
         'method="bhapkar"',
-        "Fin-Bias Table 7 answer-shift test: Bhapkar's statistic instead of Stuart-Maxwell's",
+        "Fin-Bias stage 04 answer-shift tests (beside Tables 4-7): Bhapkar's statistic instead of Stuart-Maxwell's",
         ("tests/core/test_stats.py::test_stuart_maxwell_hand_example",),
     ),
     # ------------------------------------------------------------ Eq. 1 and the cells (Tables 2, 4-6)
@@ -140,7 +140,7 @@ FAULTS: tuple[Fault, ...] = (
         METRICS,
         "return np.c_[_eq(answers, targets).astype(float), np.ones(len(answers))]",
         "return np.c_[_eq(answers, targets).astype(float), answers.notna().to_numpy(float)]",
-        "Fin-Bias Eq. 1 (Tables 4-6 herding and accuracy): N counts parsed answers only",
+        "Fin-Bias Eq. 1 (Tables 4-7 herding and accuracy): N counts parsed answers only",
         ("tests/finbias/test_scoring.py::test_herding_and_accuracy_by_hand_through_the_pipeline_specs",),
     ),
     Fault(
@@ -148,8 +148,8 @@ FAULTS: tuple[Fault, ...] = (
         STATS,
         "present = denom > 0",
         "present = support > 0",
-        "Fin-Bias Table 5 / 6 macro-F1: classes that occur only among the predictions left out of the mean",
-        ("tests/core/test_stats.py::test_macro_f1_by_hand",),
+        "Fin-Bias macro-F1 (stage 04 metrics beside Table 6): classes that occur only among the predictions left out",
+        (f"{TRUTHS}::test_macro_f1_is_sklearns_over_classes_in_truth_or_answers",),
     ),
     Fault(
         "kl_reversed",
@@ -164,7 +164,7 @@ FAULTS: tuple[Fault, ...] = (
         METRICS,
         '"fake_herding": "reference_rating_a"',
         '"fake_herding": "reference_rating_b"',
-        "Fin-Bias Table 7 fake-rating herding: agreement with the analyst's rating instead of the fake",
+        "Fin-Bias Table 5 marker (fake-rating herding): agreement with the analyst's rating instead of the fake",
         ("tests/finbias/test_scoring.py::test_paired_mcnemar_pairs",),
     ),
     # ------------------------------------------------------------ join keys
@@ -173,7 +173,7 @@ FAULTS: tuple[Fault, ...] = (
         SCORING_STAGE,
         'merge(labels[["report_id", "label"]], on="report_id", how="left"',
         'merge(labels[["report_id", "label"]].assign(label=labels["label"].shift(1)), on="report_id", how="left"',
-        "Fin-Bias accuracy (Tables 4-6): each model's answer graded against its neighbour report's label",
+        "Fin-Bias accuracy (Tables 6, 7): each model's answer graded against its neighbour report's label",
         ("tests/finbias/test_scoring.py::test_herding_and_accuracy_by_hand_through_the_pipeline_specs",),
     ),
     Fault(
@@ -181,7 +181,7 @@ FAULTS: tuple[Fault, ...] = (
         SCORING_STAGE,
         'labels[["report_id", "label"]], on="report_id", how="inner"',
         'labels[["report_id", "label"]].assign(label=labels["label"].shift(1)), on="report_id", how="inner"',
-        "Fin-Bias Tables 2 and 6 analyst accuracy: the analyst's rating graded against its neighbour's label",
+        "Fin-Bias Table 6 analyst row: the analyst's rating graded against its neighbour's label",
         ("tests/finbias/test_scoring.py::test_analyst_baseline",),
     ),
     Fault(
@@ -189,7 +189,7 @@ FAULTS: tuple[Fault, ...] = (
         SCORING_STAGE,
         'reports[["report_id", "ticker", "sector"]], on="report_id"',
         'reports[["report_id", "ticker", "sector"]].assign(sector=reports["sector"].shift(-1)), on="report_id"',
-        "Fin-Bias per-sector cells (Tables 4-6): each report counted in its neighbour's sector",
+        "Fin-Bias per-sector cells (Tables 4-7): each report counted in its neighbour's sector",
         ("tests/finbias/test_scoring.py::test_empty_sector_is_nan_with_zero_n",),
     ),
     # ------------------------------------------------------------ stage 01 labels: window edges, buckets
@@ -198,7 +198,7 @@ FAULTS: tuple[Fault, ...] = (
         MARKET,
         "ew = window_sums(panel, day0, col, 1, window)",
         "ew = window_sums(panel, day0, col, 0, window)",
-        "Fin-Bias labels (Tables 2-6 accuracy): the 60-day CAR window is days 0..59 instead of +1..+60",
+        "Fin-Bias labels (Table 3 lower half, accuracy in Tables 6-8): the 60-day CAR window is days 0..59 instead of +1..+60",
         (f"{TRUTHS}::test_car_sums_the_abnormal_return_of_days_1_to_60",),
     ),
     Fault(
@@ -272,6 +272,31 @@ FAULTS: tuple[Fault, ...] = (
         "np.where(pos <= k_bear,",
         "Fin-Bias labels: the first neutral event of a year labelled bearish (31/39/30)",
         ("tests/finbias/test_labels.py::test_year_buckets_ties_broken_by_report_id",),
+    ),
+    # ------------------------------------------------------------ Fin-Bias Tables 2, 3 and 8
+    Fault(
+        "table2_empty_sector_counted_once",
+        "finlib.finbias.data.stage",
+        'df["num"] = df["sector"].map(counts).fillna(0).astype(int)',
+        'df["num"] = df["sector"].map(counts).fillna(1).astype(int)',
+        "Fin-Bias Table 2 reports per sector: a sector without reports shows one",
+        ("tests/finbias/test_data.py::test_table2_and_table3_beside_the_paper",),
+    ),
+    Fault(
+        "table3_share_over_all_reports",
+        "finlib.finbias.data.stage",
+        "n = int(len(rated))",
+        "n = int(len(ratings))",
+        "Fin-Bias Table 3 rating shares: reports without a rating inside the denominator",
+        ("tests/finbias/test_data.py::test_table2_and_table3_beside_the_paper",),
+    ),
+    Fault(
+        "table8_delta_reversed",
+        "finlib.finbias.dpo.evaluate",
+        "delta = {c: vt[c] - vb[c] for c",
+        "delta = {c: vb[c] - vt[c] for c",
+        "Fin-Bias Table 8: the DPO - base accuracy difference signed base - DPO",
+        ("tests/finbias/test_dpo.py::test_table8_layout_ours_and_the_papers_rows",),
     ),
     # ------------------------------------------------------------ BizFinBench Tables 3, 4, 6
     Fault(

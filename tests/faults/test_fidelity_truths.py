@@ -9,10 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy.stats import binomtest, norm
+from sklearn.metrics import f1_score
 from statsmodels.stats.multitest import multipletests
 
 from finlib.finbias.labels.market_model import compute_labels
-from finlib.finbias.scoring.metrics import metrics_long, paired_tests
+from finlib.finbias.scoring.metrics import macro_f1, metrics_long, paired_tests
 from finlib.finbias.vocab import POOLED
 
 FIRMS = 60
@@ -133,6 +134,17 @@ def test_holm_runs_across_models_and_sets_the_marker():
     for p, marker in zip(t["p_holm"], t["marker"]):
         want = "" if not np.isfinite(p) else "***" if p < 0.001 else "**" if p < 0.01 else "*" if p < 0.05 else ""
         assert marker == want
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_macro_f1_is_sklearns_over_classes_in_truth_or_answers(seed):
+    """sklearn's macro average runs over the labels found in the truth or the predictions; here the
+    truth never holds "bearish" while the answers do (a class only predicted still counts, with F1 0)."""
+    rng = np.random.default_rng(seed)
+    truth = rng.choice(["bullish", "neutral"], 40)
+    answers = rng.choice(["bullish", "neutral", "bearish"], 40)
+    want = f1_score(truth, answers, average="macro", zero_division=0)
+    assert macro_f1(pd.Series(answers, dtype=object), pd.Series(truth, dtype=object)) == pytest.approx(want, abs=1e-12)
 
 
 # --------------------------------------------------------------------------- label windows from a planted drift
