@@ -174,7 +174,7 @@ FAULTS: tuple[Fault, ...] = (
         'merge(labels[["report_id", "label"]], on="report_id", how="left"',
         'merge(labels[["report_id", "label"]].assign(label=labels["label"].shift(1)), on="report_id", how="left"',
         "Fin-Bias accuracy (Tables 6, 7): each model's answer graded against its neighbour report's label",
-        ("tests/finbias/test_scoring.py::test_herding_and_accuracy_by_hand_through_the_pipeline_specs",),
+        (f"{TRUTHS}::test_labels_and_sectors_join_each_answer_by_report_id",),
     ),
     Fault(
         "analyst_label_join_misaligned",
@@ -182,7 +182,10 @@ FAULTS: tuple[Fault, ...] = (
         'labels[["report_id", "label"]], on="report_id", how="inner"',
         'labels[["report_id", "label"]].assign(label=labels["label"].shift(1)), on="report_id", how="inner"',
         "Fin-Bias Table 6 analyst row: the analyst's rating graded against its neighbour's label",
-        ("tests/finbias/test_scoring.py::test_analyst_baseline",),
+        (
+            "tests/finbias/test_scoring.py::test_analyst_baseline",
+            f"{TRUTHS}::test_labels_and_sectors_join_each_answer_by_report_id",
+        ),
     ),
     Fault(
         "sector_join_misaligned",
@@ -190,7 +193,10 @@ FAULTS: tuple[Fault, ...] = (
         'reports[["report_id", "ticker", "sector"]], on="report_id"',
         'reports[["report_id", "ticker", "sector"]].assign(sector=reports["sector"].shift(-1)), on="report_id"',
         "Fin-Bias per-sector cells (Tables 4-7): each report counted in its neighbour's sector",
-        ("tests/finbias/test_scoring.py::test_empty_sector_is_nan_with_zero_n",),
+        (
+            "tests/finbias/test_scoring.py::test_empty_sector_is_nan_with_zero_n",
+            f"{TRUTHS}::test_labels_and_sectors_join_each_answer_by_report_id",
+        ),
     ),
     # ------------------------------------------------------------ stage 01 labels: window edges, buckets
     Fault(
@@ -272,6 +278,22 @@ FAULTS: tuple[Fault, ...] = (
         "np.where(pos <= k_bear,",
         "Fin-Bias labels: the first neutral event of a year labelled bearish (31/39/30)",
         ("tests/finbias/test_labels.py::test_year_buckets_ties_broken_by_report_id",),
+    ),
+    Fault(
+        "bucket_upper_boundary_exclusive",
+        MARKET,
+        "np.where(pos >= n - k_bull,",
+        "np.where(pos > n - k_bull,",
+        "Fin-Bias labels (Table 3 lower half): the lowest bullish event of a year labelled neutral (30/41/29)",
+        ("tests/finbias/test_labels.py::test_year_buckets_ties_broken_by_report_id",),
+    ),
+    Fault(
+        "paper_car_over_valid_days_only",
+        MARKET,
+        "car = window * alpha",
+        "car = n_obs * alpha",
+        "Fin-Bias labels (Table 3 lower half): Eq. 7 sums alpha over the valid days only, not the 60-day window",
+        ("tests/finbias/test_labels.py::test_paper_car_is_window_times_alpha_with_missing_days",),
     ),
     # ------------------------------------------------------------ Fin-Bias Tables 2, 3 and 8
     Fault(

@@ -11,8 +11,10 @@ import pytest
 from scipy.stats import binomtest, norm
 from sklearn.metrics import f1_score
 from statsmodels.stats.multitest import multipletests
+from test_scoring import frames
 
 from finlib.finbias.labels.market_model import compute_labels
+from finlib.finbias.scoring import stage as scoring
 from finlib.finbias.scoring.metrics import macro_f1, metrics_long, paired_tests
 from finlib.finbias.vocab import POOLED
 
@@ -134,6 +136,24 @@ def test_holm_runs_across_models_and_sets_the_marker():
     for p, marker in zip(t["p_holm"], t["marker"]):
         want = "" if not np.isfinite(p) else "***" if p < 0.001 else "**" if p < 0.01 else "*" if p < 0.05 else ""
         assert marker == want
+
+
+@pytest.mark.parametrize("order_seed", [0, 1])
+def test_labels_and_sectors_join_each_answer_by_report_id(order_seed):
+    """Whatever order the labels and reports frames come in, every scored row (models' and the analyst's)
+    carries its own report's label and sector, looked up here by report_id in plain dicts."""
+    predictions, conditions, labels, reports = frames()
+    labels = labels.sample(frac=1, random_state=order_seed).reset_index(drop=True)
+    reports = reports.sample(frac=1, random_state=order_seed + 10).reset_index(drop=True)
+    label_of = dict(zip(labels["report_id"], labels["label"]))
+    sector_of = dict(zip(reports["report_id"], reports["sector"]))
+    rows = pd.concat(
+        [scoring.score_frame(predictions, conditions, labels, reports).rows, scoring.analyst_rows(reports, labels)],
+        ignore_index=True,
+    )
+    assert len(rows) and rows["model"].eq("Analyst").any()
+    assert rows["label"].tolist() == [label_of[r] for r in rows["report_id"]]
+    assert rows["sector"].tolist() == [sector_of[r] for r in rows["report_id"]]
 
 
 @pytest.mark.parametrize("seed", range(4))
