@@ -72,8 +72,8 @@ def mutmut_table(files: tuple[str, ...], tests: tuple[str, ...]) -> str:
 
     return (
         "\n[tool.mutmut]\n"
-        f"paths_to_mutate = {arr(files)}\n"
         'source_paths = ["finlib"]\n'
+        f"only_mutate = {arr(files)}\n"
         f"also_copy = {arr(['tests', 'params', 'data'])}\n"
         f"pytest_add_cli_args_test_selection = {arr(tests)}\n"
         f"pytest_add_cli_args = {arr(['-p', 'no:cacheprovider', '-m', 'not slow', '-q'])}\n"
