@@ -20,7 +20,10 @@ answers that stop at the token limit, rate limits) only show at that shape. The 
    cell of Fin-Bias Tables 4-7 (each model, sector, Average and condition, the Analyst rows too) lies
    within its tolerance of the planted truth (`table_cells`): the closed form the generator's records,
    the planted labels and the planted propensities give, Eq. 1 over every answered item, read from
-   the written tables -- not from stage 04's metrics.
+   the written tables -- not from stage 04's metrics; and every printed pooled interval, McNemar
+   count, p-value, Holm p-value and marker agrees with its recomputation from the servers' replies
+   (finlib.rehearsal.intervals: firm-clustered closed-form widths, scipy's binomial test,
+   statsmodels' Holm).
 
 The outcome goes to runs/<run>/rehearsal.{json,md}; the exit code is non-zero when a check fails.
 """
@@ -332,16 +335,42 @@ def table_rows(path: Path, expected: list[str]) -> dict[str, Any]:
     return {"table": path.name, "exists": True, "rows": int(len(t)), "missing_rows": missing, "empty_cells": empty}
 
 
+def interval_and_test_problems(cfg: RunConfig, planted: pd.DataFrame, labels: pd.DataFrame,
+                               out: dict[str, Any]) -> list[str]:
+    """The printed pooled intervals, McNemar counts, p-values, Holm p-values and markers of Tables 4-7 and
+    the paired-test table against their recomputation from the servers' replies
+    (finlib.rehearsal.intervals). Fills `out["intervals"]`."""
+    from finlib.core.artifacts import read_frame
+    from finlib.rehearsal import intervals as iv
+
+    sc = cfg.section("scoring")
+    level, reps = float(sc["ci"]), int(sc["bootstrap_reps"])
+    pred = read_frame(cfg, "predictions", ["item_id", "report_id", "condition", "model", "answered", "raw_text"])
+    fake = read_frame(cfg, "conditions", ["item_id", "fake_rating"]).set_index("item_id")["fake_rating"]
+    reports = pd.read_parquet(_synthetic_files(cfg)["reports"], columns=["report_id", "ticker"])
+    items = iv.scored_items(pred, fake, planted.set_index("report_id")["analyst_rating"],
+                            labels.set_index("report_id")["label"], reports.set_index("report_id")["ticker"])
+    recomputed = iv.mcnemar_recomputed(items)
+    tests = read_table_csv(cfg.tables_dir / "table_paired_tests.csv")
+    printed, markers = iv.printed_cells({t: read_table_csv(cfg.tables_dir / f"{t}.csv") for t in iv.MARKED_TABLES})
+    widths = iv.interval_widths(printed, iv.cell_errors(items), tests, recomputed, level)
+    summary, problems = iv.interval_problems(widths, level, reps)
+    out["intervals"] = {**summary, "mcnemar": recomputed.round(6).replace({np.nan: None}).to_dict(orient="records"),
+                        "widths": widths.round(5).to_dict(orient="records")}
+    return problems + iv.paired_test_problems(tests, recomputed) + iv.marker_problems(markers, recomputed)
+
+
 def finbias_cell_problems(cfg: RunConfig, profiles: dict, planted: pd.DataFrame, alpha: float,
                           out: dict[str, Any], books: dict[str, dict] | None = None) -> list[str]:
     """The Fin-Bias part of the check (`make rehearse` and the fault tests run this): every Table 4-7 cell
-    against the planted truth, stage 01's labels against the planted labels, and every prompt recognised
-    as a generated report. Fills `out["cells"]` and `out["labels"]`."""
+    against the planted truth, stage 01's labels against the planted labels, intervals, McNemar tests and
+    markers against their recomputation, and every prompt recognised as a generated report. Fills `out["cells"]` and `out["labels"]`."""
     labels = planted_label_truth(cfg)
     cells = cells_recovery(cfg, profiles, planted, alpha, labels)
     out["cells"] = cells.round(5).replace({np.nan: None}).to_dict(orient="records")
     out["cells_ok_share"] = float(cells["ok"].mean())
     problems = label_problems(cfg, labels, out) + cell_problems(cells)
+    problems += interval_and_test_problems(cfg, planted, labels, out)
     readings: dict[str, int] = {}
     for b in (books or {}).values():
         for k, v in (b.get("readings") or {}).items():

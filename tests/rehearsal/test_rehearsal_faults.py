@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -25,7 +26,7 @@ inference:
   models: {MODELS}
   store: data/interim/faults-responses.sqlite
 scoring:
-  bootstrap_reps: 20
+  bootstrap_reps: 400
 bizfin:
   models: []
 rehearsal:
@@ -82,6 +83,46 @@ def rehearse_tables(world, monkeypatch) -> list[str]:
 
 def test_a_correct_run_passes(world, monkeypatch):
     assert rehearse_tables(world, monkeypatch) == []
+
+
+def test_a_95_percent_interval_computed_at_90_percent_fails(world, monkeypatch):
+    from finlib.finbias.scoring import metrics
+
+    bootstrap = metrics.bootstrap
+    monkeypatch.setattr(metrics, "bootstrap", lambda sums, statistic, reps, seed, ci: bootstrap(
+        sums, statistic, reps, seed, 0.90))
+    problems = rehearse_tables(world, monkeypatch)
+    assert any("intervals are" in p for p in problems), problems
+
+
+def test_a_bootstrap_over_reports_instead_of_firms_fails(world, monkeypatch):
+    from finlib.finbias.scoring import stage as scoring
+
+    score_all = scoring.score_all
+
+    def per_report(predictions, conditions, labels, reports, *args, **kwargs):
+        return score_all(predictions, conditions, labels, reports.assign(ticker=reports["report_id"]), *args, **kwargs)
+
+    monkeypatch.setattr(scoring, "score_all", per_report)
+    problems = rehearse_tables(world, monkeypatch)
+    assert any("intervals are" in p for p in problems), problems
+
+
+def test_holm_dropped_fails(world, monkeypatch):
+    from finlib.core import stats
+
+    monkeypatch.setattr(stats, "holm", lambda p: np.asarray(p, dtype=float))
+    problems = rehearse_tables(world, monkeypatch)
+    assert any("McNemar tests differ" in p and "p_holm" in p for p in problems), problems
+
+
+def test_mcnemar_counting_every_pair_fails(world, monkeypatch):
+    from finlib.core import stats
+
+    exact = stats.mcnemar_exact
+    monkeypatch.setattr(stats, "mcnemar_exact", lambda a, b: exact(np.asarray(a, bool), ~np.asarray(a, bool)))
+    problems = rehearse_tables(world, monkeypatch)
+    assert any("McNemar tests differ" in p for p in problems), problems
 
 
 def test_a_simulator_that_ignores_the_shown_rating_fails(world, monkeypatch):
