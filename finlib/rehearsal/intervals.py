@@ -12,7 +12,8 @@ one recomputes them from what the simulated servers replied:
 * intervals: the firm-clustered standard error of a ratio in closed form (the linearised variance
   sum_c (S_c - R n_c)^2 / N^2 that a percentile bootstrap over firms estimates), so a written
   interval's width must be about 2 z SE at the params' level; the median ratio over the pooled cells
-  and paired differences must lie within a tolerance set by the bootstrap's replicates;
+  and paired differences must lie within a tolerance set by the bootstrap's replicates and the number
+  of intervals (`width_tolerance`);
 * p-values: exact McNemar from the discordant pairs by scipy's binomial test, Holm's step-down across
   the models by statsmodels, the `*`/`**`/`***` thresholds written out here; each compared with the
   paired-test table and with the marker printed after each pooled cell of Tables 4-7.
@@ -208,15 +209,17 @@ def printed_cells(tables: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.Dat
     return pd.DataFrame(intervals), pd.DataFrame(markers)
 
 
-def width_tolerance(level: float, reps: int) -> float:
-    """Allowed |log(printed width / 2 z SE)| for the median over intervals: three Monte Carlo SDs of a
-    percentile interval's width from `reps` bootstrap replicates (each end's quantile has SD
-    sqrt(a(1 - a) / reps) / phi(z) in SE units, a = (1 - level) / 2), plus 0.05 for the percentile
-    interval's skew and the printed digits."""
+def width_tolerance(level: float, reps: int, intervals: int) -> float:
+    """Allowed |log(median printed width / 2 z SE)| over `intervals` intervals: three SDs of the median
+    of the Monte Carlo error of percentile intervals from `reps` bootstrap replicates (each end's
+    quantile has SD sqrt(a(1 - a) / reps) / phi(z) in SE units, a = (1 - level) / 2; a median of k
+    such errors 1.25 / sqrt(k) times one's), plus 0.05 for the percentile interval's skew and the printed
+    digits. Why a median: one interval's width is too noisy to tell 90 % from 95 % (a log gap of
+    0.17); the median of a run's few dozen is not."""
     a = (1.0 - level) / 2.0
     z = float(norm.isf(a))
-    end_sd = np.sqrt(a * (1 - a) / max(reps, 1)) / norm.pdf(z)
-    return float(3 * np.sqrt(2) * end_sd / (2 * z) + 0.05)
+    one = np.sqrt(2) * np.sqrt(a * (1 - a) / max(reps, 1)) / norm.pdf(z) / (2 * z)
+    return float(3 * 1.2533 * one / np.sqrt(max(intervals, 1)) + 0.05)
 
 
 def interval_widths(printed: pd.DataFrame, cells: pd.DataFrame, tests: pd.DataFrame, recomputed: pd.DataFrame,
@@ -237,7 +240,7 @@ def interval_widths(printed: pd.DataFrame, cells: pd.DataFrame, tests: pd.DataFr
 
 def interval_problems(widths: pd.DataFrame, level: float, reps: int) -> tuple[dict[str, Any], list[str]]:
     """The median width ratio must be 1 within `width_tolerance` (log scale)."""
-    tol = width_tolerance(level, reps)
+    tol = width_tolerance(level, reps, len(widths))
     med = float(np.exp(np.median(np.log(widths["ratio"])))) if len(widths) else np.nan
     summary = {"intervals": int(len(widths)), "median_width_ratio": med, "log_tolerance": tol}
     if not len(widths):
