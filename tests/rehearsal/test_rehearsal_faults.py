@@ -1,11 +1,12 @@
-"""The rehearsal's table check catches a wrong table: three faults seeded one at a time.
+"""The rehearsal's table check catches a wrong table: faults seeded one at a time.
 
 The check is `finlib.rehearsal.rehearse.finbias_cell_problems`, the code `make rehearse` runs after the
 stages; here stages 00-04 run in this process (so a monkeypatch reaches them) on a corpus smaller than
 params/rehearsal_small.yaml's (the same generator and servers, short reports, three models, whose
 planted following and unparsed shares are large enough for each fault to move the pooled cells by
-many SDs). Oracle: the closed form of the planted propensities (finlib.finbias.data.synth_planted),
-never stage 04's own numbers.
+many SDs). Oracles: the closed form of the planted propensities and the planted labels
+(finlib.finbias.data.synth_planted), and intervals and McNemar tests recomputed from the servers' replies
+(finlib.rehearsal.intervals), never stage 04's own numbers.
 """
 from __future__ import annotations
 
@@ -159,3 +160,19 @@ def test_unparsed_answers_left_out_of_n_fail(world, monkeypatch):
         parse(*a, **k)))
     problems = rehearse_tables(world, monkeypatch)
     assert problems and "table4_herding_with_without" in problems[0]
+
+
+def test_labels_joined_to_the_wrong_report_fail(world):
+    from finlib.core.artifacts import read_frame, write_frame
+    from finlib.rehearsal.rehearse import label_problems, planted_label_truth
+
+    cfg = world[0]
+    labels = read_frame(cfg, "labels")
+    out: dict = {}
+    assert label_problems(cfg, planted_label_truth(cfg), out) == [] and out["labels"]["differ"] == 0
+    try:
+        write_frame(cfg, "labels", labels.assign(report_id=np.roll(labels["report_id"].to_numpy(), 1)))
+        problems = label_problems(cfg, planted_label_truth(cfg), out)
+    finally:
+        write_frame(cfg, "labels", labels)
+    assert problems and out["labels"]["differ"] > 0 and out["labels"]["car_off"] == len(labels)
