@@ -36,10 +36,16 @@ class ChatItem:
     prompt_version: str
 
 
-def engine_key(spec: ModelSpec, dtype: str | None = None, adapter_sha256: str | None = None) -> dict | None:
+REDUCED_PRECISION = ("bfloat16", "float16")
+
+
+def engine_key(spec: ModelSpec, dtype: str | None = None, adapter_sha256: str | None = None,
+               threads: int | None = None) -> dict | None:
     """What besides messages and sampling fixes a self-hosted model's output (part of its store
-    key): the weight source (and dtype for torch models). None for remote servers, whose model
-    id names the weights."""
+    key): the weight source (and dtype for torch models; in bfloat16 / float16 also the CPU threads
+    it computes with, `precision.compute_threads(threads)` for the params' `threads` (null: torch's), since the kernels' split of a reduction changes its rounding: label
+    probabilities moved by up to 0.025 between 1 and 2 threads, float32's by rounding only). None for
+    remote servers, whose model id names the weights."""
     if spec.backend == "openai":
         return None
     if spec.backend == "llamacpp":  # the pinned hash names the weights; llama.cpp has no dtype choice
@@ -48,6 +54,10 @@ def engine_key(spec: ModelSpec, dtype: str | None = None, adapter_sha256: str | 
     engine = {"gguf_package": spec.gguf_package, "gguf_file": spec.gguf_file, "hf_path": spec.hf_path}
     if spec.backend == "local":
         engine["dtype"] = dtype
+        if dtype in REDUCED_PRECISION:
+            from finlib.llm.precision import compute_threads
+
+            engine["cpu_threads"] = compute_threads(threads)
     if adapter_sha256:  # a LoRA adapter on top (stage 05's DPO model): its content hash names the weights
         engine["adapter_sha256"] = adapter_sha256
     return engine

@@ -238,6 +238,16 @@ def launch_dtype(dtype: str, mixed_precision: str | None) -> str:
     return MIXED.get(mixed_precision, dtype) if dtype == "auto" and mixed_precision else dtype
 
 
+def compute_threads(requested: int | None = None) -> int:
+    """The CPU threads a local model computes with: the params' `threads` (`LocalModel` sets it), else
+    torch's own count. Reduced-precision results depend on it (`engine.engine_key` names it)."""
+    if requested:
+        return int(requested)
+    import torch
+
+    return int(torch.get_num_threads())
+
+
 def trainer_flags(dtype_name: str) -> dict[str, bool]:
     """`bf16` / `fp16` for transformers' TrainingArguments / TRL's DPOConfig: always explicit,
     because DPOConfig defaults to bf16=True (57x slower on AVX2-only CPUs)."""

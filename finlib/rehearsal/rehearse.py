@@ -14,10 +14,16 @@ answers that stop at the token limit, rate limits) only show at that shape. The 
    preflight included), then the HTTP report and `make plan` for the same params;
 4. checks the result (`rehearsal_checks`): every table of both papers has every row filled, every
    figure exists, no report was cut or left unsent, every prompt was recognised as a generated
-   report, and every cell of Fin-Bias Tables 4-7 (each model, sector, Average and condition, the
-   Analyst rows too) lies within its tolerance of the planted truth (`table_cells`): the closed form
-   the generator's records and the planted propensities give (finlib.finbias.data.synth_planted), Eq. 1
-   over every answered item, read from the written tables -- not from stage 04's metrics.
+   report, stage 01's label of every report equals the planted label truth (the `labels:` rule run
+   on the generator's own prices over the days after the day it dated the report and planted its
+   drift, finlib.finbias.data.synth_planted.planted_labels: shares no code with stage 01), and every
+   cell of Fin-Bias Tables 4-7 (each model, sector, Average and condition, the Analyst rows too) lies
+   within its tolerance of the planted truth (`table_cells`): the closed form the generator's records,
+   the planted labels and the planted propensities give, Eq. 1 over every answered item, read from
+   the written tables -- not from stage 04's metrics; and every printed pooled interval, McNemar
+   count, p-value, Holm p-value and marker agrees with its recomputation from the servers' replies
+   (finlib.rehearsal.intervals: firm-clustered closed-form widths, scipy's binomial test,
+   statsmodels' Holm).
 
 The outcome goes to runs/<run>/rehearsal.{json,md}; the exit code is non-zero when a check fails.
 """
@@ -149,16 +155,71 @@ PLANTED_TABLES = (("table4_herding_with_without", ("original", "no_rating"), "he
 _MARKER = re.compile(r"\*+$")
 
 
-def planted_records(cfg: RunConfig) -> pd.DataFrame | None:
-    """The generator's records of the synthetic corpus (written with it by stage 00's cache, made here
-    first when the rehearsal starts from nothing); None for a real corpus."""
-    if not cfg.is_synthetic:
-        return None
+def _synthetic_files(cfg: RunConfig) -> dict[str, Path]:
+    """The generator's files of the synthetic corpus (written with it by stage 00's cache, made here
+    first when the rehearsal starts from nothing)."""
     from finlib.finbias.data.stage import data_params
     from finlib.finbias.data.synth_cache import cached_market
 
-    paths = cached_market(data_params(cfg).get("synthetic", {}), cfg.seed, cfg.raw_dir / "synthetic" / cfg.name)
-    return pd.read_parquet(paths["planted"])
+    return cached_market(data_params(cfg).get("synthetic", {}), cfg.seed, cfg.raw_dir / "synthetic" / cfg.name)
+
+
+def planted_records(cfg: RunConfig) -> pd.DataFrame | None:
+    """The generator's records of the synthetic corpus; None for a real corpus."""
+    return pd.read_parquet(_synthetic_files(cfg)["planted"]) if cfg.is_synthetic else None
+
+
+def planted_label_truth(cfg: RunConfig) -> pd.DataFrame:
+    """Every generated report's return-based label computed from the generator's own files and the
+    `labels:` rule (`finlib.finbias.data.synth_planted.planted_labels`), never from stage 01; with
+    `drift_car`, the window x daily drift the generator planted, so the run shows how much of the
+    label the planted drift carries."""
+    from finlib.finbias.data.synth_planted import planted_labels
+
+    files = _synthetic_files(cfg)
+    lp = cfg.section("labels")
+    reports, prices, market, truth = (pd.read_parquet(files[k]) for k in ("reports", "prices", "market", "truth"))
+    out = planted_labels(reports, prices, market, int(lp["window"]), tuple(lp["quantiles"]), str(lp["method"]),
+                         int(lp["mackinlay"]["estimation_window"]), int(lp["mackinlay"]["gap"]))
+    out["drift_car"] = out["report_id"].map(truth.set_index("report_id")["drift"]) * int(lp["window"])
+    return out
+
+
+CAR_TOLERANCE = 1e-9  # two least-squares solutions of the same window agree to ~1e-14
+
+
+def label_differences(truth: pd.DataFrame, ours: pd.DataFrame) -> tuple[dict[str, Any], list[str]]:
+    """Stage 01's labels and CARs (`ours`: report_id, label, car) against the planted label truth, report
+    by report (joined on report_id): a report labelled differently or not at all, or whose CAR is off by
+    more than `CAR_TOLERANCE`, is a problem. Returns the summary the outcome keeps and the problems."""
+    both = truth.merge(ours[["report_id", "label", "car"]], on="report_id", how="left",
+                       suffixes=("_planted", "_ours"))
+    differ = both[both["label_planted"].astype(str) != both["label_ours"].astype(str)]
+    car_gap = (both["car_ours"] - both["car_planted"]).abs()
+    car_off = both[~(car_gap <= CAR_TOLERANCE)]
+    summary = {"reports": int(len(both)), "differ": int(len(differ)), "car_off": int(len(car_off)),
+               "car_max_gap": float(car_gap.max()) if len(both) else None,
+               "corr_car_planted_drift": (float(np.corrcoef(both["car_planted"], both["drift_car"])[0, 1])
+                                          if "drift_car" in both and len(both) > 2 else None)}
+    problems = []
+    if len(differ):
+        shown = ", ".join(f"{r.report_id} ours {r.label_ours} planted {r.label_planted}"
+                          for r in differ.head(5).itertuples())
+        problems.append(f"{len(differ)} of {len(both)} stage 01 labels differ from the planted label truth: {shown}")
+    if len(car_off):
+        shown = ", ".join(f"{r.report_id} ours {r.car_ours:.6g} planted {r.car_planted:.6g}"
+                          for r in car_off.head(5).itertuples())
+        problems.append(f"{len(car_off)} of {len(both)} stage 01 CARs differ from the planted truth by more than "
+                        f"{CAR_TOLERANCE:g}: {shown}")
+    return summary, problems
+
+
+def label_problems(cfg: RunConfig, truth: pd.DataFrame, out: dict[str, Any]) -> list[str]:
+    """`label_differences` for the run's labels artifact. Fills `out["labels"]`."""
+    from finlib.core.artifacts import read_frame
+
+    out["labels"], problems = label_differences(truth, read_frame(cfg, "labels", ["report_id", "label", "car"]))
+    return problems
 
 
 def propensities(profiles: dict) -> dict[str, dict[str, float]]:
@@ -167,10 +228,12 @@ def propensities(profiles: dict) -> dict[str, dict[str, float]]:
             for n, p in profiles.items()}
 
 
-def planted_truth(cfg: RunConfig, profiles: dict, planted: pd.DataFrame) -> pd.DataFrame:
+def planted_truth(cfg: RunConfig, profiles: dict, planted: pd.DataFrame,
+                  labels: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every Table 4-7 cell's planted value and SD, over the items stage 03 answered (their report set,
     the fake rating stage 02 says it wrote, the prompts a server refused for their length: empty answers
-    inside N; labels from stage 01); sector and ratings from the generator."""
+    inside N); labels from the generator's files (`planted_label_truth`), sector and ratings from the
+    generator's records."""
     from finlib.core.artifacts import read_frame
     from finlib.finbias.data.synth_planted import analyst_cells, expected_cells
     from finlib.llm.context import CONTEXT_REFUSED
@@ -179,7 +242,7 @@ def planted_truth(cfg: RunConfig, profiles: dict, planted: pd.DataFrame) -> pd.D
     cond = read_frame(cfg, "conditions", ["item_id", "fake_rating"])
     pred["refused"] = pred["error"].astype("string").str.startswith(CONTEXT_REFUSED).fillna(False).astype(bool)
     cases = pred[pred["answered"].astype(bool)].merge(cond, on="item_id", how="left")
-    labels = read_frame(cfg, "labels", ["report_id", "label"]).set_index("report_id")["label"]
+    labels = (planted_label_truth(cfg) if labels is None else labels).set_index("report_id")["label"]
     return pd.concat([expected_cells(planted, cases, labels, propensities(profiles), SECTORS),
                       analyst_cells(planted, labels, SECTORS)], ignore_index=True)
 
@@ -226,9 +289,10 @@ def cell_check(truth: pd.DataFrame, ours: pd.DataFrame, alpha: float) -> pd.Data
     return df
 
 
-def cells_recovery(cfg: RunConfig, profiles: dict, planted: pd.DataFrame, alpha: float) -> pd.DataFrame:
+def cells_recovery(cfg: RunConfig, profiles: dict, planted: pd.DataFrame, alpha: float,
+                   labels: pd.DataFrame | None = None) -> pd.DataFrame:
     """The rehearsal's cell check: every cell of our Tables 4-7 against the planted truth (`cell_check`)."""
-    truth = planted_truth(cfg, profiles, planted)
+    truth = planted_truth(cfg, profiles, planted, labels)
     ours = pd.concat([table_cells(cfg.tables_dir / f"{name}.csv", conds, metric)
                       for name, conds, metric, _ in PLANTED_TABLES], ignore_index=True)
     return cell_check(truth, ours, alpha)
@@ -271,14 +335,42 @@ def table_rows(path: Path, expected: list[str]) -> dict[str, Any]:
     return {"table": path.name, "exists": True, "rows": int(len(t)), "missing_rows": missing, "empty_cells": empty}
 
 
+def interval_and_test_problems(cfg: RunConfig, planted: pd.DataFrame, labels: pd.DataFrame,
+                               out: dict[str, Any]) -> list[str]:
+    """The printed pooled intervals, McNemar counts, p-values, Holm p-values and markers of Tables 4-7 and
+    the paired-test table against their recomputation from the servers' replies
+    (finlib.rehearsal.intervals). Fills `out["intervals"]`."""
+    from finlib.core.artifacts import read_frame
+    from finlib.rehearsal import intervals as iv
+
+    sc = cfg.section("scoring")
+    level, reps = float(sc["ci"]), int(sc["bootstrap_reps"])
+    pred = read_frame(cfg, "predictions", ["item_id", "report_id", "condition", "model", "answered", "raw_text"])
+    fake = read_frame(cfg, "conditions", ["item_id", "fake_rating"]).set_index("item_id")["fake_rating"]
+    reports = pd.read_parquet(_synthetic_files(cfg)["reports"], columns=["report_id", "ticker"])
+    items = iv.scored_items(pred, fake, planted.set_index("report_id")["analyst_rating"],
+                            labels.set_index("report_id")["label"], reports.set_index("report_id")["ticker"])
+    recomputed = iv.mcnemar_recomputed(items)
+    tests = read_table_csv(cfg.tables_dir / "table_paired_tests.csv")
+    printed, markers = iv.printed_cells({t: read_table_csv(cfg.tables_dir / f"{t}.csv") for t in iv.MARKED_TABLES})
+    widths = iv.interval_widths(printed, iv.cell_errors(items), tests, recomputed, level)
+    summary, problems = iv.interval_problems(widths, level, reps)
+    out["intervals"] = {**summary, "mcnemar": recomputed.round(6).replace({np.nan: None}).to_dict(orient="records"),
+                        "widths": widths.round(5).to_dict(orient="records")}
+    return problems + iv.paired_test_problems(tests, recomputed) + iv.marker_problems(markers, recomputed)
+
+
 def finbias_cell_problems(cfg: RunConfig, profiles: dict, planted: pd.DataFrame, alpha: float,
                           out: dict[str, Any], books: dict[str, dict] | None = None) -> list[str]:
     """The Fin-Bias part of the check (`make rehearse` and the fault tests run this): every Table 4-7 cell
-    against the planted truth, and every prompt recognised as a generated report. Fills `out["cells"]`."""
-    cells = cells_recovery(cfg, profiles, planted, alpha)
+    against the planted truth, stage 01's labels against the planted labels, intervals, McNemar tests and
+    markers against their recomputation, and every prompt recognised as a generated report. Fills `out["cells"]` and `out["labels"]`."""
+    labels = planted_label_truth(cfg)
+    cells = cells_recovery(cfg, profiles, planted, alpha, labels)
     out["cells"] = cells.round(5).replace({np.nan: None}).to_dict(orient="records")
     out["cells_ok_share"] = float(cells["ok"].mean())
-    problems = cell_problems(cells)
+    problems = label_problems(cfg, labels, out) + cell_problems(cells)
+    problems += interval_and_test_problems(cfg, planted, labels, out)
     readings: dict[str, int] = {}
     for b in (books or {}).values():
         for k, v in (b.get("readings") or {}).items():

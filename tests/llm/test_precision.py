@@ -139,3 +139,40 @@ def test_auto_on_an_avx2_cpu_does_not_even_measure_bf16(monkeypatch):
     measure, calls = fake({"float32": 1.0, "bfloat16": 1000.0, "float16": 1000.0})
     name, report = resolve_dtype("auto", "cpu", measure=measure)
     assert name == "float32" and set(calls) == {"float32"} and report["gflops"]["bfloat16"] is None
+
+
+def _local_spec():
+    from finlib.core.config import repo_root
+    from finlib.llm.registry import load_registry
+
+    return load_registry(repo_root() / "params" / "models.yaml")["smollm2-135m"]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_reduced_precision_store_keys_name_the_cpu_threads(dtype):
+    from finlib.llm.engine import engine_key
+    from finlib.llm.store import make_key
+
+    spec = _local_spec()
+    one, two = engine_key(spec, dtype, threads=1), engine_key(spec, dtype, threads=2)
+    assert (one["cpu_threads"], two["cpu_threads"]) == (1, 2)
+    messages = [{"role": "user", "content": "Rate it."}]
+    keys = {make_key(spec.backend, spec.model_id, messages, {}, "v1", "score", e) for e in (one, two)}
+    assert len(keys) == 2
+
+
+def test_float32_store_keys_do_not_depend_on_threads():
+    from finlib.llm.engine import engine_key
+
+    spec = _local_spec()
+    assert engine_key(spec, "float32", threads=1) == engine_key(spec, "float32", threads=4)
+    assert "cpu_threads" not in engine_key(spec, "float32", threads=1)
+
+
+def test_unset_threads_are_torchs_own_count():
+    import torch
+
+    assert precision.compute_threads(None) == torch.get_num_threads() and precision.compute_threads(3) == 3
+    from finlib.llm.engine import engine_key
+
+    assert engine_key(_local_spec(), "bfloat16")["cpu_threads"] == torch.get_num_threads()

@@ -1,17 +1,19 @@
-"""The rehearsal's table check catches a wrong table: three faults seeded one at a time.
+"""The rehearsal's table check catches a wrong table: faults seeded one at a time.
 
 The check is `finlib.rehearsal.rehearse.finbias_cell_problems`, the code `make rehearse` runs after the
 stages; here stages 00-04 run in this process (so a monkeypatch reaches them) on a corpus smaller than
 params/rehearsal_small.yaml's (the same generator and servers, short reports, three models, whose
 planted following and unparsed shares are large enough for each fault to move the pooled cells by
-many SDs). Oracle: the closed form of the planted propensities (finlib.finbias.data.synth_planted),
-never stage 04's own numbers.
+many SDs). Oracles: the closed form of the planted propensities and the planted labels
+(finlib.finbias.data.synth_planted), and intervals and McNemar tests recomputed from the servers' replies
+(finlib.rehearsal.intervals), never stage 04's own numbers.
 """
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -25,7 +27,7 @@ inference:
   models: {MODELS}
   store: data/interim/faults-responses.sqlite
 scoring:
-  bootstrap_reps: 20
+  bootstrap_reps: 400
 bizfin:
   models: []
 rehearsal:
@@ -84,6 +86,46 @@ def test_a_correct_run_passes(world, monkeypatch):
     assert rehearse_tables(world, monkeypatch) == []
 
 
+def test_a_95_percent_interval_computed_at_90_percent_fails(world, monkeypatch):
+    from finlib.finbias.scoring import metrics
+
+    bootstrap = metrics.bootstrap
+    monkeypatch.setattr(metrics, "bootstrap", lambda sums, statistic, reps, seed, ci: bootstrap(
+        sums, statistic, reps, seed, 0.90))
+    problems = rehearse_tables(world, monkeypatch)
+    assert any("intervals are" in p for p in problems), problems
+
+
+def test_a_bootstrap_over_reports_instead_of_firms_fails(world, monkeypatch):
+    from finlib.finbias.scoring import stage as scoring
+
+    score_all = scoring.score_all
+
+    def per_report(predictions, conditions, labels, reports, *args, **kwargs):
+        return score_all(predictions, conditions, labels, reports.assign(ticker=reports["report_id"]), *args, **kwargs)
+
+    monkeypatch.setattr(scoring, "score_all", per_report)
+    problems = rehearse_tables(world, monkeypatch)
+    assert any("intervals are" in p for p in problems), problems
+
+
+def test_holm_dropped_fails(world, monkeypatch):
+    from finlib.core import stats
+
+    monkeypatch.setattr(stats, "holm", lambda p: np.asarray(p, dtype=float))
+    problems = rehearse_tables(world, monkeypatch)
+    assert any("McNemar tests differ" in p and "p_holm" in p for p in problems), problems
+
+
+def test_mcnemar_counting_every_pair_fails(world, monkeypatch):
+    from finlib.core import stats
+
+    exact = stats.mcnemar_exact
+    monkeypatch.setattr(stats, "mcnemar_exact", lambda a, b: exact(np.asarray(a, bool), ~np.asarray(a, bool)))
+    problems = rehearse_tables(world, monkeypatch)
+    assert any("McNemar tests differ" in p for p in problems), problems
+
+
 def test_a_simulator_that_ignores_the_shown_rating_fails(world, monkeypatch):
     from finlib.finbias.data.synth_planted import PlantedIndex, Reading
 
@@ -118,3 +160,19 @@ def test_unparsed_answers_left_out_of_n_fail(world, monkeypatch):
         parse(*a, **k)))
     problems = rehearse_tables(world, monkeypatch)
     assert problems and "table4_herding_with_without" in problems[0]
+
+
+def test_labels_joined_to_the_wrong_report_fail(world):
+    from finlib.core.artifacts import read_frame, write_frame
+    from finlib.rehearsal.rehearse import label_problems, planted_label_truth
+
+    cfg = world[0]
+    labels = read_frame(cfg, "labels")
+    out: dict = {}
+    assert label_problems(cfg, planted_label_truth(cfg), out) == [] and out["labels"]["differ"] == 0
+    try:
+        write_frame(cfg, "labels", labels.assign(report_id=np.roll(labels["report_id"].to_numpy(), 1)))
+        problems = label_problems(cfg, planted_label_truth(cfg), out)
+    finally:
+        write_frame(cfg, "labels", labels)
+    assert problems and out["labels"]["differ"] > 0 and out["labels"]["car_off"] == len(labels)

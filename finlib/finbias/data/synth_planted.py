@@ -22,10 +22,12 @@ the factual and the opinion sentences), and two readers use only that record:
 """
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -283,3 +285,73 @@ def analyst_cells(planted: pd.DataFrame, labels: pd.Series, sectors: Iterable[st
     hit = np.where(lab.isna(), np.nan, (lab == planted["analyst_rating"]).astype(float))
     return pd.DataFrame([{"model": "Analyst", "condition": "original", "metric": "accuracy", **s}
                          for s in _summaries(planted, hit, tuple(sectors))])
+
+
+# ---------------------------------------------------------------- the planted label truth
+
+def _returns(closes: np.ndarray) -> np.ndarray:
+    """Simple returns of a close series (first day NaN)."""
+    out = np.full(len(closes), np.nan)
+    out[1:] = closes[1:] / closes[:-1] - 1.0
+    return out
+
+
+def _ols(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(alpha, beta) of y on x by least squares (numpy's solver, not the labels' prefix sums)."""
+    design = np.column_stack([np.ones(len(x)), x])
+    (alpha, beta), *_ = np.linalg.lstsq(design, y, rcond=None)
+    return float(alpha), float(beta)
+
+
+def planted_car(firm_r: np.ndarray, market_r: np.ndarray, day: int, window: int, method: str,
+                estimation: int, gap: int) -> float:
+    """One report's CAR over days +1..+window after the generator's day `day` (its calendar row), every
+    return of the windows required (the generator writes every price): the paper's estimator fits
+    alpha and beta on the event window itself (CAR = window x alpha); MacKinlay's on days
+    -(gap+estimation)..-(gap+1), then sums R - alpha - beta R_m over the event window."""
+    ev = slice(day + 1, day + window + 1)
+    if method == "paper":
+        alpha, _ = _ols(market_r[ev], firm_r[ev])
+        return window * alpha
+    est = slice(day - gap - estimation, day - gap)
+    alpha, beta = _ols(market_r[est], firm_r[est])
+    return float(np.sum(firm_r[ev] - alpha - beta * market_r[ev]))
+
+
+def year_buckets(car: pd.Series, years: pd.Series, report_ids: pd.Series, quantiles: tuple[float, float]) -> pd.Series:
+    """Bottom / middle / top of each report year's CARs (ties ordered by report id): the first
+    ceil(q_lo n - 1/2) bearish, the last ceil((1 - q_hi) n - 1/2) bullish -- halves go to the middle,
+    in exact arithmetic (the quantiles as their decimal fractions)."""
+    lo, hi = (Fraction(str(q)) for q in quantiles)  # exact: 0.3 x 55 is a half, rounded down
+    out = pd.Series(Rating.NEUTRAL.value, index=car.index, dtype=object)
+    frame = pd.DataFrame({"car": car, "year": years, "rid": report_ids})
+    for _, g in frame.groupby("year"):
+        order = g.sort_values(["car", "rid"], kind="mergesort").index
+        n = len(order)
+        k_bear, k_bull = (math.ceil(share * n - Fraction(1, 2)) for share in (lo, 1 - hi))
+        out[order[:k_bear]] = Rating.BEARISH.value
+        out[order[n - k_bull:] if k_bull else order[:0]] = Rating.BULLISH.value
+    return out
+
+
+def planted_labels(reports: pd.DataFrame, prices: pd.DataFrame, market: pd.DataFrame, window: int,
+                   quantiles: tuple[float, float], method: str = "paper", estimation: int = 250,
+                   gap: int = 30) -> pd.DataFrame:
+    """The return-based label of every generated report, from the generator's own files: the report's
+    calendar row (the generator dates each report on a trading day and plants its drift over the
+    days after it), that firm's and the market's closes, `planted_car`, and `year_buckets` per report
+    year. Shares no code with stage 01, so a wrong window edge, pooled years or a label joined to the
+    wrong report there disagree with this. Columns: report_id, car, label."""
+    dates = pd.DatetimeIndex(pd.to_datetime(market["date"])).normalize()
+    market_r = _returns(market["market_close"].to_numpy(float))
+    wide = prices.assign(date=pd.to_datetime(prices["date"]).dt.normalize()).pivot(
+        index="date", columns="ticker", values="adj_close").reindex(dates)
+    rows = []
+    for rec in reports.itertuples(index=False):
+        day = int(dates.get_loc(pd.Timestamp(rec.date).normalize()))
+        firm_r = _returns(wide[rec.ticker].to_numpy(float))
+        rows.append({"report_id": str(rec.report_id), "year": pd.Timestamp(rec.date).year,
+                     "car": planted_car(firm_r, market_r, day, window, method, estimation, gap)})
+    out = pd.DataFrame(rows)
+    out["label"] = year_buckets(out["car"], out["year"], out["report_id"], quantiles)
+    return out.drop(columns="year")

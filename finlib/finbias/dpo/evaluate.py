@@ -121,7 +121,8 @@ def predict_test_items(cfg, spec, items: pd.DataFrame, store, name: str, gen_ids
     if template:  # the prompt is rendered with these switches (thinking off): named in every key
         requests = [dataclasses.replace(r, params={**r.params, "chat_template_kwargs": template}) for r in requests]
     if adapter_sha256 or answer_prefix or template:  # the tuned weights / the prefix named in the key
-        engine = engine_key(spec, inf["dtype"], **({"adapter_sha256": adapter_sha256} if adapter_sha256 else {}))
+        engine = engine_key(spec, inf["dtype"], threads=inf["threads"],
+                            **({"adapter_sha256": adapter_sha256} if adapter_sha256 else {}))
         requests = [dataclasses.replace(r, model=name, key=make_key(r.backend, spec.model_id, r.messages, r.params,
                                                                     inf["prompt_version"], r.mode, engine))
                     for r in requests]

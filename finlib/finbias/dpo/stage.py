@@ -222,7 +222,7 @@ def saved_adapter(cfg: RunConfig, dp: dict, model_name: str) -> tr.TrainResult |
     log = pd.read_csv(out / "train_log.csv") if (out / "train_log.csv").is_file() else \
         pd.DataFrame(columns=tr.LOG_COLUMNS)
     margins = out / tr.MARGIN_FILE
-    share = tr.rating_margin_share(pd.read_csv(margins)) if margins.is_file() else float("nan")
+    share = tr.rating_margin_share(pd.read_csv(margins)) if margins.is_file() else tr.NO_MARGIN
     return tr.TrainResult(out / "adapter", tr.adapter_hash(out / "adapter"), log, int(meta["max_length"]),
                           len(records), 0.0, str(meta.get("dtype", "")), reused=True, margin_share=share)
 
@@ -597,5 +597,5 @@ def _training_facts(trained: dict[str, tr.TrainResult]) -> dict:
             "train_s": {n: round(r.train_s, 2) for n, r in trained.items()},
             "reused_adapter": {n: r.reused for n, r in trained.items()},
             "dtype": {n: r.dtype for n, r in trained.items()},
-            "rating_margin_share": {n: round(r.margin_share, 4) for n, r in trained.items()},
+            "rating_margin_share": {n: (r.margin_share or tr.NO_MARGIN).as_dict() for n, r in trained.items()},
             "adapter_sha256": {n: r.adapter_sha256 for n, r in trained.items()}}

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 LOG_COLUMNS = ["step", "loss", "rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies",
@@ -120,7 +121,7 @@ class TrainResult:
     dtype: str
     reused: bool = False   # an adapter with the same fingerprint was already on disk
     is_main: bool = True   # False on non-main accelerate ranks (they write nothing)
-    margin_share: float = float("nan")  # share of the reward margin on rating tokens (single-process runs)
+    margin_share: MarginShare | None = None  # reward margin on rating tokens (single-process runs; None: not measured)
 
 
 def step_log(history: list[dict]) -> pd.DataFrame:
@@ -258,7 +259,7 @@ def train_dpo(model, tok, records: list[dict], out_dir: Path, dp: dict, seed: in
         raise RuntimeError(f"dpo: no adapter written to {adapter}; under FSDP set fsdp_state_dict_type: "
                            "FULL_STATE_DICT (params/accelerate/fsdp.yaml) so save_model gathers the LoRA weights")
     log.to_csv(out_dir / "train_log.csv", index=False)
-    share = float("nan")
+    share = NO_MARGIN
     if int(os.environ.get("WORLD_SIZE", "1")) == 1:   # sharded models (FSDP, ZeRO-3) cannot run one rank's pass
         margins = margin_by_token(trainer.model, tok, records, float(dp["beta"]))
         margins.to_csv(out_dir / MARGIN_FILE, index=False)
@@ -323,10 +324,50 @@ def margin_by_token(model, tok, records: list[dict], beta: float) -> pd.DataFram
                                        "rejected_reward", "rejected_rating_reward"])
 
 
-def rating_margin_share(margins: pd.DataFrame) -> float:
-    """Share of the summed reward margin that sits on rating tokens (NaN without a margin)."""
-    total = float(margins["margin"].sum()) if len(margins) else 0.0
-    return float(margins["rating_margin"].sum()) / total if total else float("nan")
+@dataclass(frozen=True)
+class MarginShare:
+    """Share of DPO's reward margin on rating tokens: the mean over pairs of each pair's share, with a
+    Student-t interval over pairs (clipped to [0, 1]; NaN below two pairs)."""
+
+    share: float
+    ci_low: float
+    ci_high: float
+    pairs: int
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {"share": round(self.share, 4), "ci_low": round(self.ci_low, 4), "ci_high": round(self.ci_high, 4),
+                "pairs": self.pairs}
+
+
+NO_MARGIN = MarginShare(float("nan"), float("nan"), float("nan"), 0)
+
+
+def pair_rating_shares(margins: pd.DataFrame) -> np.ndarray:
+    """Per pair, the share of its margin's size on rating tokens: |rating part| / (|rating part| + |rest|),
+    in [0, 1] whatever the signs (NaN for a pair without any margin). Why per pair and in absolute
+    values: a ratio of sums over pairs whose margins have mixed signs is unbounded and jumps with one
+    pair at small n; a bounded per-pair share has a mean and an interval."""
+    rating = margins["rating_margin"].to_numpy(float)
+    rest = margins["margin"].to_numpy(float) - rating
+    size = np.abs(rating) + np.abs(rest)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(size > 0, np.abs(rating) / size, np.nan)
+
+
+def rating_margin_share(margins: pd.DataFrame, level: float = 0.95) -> MarginShare:
+    """`MarginShare` over the pairs of `margin_by_token`'s frame (pairs without a margin left out)."""
+    from scipy.stats import t as student_t
+
+    shares = pair_rating_shares(margins) if len(margins) else np.array([])
+    shares = shares[np.isfinite(shares)]
+    n = len(shares)
+    if not n:
+        return NO_MARGIN
+    mean = float(shares.mean())
+    if n < 2:
+        return MarginShare(mean, float("nan"), float("nan"), n)
+    half = float(student_t.ppf(0.5 + level / 2, n - 1) * shares.std(ddof=1) / np.sqrt(n))
+    return MarginShare(mean, max(0.0, mean - half), min(1.0, mean + half), n)
 
 
 def plot_log(log: pd.DataFrame, title: str):

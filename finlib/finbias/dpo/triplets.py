@@ -120,8 +120,9 @@ def split_reports(reports: pd.DataFrame, params: dict, *, label_window: int = 60
     - the other firms' reports on/after the cut-off: test as "seen firm, out of time" when
       `seen_firm_test` (the firm trained, on earlier reports only; nothing of the period trained), else
       dropped (`after_cutoff`); reports without a return label are dropped (`no_return_label`).
-    Test reports on/after the cut-off are marked `out_of_time` (nothing of their period trained), those of
-    training firms also `seen_firm`. Returns a copy of `reports` with `split`, `drop_reason`,
+    Test reports on/after the cut-off are marked `out_of_time` (nothing of their period trained); those whose
+    firm has other reports in the training split also `seen_firm` (a late report of a firm whose earlier
+    reports were all dropped, or that had none, is out of time but not seen). Returns a copy of `reports` with `split`, `drop_reason`,
     `label_window_end`, `out_of_time`, `seen_firm`; the
     cut-off (YYYY-MM-DD) is in `.attrs["cutoff"]`, the test firms in `.attrs["test_firms"]`.
     """
@@ -143,7 +144,8 @@ def split_reports(reports: pd.DataFrame, params: dict, *, label_window: int = 60
     df["split"] = np.where(reason.notna(), DROPPED, np.where(is_test | seen, TEST, TRAIN))
     df["drop_reason"] = pd.Series([r if isinstance(r, str) else None for r in reason], index=df.index, dtype=object)
     df["out_of_time"] = (df["split"] == TEST) & (df["date"] >= cutoff)
-    df["seen_firm"] = (df["split"] == TEST) & ~is_test
+    trained_firms = set(df.loc[df["split"] == TRAIN, "ticker"].astype(str))
+    df["seen_firm"] = (df["split"] == TEST) & ~is_test & df["ticker"].astype(str).isin(trained_firms)
     df.attrs.update(cutoff=str(cutoff.date()), test_firms=sorted(test_firms))  # strings: parquet keeps attrs as JSON
     return df
 
@@ -170,6 +172,8 @@ def check_split(df: pd.DataFrame, cutoff: pd.Timestamp) -> None:
                              "(seen firms are tested out of time only)")
     if set(test.loc[seen, "ticker"]) & set(df.attrs.get("test_firms", [])):
         raise AssertionError("dpo split: a 'seen firm' test report belongs to a test firm")
+    if not set(test.loc[seen, "ticker"]) <= set(train["ticker"]):
+        raise AssertionError("dpo split: a 'seen firm' test report belongs to a firm with no training report")
     if len(train) and not pd.to_datetime(train["date"]).max() < cutoff:
         raise AssertionError(f"dpo split leaks time: a training report is dated on/after the cut-off {cutoff.date()}")
     if len(train) and (pd.to_datetime(train["date"]).dt.year >= cutoff.year).any():

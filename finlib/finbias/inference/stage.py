@@ -140,7 +140,7 @@ def max_new_tokens_for(spec: ModelSpec, inf: dict) -> int:
 
 def engine_of(spec: ModelSpec, inf: dict) -> dict | None:
     """The store-key engine fields of a model under this run's params (see `engine.engine_key`)."""
-    return engine_key(spec, inf["dtype"])
+    return engine_key(spec, inf["dtype"], threads=inf["threads"] if spec.backend == "local" else None)
 
 
 def prompt_for(text: str, spec: ModelSpec, inf: dict, n_tokens: Callable[[str], int],
@@ -473,13 +473,15 @@ def summarise(pred: pd.DataFrame, report: dict) -> dict:
 
 def resolve_precision(cfg: RunConfig, inf: dict, specs: list[ModelSpec]) -> tuple[dict, dict | None]:
     """`inference.dtype` resolved for this machine (auto: measured once per process; a fixed dtype
-    wins) when a local torch model runs; recorded for the manifest (runs/<run>/precision.json).
-    The resolved dtype is what store keys name."""
+    wins) when a local torch model runs; recorded for the manifest (runs/<run>/precision.json) with the
+    CPU threads computed with. The resolved dtype (and, in reduced precision, the threads) is what store
+    keys name."""
     if not any(s.backend == "local" for s in specs):
         return inf, None
-    from finlib.llm.precision import record_choice, resolve_dtype
+    from finlib.llm.precision import compute_threads, record_choice, resolve_dtype
 
     name, precision = resolve_dtype(inf["dtype"], inf["device"])
+    precision = {**precision, "compute_threads": compute_threads(inf["threads"])}  # reduced precision depends on it
     record_choice(cfg.run_dir, "03", precision)
     return {**inf, "dtype": name}, precision
 

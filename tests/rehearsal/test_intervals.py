@@ -1,0 +1,109 @@
+"""The rehearsal's recomputation of intervals and p-values (finlib.rehearsal.intervals), on hand-made
+replies and counts. Oracles: statsmodels' exact McNemar and cluster-robust OLS (other code than the
+module's scipy binomial test and closed-form sum), hand-computed values and the simulator's own replies."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from finlib.rehearsal import intervals as iv
+from finlib.rehearsal.simulated_servers import default_profile, finbias_reply
+
+
+def test_the_simulators_replies_are_read_thinking_or_not():
+    for thinks in (False, True):
+        p = default_profile("m", "org/m", 8192, thinks, unparsed=0.0)
+        text, _, _ = finbias_reply(p, "We rate Acme Bullish. Sales rose.", "k1")
+        assert iv.reply_answer(text) in ("bullish", "neutral", "bearish")
+    unparsed = default_profile("m", "org/m", 8192, False, unparsed=1.0)
+    assert iv.reply_answer(finbias_reply(unparsed, "We rate Acme Bullish.", "k2")[0]) is None
+    assert iv.reply_answer(None) is None and iv.reply_answer('["bullish"]') is None
+    assert iv.reply_answer('{"answer": "bearish", "reason": "x"}') == "bearish"
+
+
+def test_clustered_se_is_statsmodels_cluster_robust_se_without_small_sample_correction():
+    import statsmodels.api as sm
+
+    rng = np.random.default_rng(3)
+    clusters = rng.integers(0, 12, size=200)
+    x = (rng.random(200) < 0.3 + 0.04 * clusters).astype(float)
+    mean, se, n = iv.clustered(x, clusters)
+    fit = sm.OLS(x, np.ones((n, 1))).fit(cov_type="cluster", cov_kwds={"groups": clusters, "use_correction": False})
+    assert mean == pytest.approx(fit.params[0]) and n == 200
+    assert se == pytest.approx(fit.bse[0], rel=1e-9)
+
+
+def test_clustered_se_by_hand():
+    # firms a: (1, 1), b: (0,), c: (1, 0, 0): mean 1/2; firm sums of x - 1/2: 1, -1/2, -1/2
+    mean, se, n = iv.clustered(np.array([1, 1, 0, 1, 0, 0.0]), np.array(list("aabccc")))
+    assert (mean, n) == (0.5, 6) and se == pytest.approx(np.sqrt(1 + 0.25 + 0.25) / 6)
+
+
+def items_frame(rows) -> pd.DataFrame:
+    return pd.DataFrame(
+        rows, columns=["model", "condition", "item_id", "report_id", "ticker", "answer", "reference", "label"]
+    )
+
+
+def test_mcnemar_matches_statsmodels_and_holm_runs_across_models():
+    from statsmodels.stats.contingency_tables import mcnemar
+
+    rows = []
+    # model m1: 9 reports herd with the rating only, 1 only without; m2: 3 and 2; every report its own firm
+    for model, (only_a, only_b, both) in {"m1": (9, 1, 4), "m2": (3, 2, 4)}.items():
+        for i in range(only_a + only_b + both):
+            a_hit, b_hit = (True, False) if i < only_a else (False, True) if i < only_a + only_b else (True, True)
+            rid = f"R{i}"
+            rows.append(
+                (model, "original", f"{rid}:o", rid, f"T{i}", "bullish" if a_hit else "bearish", "bullish", "neutral")
+            )
+            rows.append(
+                (model, "no_rating", f"{rid}:n", rid, f"T{i}", "bullish" if b_hit else "neutral", "bullish", "neutral")
+            )
+    got = iv.mcnemar_recomputed(items_frame(rows)).query("test == 'herding_with_vs_without'").set_index("model")
+    assert (got.loc["m1", "only_a"], got.loc["m1", "only_b"]) == (9, 1)
+    for model, (a, b) in {"m1": (9, 1), "m2": (3, 2)}.items():
+        expect = mcnemar(np.array([[4, a], [b, 0]]), exact=True).pvalue
+        assert got.loc[model, "pvalue"] == pytest.approx(expect)
+    p1, p2 = sorted(got["pvalue"])
+    assert sorted(got["p_holm"]) == pytest.approx(sorted([min(1, 2 * p1), max(min(1, 2 * p1), p2)]))
+    assert got.loc["m1", "marker"] == iv.significance(got.loc["m1", "p_holm"])
+
+
+@pytest.mark.parametrize(
+    "p, marker",
+    [(0.0009, "***"), (0.001, "**"), (0.0099, "**"), (0.01, "*"), (0.049, "*"), (0.05, ""), (float("nan"), "")],
+)
+def test_markers_by_threshold(p, marker):
+    assert iv.significance(p) == marker
+
+
+def test_width_tolerance_separates_90_from_95_percent_at_the_rehearsals_shape():
+    gap = np.log(1.959964 / 1.644854)  # a 90 % interval printed as 95 %: 0.175 narrower in log width
+    assert iv.width_tolerance(0.95, 1000, 30) < gap and iv.width_tolerance(0.95, 400, 33) < gap
+    assert iv.width_tolerance(0.95, 20, 1) > gap  # one interval from 20 replicates cannot tell them apart
+
+
+def test_a_narrow_median_interval_is_a_problem_and_a_right_one_is_not():
+    widths = pd.DataFrame({"ratio": np.exp(np.linspace(-0.05, 0.05, 30))})
+    assert iv.interval_problems(widths, 0.95, 1000)[1] == []
+    _, problems = iv.interval_problems(widths.assign(ratio=widths["ratio"] * 0.84), 0.95, 1000)
+    assert problems and "0.84" in problems[0]
+
+
+def test_printed_cells_and_markers_are_read_from_the_table():
+    table = pd.DataFrame(
+        {
+            "Source": ["ours", "ours (analyst baseline)", "Fin-Bias (published)"],
+            "Registry name": ["m1", "", ""],
+            "Average": ["61.3/40.2***", "55.0", "70.1/50.2"],
+            "Average (pooled) 95 % CI": ["[55.0, 67.5]/[33.1, 47.0]", "", ""],
+        }
+    )
+    tables = {t: table for t in iv.MARKED_TABLES}
+    intervals, markers = iv.printed_cells(tables)
+    t4 = intervals[intervals["table"] == "table4_herding_with_without"].set_index("condition")
+    assert t4.loc["original", "ci_low"] == pytest.approx(0.55) and t4.loc["no_rating", "ci_high"] == pytest.approx(0.47)
+    assert set(markers["model"]) == {"m1"} and set(markers["marker"]) == {"***"}
