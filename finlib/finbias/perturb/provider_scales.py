@@ -79,7 +79,7 @@ _MS_STARS = re.compile(
     r"(?<![\w#])([1-5]|one|two|three|four|five)[ \t]*[-\u2010\u2011 ][ \t]*(stars?)\b", re.IGNORECASE
 )
 _ZACKS = re.compile(r"\bZacks[ \t]+Rank[ \t]*(?:of[ \t]+)?(?::[ \t]*)?#?[ \t]*([1-5])\b", re.IGNORECASE)
-_VALUATION = re.compile(r"\b(undervalued|fairly[ \t\u00a0]+valued|overvalued)\b", re.IGNORECASE)
+_VALUATION = re.compile(r"\b(undervalued|fairly\s+valued|overvalued)\b", re.IGNORECASE)
 
 
 def sentence_mentions(text: str, scales: Mapping[str, Mapping[str, Rating]]) -> list[ProviderMention]:
