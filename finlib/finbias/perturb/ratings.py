@@ -432,10 +432,10 @@ REWRITE_KINDS = ("plain", "transition", "transition_previous", "transition_verb"
 
 # Words a direction verb has as its object when it does not move the rating ("cut our estimates", "raise
 # our target to $60", "lower margins"): between such a verb and the rating, they mean it is not the move.
-# Lowercase or capitals only: "Target (TGT)" and "Price Co." are company names, not the verb's object.
+# Lowercase only: "Target (TGT)", "Price Co." and the ticker "(COST)" are names, not the verb's object.
 _OBJECT_WORDS = ("target|estimate|forecast|price|margin|guidance|eps|cost|number|outlook|view|dividend|capex|"
                  "payout|stake|exposure|weighting")
-_OBJECT = re.compile(rf"(?:{_OBJECT_WORDS}|{_OBJECT_WORDS.upper()}|Eps|EPS)|[;$%\d]|预测|目标价|盈利")
+_OBJECT = re.compile(rf"(?:{_OBJECT_WORDS}|EPS)|[;$%\d]|预测|目标价|盈利")
 _GAP_WORDS = 30  # at most this many words between the move verb and the first rating mention (long company names)
 # An upgrade/downgrade word after the first rating mention moves the rating only when "to"/"from" follows it
 # ("Buy (upgraded from Hold)"); "a multi-year upgrade cycle", "since our upgrade in March" are nouns.

@@ -165,7 +165,8 @@ def _decide(mentions: list[RatingMention], a: int, b: int, i: int, rule: str, wh
 def field_mentions(value: str, label: str, reading: RatingReading) -> list[RatingMention]:
     """The rating words and provider points of a field's value; a bare number ("#5-Strong Sell", "3 (Hold)")
     or star glyphs are read on the scale the label names."""
-    mentions = find_rating_mentions(value, reading.scales)
+    # "#5-Strong Sell": the hyphen after the point joins no words (same length, so the offsets hold)
+    mentions = find_rating_mentions(re.sub(r"^(#?[ \t]*[1-5])[-\u2010\u2011]", r"\1 ", value), reading.scales)
     scale = _LABELS.get(" ".join(label.lower().split()))
     if scale is None:
         return mentions
