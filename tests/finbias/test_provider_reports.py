@@ -11,6 +11,7 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from provider_corpus import Report, layouts, render, sentences, takes
 
 from finlib.finbias.perturb.statement import (
     AUTHORS_READING,
@@ -20,7 +21,6 @@ from finlib.finbias.perturb.statement import (
     rewrite_statement,
 )
 from finlib.finbias.vocab import RATINGS, Rating
-from provider_corpus import Report, layouts, render, sentences, takes
 
 SENTENCES = sentences()
 LAYOUTS = layouts()
