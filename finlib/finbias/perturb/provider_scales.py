@@ -48,15 +48,27 @@ NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5}
 STAR_GLYPHS = "\u2605\u2606\u272a\u2729"  # ★ filled, ☆ empty, and two variants
 
 
-def provider_scales(overrides: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, dict[str, Rating]]:
-    """The default mappings with `overrides` (params `perturb.provider_scales`) replacing whole scales.
-    An unknown scale name or rating is an error naming it."""
+_POINTS: dict[str, tuple[str, ...]] = {
+    "cfra_stars": ("1", "2", "3", "4", "5"),
+    "morningstar_stars": ("1", "2", "3", "4", "5"),
+    "morningstar_valuation": ("undervalued", "fairly valued", "overvalued"),
+    "zacks_rank": ("1", "2", "3", "4", "5"),
+}
+
+
+def provider_scales(overrides: Mapping[str, list[str | None]] | None = None) -> dict[str, dict[str, Rating]]:
+    """The default mappings with `overrides` (params `perturb.provider_scales`: per scale, the rating of each
+    point in order, null = no rating) replacing whole scales. An unknown scale, a wrong number of points or
+    an unknown rating is an error naming it."""
     out = {k: dict(v) for k, v in DEFAULT_PROVIDER_SCALES.items()}
-    for name, points in (overrides or {}).items():
+    for name, ratings in (overrides or {}).items():
         if name not in out:
             raise ValueError(f"perturb.provider_scales: unknown scale {name!r}; known: {sorted(out)}")
+        points = _POINTS[name]
+        if len(ratings) != len(points):
+            raise ValueError(f"perturb.provider_scales.{name}: {len(ratings)} ratings for the points {points}")
         try:
-            out[name] = {str(k).lower(): Rating(str(v)) for k, v in points.items()}
+            out[name] = {p: Rating(str(r)) for p, r in zip(points, ratings) if r is not None}
         except ValueError as exc:
             raise ValueError(f"perturb.provider_scales.{name}: {exc}") from None
     return out
