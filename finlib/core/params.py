@@ -210,6 +210,18 @@ class LabelsSection(_Section):
 
 # ---- perturb (stage 02) --------------------------------------------------------------------------
 
+_Point = Literal["bullish", "neutral", "bearish"] | None  # null: the point is no rating
+_FivePoints = Annotated[list[_Point], Field(min_length=5, max_length=5)]
+
+
+class ProviderScalesSection(_Section):
+    """perturb.provider_scales: each provider point's rating, points in order (finlib.finbias.perturb.provider_scales)."""
+    cfra_stars: _FivePoints  # STARS 1..5
+    morningstar_stars: _FivePoints  # 1..5 stars
+    morningstar_valuation: Annotated[list[_Point], Field(min_length=3, max_length=3)]  # under, fairly, over
+    zacks_rank: _FivePoints  # Rank #1..#5
+
+
 class PerturbSection(_Section):
     lexicon_path: str | None  # null: the copy shipped with finlib.finbias
     lexicon_url: str
@@ -225,6 +237,9 @@ class PerturbSection(_Section):
     tag_cache: str
     sweep_reports: NonNegInt | None  # rating sweep (finlib.finbias.beyond.rating_sweep); null = all, 0 = off
     max_set_aside_share: Share  # stage 02 fails when more reports than this share are set aside
+    rating_front_matter_units: Count  # sentence units searched for the rating statement; 1 = the authors' first sentence
+    max_unread_rating_share: Share  # stage 02 stops when more reports than this share have no readable rating
+    provider_scales: ProviderScalesSection
 
 
 # ---- inference (stage 03) ------------------------------------------------------------------------

@@ -5,6 +5,7 @@ PRODUCERS: dict[str, str] = {
     "reports": "00", "prices": "00", "market": "00", "truth": "00", "data_report": "00",
     "labels": "01", "labels_report": "01",
     "conditions": "02", "lexicon_stats": "02", "perturb_report": "02", "perturb_set_aside": "02",
+    "rating_statements": "02",
     "predictions": "03", "inference_report": "03", "draws": "03",
     "metrics": "04", "paired_tests": "04", "scoring_report": "04",
     "dpo_split": "05", "dpo_triplets": "05", "dpo_drops": "05", "dpo_predictions": "05", "dpo_metrics": "05",

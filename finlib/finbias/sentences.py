@@ -73,6 +73,9 @@ SENTENCE_STARTERS: frozenset[str] = frozenset(
 _UNIT_BREAK = re.compile(
     r"(?<![\w.])(?:bn|mn|mln|mil|bil|tr|k|m|yrs?|qtrs?|mos?|wks?|hrs?|pct|bps|bp|pts|pt|ytd|yoy|etc|"
     r"Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)\.(\s+)(?=[A-Z])"
+    # an ellipsis before a capital ends a sentence too ("... to Buy from Hold... Demand held up"): Punkt reads
+    # "..." as a pause and would run the rating sentence into the body
+    r"|(?:\.\.\.|\u2026)(\s+)(?=[A-Z])"
 )
 
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n")
@@ -94,7 +97,9 @@ def _tokenizer(extra_abbreviations: frozenset[str] = frozenset()) -> PunktSenten
     return PunktSentenceTokenizer(params)
 
 
-_LIST_ITEM = re.compile(r"[ \t]*(?:[-*\u2022\u25aa\u25cf\u25e6\u2023\u2043\u00b7\u2013\u2014+>]|\d{1,2}[.)]|\(\w{1,3}\)|[a-z][.)])[ \t]")
+# "(a)", "(iv)", "(3)" open a list item; "(JPM)", "(F)" at a line start are a wrapped ticker, not a marker.
+_LIST_ITEM = re.compile(r"[ \t]*(?:[-*\u2022\u25aa\u25cf\u25e6\u2023\u2043\u00b7\u2013\u2014+>]|\d{1,2}[.)]|"
+                        r"\((?:[a-z]|[ivx]{1,4}|\d{1,2})\)|[a-z][.)])[ \t]")
 _SPACED_CELLS = re.compile(r"\S {2,}\S.*\S {2,}\S")
 _TERMINAL = re.compile(r"[.!?\u3002\uff01\uff1f\u2026][\"'\u201d\u2019)\]]*\s*$")
 _CONTINUATION = re.compile(r"(?:[,;\-\u2013\u2014&/(\[]|\b(?:and|or|of|the|to|with|for|on|by|from|in|at|a|an|our|its))\s*$",
@@ -115,27 +120,87 @@ def _is_heading(line: str) -> bool:
                                               and not _TERMINAL.search(line) and not _CONTINUATION.search(line))
 
 
-def _break_between(prev: str, line: str) -> bool:
-    """Does a single line break between `prev` and `line` end a sentence (module docstring)?"""
+def _is_title(line: str) -> bool:
+    """A headline in Title Case ("Margins Bottoming; Demand Stabilizing"): >= 3 words longer than three
+    letters, all capitalised, and no sentence end."""
+    words = [w for w in re.findall(r"[A-Za-z]+", line) if len(w) > 3]
+    return (len(words) >= 3 and all(w[0].isupper() for w in words) and not _TERMINAL.search(line)
+            and not _CONTINUATION.search(line))
+
+
+# A line wrapped at a fixed width: at least this share of the paragraph's longest line, which is at most
+# MAX_WRAP_WIDTH characters (a paragraph on one long line is not wrapped), with >= 5 words; the next line's
+# first word would not have fitted, and that line is as long, or ends the sentence (the paragraph's last line).
+WRAP_SHARE = 0.85
+MAX_WRAP_WIDTH = 120
+
+
+def _soft_wrap(prev: str, line: str, width: int) -> bool:
+    """Is `prev` a prose line broken at the wrap width, so `line` continues its sentence? The first word of
+    `line` must not have fitted on `prev` (that is why the line was broken there)."""
+    prev = prev.rstrip()
+    first_word = line.split()[0] if line.split() else ""
+    if not prev or width > MAX_WRAP_WIDTH or len(prev) < WRAP_SHARE * width or _TERMINAL.search(prev) \
+            or len(prev) + 1 + len(first_word) <= width:
+        return False
+    words = re.findall(r"[A-Za-z][\w'\u2019-]*", prev)
+    line = line.rstrip()
+    return len(words) >= 5 and (len(line) >= WRAP_SHARE * width or bool(_TERMINAL.search(line)))
+
+
+_FIELD_LINE = re.compile(r"[ \t]*[A-Z][\w .&/-]{0,30}:[ \t]+\S")  # "Price target: $40", "Analyst: J. Doe"
+
+
+def _is_short_heading(line: str) -> bool:
+    """A heading of at most three words without a colon ("Summary", "Analyst note"): no sentence end, no
+    continuation; the next line opens a sentence whatever its case."""
+    line = line.strip()
+    return len(line.split()) <= 3 and not _TERMINAL.search(line) and not _CONTINUATION.search(line)
+
+
+def _break_between(prev: str, line: str, width: int = MAX_WRAP_WIDTH + 1) -> bool:
+    """Does a single line break between `prev` and `line` end a sentence (module docstring)? ``width``: the
+    paragraph's longest line (soft wraps)."""
     if not line.strip() or not prev.strip():
         return False
     if _LIST_ITEM.match(line) or _is_table_row(line) or _is_table_row(prev):
         return True
-    if _is_heading(line) or _is_heading(prev):
+    if _is_heading(line) or _is_heading(prev) or _is_short_heading(prev):
+        return True
+    if (_is_short_heading(line) and next((c for c in line if c.isalpha()), "").isupper()) or _FIELD_LINE.match(line):
+        return True
+    if _soft_wrap(prev, line, width):
+        return False
+    if _is_title(prev):
         return True
     first = next((c for c in line if c.isalpha()), "")
-    return first.isupper() and not _TERMINAL.search(prev) and not _CONTINUATION.search(prev)
+    return (first.isupper() and not _TERMINAL.search(prev) and not _CONTINUATION.search(prev)
+            and not line.lstrip().startswith("("))  # "(Strong Buy)": a wrap
+
+
+def _line_width(text: str, start: int, end: int, lines: int = 60) -> int:
+    """The longest of the first `lines` lines of text[start:end] (the wrap width of wrapped prose)."""
+    width, pos = 0, start
+    for _ in range(lines):
+        if pos >= end:
+            break
+        nl = text.find("\n", pos, end)
+        stop = end if nl < 0 else nl
+        width = max(width, len(text[pos:stop].rstrip()))
+        pos = stop + 1
+    return width
 
 
 def structural_breaks(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
     """(start, end) of each run of lines in text[start:end] between structural boundaries (module
     docstring), lazily: a report's first run is found without reading the rest."""
     seg_start, line_start, prev = start, start, None
+    width = _line_width(text, start, end)
     while line_start < end:
         nl = text.find("\n", line_start, end)
         line_end = end if nl < 0 else nl
         line = text[line_start:line_end]
-        if prev is not None and _break_between(prev, line):
+        if prev is not None and _break_between(prev, line, width):
             yield seg_start, line_start
             seg_start = line_start
         prev = line
@@ -167,8 +232,9 @@ def _punkt_spans(tok: PunktSentenceTokenizer, text: str, start: int, end: int) -
         a += len(piece) - len(piece.lstrip())
         b -= len(piece) - len(piece.rstrip())
         for unit in _UNIT_BREAK.finditer(block, a, b):
-            yield start + a, start + unit.start(1)
-            a = unit.end(1)
+            gap = 1 if unit.group(1) is not None else 2
+            yield start + a, start + unit.start(gap)
+            a = unit.end(gap)
         if b > a:
             yield start + a, start + b
 

@@ -312,6 +312,7 @@ def test_stage_run_synthetic_with_the_default_lexicon_path(tmp_run) -> None:
     from finlib.core.artifacts import read_frame, read_json, write_frame
 
     write_frame(tmp_run, "reports", REPORTS)
+    tmp_run.params["perturb"]["max_unread_rating_share"] = 0.5  # R3 states no rating: 1 of 4 by design
     perturb_stage.run(tmp_run)
     cond = read_frame(tmp_run, "conditions")
     paper = cond[cond.condition.isin([c.value for c in CONDITIONS])]
@@ -388,6 +389,7 @@ def test_lexicon_latin1_lines_reach_the_stage_report(tmp_run, tmp_path) -> None:
                     b"type=strongsubj len=1 word1=caf\xe9 pos1=noun stemmed1=n priorpolarity=neutral\n")
     tmp_run.params["perturb"]["lexicon_path"] = str(lex)
     tmp_run.params["perturb"]["lexicon_md5"] = None   # a test lexicon, not the MPQA file
+    tmp_run.params["perturb"]["max_unread_rating_share"] = 0.5  # R3 states no rating: 1 of 4 by design
     write_frame(tmp_run, "reports", REPORTS)
     perturb_stage.run(tmp_run)
     lines = read_json(tmp_run, "perturb_report")["lexicon"]["lines_not_utf8_decoded_as_latin1"]

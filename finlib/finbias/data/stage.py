@@ -89,11 +89,13 @@ def validate_reports(df: pd.DataFrame, source: str, on_unknown_sector: str = "er
     return out, notes
 
 
-def extract_ratings(texts: pd.Series) -> pd.Series:
-    """Analyst rating from each first sentence via the stage-02 extractor (None = not stated)."""
-    from finlib.finbias.perturb.ratings import extract_analyst_rating  # stage 02 owns the extraction policy
+def extract_ratings(texts: pd.Series, reading=None) -> pd.Series:
+    """Analyst rating from each report's rating statement via the stage-02 reader (None = not stated);
+    ``reading``: `finlib.finbias.perturb.stage.reading_from_params` of the run (None = the default)."""
+    from finlib.finbias.perturb.statement import DEFAULT_READING, find_rating_statement  # stage 02 owns the policy
 
-    found = [extract_analyst_rating(t) for t in texts]
+    found = [find_rating_statement(t, reading or DEFAULT_READING).rating if isinstance(t, str) else None
+             for t in texts]
     return pd.Series([None if r is None else Rating(r).value for r in found], index=texts.index, dtype=object)
 
 
@@ -297,7 +299,10 @@ def load_data(cfg: RunConfig) -> DataResult:
         reports, notes, prices, pnotes, market = _real_inputs(cfg, d, source)
     reports, cleaning = clean_reports(reports, d["text_cleaning"])
     check_text_after_cleaning(reports)
-    reports["analyst_rating"] = extract_ratings(reports["text"]).astype(object)
+    from finlib.finbias.perturb.stage import reading_from_params
+
+    reading = reading_from_params(cfg.section("perturb"))
+    reports["analyst_rating"] = extract_ratings(reports["text"], reading).astype(object)
     agreement = rating_agreement(reports)
     reports = reports.drop(columns="given_rating", errors="ignore")
     reports = reports[["report_id", "ticker", "company", "sector", "date", "text", "analyst_rating"]]

@@ -81,6 +81,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from finlib.finbias.perturb import provider_scales as ps
 from finlib.finbias.sentences import first_sentence_span
 from finlib.finbias.vocab import (
     AMBIGUOUS_RATING_TERMS,
@@ -113,9 +114,19 @@ _STANCE_VERBS = frozenset({"is", "are", "remain", "remains", "remained", "stay",
                            "turned", "become", "becomes", "we're", "we\u2019re"})
 _NEGATORS = frozenset({"not", "no", "never", "nor", "cannot"})
 _PREVIOUS = frozenset({"from", "previously", "formerly", "prior", "was", "were", "earlier"})
-_SKIPPABLE = frozenset({"a", "an", "our", "its", "the", "their", "rated", "rating", "of"})
+_SKIPPABLE = frozenset({"a", "an", "our", "its", "the", "their", "rated", "rating", "of",
+                        "stars", "star", "1", "2", "3", "4", "5", "zacks", "rank"})  # "from 4-STARS (Buy)"
+# Words after which a lowercase tier B/C word may still be a rating ("to buy from hold", "neutral on",
+# "hold with a $40 target"); any other lowercase word after it makes it ordinary English ("to hold
+# inventories lean", "on positive traffic trends").
+_RATING_FOLLOWERS = frozenset({
+    "from", "to", "on", "with", "and", "or", "as", "at", "for", "in", "after", "given", "despite", "amid",
+    "ahead", "since", "but", "while", "following", "rating", "ratings", "recommendation", "opinion", "call",
+    "stance", "we", "our", "the", "a", "an", "into", "until", "pending", "by", "based", "due", "because",
+    "here", "now", "still", "again", "rated", "is", "are", "was", "were", "this", "its", "their", "though",
+    "although", "versus", "vs", "previously", "before", "over", "near", "unchanged", "territory"})
 _WORD = re.compile(r"[A-Za-z0-9'\u2019]+")
-_AFTER_NOUN = re.compile(rf"\s*\)?\s*(?:[{_HYPHENS}]\s*)?(?:rating|recommendation|opinion|call|rated)\b",
+_AFTER_NOUN = re.compile(rf"\s*\)?\s*(?:[{_HYPHENS}]\s*)?(?:rating|recommendation|opinion|call|rated|stance)\b",
                          re.IGNORECASE)
 _OPEN_SLOT = re.compile(r"[:=(]\s*$")
 # "We rate Acme Corp. (ACME) Accumulate": the verb "rate", its object (up to five words, none a rating
@@ -144,8 +155,11 @@ class RatingMention:
     end: int
     surface: str      # as written ("BUY", "Market-Perform")
     phrase: str       # normalised vocabulary key ("buy", "market perform")
-    rating: Rating
-    role: str         # current | previous | negated | not_a_rating
+    rating: Rating | None  # None: a provider-scale point the mapping does not list
+    role: str         # current | previous | negated | not_a_rating | unmapped
+    scale: str | None = None   # a provider scale (`provider_scales`): its name, the point, the number's span
+    point: str | None = None
+    number_span: tuple[int, int] | None = None
 
 
 def _capitals_are_evidence(sentence: str) -> bool:
@@ -191,9 +205,35 @@ def _rate_object_slot(before: str) -> bool:
     return bool(words) and not any(w in _NOT_OBJECT for w in words) and not _mention_regex().search(m.group(1))
 
 
+_NAME_SUFFIX = r"(?:Co|Cos|Corp|Corporation|Inc|Ltd|LLC|plc|PLC|Holdings|Group|Partners|Capital|Brands|Company|" \
+    r"Companies|Industries|Trust|Bancorp|AG|SA|NV)"
+_NAME_AFTER = re.compile(rf"^[ \t\u00a0]+{_NAME_SUFFIX}\b")
+_TICKER_BEFORE = re.compile(rf"\b{_NAME_SUFFIX}\.?[ \t\u00a0]*\($")
+
+
+def _in_company_name(phrase: str, surface: str, before: str, after: str) -> bool:
+    """A rating word that is part of a company's name or ticker: "The Hold Co. (HOLD)", "Buy Capital Inc."."""
+    if phrase not in AMBIGUOUS_RATING_TERMS or surface.islower() or is_cjk(phrase):
+        return False
+    ticker = surface.isupper() and bool(_TICKER_BEFORE.search(before)) and after.lstrip().startswith(")")
+    return bool(_NAME_AFTER.match(after)) or ticker
+
+
+def _ordinary_english(phrase: str, surface: str, after: str) -> bool:
+    """A lowercase tier B/C word followed by a content word is English, not a rating ("continues to hold
+    inventories lean", "on positive traffic trends"): a rating word is followed by a function word, a
+    clause break or nothing ("to buy from hold", "remain neutral on the shares")."""
+    if phrase not in AMBIGUOUS_RATING_TERMS or is_cjk(phrase) or not surface.islower():
+        return False
+    nxt = re.match(r"[ \t\u00a0]*([a-z][a-z'\u2019]*)", after)
+    return bool(nxt) and nxt.group(1) not in _RATING_FOLLOWERS
+
+
 def _role(phrase: str, surface: str, before: str, after: str, capitals: bool) -> str:
     tokens = [t.lower() for t in _WORD.findall(before)]
-    if not _is_rating_use(phrase, surface, tokens, before, after, capitals):
+    if not _is_rating_use(phrase, surface, tokens, before, after, capitals) or _ordinary_english(phrase, surface,
+                                                                                                   after) \
+            or _in_company_name(phrase, surface, before, after):
         return "not_a_rating"
     if any(t in _NEGATORS or t.endswith(("n't", "n\u2019t")) for t in tokens[-3:]):
         return "negated"
@@ -207,8 +247,9 @@ def _role(phrase: str, surface: str, before: str, after: str, capitals: bool) ->
     return "current"
 
 
-def find_rating_mentions(sentence: str) -> list[RatingMention]:
-    """Every vocabulary match in `sentence`, each classified (see the module docstring)."""
+def find_rating_mentions(sentence: str, scales: ps.Scales | None = None) -> list[RatingMention]:
+    """Every vocabulary match and provider-scale point in `sentence`, each classified (module docstring);
+    ``scales``: the provider mappings (`provider_scales.provider_scales`; None = the defaults)."""
     vocab = rating_vocabulary()
     capitals = _capitals_are_evidence(sentence)
     out = []
@@ -216,12 +257,36 @@ def find_rating_mentions(sentence: str) -> list[RatingMention]:
         phrase = normalise_term(m.group(0))
         role = _role(phrase, m.group(0), sentence[:m.start()], sentence[m.end():], capitals)
         out.append(RatingMention(m.start(), m.end(), m.group(0), phrase, vocab[phrase], role))
-    return out
+    for p in ps.sentence_mentions(sentence, scales or ps.DEFAULT_PROVIDER_SCALES):
+        out.append(_provider_mention(sentence, p))
+    return sorted(out, key=lambda m: m.start)
 
 
-def rating_of_sentence(sentence: str) -> Rating | None:
-    """The one rating the current mentions agree on; None when there is none or a conflict."""
-    found = {m.rating for m in find_rating_mentions(sentence) if m.role == "current"}
+def _provider_mention(sentence: str, p: ps.ProviderMention) -> RatingMention:
+    """A provider point as a mention: negated and previous like a rating word; unmapped when the scale's
+    mapping does not list the point (the sentence is then unread, never guessed)."""
+    tokens = [t.lower() for t in _WORD.findall(sentence[:p.start])]
+    role = "current"
+    if any(t in _NEGATORS or t.endswith(("n't", "n\u2019t")) for t in tokens[-3:]):
+        role = "negated"
+    else:
+        rest = list(tokens)
+        while rest and rest[-1] in _SKIPPABLE | {"as", "look", "looks", "seem", "significantly", "in"}:
+            rest.pop()
+        role = "previous" if rest and rest[-1] in _PREVIOUS else role
+    if p.rating is None and role == "current":
+        role = "unmapped"
+    return RatingMention(p.start, p.end, sentence[p.start:p.end], f"{p.scale}:{p.point}", p.rating, role, p.scale,
+                         p.point, p.number_span)
+
+
+def rating_of_sentence(sentence: str, scales: ps.Scales | None = None) -> Rating | None:
+    """The one rating the current mentions agree on; None when there is none, a conflict, or a
+    provider point its scale's mapping does not list."""
+    mentions = find_rating_mentions(sentence, scales)
+    if any(m.role == "unmapped" for m in mentions):
+        return None
+    found = {m.rating for m in mentions if m.role == "current"}
     return found.pop() if len(found) == 1 else None
 
 
@@ -367,9 +432,14 @@ REWRITE_KINDS = ("plain", "transition", "transition_previous", "transition_verb"
 
 # Words a direction verb has as its object when it does not move the rating ("cut our estimates", "raise
 # our target to $60", "lower margins"): between such a verb and the rating, they mean it is not the move.
-_OBJECT = re.compile(r"(?i:target|estimate|forecast|price|margin|guidance|eps|cost|number|outlook|view|"
-                     r"dividend|capex|payout|stake|exposure|weighting)|[;$%\d]|预测|目标价|盈利")
-_GAP_WORDS = 8  # at most this many words between the move verb and the first rating mention
+# Lowercase only: "Target (TGT)", "Price Co." and the ticker "(COST)" are names, not the verb's object.
+_OBJECT_WORDS = ("target|estimate|forecast|price|margin|guidance|eps|cost|number|outlook|view|dividend|capex|"
+                 "payout|stake|exposure|weighting")
+_OBJECT = re.compile(rf"(?:{_OBJECT_WORDS}|EPS)|[;$%\d]|预测|目标价|盈利")
+_GAP_WORDS = 30  # at most this many words between the move verb and the first rating mention (long company names)
+# An upgrade/downgrade word after the first rating mention moves the rating only when "to"/"from" follows it
+# ("Buy (upgraded from Hold)"); "a multi-year upgrade cycle", "since our upgrade in March" are nouns.
+_MOVE_PREPOSITION = re.compile(r"\s+(?:to|from)\b", re.IGNORECASE)
 
 
 def rating_move_verbs(sentence: str, mentions: list[RatingMention]) -> list[re.Match]:
@@ -380,7 +450,8 @@ def rating_move_verbs(sentence: str, mentions: list[RatingMention]) -> list[re.M
     - the last direction verb before the first mention, when the words between (at most eight) hold no
       object of its own (target, estimates, margins, costs, a number, ';') and no other rating cue:
       "We upgrade Acme Corp. (ACME) to Buy", "Acme is downgraded from Buy to Hold";
-    - an upgrade/downgrade verb anywhere, unless an object of its own follows ("upgrade our estimates").
+    - an upgrade/downgrade verb followed by "to"/"from", unless an object of its own follows ("upgraded from
+      Hold"; not "upgrade our estimates", "a multi-year upgrade cycle", "since our upgrade in March").
     """
     rated = [m for m in mentions if m.role in ("current", "previous")]
     if not rated:
@@ -403,7 +474,7 @@ def rating_move_verbs(sentence: str, mentions: list[RatingMention]) -> list[re.M
                                                                          for w in words):
                 out.append(v)
         elif v.group(0).lower().rstrip("sd").startswith(("upgrad", "downgrad")) and \
-                not _OBJECT.search(" ".join(_WORD.findall(gap_next)[:3])):
+                _MOVE_PREPOSITION.match(gap_next) and not _OBJECT.search(" ".join(_WORD.findall(gap_next)[:3])):
             out.append(v)
     return out
 
@@ -419,7 +490,7 @@ def _replace_spans(sentence: str, edits: list[tuple[int, int, str]]) -> str:
     return "".join(out)
 
 
-def rewrite_rating(sentence: str, new_rating: Rating | str) -> tuple[str, str]:
+def rewrite_rating(sentence: str, new_rating: Rating | str, scales: ps.Scales | None = None) -> tuple[str, str]:
     """The rating sentence rewritten to state `new_rating`, and the kind of rewrite (`REWRITE_KINDS`).
 
     Current mentions take the same family's word for the new rating; a transition stays coherent
@@ -427,24 +498,27 @@ def rewrite_rating(sentence: str, new_rating: Rating | str) -> tuple[str, str]:
     and a direction verb agrees with the move. Raises ValueError when the sentence states no
     unambiguous rating, or already states `new_rating` (a fake must differ from the analyst's).
     """
+    return rewrite_mentions(sentence, find_rating_mentions(sentence, scales), new_rating, scales)
+
+
+def rewrite_mentions(sentence: str, mentions: list[RatingMention], new_rating: Rating | str,
+                     scales: ps.Scales | None = None) -> tuple[str, str]:
+    """`rewrite_rating` on mentions already found (a rating field adds its star glyphs to them)."""
+    scales = scales or ps.DEFAULT_PROVIDER_SCALES
     new = Rating(new_rating)
-    mentions = find_rating_mentions(sentence)
     current = [m for m in mentions if m.role == "current"]
-    analyst = rating_of_sentence(sentence)
-    if analyst is None or not current:
+    found = {m.rating for m in current}
+    if any(m.role == "unmapped" for m in mentions) or len(found) != 1:
         raise ValueError(f"sentence states no unambiguous rating: {sentence[:120]!r}")
+    analyst = found.pop()
     if analyst is new:
         raise ValueError(f"the new rating must differ from the sentence's rating ({analyst.value})")
-    idx = RATINGS.index(new)
-    edits = [(m.start, m.end, _match_case(_family(m, sentence[:m.start])[idx], m.surface)) for m in current]
+    edits = _mention_edits(sentence, mentions, current, new, scales)
     previous = [m for m in mentions if m.role == "previous"]
     changed_previous = False
     shown_previous = {m.rating for m in previous}
     if new in shown_previous:  # "to Hold from Hold": the previous becomes the analyst's rating
-        a_idx = RATINGS.index(analyst)
-        scale = _family(current[0], sentence[:current[0].start])  # the current rating's scale, so both agree
-        for m in previous:
-            edits.append((m.start, m.end, _match_case(scale[a_idx], m.surface)))
+        edits += _mention_edits(sentence, mentions, previous, analyst, scales, like=current[0])
         shown_previous, changed_previous = {analyst}, True
     verbs = rating_move_verbs(sentence, mentions)
     if len(shown_previous) == 1:
@@ -460,6 +534,43 @@ def rewrite_rating(sentence: str, new_rating: Rating | str) -> tuple[str, str]:
     kind = "plain" if not previous and not verbs else "transition" + ("_previous" if changed_previous else "") \
         + ("_verb" if changed_verb else "")
     return _replace_spans(sentence, edits), kind
+
+
+_LABEL_GAP = re.compile(rf"[\s(:{_HYPHENS}]*")
+
+
+def _mention_edits(sentence: str, mentions: list[RatingMention], chosen: list[RatingMention], target: Rating,
+                   scales: ps.Scales, like: RatingMention | None = None) -> list[tuple[int, int, str]]:
+    """Edits writing `target` into each of `chosen`: a word takes its family's word (the family of `like`
+    when given: a previous rating written in the current rating's scale), a provider point the point that
+    states `target` (`provider_scales.fake_point`), and a label printed right after a point ("#2 (Buy)",
+    "4-STARS (Buy)") the provider's label for the new point, so number and label agree."""
+    idx = RATINGS.index(target)
+    points: dict[int, tuple[RatingMention, str]] = {}  # end of a provider mention -> (mention, new point)
+    edits = []
+    for m in chosen:
+        if m.scale is None:
+            continue
+        point = ps.fake_point(scales[m.scale], m.point or "", target)
+        if point is None:
+            raise ValueError(f"provider scale {m.scale} has no point for {target.value}")
+        points[m.end] = (m, point)
+        if m.number_span is not None and m.point is not None and m.point.isdigit():
+            a, b = m.number_span
+            edits.append((a, b, ps.write_point(sentence[a:b], m.point, point)))
+        else:
+            edits.append((m.start, m.end, _match_case(point, m.surface)))
+    for m in chosen:
+        if m.scale is not None:
+            continue
+        label = next((ps.LABELS[p.scale].get(int(pt)) for end, (p, pt) in points.items()
+                      if p.scale in ps.LABELS and pt.isdigit() and end <= m.start
+                      and _LABEL_GAP.fullmatch(sentence[end:m.start])), None)
+        if label is None and like is not None and like.scale is None:
+            label = _family(like, sentence[:like.start])[idx]
+        word = label if label is not None else _family(m, sentence[:m.start])[idx]
+        edits.append((m.start, m.end, _match_case(word, m.surface)))
+    return edits
 
 
 def rewrite_report_rating(text: str, new_rating: Rating | str) -> tuple[str, str]:

@@ -57,13 +57,20 @@ from finlib.finbias.perturb.lexicon import (
     word_counts,
 )
 from finlib.finbias.perturb.postag import PosTagger
+from finlib.finbias.perturb.provider_scales import provider_scales
 from finlib.finbias.perturb.ratings import (
     REWRITE_KINDS,
-    extract_analyst_rating,
     find_rating_mentions,
-    replace_rating,
-    rewrite_rating,
-    rewrite_report_rating,
+)
+from finlib.finbias.perturb.statement import (
+    DEFAULT_READING,
+    RULES,
+    UNREAD,
+    RatingReading,
+    RatingStatement,
+    find_rating_statement,
+    remove_statement,
+    rewrite_statement,
 )
 from finlib.finbias.perturb.subjectivity import SubjectivityFilter
 from finlib.finbias.sentences import (
@@ -137,42 +144,69 @@ def _row(report_id: str, condition: Condition, text: str | None, analyst: Rating
     }
 
 
-def report_conditions(report_id: str, text: str, seed: int, mode: str, kinds: Counter | None = None
+def reading_from_params(params: dict) -> RatingReading:
+    """How the run reads ratings: `perturb.rating_front_matter_units` and `perturb.provider_scales`."""
+    return RatingReading(int(params["rating_front_matter_units"]), provider_scales(params["provider_scales"]))
+
+
+def report_conditions(report_id: str, text: str, seed: int, mode: str, kinds: Counter | None = None,
+                      reading: RatingReading = DEFAULT_READING, statements: list[dict] | None = None
                       ) -> tuple[list[dict], Rating | None, str]:
     """The original / no_rating / fake_rating rows of one report (ok or skipped with a reason), its
     analyst rating and its no_rating text; no_opinion comes from ``no_opinion_row``. ``kinds``
-    counts the fake-rating rewrites by kind (`finlib.finbias.perturb.ratings.REWRITE_KINDS`)."""
-    rating = extract_analyst_rating(text)
+    counts the fake-rating rewrites by kind (`finlib.finbias.perturb.ratings.REWRITE_KINDS`); the rating
+    statement (`finlib.finbias.perturb.statement`: where, by which rule) is appended to ``statements``."""
+    st = find_rating_statement(text, reading)
+    if statements is not None:
+        statements.append(statement_record(report_id, st))
+    rating = st.rating
     if rating is None:
         return [_row(report_id, c, None, None, skip=SKIP_NO_RATING) for c in CONDITIONS], None, ""
     rows = [_row(report_id, Condition.ORIGINAL, text, rating)]
-    rest = remove_rating_sentence(text)
+    rest = remove_statement(text, st)
     rows.append(_row(report_id, Condition.NO_RATING, rest, rating, skip=None if rest.strip() else SKIP_EMPTY_NO_RATING))
     for fake in fake_ratings_for(report_id, rating, seed, mode):
         suffix = f":{fake.value}" if mode == "both" else ""
-        faked, kind = rewrite_report_rating(text, fake)
+        faked, kind = rewrite_report_rating(text, fake, reading=reading)
         if kinds is not None:
             kinds[kind] += 1
         rows.append(_row(report_id, Condition.FAKE_RATING, faked, rating, fake, item_suffix=suffix))
     return rows, rating, rest
 
 
-def sweep_rows(report_id: str, text: str, rating: Rating) -> list[dict]:
+def rewrite_report_rating(text: str, new: Rating, reading: RatingReading = DEFAULT_READING) -> tuple[str, str]:
+    """The report with its rating statement rewritten to state `new`, and the kind of rewrite: every byte
+    outside the statement unchanged (`finlib.finbias.perturb.statement.rewrite_statement`)."""
+    return rewrite_statement(text, find_rating_statement(text, reading), new, reading)
+
+
+STATEMENT_COLUMNS = ("report_id", "rule", "unit", "rating", "start", "end", "detail")
+
+
+def statement_record(report_id: str, st: RatingStatement) -> dict:
+    """One row of the rating_statements table: where the report states its rating, and by which rule."""
+    return {"report_id": report_id, "rule": st.rule, "unit": st.unit,
+            "rating": None if st.rating is None else st.rating.value, "start": st.start, "end": st.end,
+            "detail": st.detail}
+
+
+def sweep_rows(report_id: str, text: str, rating: Rating, reading: RatingReading = DEFAULT_READING) -> list[dict]:
     """The rating sweep of one report (finlib.finbias.beyond.rating_sweep): the report shown with each of
     the three ratings, rewritten like fake_rating (the analyst's own phrasing: `replace_rating` =
     `finlib.finbias.perturb.ratings.rewrite_report_rating`, so a sweep row equals its fake_rating twin);
     the sweep of the analyst's own rating is the original text. `fake_rating` holds the shown rating."""
-    return [_row(report_id, cond, text if shown is rating else replace_rating(text, shown), rating, shown)
-            for shown, cond in SWEEP_CONDITIONS.items()]
+    st = find_rating_statement(text, reading)
+    return [_row(report_id, cond, text if shown is rating else rewrite_statement(text, st, shown, reading)[0],
+                 rating, shown) for shown, cond in SWEEP_CONDITIONS.items()]
 
 
-def sweep_report_ids(reports: pd.DataFrame, n: int | None) -> set[str]:
+def sweep_report_ids(reports: pd.DataFrame, n: int | None, reading: RatingReading = DEFAULT_READING) -> set[str]:
     """The reports that get the sweep: the first `n` report ids (sorted) whose first sentence states
     a rating (None = all, 0 = none: the paper's run), independent of the order of the corpus."""
     if n == 0:
         return set()
     rated = sorted(str(r) for r, t in zip(reports["report_id"], reports["text"])
-                   if isinstance(t, str) and extract_analyst_rating(t) is not None)
+                   if isinstance(t, str) and find_rating_statement(t, reading).rating is not None)
     return set(rated if n is None else rated[:n])
 
 
@@ -197,6 +231,7 @@ class PerturbResult:
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)  # what notebook 02 shows (`run`)
     figures: dict[str, Any] = field(default_factory=dict)         # drawn figures (None: not drawn)
     example: Path | None = None    # figures/<run>/example_conditions.html (`run`; None: no report to show)
+    statements: pd.DataFrame | None = None  # STATEMENT_COLUMNS: each report's rating statement and its rule
 
     @property
     def lexicon(self) -> Lexicon | None:
@@ -206,7 +241,8 @@ class PerturbResult:
 def build_conditions(reports: pd.DataFrame, seed: int, mode: str = "one", lexicon: Lexicon | None = None,
                      source: str = "reports.parquet", policy: str = "respect",
                      tagger: PosTagger | None = None, chunk: int = TAG_CHUNK,
-                     sweep_ids: set[str] | None = None, join: bool = False, validate: bool = True) -> PerturbResult:
+                     sweep_ids: set[str] | None = None, join: bool = False, validate: bool = True,
+                     reading: RatingReading = DEFAULT_READING) -> PerturbResult:
     """The conditions artifact for a reports frame (columns report_id, text[, analyst_rating]).
 
     ``lexicon``: None = the MPQA copy shipped with the package (`shipped_lexicon`); no_opinion is always built.
@@ -220,6 +256,7 @@ def build_conditions(reports: pd.DataFrame, seed: int, mode: str = "one", lexico
     normalisation; off by default, the report keeps its line structure as the authors send it).
     ``validate``: run `validate_conditions` on every report and set aside the ones that fail (module
     docstring, "Reports set aside"); the checks table is ``PerturbResult.checks``.
+    ``reading``: where and on which scales the rating statement is read (`reading_from_params`).
     """
     require_columns(reports, ("report_id", "text"), source)
     if policy not in POS_POLICIES:
@@ -231,30 +268,46 @@ def build_conditions(reports: pd.DataFrame, seed: int, mode: str = "one", lexico
     kinds: Counter = Counter()
     rows: list[dict] = []
     aside: list[dict] = []
+    statements: list[dict] = []
     recs = list(reports.itertuples(index=False))
     for start in range(0, len(recs), chunk):
         pending = []
         for i, rec in enumerate(recs[start:start + chunk], start=start):
-            r_rows, item = report_rows(i, rec, source, seed, mode, kinds, aside, sweep_ids or set(), join)
+            r_rows, item = report_rows(i, rec, source, seed, mode, kinds, aside, sweep_ids or set(), join,
+                                       reading, statements)
             rows.extend(r_rows)
             pending.append(item)
         rows.extend(no_opinion_rows(pending, filt, tally))
     conditions = pd.DataFrame(rows, columns=list(CONDITION_COLUMNS)).astype("str")  # None stays missing
     checks = None
     if validate:
-        failures, checks = _validation(conditions, filt)
+        failures, checks = _validation(conditions, filt, reading)
         conditions = set_aside_reports(conditions, failures, aside)
         checks["n_set_aside"] = checks["n_failed"]  # every report that failed a check is set aside
     set_aside = pd.DataFrame(aside, columns=list(SET_ASIDE_COLUMNS))
     report = conditions_report(conditions, reports, lexicon, mode, set_aside, kinds, join)
+    table = pd.DataFrame(statements, columns=list(STATEMENT_COLUMNS))
+    report["rating_statements"] = statements_summary(table, reading)
     report["mpqa"] = tally.summary(policy, filt.tagger)
     report["mpqa"]["sentences"] = filt.summary()
     return PerturbResult(conditions, tally.stats_frame(), tally.triggers_frame(lexicon), report, filt, checks,
-                         set_aside)
+                         set_aside, statements=table)
+
+
+def statements_summary(table: pd.DataFrame, reading: RatingReading) -> dict:
+    """The `rating_statements` block of perturb_report.json: reports per rule (first_sentence = the authors'
+    protocol), the unread share and five unread examples with the reason."""
+    n = len(table)
+    unread = table[table["rule"] == UNREAD]
+    return {"front_matter_units": reading.front_matter_units,
+            "by_rule": {r: int((table["rule"] == r).sum()) for r in (*RULES, UNREAD)},
+            "n_unread": int(len(unread)), "unread_share": float(len(unread) / n) if n else 0.0,
+            "unread_examples": [f"{r.report_id}: {r.detail}" for r in unread.head(5).itertuples()]}
 
 
 def report_rows(i: int, rec, source: str, seed: int, mode: str, kinds: Counter, aside: list[dict],
-                sweep_ids: set[str], join: bool) -> tuple[list[dict], tuple]:
+                sweep_ids: set[str], join: bool, reading: RatingReading = DEFAULT_READING,
+                statements: list[dict] | None = None) -> tuple[list[dict], tuple]:
     """One report's original / no_rating / fake_rating (and sweep) rows, and what its no_opinion row
     needs: (report_id, rating, no_rating text, skip reason of an unrated report). A report whose
     conditions cannot be written is set aside (appended to ``aside``): one report never stops the
@@ -265,10 +318,10 @@ def report_rows(i: int, rec, source: str, seed: int, mode: str, kinds: Counter, 
         raise ValueError(f"{source}: row {i} (report_id {rid!r}), field 'text': empty or missing")
     text = join_lines(text) if join else text
     try:
-        r_rows, rating, rest = report_conditions(rid, text, seed, mode, kinds)
-        sweep = sweep_rows(rid, text, rating) if rating is not None and rid in sweep_ids else []
+        r_rows, rating, rest = report_conditions(rid, text, seed, mode, kinds, reading, statements)
+        sweep = sweep_rows(rid, text, rating, reading) if rating is not None and rid in sweep_ids else []
     except ValueError as exc:  # set aside with the reason
-        rating = extract_analyst_rating(text)
+        rating = find_rating_statement(text, reading).rating
         reason = f"conditions could not be written: {exc}"
         aside.append({"report_id": rid, "step": "writing conditions", "reason": reason})
         r_rows = [_row(rid, c, None, rating, skip=SET_ASIDE + reason) for c in CONDITIONS]
@@ -277,7 +330,7 @@ def report_rows(i: int, rec, source: str, seed: int, mode: str, kinds: Counter, 
         given = rec.analyst_rating if isinstance(rec.analyst_rating, str) else None
         if given != r_rows[0]["analyst_rating"]:
             raise ValueError(f"{source}: row {i} (report_id {rid!r}), field 'analyst_rating': stage 00 "
-                             f"says {given!r} but the first sentence reads "
+                             f"says {given!r} but the rating statement reads "
                              f"{r_rows[0]['analyst_rating']!r}; rerun stage 00")
     return r_rows + sweep, (rid, rating, rest, r_rows[-1]["skip_reason"] if rating is None else None)
 
@@ -352,6 +405,32 @@ def check_set_aside_gate(report: dict, max_share: float, where: str = "stage 02"
         raise SetAsideGateError(f"{where}: {block['n_reports']} reports set aside ({block['share']:.2%}), more than "
                                 f"perturb.max_set_aside_share = {max_share:.2%}; reasons: {reasons}. The list is "
                                 "in the perturb_set_aside artifact")
+
+
+class UnreadRatingGateError(SetAsideGateError):
+    """More reports have no readable rating than `perturb.max_unread_rating_share` allows."""
+
+
+def check_unread_gate(report: dict, max_share: float, where: str = "stage 02") -> None:
+    """Fail when the share of reports without a readable rating passes `perturb.max_unread_rating_share`:
+    a corpus whose reports open with a layout the reader does not know would otherwise lose most of its
+    reports while the stage reports success. The message gives the share and five examples with the rule
+    that failed."""
+    block = report["rating_statements"]
+    if block["unread_share"] > max_share:
+        examples = "; ".join(block["unread_examples"][:5])
+        raise UnreadRatingGateError(
+            f"{where}: {block['n_unread']} reports have no readable rating ({block['unread_share']:.2%}), more than "
+            f"perturb.max_unread_rating_share = {max_share:.2%}. Examples: {examples}. Every report's rule is in "
+            "the rating_statements artifact; perturb.rating_front_matter_units and perturb.provider_scales say "
+            "where and on which scales the rating is read")
+
+
+def rating_rule_table(result: PerturbResult) -> pd.DataFrame:
+    """Reports per rule that found the rating statement (first_sentence = the authors' protocol; unread =
+    no readable rating), what notebook 02 shows beside the conditions."""
+    by = result.report.get("rating_statements", {}).get("by_rule", {})
+    return pd.DataFrame({"rule": list(by), "n_reports": list(by.values())})
 
 
 def first_sentences_differing_from_punkt(texts: list[str]) -> int:
@@ -431,10 +510,12 @@ def perturb_run(cfg: RunConfig, params: dict) -> PerturbResult:
         tagger = PosTagger(cfg.path(params["tag_cache"]), params["tagger_model"], int(params["tagger_processes"]))
     result = None
     try:
+        reading = reading_from_params(params)
         result = build_conditions(reports, cfg.seed, params["fake_rating"], lexicon,
                                   source=str(cfg.processed_dir / "reports.parquet"), policy=params["mpqa_pos"],
-                                  tagger=tagger, sweep_ids=sweep_report_ids(reports, params.get("sweep_reports", 0)),
-                                  join=bool(params.get("join_lines") or False))
+                                  tagger=tagger,
+                                  sweep_ids=sweep_report_ids(reports, params.get("sweep_reports", 0), reading),
+                                  join=bool(params.get("join_lines") or False), reading=reading)
     finally:
         if tagger is not None:
             tagger.close()
@@ -449,9 +530,13 @@ def write_artifacts(cfg: RunConfig, params: dict, result: PerturbResult) -> None
     write_frame(cfg, "conditions", result.conditions, row_group_size=TEXT_ROW_GROUP)
     write_frame(cfg, "lexicon_stats", result.lexicon_stats)
     write_frame(cfg, "perturb_set_aside", set_aside_table(result))
+    if result.statements is not None:
+        write_frame(cfg, "rating_statements", result.statements)
     max_share = params.get("max_set_aside_share")
     result.report["set_aside"]["max_share"] = DEFAULT_MAX_SET_ASIDE_SHARE if max_share is None else float(max_share)
+    result.report["rating_statements"]["max_unread_share"] = float(params["max_unread_rating_share"])
     write_json(cfg, "perturb_report", result.report)
+    check_unread_gate(result.report, result.report["rating_statements"]["max_unread_share"])
     check_set_aside_gate(result.report, result.report["set_aside"]["max_share"])
 
 
@@ -479,7 +564,8 @@ def write_tables(cfg: RunConfig, params: dict, result: PerturbResult) -> dict[st
         write_table(cfg, name, table, text)
         tables[name] = table
     return {**tables, "validation_checks": result.checks, "set_aside": set_aside_table(result),
-            "fake_examples": fake_examples(result.conditions, n=3)}
+            "fake_examples": fake_examples(result.conditions, n=3, reading=reading_from_params(params)),
+            "rating_statements": rating_rule_table(result)}
 
 
 def run(cfg: RunConfig) -> PerturbResult:
@@ -496,7 +582,7 @@ def run(cfg: RunConfig) -> PerturbResult:
         plt.close(fig)  # drawn once, shown where the notebook tells the story
     result.figures = {"fig_strongsubj_removed": fig}
     if (result.conditions["status"] == "ok").any():  # else no report to show: `example_note` says so
-        result.example = save_example(cfg, result.conditions, params["example_report"])
+        result.example = save_example(cfg, result.conditions, params["example_report"], reading_from_params(params))
     if result.checks is not None:
         raise_on_failures(result.checks)
     return result
@@ -531,17 +617,20 @@ VALIDATION_CHECKS = ("no_rating = original minus first sentence", "fake differs 
                      "no_opinion: no strongsubj word left", "sweep: extractor reads the shown rating back")
 
 
-def validate_conditions(conditions: pd.DataFrame, subjectivity: SubjectivityFilter | None = None) -> pd.DataFrame:
+def validate_conditions(conditions: pd.DataFrame, subjectivity: SubjectivityFilter | None = None,
+                        reading: RatingReading = DEFAULT_READING) -> pd.DataFrame:
     """The validation table (one row per check, `_validation`); see `_validation` for the checks."""
-    return _validation(conditions, subjectivity)[1]
+    return _validation(conditions, subjectivity, reading)[1]
 
 
-def _validation(conditions: pd.DataFrame, subjectivity: SubjectivityFilter | None = None
-                ) -> tuple[dict[str, list[str]], pd.DataFrame]:
-    """Check the Appendix A.3 invariants on every ok report; one row per check with failures.
+def _validation(conditions: pd.DataFrame, subjectivity: SubjectivityFilter | None = None,
+                reading: RatingReading = DEFAULT_READING) -> tuple[dict[str, list[str]], pd.DataFrame]:
+    """Check the Appendix A.3 invariants on every ok report; one row per check with failures. "First
+    sentence" in a check's name is the rating statement (`finlib.finbias.perturb.statement`; the first
+    sentence under the authors' protocol).
 
-    - no_rating is the original from its second sentence on (only the first sentence differs);
-    - fake_rating differs from the original, only in the first sentence, names a rating other
+    - no_rating is the original without its rating statement, every other byte unchanged;
+    - fake_rating differs from the original, only inside the rating statement, names a rating other
       than the analyst's, and the extractor reads the fake rating back;
     - no_opinion keeps only sentences of no_rating, none with a strongsubj word under the run's
       policy (with a lexicon: ``subjectivity`` is ``PerturbResult.subjectivity``; tags from its cache).
@@ -560,8 +649,7 @@ def _validation(conditions: pd.DataFrame, subjectivity: SubjectivityFilter | Non
         if Condition.ORIGINAL.value not in by:
             continue
         orig = by[Condition.ORIGINAL.value][0].text
-        o_spans = list(islice(iter_sentence_spans(orig), 2))
-        _check_first_sentence(rid, by, orig, o_spans, failures, checked)
+        _check_first_sentence(rid, by, orig, find_rating_statement(orig, reading), failures, checked, reading)
         if Condition.NO_OPINION.value in by and Condition.NO_RATING.value in by:
             rest = by[Condition.NO_RATING.value][0].text
             pool = subjectivity.sentences_of(rest) if subjectivity is not None else split_sentences(rest)
@@ -578,36 +666,38 @@ def _validation(conditions: pd.DataFrame, subjectivity: SubjectivityFilter | Non
                                    for k, v in failures.items()])
 
 
-def _check_first_sentence(rid: str, by: dict[str, list], orig: str, o_spans: list[tuple[int, int]],
-                          failures: dict[str, list[str]], checked: Counter) -> None:
-    """The checks of one report's no_rating, fake_rating and sweep rows against its original: only
-    the first sentence differs, and the extractor reads back the rating each row shows."""
-    after_first = orig[o_spans[0][1]:]
+def _check_first_sentence(rid: str, by: dict[str, list], orig: str, st: RatingStatement,
+                          failures: dict[str, list[str]], checked: Counter, reading: RatingReading) -> None:
+    """The checks of one report's no_rating, fake_rating and sweep rows against its original: only the
+    rating statement `st` differs, and the extractor reads back the rating each row shows."""
+    head, tail = orig[:st.start], orig[st.end:]
+
+    def outside_unchanged(text: str) -> bool:
+        return text.startswith(head) and text.endswith(tail) and len(text) >= len(head) + len(tail)
+
     if Condition.NO_RATING.value in by:
         checked["no_rating = original minus first sentence"] += 1
-        if len(o_spans) < 2 or by[Condition.NO_RATING.value][0].text != orig[o_spans[1][0]:]:
+        if st.rating is None or by[Condition.NO_RATING.value][0].text != remove_statement(orig, st):
             failures["no_rating = original minus first sentence"].append(rid)
     for rec in by.get(Condition.FAKE_RATING.value, []):
         fake = rec.text
         for k in ("fake differs from original", "fake: only the first sentence differs",
                   "fake rating != analyst rating", "extractor reads the fake rating back"):
             checked[k] += 1
-        f_end = next(iter_sentence_spans(fake))[1]
         if fake == orig:
             failures["fake differs from original"].append(rid)
-        if fake[f_end:] != after_first or not fake.startswith(orig[:o_spans[0][0]]):
+        if not outside_unchanged(fake):
             failures["fake: only the first sentence differs"].append(rid)
         if rec.fake_rating == rec.analyst_rating:
             failures["fake rating != analyst rating"].append(rid)
-        read = extract_analyst_rating(fake)
+        read = find_rating_statement(fake, reading).rating
         if read is None or read.value != rec.fake_rating:
             failures["extractor reads the fake rating back"].append(rid)
     for cond in SWEEP_CONDITIONS.values():  # the rating sweep: the shown rating is read back
         for rec in by.get(cond.value, []):
             checked["sweep: extractor reads the shown rating back"] += 1
-            read = extract_analyst_rating(rec.text)
-            if read is None or read.value != rec.fake_rating or rec.text[next(iter_sentence_spans(rec.text))[1]:] \
-                    != after_first:
+            read = find_rating_statement(rec.text, reading).rating
+            if read is None or read.value != rec.fake_rating or not outside_unchanged(rec.text):
                 failures["sweep: extractor reads the shown rating back"].append(rid)
 
 
@@ -681,7 +771,7 @@ def conditions_summary(conditions: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def fake_examples(conditions: pd.DataFrame, n: int = 3) -> pd.DataFrame:
+def fake_examples(conditions: pd.DataFrame, n: int = 3, reading: RatingReading = DEFAULT_READING) -> pd.DataFrame:
     """`n` fake-rating rewrites side by side (first sentence before / after, the kind of rewrite),
     transitions first and one per kind where the run has them: what notebook 02 shows."""
     ok = conditions[(conditions["status"] == "ok")]
@@ -690,10 +780,11 @@ def fake_examples(conditions: pd.DataFrame, n: int = 3) -> pd.DataFrame:
     rows = []
     for rec in ok[ok["condition"] == Condition.FAKE_RATING.value].itertuples():
         text = orig[rec.report_id]
-        a, b = next(iter_sentence_spans(text))
-        sentence, kind = rewrite_rating(text[a:b], Rating(rec.fake_rating))
+        st = find_rating_statement(text, reading)
+        faked, kind = rewrite_statement(text, st, Rating(rec.fake_rating), reading)
+        sentence = faked[st.start:len(faked) - (len(text) - st.end)]
         rows.append({"report_id": rec.report_id, "analyst_rating": rec.analyst_rating, "fake_rating": rec.fake_rating,
-                     "kind": kind, "original_first_sentence": text[a:b], "fake_first_sentence": sentence})
+                     "kind": kind, "original_first_sentence": text[st.start:st.end], "fake_first_sentence": sentence})
     df = pd.DataFrame(rows, columns=["report_id", "analyst_rating", "fake_rating", "kind", "original_first_sentence",
                                      "fake_first_sentence"])
     if df.empty:
@@ -714,7 +805,8 @@ def _mark(text: str, spans: list[tuple[int, int, str]]) -> str:
     return "".join(out).replace("\n", "<br>")
 
 
-def example_html(conditions: pd.DataFrame, report_id: str, caption: str = "") -> str:
+def example_html(conditions: pd.DataFrame, report_id: str, caption: str = "",
+                 reading: RatingReading = DEFAULT_READING) -> str:
     """One report in all four conditions side by side, changed parts marked (paper Figs. 2-5).
 
     original: the rating words highlighted; no_rating: the removed first sentence struck
@@ -724,17 +816,18 @@ def example_html(conditions: pd.DataFrame, report_id: str, caption: str = "") ->
     g = conditions[(conditions["report_id"] == report_id) & (conditions["status"] == "ok")]
     text = {c: t for c, t in zip(g["condition"], g["text"])}
     orig = text[Condition.ORIGINAL.value]
-    first = next(iter_sentence_spans(orig))
+    st = find_rating_statement(orig, reading)
+    first = (st.start, st.end)
     rating_marks = [(first[0] + m.start, first[0] + m.end, "mark")
-                    for m in find_rating_mentions(orig[first[0]:first[1]]) if m.role == "current"]
+                    for m in find_rating_mentions(orig[first[0]:first[1]], reading.scales) if m.role == "current"]
     cols = [("Original (Fig. 2)", _mark(orig, rating_marks))]
     if Condition.NO_RATING.value in text:
         cols.append(("Rating sentence removed (Fig. 3)", _mark(orig, [(first[0], first[1], "del")])))
     if Condition.FAKE_RATING.value in text:
         fake = text[Condition.FAKE_RATING.value]
-        f_first = next(iter_sentence_spans(fake))
-        marks = [(f_first[0] + m.start, f_first[0] + m.end, "ins")
-                 for m in find_rating_mentions(fake[f_first[0]:f_first[1]]) if m.role == "current"]
+        f_st = find_rating_statement(fake, reading)
+        marks = [(f_st.start + m.start, f_st.start + m.end, "ins")
+                 for m in find_rating_mentions(fake[f_st.start:f_st.end], reading.scales) if m.role == "current"]
         cols.append((f"Fake rating: {g.loc[g['condition'] == 'fake_rating', 'fake_rating'].iloc[0]} (Fig. 4)",
                      _mark(fake, marks)))
     if Condition.NO_OPINION.value in text and Condition.NO_RATING.value in text:
@@ -752,7 +845,8 @@ def example_html(conditions: pd.DataFrame, report_id: str, caption: str = "") ->
             f"<table>{cap}<tr>{head}</tr><tr>{body}</tr></table>")
 
 
-def save_example(cfg: RunConfig, conditions: pd.DataFrame, report_id: str | None = None) -> Path:
+def save_example(cfg: RunConfig, conditions: pd.DataFrame, report_id: str | None = None,
+                 reading: RatingReading = DEFAULT_READING) -> Path:
     """Write the side-by-side example for one report to figures/<run>/example_conditions.html.
 
     Default report: the first one (sorted id) with all four conditions ok.
@@ -767,7 +861,7 @@ def save_example(cfg: RunConfig, conditions: pd.DataFrame, report_id: str | None
     caption = synthetic_title(cfg, f"Report {report_id} in each condition")
     path = cfg.figures_dir / "example_conditions.html"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(example_html(conditions, report_id, caption), encoding="utf-8")
+    path.write_text(example_html(conditions, report_id, caption, reading), encoding="utf-8")
     return path
 
 
