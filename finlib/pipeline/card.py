@@ -119,7 +119,11 @@ def _registry_with(req: CardRequest, cfg_registry: Path, out: Path) -> Path | No
 
 
 def card_params(req: CardRequest, reports_path: Path | None, registry: Path | None) -> dict:
-    """The params the card runs under: params/default.yaml with the card's data, model and budget."""
+    """The params the card runs under: params/default.yaml with the card's data, model and budget.
+
+    Own reports without a prices file skip stage 00's price loading (`unpriced_data_stage`): nothing is
+    fetched from the network and accuracy is left out.
+    """
     embedded = req.model == EMBEDDED_MODEL
     data: dict = (
         {"synthetic": {"n_reports": req.n_reports}}
@@ -138,7 +142,7 @@ def card_params(req: CardRequest, reports_path: Path | None, registry: Path | No
                     "text": "text",
                 },
             },
-            "prices": {"path": req.prices, "market_path": req.market},
+            "prices": {"path": req.prices, "market_path": req.market, "market_column": "market_close"},
         }
     )
     inference = {
@@ -220,11 +224,50 @@ def run_stages(
         if stage == "04" and "01" not in seconds and not (cfg.processed_dir / "labels.parquet").exists():
             _no_labels(cfg)
         start = time.perf_counter()
-        stage_module(stage).run(cfg)
+        if stage == "00" and not cfg.is_synthetic and not cfg.params["data"]["prices"].get("path"):
+            unpriced_data_stage(cfg)
+        else:
+            stage_module(stage).run(cfg)
         seconds[stage] = round(time.perf_counter() - start, 1)
         done = sum(seconds.values())
         left = f"; about {max(0.0, eta_s - done) / 60:.1f} min left" if eta_s else ""
         progress(f"card {cfg.name}: stage {stage} done in {seconds[stage]:.0f} s ({done:.0f} s so far{left})")
+
+
+def unpriced_data_stage(cfg: RunConfig) -> None:
+    """Stage 00 for own reports without prices: its loading, checks, cleaning and rating extraction, then
+    empty price and market artifacts. Stage 00 itself stops when no report is priced (a label-less run is
+    a waste there); the card's herding needs no labels, and its accuracy is left out and said so.
+    """
+    from finlib.core.artifacts import write_frame, write_json
+    from finlib.finbias.data.stage import (
+        check_text_after_cleaning,
+        clean_reports,
+        data_params,
+        extract_ratings,
+        load_reports_file,
+    )
+
+    d = data_params(cfg)
+    rp = d["reports"]
+    reports, notes = load_reports_file(cfg.path(rp["path"]), rp["columns"], rp["on_unknown_sector"])
+    reports, cleaning = clean_reports(reports, d["text_cleaning"])
+    check_text_after_cleaning(reports)
+    reports["analyst_rating"] = extract_ratings(reports["text"]).astype(object)
+    write_frame(cfg, "reports", reports[["report_id", "ticker", "company", "sector", "date", "text", "analyst_rating"]])
+    write_frame(cfg, "prices", pd.DataFrame({"date": pd.to_datetime([]), "ticker": [], "adj_close": []}))
+    write_frame(cfg, "market", pd.DataFrame({"date": pd.to_datetime([]), "market_close": []}))
+    write_json(
+        cfg,
+        "data_report",
+        {
+            "source": "local",
+            "n_reports": int(len(reports)),
+            "cleaning": cleaning,
+            "prices": "none given: no labels, accuracy not computed",
+            "notes": {k: str(v) for k, v in notes.items()},
+        },
+    )
 
 
 def _no_labels(cfg: RunConfig) -> None:
@@ -350,12 +393,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     from finlib.pipeline.card_render import build_card
 
-    path = build_card(req, confirm=None if a.yes else _ask)
+    path = build_card(req, confirm=None if a.yes else ask_before_spending)
     print(f"card: {path}")
     return 0
 
 
-def _ask(lines: list[str], dollars: float) -> bool:
+def ask_before_spending(lines: list[str], dollars: float) -> bool:
+    """Print the plan and ask; outside a terminal (a pipe, CI) the answer is no and --yes is named."""
     print("\n".join(lines))
     if not sys.stdin.isatty():
         print("not a terminal: rerun with --yes (make card YES=1) to spend", file=sys.stderr)
