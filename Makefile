@@ -16,11 +16,12 @@ DEEPSPEED_VERSION := 0.19.8
 export JUPYTER_PREFER_ENV_PATH := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: help venv nbstripout-filter reproduce rehearse stage figures report plan compare-tables dpo test test-all test-integration unit lab data bench clean
+.PHONY: help venv nbstripout-filter reproduce rehearse stage figures report plan card compare-tables dpo test test-all test-integration unit lab data bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 	@echo "  variables: RUN=NAME (params/NAME.yaml) or RUN=path/to/NAME.yaml (run NAME; default: default)  STAGE=<NN> (for make stage)  AGAINST=dir RTOL=x (for make compare-tables)"
+	@echo "             make card: MODEL=name REPORTS=dir PRICES=file MARKET=file N=200 BESIDE=<other card's run name> YES=1"
 	@echo "             LAB_IP=127.0.0.1 LAB_PORT=8888 LAB_OPEN=auto|yes|no (for make lab: address, port, whether to open a browser)"
 
 # The virtual environment is rebuilt only when pyproject.toml changes (stamp file).
@@ -64,6 +65,11 @@ rehearse: $(STAMP) ## both papers' full runs offline against simulated servers, 
 
 plan: $(STAMP) ## requests, tokens, cost and wall time of params/$(RUN).yaml (no calls): runs/$(RUN)/plan.md
 	$(PY) -m finlib.pipeline.plan --run $(RUN)
+
+card: $(STAMP) ## herding card of MODEL on REPORTS (default: embedded, offline): runs/card-<MODEL>/card/index.html
+	$(PY) -m finlib.pipeline.card $(if $(MODEL),--model $(MODEL)) $(if $(REPORTS),--reports $(REPORTS)) \
+	  $(if $(PRICES),--prices $(PRICES)) $(if $(MARKET),--market $(MARKET)) $(if $(N),--n $(N)) \
+	  $(if $(BESIDE),--against $(BESIDE)) $(if $(filter 1 yes,$(YES)),--yes)
 
 compare-tables: $(STAMP) ## does a run write the same tables as a saved copy? AGAINST=dir [RTOL=0]: runs/$(RUN)/tables_vs_<dir>.md
 	@test -n "$(AGAINST)" || { echo "usage: make compare-tables RUN=name AGAINST=dir (a copy of a run's tables folder) [RTOL=0]"; exit 2; }

@@ -1,0 +1,411 @@
+"""The herding card: does a model herd toward the analyst's rating, on the user's own reports?
+
+`python -m finlib.pipeline.card --model NAME [--reports DIR] [--prices FILE --market FILE] [--yes]` (and
+`make card`, and notebooks/10_herding_card.ipynb) runs stages 00-04 on a params file it writes to
+`runs/<name>/card/<name>.yaml`, so every number comes from the project's own stages and statistics
+(`finlib.finbias.scoring.metrics`, `finlib.core.stats`): herding with and without the rating (Eq. 1), toward
+a fake rating, cluster-bootstrap intervals over firms, the exact McNemar tests between paired conditions.
+
+Why stages and not a shortcut: the card must say the same as the full pipeline would on the same reports,
+and the store makes a second card (or an interrupted one) cost only the calls not yet answered.
+Without `--reports` the card runs on the embedded synthetic market and the embedded scoring model, offline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from finlib.core.config import RunConfig, load_run, repo_root
+from finlib.core.tables import paper_table
+from finlib.finbias.ownreports.collect import OwnReports, read_folder
+from finlib.finbias.ownreports.meta import DEFAULT_NAME_PATTERN
+from finlib.finbias.vocab import POOLED, SECTORS
+
+DEFAULT_REPORTS = 200
+# A sector gets its own line on the card only with at least this many reports answered (an interval
+# from fewer firms is wider than the differences it would show).
+SECTOR_MIN_N = 30
+EMBEDDED_MODEL = "smollm2-135m"
+CONDITIONS = {"original": "with rating", "no_rating": "without rating", "fake_rating": "fake rating shown"}
+PUBLISHED_N = 8868  # Fin-Bias Table 2 total: every published model answered every report
+
+
+@dataclass
+class CardRequest:
+    """What the user asked for; written beside the card so a rerun (resume) asks for the same."""
+
+    name: str
+    model: str = EMBEDDED_MODEL
+    reports: str | None = None
+    sidecar: str | None = None
+    name_pattern: str = DEFAULT_NAME_PATTERN
+    text_column: str = "text"
+    prices: str | None = None
+    market: str | None = None
+    n_reports: int = DEFAULT_REPORTS
+    budget_usd: float = 5.0
+    base_url: str | None = None
+    model_id: str | None = None
+    api_key_env: str | None = None
+    against: str | None = None
+
+
+def card_dir(root: Path, name: str) -> Path:
+    """runs/<name>/card: the card, its params, its inputs and the answers behind it."""
+    return root / "runs" / name / "card"
+
+
+def planning_half_width(n: int, z: float = 1.96) -> float:
+    """Widest half-width of a 95 % interval on a share from n independent reports (p = 0.5).
+
+    Stated before any call so the user can pick n; clustering by firm widens it, and the card prints the
+    measured bootstrap width beside it.
+    """
+    return float(z * np.sqrt(0.25 / max(n, 1)))
+
+
+def sample_reports(reports: pd.DataFrame, n: int, seed: int) -> tuple[pd.DataFrame, str]:
+    """At most n reports spread across sector x year strata in proportion to their size (seeded).
+
+    Returns the sample and the rule used, for the card. Strata get floor shares first, then the largest
+    remainders one more each, so small sectors are not rounded away.
+    """
+    if len(reports) <= n:
+        return reports.reset_index(drop=True), f"all {len(reports)} reports"
+    year = pd.to_datetime(reports["date"]).dt.year.astype(str)
+    strata = reports["sector"].fillna("unknown sector").astype(str) + " " + year
+    sizes = strata.value_counts().sort_index()
+    exact = sizes / sizes.sum() * n
+    take = np.floor(exact).astype(int)
+    extra = (exact - take).sort_values(ascending=False).index[: n - int(take.sum())]
+    take[extra] += 1
+    rng = np.random.default_rng(seed)
+    picked = [reports.index[strata == s][rng.permutation(int(sizes[s]))[: int(k)]] for s, k in take.items() if k > 0]
+    out = reports.loc[np.concatenate(picked)].sort_values("report_id").reset_index(drop=True)
+    return out, f"{n} of {len(reports)} reports, proportional across {len(sizes)} sector x year strata (seeded)"
+
+
+def _registry_with(req: CardRequest, cfg_registry: Path, out: Path) -> Path | None:
+    """A copy of the model registry with the user's OpenAI-compatible endpoint as one more record."""
+    if not req.base_url:
+        return None
+    data = yaml.safe_load(cfg_registry.read_text(encoding="utf-8"))
+    data["models"] = [m for m in data["models"] if m.get("name") != req.model]
+    data["models"].append(
+        {
+            "name": req.model,
+            "backend": "openai",
+            "model_id": req.model_id or req.model,
+            "base_url": req.base_url,
+            "api_key_env": req.api_key_env,
+            "supports_system": True,
+            "context_length": 32768,
+            "price_input_per_m": 0.0,
+            "price_output_per_m": 0.0,
+            "concurrency": 8,
+        }
+    )
+    out.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return out
+
+
+def card_params(req: CardRequest, reports_path: Path | None, registry: Path | None) -> dict:
+    """The params the card runs under: params/default.yaml with the card's data, model and budget.
+
+    Own reports without a prices file skip stage 00's price loading (`unpriced_data_stage`): nothing is
+    fetched from the network and accuracy is left out.
+    """
+    embedded = req.model == EMBEDDED_MODEL
+    data: dict = (
+        {"synthetic": {"n_reports": req.n_reports}}
+        if reports_path is None
+        else {
+            "source": "local",
+            "reports": {
+                "path": str(reports_path),
+                "on_unknown_sector": "keep",
+                "columns": {
+                    "report_id": "report_id",
+                    "ticker": "ticker",
+                    "company": None,
+                    "sector": "sector",
+                    "date": "date",
+                    "text": "text",
+                },
+            },
+            "prices": {"path": req.prices, "market_path": req.market, "market_column": "market_close"},
+        }
+    )
+    inference = {
+        "models": [req.model],
+        "budget_usd": float(req.budget_usd),
+        "samples_per_item": 1,
+        "extension_models": [req.model],
+        "mode": "score" if embedded else "generate",
+        "constrained_json": [],
+    }
+    if registry is not None:
+        inference["registry"] = str(registry)
+    return {
+        "extends": str(repo_root() / "params" / "default.yaml"),
+        "data": data,
+        "inference": inference,
+        "perturb": {"sweep_reports": 0},
+    }
+
+
+def own_reports(req: CardRequest, out: Path, seed: int) -> tuple[OwnReports, Path, str]:
+    """The user's folder read, sampled and written as the reports file stage 00 loads."""
+    got = read_folder(req.reports, req.sidecar, req.name_pattern, req.text_column)
+    if got.reports.empty:
+        raise SystemExit(f"{req.reports}: no usable report; reasons: {got.counts()}")
+    sample, rule = sample_reports(got.reports, req.n_reports, seed)
+    got.rules["sample"] = rule
+    path = out / "inputs" / "reports.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sample.assign(date=pd.to_datetime(sample["date"]).dt.strftime("%Y-%m-%d")).to_parquet(path, index=False)
+    got.exclusions.to_csv(out / "excluded.csv", index=False)
+    return got, path, rule
+
+
+def prepare(req: CardRequest, root: Path | None = None) -> tuple[RunConfig, dict]:
+    """Write the card's params (and, with a folder, its reports file) and load them as a run."""
+    root = root or repo_root()
+    out = card_dir(root, req.name)
+    out.mkdir(parents=True, exist_ok=True)
+    notes: dict = {"request": asdict(req)}
+    reports_path = None
+    if req.reports:
+        got, reports_path, rule = own_reports(req, out, seed=20261129)
+        notes.update(
+            counts=got.counts(), rules=got.rules, sample=rule, exclusions=got.exclusions.to_dict(orient="records")
+        )
+    else:
+        notes.update(sample=f"{req.n_reports} embedded synthetic reports (seeded market)", counts={}, exclusions=[])
+    registry = _registry_with(req, root / "params" / "models.yaml", out / "models.yaml")
+    pfile = out / f"{req.name}.yaml"
+    pfile.write_text(yaml.safe_dump(card_params(req, reports_path, registry), sort_keys=False), encoding="utf-8")
+    (out / "request.json").write_text(json.dumps(asdict(req), indent=2), encoding="utf-8")
+    return load_run(req.name, pfile, root=root), notes
+
+
+def plan_lines(cfg: RunConfig, n_reports: int) -> tuple[list[str], float]:
+    """The spend before any call: requests, tokens, dollars at registry prices, hours at the concurrency."""
+    from finlib.pipeline.plan import build_plan, plan_markdown
+
+    plan = build_plan(cfg)
+    dollars = float(plan["cost_usd_cap"].sum()) if len(plan) else 0.0
+    lines = [
+        f"Card `{cfg.name}`: {n_reports} reports; widest 95 % half-width on a share "
+        f"±{planning_half_width(n_reports):.1%} before clustering by firm.",
+        plan_markdown(cfg, plan),
+        f"Budget cap: ${float(cfg.params['inference']['budget_usd']):.2f} (the run stops before spending more).",
+    ]
+    return lines, dollars
+
+
+def run_stages(
+    cfg: RunConfig, stages: list[str], seconds: dict[str, float], eta_s: float | None = None, progress=print
+) -> None:
+    """Stages in process, each timed into `seconds`; after each a line with elapsed time and, when the plan
+    gave one, the time left for the whole card (stage 03 also draws its own bar with its ETA)."""
+    from finlib.pipeline.stages import stage_module
+
+    for stage in stages:
+        if stage == "04" and "01" not in seconds and not (cfg.processed_dir / "labels.parquet").exists():
+            _no_labels(cfg)
+        start = time.perf_counter()
+        if stage == "00" and not cfg.is_synthetic and not cfg.params["data"]["prices"].get("path"):
+            unpriced_data_stage(cfg)
+        else:
+            stage_module(stage).run(cfg)
+        seconds[stage] = round(time.perf_counter() - start, 1)
+        done = sum(seconds.values())
+        left = f"; about {max(0.0, eta_s - done) / 60:.1f} min left" if eta_s else ""
+        progress(f"card {cfg.name}: stage {stage} done in {seconds[stage]:.0f} s ({done:.0f} s so far{left})")
+
+
+def unpriced_data_stage(cfg: RunConfig) -> None:
+    """Stage 00 for own reports without prices: its loading, checks, cleaning and rating extraction, then
+    empty price and market artifacts. Stage 00 itself stops when no report is priced (a label-less run is
+    a waste there); the card's herding needs no labels, and its accuracy is left out and said so.
+    """
+    from finlib.core.artifacts import write_frame, write_json
+    from finlib.finbias.data.stage import (
+        check_text_after_cleaning,
+        clean_reports,
+        data_params,
+        extract_ratings,
+        load_reports_file,
+    )
+
+    d = data_params(cfg)
+    rp = d["reports"]
+    reports, notes = load_reports_file(cfg.path(rp["path"]), rp["columns"], rp["on_unknown_sector"])
+    reports, cleaning = clean_reports(reports, d["text_cleaning"])
+    check_text_after_cleaning(reports)
+    reports["analyst_rating"] = extract_ratings(reports["text"]).astype(object)
+    write_frame(cfg, "reports", reports[["report_id", "ticker", "company", "sector", "date", "text", "analyst_rating"]])
+    write_frame(cfg, "prices", pd.DataFrame({"date": pd.to_datetime([]), "ticker": [], "adj_close": []}))
+    write_frame(cfg, "market", pd.DataFrame({"date": pd.to_datetime([]), "market_close": []}))
+    write_json(
+        cfg,
+        "data_report",
+        {
+            "source": "local",
+            "n_reports": int(len(reports)),
+            "cleaning": cleaning,
+            "prices": "none given: no labels, accuracy not computed",
+            "notes": {k: str(v) for k, v in notes.items()},
+        },
+    )
+
+
+def _no_labels(cfg: RunConfig) -> None:
+    """Without prices there are no return-based labels: an empty labels artifact, so accuracy is left out."""
+    from finlib.core.artifacts import write_frame
+
+    reports = pd.read_parquet(cfg.processed_dir / "reports.parquet", columns=["report_id"])
+    write_frame(cfg, "labels", reports.assign(label=pd.Series([None] * len(reports), dtype=object)))
+
+
+def headline(metrics: pd.DataFrame, model: str) -> pd.DataFrame:
+    """Pooled herding per condition (and accuracy when labelled) with interval and n, for one model."""
+    m = metrics[
+        (metrics["model"] == model)
+        & (metrics["sector"] == POOLED)
+        & metrics["metric"].isin(["herding", "accuracy", "parse_rate"])
+        & metrics["condition"].isin(list(CONDITIONS))
+    ]
+    return m[["condition", "metric", "value", "ci_low", "ci_high", "n"]].reset_index(drop=True)
+
+
+def sector_lines(metrics: pd.DataFrame, model: str, min_n: int = SECTOR_MIN_N) -> pd.DataFrame:
+    """Herding by sector, only for sectors whose n reaches `min_n` (the rest are counted, not drawn)."""
+    m = metrics[
+        (metrics["model"] == model)
+        & metrics["sector"].isin(SECTORS)
+        & (metrics["metric"] == "herding")
+        & metrics["condition"].isin(list(CONDITIONS))
+    ]
+    return m[m["n"] >= min_n][["sector", "condition", "value", "ci_low", "ci_high", "n"]].reset_index(drop=True)
+
+
+def published_points() -> pd.DataFrame:
+    """The paper's models on the card's axes (Tables 4 and 5, 'Average' rows), as published, with their n."""
+    t4 = paper_table("finbias_table4").query("sector == 'Average'")
+    t5 = paper_table("finbias_table5").query("sector == 'Average'")
+    out = t4.merge(t5[["model", "herding_fake"]], on="model", how="left")
+    out[["with_rating", "without_rating", "herding_fake"]] = (
+        out[["with_rating", "without_rating", "herding_fake"]] / 100
+    )
+    return out.assign(n=PUBLISHED_N, source="published (Fin-Bias Tables 4-5)")[
+        ["model", "with_rating", "without_rating", "herding_fake", "n", "source"]
+    ]
+
+
+def card_tests(tests: pd.DataFrame, model: str) -> pd.DataFrame:
+    """The card's paired tests: with vs without the rating, fake shown vs original (pooled)."""
+    keep = ["herding_with_vs_without", "fake_herding_fake_vs_original", "accuracy_with_vs_without"]
+    t = tests[(tests["model"] == model) & (tests["sector"] == POOLED) & tests["test"].isin(keep)]
+    return t[["test", "n_pairs", "rate_a", "rate_b", "diff", "diff_ci_low", "diff_ci_high", "pvalue", "marker"]]
+
+
+def answer_sample(rows: pd.DataFrame, model: str, per_condition: int = 20) -> pd.DataFrame:
+    """The answers behind each number: the first `per_condition` rows of each condition (report order)."""
+    r = rows[(rows["model"] == model) & rows["condition"].isin(list(CONDITIONS))]
+    cols = [c for c in ("report_id", "condition", "reference_rating", "answer", "parsed", "label") if c in r]
+    return r.sort_values(["condition", "report_id"]).groupby("condition").head(per_condition)[cols]
+
+
+def paired_between_cards(rows_a: pd.DataFrame, rows_b: pd.DataFrame) -> pd.DataFrame:
+    """Two cards on the same reports: herding hit of A vs B per report and condition, exact McNemar."""
+    from finlib.core import stats
+    from finlib.finbias.scoring.metrics import eq1_values
+
+    out = []
+    for cond in CONDITIONS:
+        a = rows_a[rows_a["condition"] == cond].drop_duplicates("item_id")
+        b = rows_b[rows_b["condition"] == cond].drop_duplicates("item_id")
+        pr = a.merge(b, on="item_id", suffixes=("_a", "_b"))
+        pr = pr[pr["reference_rating_a"].notna()]
+        if pr.empty:
+            continue
+        ha = eq1_values(pr["answer_a"], pr["reference_rating_a"])[:, 0].astype(bool)
+        hb = eq1_values(pr["answer_b"], pr["reference_rating_a"])[:, 0].astype(bool)
+        r = stats.mcnemar_exact(ha, hb)
+        out.append(
+            {
+                "condition": cond,
+                "n_pairs": r.n_pairs,
+                "herding_a": ha.mean(),
+                "herding_b": hb.mean(),
+                "only_a": r.only_a,
+                "only_b": r.only_b,
+                "pvalue": r.pvalue,
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="The herding card: one model, your reports, the paper's models.")
+    ap.add_argument("--model", default=EMBEDDED_MODEL, help="a registry name, or a name with --base-url")
+    ap.add_argument("--name", default=None, help="run name (default: card-<model>)")
+    ap.add_argument("--reports", default=None, help="folder of PDF/HTML/TXT/MD/CSV/Parquet/JSONL reports")
+    ap.add_argument("--sidecar", default=None, help="CSV file,ticker,date[,sector] per report file")
+    ap.add_argument("--name-pattern", default=DEFAULT_NAME_PATTERN, help="regex with groups ticker and date")
+    ap.add_argument("--text-column", default="text")
+    ap.add_argument("--prices", default=None, help="long date,ticker,adj_close file (accuracy needs it)")
+    ap.add_argument("--market", default=None, help="date,<market_column> file of the market index")
+    ap.add_argument("--n", type=int, default=DEFAULT_REPORTS, help="reports on the card (sampled)")
+    ap.add_argument("--budget-usd", type=float, default=5.0, help="the run stops before spending more")
+    ap.add_argument("--base-url", default=None, help="an OpenAI-compatible endpoint for --model")
+    ap.add_argument("--model-id", default=None, help="the model id the endpoint serves (default: --model)")
+    ap.add_argument("--api-key-env", default=None, help="the environment variable holding the endpoint's key")
+    ap.add_argument("--against", default=None, help="a second card's name: both side by side, paired")
+    ap.add_argument("--yes", action="store_true", help="spend without asking")
+    a = ap.parse_args(argv)
+    req = CardRequest(
+        name=a.name or f"card-{a.model}",
+        model=a.model,
+        reports=a.reports,
+        sidecar=a.sidecar,
+        name_pattern=a.name_pattern,
+        text_column=a.text_column,
+        prices=a.prices,
+        market=a.market,
+        n_reports=a.n,
+        budget_usd=a.budget_usd,
+        base_url=a.base_url,
+        model_id=a.model_id,
+        api_key_env=a.api_key_env,
+        against=a.against,
+    )
+    from finlib.pipeline.card_render import build_card
+
+    path = build_card(req, confirm=None if a.yes else ask_before_spending)
+    print(f"card: {path}")
+    return 0
+
+
+def ask_before_spending(lines: list[str], dollars: float) -> bool:
+    """Print the plan and ask; outside a terminal (a pipe, CI) the answer is no and --yes is named."""
+    print("\n".join(lines))
+    if not sys.stdin.isatty():
+        print("not a terminal: rerun with --yes (make card YES=1) to spend", file=sys.stderr)
+        return False
+    return input(f"Spend up to ${dollars:.2f}? [y/N] ").strip().lower() in ("y", "yes")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""The herding card: sampling, the stated interval width, published points, the paired second card, the
+params it runs under and the files it writes (one-page PDF, the answers one click away, n on every point).
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pypdf
+import pytest
+from scipy.stats import binomtest
+
+from finlib.core.config import load_run, repo_root
+from finlib.finbias.scoring.metrics import metrics_long, paired_tests
+from finlib.pipeline.card import (
+    CardRequest,
+    answer_sample,
+    card_params,
+    card_tests,
+    headline,
+    paired_between_cards,
+    planning_half_width,
+    published_points,
+    sample_reports,
+    sector_lines,
+)
+from finlib.pipeline.card_render import CardData, write_card
+
+
+def _reports(sizes: dict[tuple[str, int], int]) -> pd.DataFrame:
+    rows = [
+        {"report_id": f"{s[:3]}{y}-{i}", "sector": s, "date": f"{y}-06-01"}
+        for (s, y), k in sizes.items()
+        for i in range(k)
+    ]
+    return pd.DataFrame(rows)
+
+
+def test_sample_is_proportional_across_sector_years_by_hand():
+    reps = _reports({("Energy", 2020): 60, ("Technology", 2021): 30, ("Utilities", 2022): 10})
+    got, rule = sample_reports(reps, 10, seed=1)
+    assert got["sector"].value_counts().to_dict() == {"Energy": 6, "Technology": 3, "Utilities": 1}
+    assert got["report_id"].is_unique and "3 sector x year strata" in rule
+    again, _ = sample_reports(reps, 10, seed=1)
+    assert again["report_id"].tolist() == got["report_id"].tolist()
+
+
+def test_small_folder_is_used_whole():
+    reps = _reports({("Energy", 2020): 4})
+    got, rule = sample_reports(reps, 200, seed=0)
+    assert len(got) == 4 and rule == "all 4 reports"
+
+
+def test_planning_half_width_is_the_worst_case_binomial():
+    assert planning_half_width(100) == pytest.approx(0.098)
+    assert planning_half_width(200) == pytest.approx(1.96 * np.sqrt(0.25 / 200))
+
+
+def test_published_points_are_the_printed_average_rows():
+    path = repo_root() / "finlib" / "reference" / "paper_tables" / "finbias_table4_herding_with_without.csv"
+    with path.open(encoding="utf-8") as fh:
+        printed = {r["model"]: float(r["with_rating"]) for r in csv.DictReader(fh) if r["sector"] == "Average"}
+    got = published_points().set_index("model")
+    assert set(got.index) == set(printed)
+    for model, value in printed.items():
+        assert got.loc[model, "with_rating"] == pytest.approx(value / 100)
+    assert (got["n"] == 8868).all() and got["source"].str.startswith("published").all()
+
+
+def test_second_card_pairs_items_and_matches_an_exact_binomial():
+    items = [f"r{i}-original" for i in range(4)]
+    base = {"item_id": items, "condition": "original", "reference_rating": "bullish"}
+    a = pd.DataFrame({**base, "answer": ["bullish", "bullish", "neutral", "bullish"]})
+    b = pd.DataFrame({**base, "answer": ["bullish", "bearish", "neutral", None]})
+    got = paired_between_cards(a, b).iloc[0]
+    assert (got["n_pairs"], got["only_a"], got["only_b"]) == (4, 2, 0)
+    assert (got["herding_a"], got["herding_b"]) == (0.75, 0.25)
+    assert got["pvalue"] == pytest.approx(binomtest(2, 2, 0.5).pvalue)
+
+
+def test_card_params_pass_the_schema(tmp_path):
+    req = CardRequest(name="card-schema", reports="x", prices="p.csv", market="m.csv")
+    params = card_params(req, tmp_path / "reports.parquet", None)
+    pfile = tmp_path / "card-schema.yaml"
+    import yaml
+
+    pfile.write_text(yaml.safe_dump(params), encoding="utf-8")
+    cfg = load_run("card-schema", pfile, make_dirs=False)
+    assert cfg.params["data"]["source"] == "local" and cfg.params["inference"]["models"] == ["smollm2-135m"]
+    assert cfg.params["data"]["reports"]["path"] == str(tmp_path / "reports.parquet")
+
+
+def _scored_rows(n_firms: int = 12, per_firm: int = 3, seed: int = 0) -> pd.DataFrame:
+    """Rows as stage 04 scores them: one model, three conditions, a planted herding rate per condition."""
+    rng = np.random.default_rng(seed)
+    planted = {"original": 0.9, "no_rating": 0.6, "fake_rating": 0.3}
+    out = []
+    for f in range(n_firms):
+        for j in range(per_firm):
+            rid = f"F{f}-{j}"
+            for cond, p in planted.items():
+                ref = "bearish" if cond == "fake_rating" else "bullish"
+                hit = rng.random() < p
+                out.append(
+                    {
+                        "model": "m",
+                        "condition": cond,
+                        "report_id": rid,
+                        "item_id": f"{rid}-{cond}",
+                        "ticker": f"F{f}",
+                        "sector": "Energy" if f < 6 else "Technology",
+                        "mode": "generate",
+                        "answer": ref if hit else "neutral",
+                        "parsed": True,
+                        "reference_rating": ref,
+                        "label": None,
+                        "p_bullish": np.nan,
+                        "p_neutral": np.nan,
+                        "p_bearish": np.nan,
+                    }
+                )
+    return pd.DataFrame(out)
+
+
+def test_card_files_show_n_on_every_point_and_one_page_pdf(tmp_path):
+    rows = _scored_rows()
+    metrics = metrics_long(rows, reps=200, seed=0)
+    tests = paired_tests(rows, reps=200, seed=0)
+    head = headline(metrics, "m")
+    herd = head[head["metric"] == "herding"].set_index("condition")["value"]
+    for cond in ("original", "no_rating", "fake_rating"):  # Eq. 1 by hand: hits / all rows
+        sub = rows[rows["condition"] == cond]
+        assert herd[cond] == pytest.approx((sub["answer"] == sub["reference_rating"]).mean())
+    cfg = load_run("default", make_dirs=False)
+    req = CardRequest(name="t", model="m", n_reports=36)
+    data = CardData(
+        cfg,
+        req,
+        {"sample": "36 test reports"},
+        head,
+        sector_lines(metrics, "m", min_n=20),
+        card_tests(tests, "m"),
+        {"requests": len(rows)},
+        answer_sample(rows, "m"),
+        published_points(),
+        rows,
+        {},
+    )
+    index = write_card(data, tmp_path)
+    page = index.read_text(encoding="utf-8")
+    assert page.count("n=36") >= 3 and "n=8868" in page and "answers.html" in page
+    assert "Synthetic data" in page  # the default params file is the embedded synthetic run
+    assert "Energy" not in _section(page, "Sectors") and "No sector reaches" in page  # 18 < 20 per sector
+    assert len(pypdf.PdfReader(str(tmp_path / "card.pdf")).pages) == 1
+    answers = (tmp_path / "answers.html").read_text(encoding="utf-8")
+    assert answers.count("<tr>") == 1 + 3 * 20
+
+
+def _section(page: str, title: str) -> str:
+    m = re.search(rf"<h2>{title}.*?</h2>(.*?)(<h2>|$)", page, re.S)
+    return m.group(1) if m else ""
+
+
+def test_the_makefile_passes_the_card_variables():
+    text = Path(repo_root() / "Makefile").read_text(encoding="utf-8")
+    block = text[text.index("\ncard:") : text.index("\ncompare-tables:")]
+    for flag in ("--model $(MODEL)", "--reports $(REPORTS)", "--prices $(PRICES)", "--yes"):
+        assert flag in block
