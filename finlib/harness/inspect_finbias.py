@@ -18,50 +18,17 @@ epoch's (`first_epoch` reducer); further epochs only spend calls -- the project'
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from inspect_ai import Epochs, Task, task
 from inspect_ai.dataset import MemoryDataset, Sample
-from inspect_ai.model import CachePolicy, ChatMessageSystem, ChatMessageUser, GenerateConfig, get_model
+from inspect_ai.model import get_model
 from inspect_ai.scorer import Metric, SampleScore, Score, ScoreReducer, Target, metric, score_reducer, scorer
 from inspect_ai.solver import Generate, Solver, TaskState, solver
-from inspect_ai.util import LimitExceededError
 
 from finlib.finbias.prompts import PROMPT_VERSION, build_messages
 from finlib.harness.finbias_rows import herding_statistics, item_answers, read_run, report_samples
-from finlib.llm.registry import ModelSpec, load_registry
+from finlib.harness.inspect_common import ask, generate_config, registry_record
 
-REPO = Path(__file__).resolve().parents[2]
 REPLIES = "finbias_replies"  # the sample store's key for item_id -> reply record
-
-
-def registry_record(record: str, registry: str | Path) -> ModelSpec:
-    """The named record of a model registry (repo-relative paths are read from the repository)."""
-    path = Path(registry)
-    specs = load_registry(path if path.is_absolute() or path.exists() else REPO / path)
-    if record not in specs:
-        raise ValueError(f"{registry}: no model record {record!r}; records: {sorted(specs)}")
-    return specs[record]
-
-
-def generate_config(spec: ModelSpec, max_new_tokens: int | None) -> GenerateConfig:
-    """The record's sampling, output limit, attempts, timeout and concurrency as inspect's config
-    (inspect's defaults -- unlimited retries, adaptive concurrency -- are not the record's)."""
-    sampling = spec.sampling if spec.sends_sampling else {}
-    return GenerateConfig(
-        temperature=sampling.get("temperature"),
-        top_p=sampling.get("top_p"),
-        max_tokens=int(max_new_tokens or spec.max_new_tokens),
-        max_retries=spec.max_attempts - 1,
-        timeout=int(spec.timeout_s),
-        max_connections=spec.concurrency,
-    )
-
-
-def to_inspect(messages: list[dict[str, str]]) -> list:
-    """The project's chat messages as inspect's message objects."""
-    kinds = {"system": ChatMessageSystem, "user": ChatMessageUser}
-    return [kinds[m["role"]](content=m["content"]) for m in messages]
 
 
 @solver
@@ -73,35 +40,9 @@ def condition_replies(supports_system: bool, prompt_version: str, cache: bool) -
         model = get_model()
         replies: dict[str, dict] = {}
         for it in state.metadata["items"]:
-            if it["status"] != "ok":
-                continue
-            msgs = to_inspect(build_messages(it["text"], supports_system, prompt_version))
-            try:
-                out = await model.generate(msgs, cache=CachePolicy(expiry=None) if cache else False)
-            except LimitExceededError:
-                raise
-            except Exception as exc:  # noqa: BLE001 -- any failure after the retries is "not answered", as stage 03 stores it
-                replies[it["item_id"]] = {
-                    "status": "error",
-                    "raw_text": None,
-                    "error": f"{type(exc).__name__}: {exc}"[:300],
-                    "truncated_output": None,
-                }
-                continue
-            if out.error:
-                replies[it["item_id"]] = {
-                    "status": "error",
-                    "raw_text": None,
-                    "error": str(out.error)[:300],
-                    "truncated_output": None,
-                }
-                continue
-            replies[it["item_id"]] = {
-                "status": "ok",
-                "raw_text": out.completion,
-                "error": None,
-                "truncated_output": out.stop_reason == "max_tokens",
-            }
+            if it["status"] == "ok":
+                msgs = build_messages(it["text"], supports_system, prompt_version)
+                replies[it["item_id"]] = await ask(model, msgs, cache)
         state.store.set(REPLIES, replies)
         return state
 

@@ -222,7 +222,7 @@ def test_pipeline_and_inspect_agree(tmp_path, monkeypatch, faults):
             (tmp_path / "params").mkdir(exist_ok=True)
             registry = tmp_path / write_registry(tmp_path, record)
             if path == "pipeline":
-                from finlib.harness.inspect_finbias import registry_record
+                from finlib.harness.inspect_common import registry_record
 
                 monkeypatch.setattr(openai_backend, "sleep", _no_wait)
                 openai_backend.reset_breakers()
