@@ -33,6 +33,7 @@ from finlib.rehearsal.stub_server import StubServer, ThreadedStub
 
 pytestmark = pytest.mark.slow  # three passes over a live local server, with the retries' real waits
 
+LM_EVAL_TASKS = Path(__file__).resolve().parents[2] / "finlib" / "harness" / "lm_eval_tasks"
 REPLIES = (
     '{"answer": "bullish", "reason": "Revenue growth and margin expansion support upside."}',
     '```json\n{"answer": "Neutral", "reason": "Valuation already reflects the guidance."}\n```',
@@ -205,6 +206,41 @@ def inspect_results(data_dir: Path, registry: Path, base_url: str, log_dir: Path
     return dict(sorted(answers.items())), metrics, log.status
 
 
+def lm_eval_results(data_dir: Path, base_url: str) -> tuple[dict, dict]:
+    """(per-item answers, statistics) of an lm-eval run of the include-path task `finbias_herding`
+    (local-chat-completions, the authors' system prompt as the system message)."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    tasks = TaskManager(include_path=str(LM_EVAL_TASKS), metadata={"data_dir": str(data_dir)})
+    res = lm_eval.simple_evaluate(
+        model="local-chat-completions",
+        model_args={
+            "base_url": f"{base_url}/chat/completions",
+            "model": "stub-model",
+            "num_concurrent": 4,
+            "max_retries": 2,
+            "tokenizer_backend": None,
+        },
+        tasks=["finbias_herding"],
+        task_manager=tasks,
+        apply_chat_template=True,
+        log_samples=True,
+    )
+    docs = res["samples"]["finbias_herding"]
+    samples = list({d["doc"]["sample"]["report_id"]: d["doc"]["sample"] for d in docs}.values())
+    replies = {
+        d["doc"]["item_id"]: {"status": "ok", "raw_text": d["resps"][0][0], "error": None, "truncated_output": None}
+        for d in docs
+    }
+    stats = {
+        k.removesuffix(",none"): v
+        for k, v in res["results"]["finbias_herding"].items()
+        if k.endswith(",none") and "_stderr" not in k
+    }
+    return item_answers(samples, replies, "stub"), stats
+
+
 @pytest.mark.parametrize("faults", [False, True], ids=["clean", "failures"])
 def test_pipeline_and_inspect_agree(tmp_path, monkeypatch, faults):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -213,7 +249,7 @@ def test_pipeline_and_inspect_agree(tmp_path, monkeypatch, faults):
     data_dir = write_run(tmp_path / "processed", faults)
     samples = report_samples(*read_run(data_dir))
     results = {}
-    for path in ("pipeline", "inspect"):
+    for path in ("pipeline", "inspect", "lm-eval"):
         with ThreadedStub() as server:
             server.stub.__class__ = VariedStub
             record = api_record(
@@ -232,12 +268,22 @@ def test_pipeline_and_inspect_agree(tmp_path, monkeypatch, faults):
                     herding_statistics(samples, replies, "stub"),
                     "success",
                 )
+            elif path == "lm-eval" and faults:  # lm-eval re-raises a call that never succeeds: the run stops
+                with pytest.raises(Exception, match="502"):
+                    lm_eval_results(data_dir, server.base_url)
+            elif path == "lm-eval":
+                results[path] = lm_eval_results(data_dir, server.base_url)
             else:
                 results[path] = inspect_results(data_dir, registry, server.base_url, tmp_path / "logs")
     (pa, pstats, _), (ia, istats, status) = results["pipeline"], results["inspect"]
     assert status == "success"  # inspect exits 0 whatever the log says: its status is read here
     assert ia == pa
     assert istats == pstats
+    if not faults:
+        la, lstats = results["lm-eval"]
+        assert la == pa
+        assert lstats == {k: pstats[k] for k in lstats}
+        assert len(lstats) == 14
     assert {"herding_with_vs_without/pvalue", "answer_shift_fake_vs_original/statistic"} <= set(istats)
     # the numbers are the planted ones: every item read, the never-answering call outside N
     assert len(pa) == 24
