@@ -14,7 +14,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-RANKS: dict[str, int] = {"core": 0, "llm": 1, "finbias": 2, "bizfin": 2, "pipeline": 3, "rehearsal": 4}
+RANKS: dict[str, int] = {"core": 0, "llm": 1, "finbias": 2, "bizfin": 2, "pipeline": 3, "rehearsal": 4, "harness": 5}
 PACKAGE = ROOT / "finlib"
 
 
