@@ -25,6 +25,9 @@ CONDITION_ORDER = (Condition.ORIGINAL, Condition.NO_RATING, Condition.NO_OPINION
 RATING_COLORS = {Rating.BULLISH.value: "#2a9d55", Rating.NEUTRAL.value: "#8c8c8c", Rating.BEARISH.value: "#c8423b",
                  "unparsed": "#e0b040"}
 CONDITION_COLORS = {"original": "#1f5a99", "no_rating": "#e08a1e", "no_opinion": "#6a4c93", "fake_rating": "#c8423b"}
+# every condition also has its own marker and hatch, so no reading depends on telling two hues apart
+CONDITION_MARKERS = {"original": "o", "no_rating": "s", "no_opinion": "^", "fake_rating": "D"}
+CONDITION_HATCHES = {"original": "", "no_rating": "////", "no_opinion": "....", "fake_rating": "xxxx"}
 MODEL_COLORS = ("#332288", "#44aa99", "#88ccee", "#999933", "#882255", "#ddcc77", "#117733")
 MODEL_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 VARIANT_COLORS = {"base": "#b8b8b8", "dpo": "#3b3b3b"}
