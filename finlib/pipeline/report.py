@@ -41,7 +41,7 @@ HEADLINE_TABLES = (
     ("bizfin_table4_judge", "BizFinBench Table 4 — judges against reference scores"),
     ("bizfin_table6", "BizFinBench Table 6 — query token lengths"),
 )
-KEY_COLUMNS = ("Average", "Average (pooled) 95 % CI", "Parse rate %", "N", "Not answered")  # shown right after the row names
+KEY_COLUMNS = ("Average", "Average (pooled) 95 % CI", "Average (pooled) CI", "N per task", "Parse rate %", "N", "Not answered")  # shown right after the row names
 ROW_COLUMNS = ("Source", "Group", "Model", "Registry name", "row", "model", "rating", "task", "source", "Methods")
 CSS = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
