@@ -55,7 +55,7 @@ def test_headline_draws_pooled_with_n_and_leaves_out_thin_sectors(tmp_path):
     cfg = make_cfg(tmp_path, min_sector_n=10)
     fig, rec = figures.plot_with_without(cfg, headline_metrics())
     ticks = tick_texts(fig.axes[0])
-    assert ticks == [f"m · {POOLED} (N 40/40)", f"m · {SECTORS[0]} (N 12/12)"]
+    assert ticks == [f"m · {POOLED}\nN 40/40", f"m · {SECTORS[0]}\nN 12/12"]
     assert "N >= 10" in rec.caption and "1 sector row(s) below it are left out" in rec.caption
     assert "pooled N 40–40" in rec.caption
 
@@ -64,7 +64,7 @@ def test_headline_threshold_is_the_params_knob(tmp_path):
     fig, rec = figures.plot_with_without(make_cfg(tmp_path, min_sector_n=1), headline_metrics())
     assert len(tick_texts(fig.axes[0])) == 3 and "0 sector row(s)" in rec.caption
     fig, rec = figures.plot_with_without(make_cfg(tmp_path / "b", min_sector_n=13), headline_metrics())
-    assert tick_texts(fig.axes[0]) == [f"m · {POOLED} (N 40/40)"]
+    assert tick_texts(fig.axes[0]) == [f"m · {POOLED}\nN 40/40"]
 
 
 def dpo_frame() -> pd.DataFrame:

@@ -23,6 +23,7 @@ from finlib.core.artifacts import MissingArtifactError, read_frame, write_json
 from finlib.core.config import RunConfig
 from finlib.finbias.figures.base import (
     CONDITION_COLORS,
+    CONDITION_HATCHES,
     CONDITION_MARKERS,
     CONDITION_ORDER,
     DOUBLE_COLUMN_IN,
@@ -152,11 +153,11 @@ def plot_with_without(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object, Fi
     with figure_style():
         if not rows:
             raise LookupError("no herding value for original or no_rating in metrics.parquet")
-        fig, ax = plt.subplots(figsize=(column_width(cfg), 1.2 + 0.22 * len(rows)), layout="constrained")
+        fig, ax = plt.subplots(figsize=(column_width(cfg), 1.2 + 0.3 * len(rows)), layout="constrained")
         labels = []
         for y, (m, s) in enumerate(rows):
             d = h[(h["model"] == m) & (h["sector"] == s)]
-            labels.append(f"{m} · {s} ({n_label(d)})")
+            labels.append(f"{m} · {s}\n{n_label(d)}")
             d = d.set_index("condition")
             pts = [d.loc[c] if c in d.index else None for c in ("original", "no_rating")]
             xs = [100 * p["value"] for p in pts if p is not None and pd.notna(p["value"])]
@@ -233,7 +234,8 @@ def plot_accuracy_vs_analyst(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[obj
             d = acc[acc["condition"] == cond.value].set_index("model").reindex(models)
             x = np.arange(len(models)) + (i - 1.5) * width
             ax.bar(x, 100 * d["value"], width, yerr=np.nan_to_num(_interval(d)), capsize=2,
-                   color=CONDITION_COLORS[cond.value], label=cond.value)
+                   color=CONDITION_COLORS[cond.value], hatch=CONDITION_HATCHES[cond.value], edgecolor="white",
+                   label=cond.value)
         ax.axhline(100 / 3, color="#888888", lw=0.8, ls=":", label="chance (1/3)")
         ax.set_xticks(range(len(models)), models, rotation=15)
         ax.set_ylabel(f"accuracy % (pooled, {ci_level(cfg)} CI)")
