@@ -168,6 +168,20 @@ class RunConfig:
     params: dict
     root: Path
     params_file: Path = field(default=Path())
+    # the params as a notebook opened the run (finlib.core.lab.open_run); every artifact write compares
+    # against them, so a cell that edits cfg cannot rewrite the run under numbers its manifest does not state
+    opened_params: dict | None = field(default=None, repr=False, compare=False)
+
+    def check_unchanged(self) -> None:
+        """Refuse to write when `params` were edited after the run was opened, naming the keys."""
+        if self.opened_params is None:
+            return
+        changed = changed_keys(self.opened_params, self.params)
+        if changed:
+            raise ParamsEditedError(
+                f"run '{self.name}': params edited after the run was opened ({describe_changes(changed)}); "
+                f"nothing written, so runs/{self.name}/ keeps matching its manifest. Put the change in a params "
+                "file and open it (open_run(params_file=...): a changed file writes to an exploration run)")
 
     def __getitem__(self, key: str) -> Any:
         try:
@@ -215,6 +229,34 @@ class RunConfig:
     @property
     def is_synthetic(self) -> bool:
         return self.params.get("data", {}).get("source", "synthetic") == "synthetic"
+
+
+class ParamsEditedError(ConfigError):
+    """A notebook changed `cfg.params` after opening a run, then tried to write an artifact."""
+
+
+def _plain(obj: Any) -> Any:
+    import json
+
+    return json.loads(json.dumps(obj, sort_keys=True, default=str))
+
+
+def changed_keys(before: Any, after: Any, prefix: str = "") -> dict[str, tuple[Any, Any]]:
+    """Dotted key -> (before, after) for every leaf that differs (a key present on one side only too)."""
+    before, after = _plain(before), _plain(after)
+    if isinstance(before, dict) and isinstance(after, dict):
+        out: dict[str, tuple[Any, Any]] = {}
+        for k in sorted(set(before) | set(after)):
+            out.update(changed_keys(before.get(k), after.get(k), f"{prefix}{k}."))
+        return out
+    return {} if before == after else {prefix.rstrip("."): (before, after)}
+
+
+def describe_changes(changed: dict[str, tuple[Any, Any]], limit: int = 6) -> str:
+    """"scoring.bootstrap_reps 1000 -> 200, ..." (the first `limit`, then how many more)."""
+    shown = [f"{k} {a!r} -> {b!r}" for k, (a, b) in list(changed.items())[:limit]]
+    more = len(changed) - limit
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
 def registry_names(path: Path) -> set[str]:

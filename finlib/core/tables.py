@@ -70,6 +70,7 @@ def save_figure(cfg: RunConfig, fig, name: str, caption: str | None = None) -> l
     The figure stays open, so a notebook can display it inline (no `matplotlib.use("Agg")`:
     switching backends inside a kernel stops inline display).
     """
+    cfg.check_unchanged()
     cfg.figures_dir.mkdir(parents=True, exist_ok=True)
     literal_text(fig)
     fig.set_label(name)  # finlib.finbias.figures.base.show_figure finds the caption by it
@@ -128,6 +129,7 @@ def write_table(cfg: RunConfig, name: str, df: pd.DataFrame, caption: str,
     Markdown file and the LaTeX table (escaped). `synthetic_caveat=False` is for tables that do
     not use the synthetic market at all (BizFinBench, stage 07: its captions carry their own caveat).
     """
+    cfg.check_unchanged()
     caption = caption_with_caveat(cfg, caption) if synthetic_caveat else caption
     out = cfg.tables_dir
     out.mkdir(parents=True, exist_ok=True)

@@ -357,6 +357,16 @@ def execute_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str
     return entry
 
 
+def refuse_stale_rerun(cfg: RunConfig, manifest: dict[str, Any], selected: list[str]) -> None:
+    """Stop before any stage runs when this call's params differ from the run's manifest and a recorded
+    stage it does not rerun would be left from the old params (`finlib.pipeline.provenance`)."""
+    from finlib.pipeline.provenance import check_rerun
+    from finlib.pipeline.stages import STAGE_MODULES, stage_section
+
+    recorded = manifest.get("stages") or {}
+    check_rerun(cfg.name, manifest, cfg.params, selected, {s: stage_section(s) for s in recorded if s in STAGE_MODULES})
+
+
 @contextmanager
 def pinned_run(run: str) -> Iterator[None]:
     """While the runner executes a stage, its kernel reads the params the run's manifest recorded at the
@@ -388,6 +398,7 @@ def run_pipeline(run_name: str = "default", stages: Iterable[str] | None = None,
 
         check_preflight(cfg, selected)
     manifest = load_manifest(cfg)
+    refuse_stale_rerun(cfg, manifest, selected)
     previous = {k: v.get("status") for k, v in manifest.get("stages", {}).items()}
     manifest["invocation"] = {  # this call: which stages it (re)ran and what they were before
         "started": _now(), "stages": selected, "rerun": [s for s in selected if s in previous],
