@@ -342,6 +342,10 @@ def build_report(cfg: RunConfig) -> Path:
     if plan_md.is_file():
         _copy(plan_md, tmp / "plan.md")
         extra = f"<p>{_link('plan.md', 'plan.md')} (requests, tokens, cost, wall time; `make plan`)</p>"
+    results_json = cfg.run_dir / "results.json"
+    if results_json.is_file():
+        _copy(results_json, tmp / "results.json")
+        extra += f"<p>{_link('results.json', 'results.json')} (headline numbers with interval and N, params, versions, commit)</p>"
     reports, exclusions = _reports_section(cfg, tmp)
     banner = f'<div class="banner">⚠️ {_e(SYNTHETIC_CAVEAT)}</div>' if cfg.is_synthetic else ""
     git = manifest.get("git", {})

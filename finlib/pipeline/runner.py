@@ -433,6 +433,7 @@ def run_pipeline(run_name: str = "default", stages: Iterable[str] | None = None,
             raise
     manifest["status"] = "ok"
     write_manifest(cfg, manifest)
+    results_path = record_results(cfg, manifest)
     if report:
         from finlib.pipeline.report import build_report
 
@@ -442,7 +443,33 @@ def run_pipeline(run_name: str = "default", stages: Iterable[str] | None = None,
                               "built": _now()}
         write_manifest(cfg, manifest)
         print(f"[{cfg.name}] report: {manifest['report']['index']} ({manifest['report']['seconds']:.1f} s)", flush=True)
+    print_closing(cfg, manifest, results_path)
     return manifest
+
+
+def record_results(cfg: RunConfig, manifest: dict[str, Any]) -> Path | None:
+    """Write runs/<run>/results.json (`finlib.pipeline.results`) and note it in the manifest; a problem
+    reading the artifacts is reported in one line, never a failed run after every stage succeeded."""
+    from finlib.pipeline.results import write_results
+
+    try:
+        path = write_results(cfg, manifest)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"[{cfg.name}] results.json not written: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return None
+    manifest["results"] = display_path(path, cfg.root)
+    write_manifest(cfg, manifest)
+    return path
+
+
+def print_closing(cfg: RunConfig, manifest: dict[str, Any], results_path: Path | None) -> None:
+    """The run's last lines: total time of this call, headline numbers with intervals and N, paths."""
+    from finlib.pipeline.results import closing_lines
+
+    started = (manifest.get("invocation") or {}).get("started")
+    total = (datetime.now(UTC) - datetime.fromisoformat(started)).total_seconds() if started else 0.0
+    for line in closing_lines(cfg, manifest, total, results_path):
+        print(line, flush=True)
 
 
 def where_to_look(run: str, since: float = 0.0) -> str:
