@@ -132,3 +132,19 @@ def test_dpo_accuracy_keeps_label_scoring_of_the_whole_split():
         ("label scoring", 17, "dpo"),
     ]
     assert set(acc["model"]) == {"m"}
+
+
+def test_every_rate_figure_prints_its_n(tmp_path):
+    """Heatmap cells, accuracy and probability figures: N is on the figure, not only in a table."""
+    from test_figures import metrics_frame
+
+    cfg = make_cfg(tmp_path)
+    m = metrics_frame()  # N = 10 in every cell
+    heat, _ = figures.plot_herding_heatmap(cfg, m)
+    cells = [t.get_text() for ax in heat.axes for t in ax.texts]
+    assert cells and all(t.endswith("\nN10") for t in cells if t != "–")
+    acc, rec = figures.plot_accuracy_vs_analyst(cfg, m)
+    assert all(t.get_text().endswith("\nN 10/10/10/10") for t in acc.axes[0].get_xticklabels())
+    assert any("(N=10)" in t.get_text() for t in acc.axes[0].get_legend().get_texts())
+    prob, _ = figures.plot_prob_herding(cfg, m)
+    assert all("(N 10/10/10/10)" in t.get_text() for t in prob.axes[0].get_legend().get_texts())

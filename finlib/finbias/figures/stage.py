@@ -75,16 +75,17 @@ def plot_herding_heatmap(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object,
     cols = [s for s in (*SECTORS, POOLED) if s in set(h["sector"])]
     cmap = plt.get_cmap(HEATMAP_CMAP)
     with figure_style():
-        fig, axes = plt.subplots(2, 2, figsize=(DOUBLE_COLUMN_IN, 2 * (1.6 + 0.32 * max(len(models), 1))),
+        fig, axes = plt.subplots(2, 2, figsize=(DOUBLE_COLUMN_IN, 2 * (1.6 + 0.4 * max(len(models), 1))),
                                  squeeze=False, constrained_layout=True)
         for col, (ax, cond) in enumerate(zip(axes.ravel(), CONDITION_ORDER)):
             d = h[h["condition"] == cond.value]
             val = d.pivot(index="model", columns="sector", values="value").reindex(index=models, columns=cols)
+            cell_n = d.pivot(index="model", columns="sector", values="n").reindex(index=models, columns=cols).fillna(0)
             im = ax.imshow(100 * val.to_numpy(float), vmin=0, vmax=100, cmap=cmap, aspect="auto")
             for i in range(len(models)):
                 for j in range(len(cols)):
                     v = val.iat[i, j]
-                    label = "–" if pd.isna(v) else f"{100 * v:.0f}"
+                    label = "–" if pd.isna(v) else f"{100 * v:.0f}\nN{int(cell_n.iat[i, j])}"
                     ax.text(j, i, label, ha="center", va="center", fontsize=MIN_TEXT_PT,
                             color="#555555" if pd.isna(v) else text_color_on(cmap(float(v))))
             ax.set_xticks(range(len(cols)), cols if col >= 2 else [""] * len(cols), rotation=90)
@@ -97,9 +98,16 @@ def plot_herding_heatmap(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object,
     n_text = f"N per cell {int(n_range.min())}–{int(n_range.max())} answered items" if len(n_range) else "N unknown"
     rec = finish(cfg, fig, "fig_herding_heatmap",
                  "Herding score (Eq. 1: % of all N answers equal to the reference rating, an unparsed answer "
-                 f"counting as no match) by model and sector, per condition; {n_text} (per-cell N in the "
+                 f"counting as no match) by model and sector, per condition; {n_text} (N under each value; per-cell N also in the "
                  "tables' *_ci companions), '–' = no answers (stage 04 metrics).")
     return fig, rec
+
+
+def n_by_condition(rates: pd.DataFrame, model: str) -> str:
+    """"N 40/38/40/39": the answers each condition's pooled rate of `model` rests on, in CONDITION_ORDER."""
+    d = rates[(rates["model"] == model) & (rates["sector"] == POOLED)].set_index("condition")["n"]
+    return "N " + "/".join(str(int(d[c.value])) if c.value in d.index and pd.notna(d[c.value]) else "0"
+                           for c in CONDITION_ORDER)
 
 
 def _interval(d: pd.DataFrame) -> np.ndarray:
@@ -229,7 +237,8 @@ def plot_accuracy_vs_analyst(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[obj
         if not analyst.empty:
             a = analyst.iloc[0]
             ax.axhspan(100 * a["ci_low"], 100 * a["ci_high"], color="#cccccc", alpha=0.5, lw=0)
-            ax.axhline(100 * a["value"], color="black", lw=1, ls="--", label=f"analyst {100 * a['value']:.1f} %")
+            ax.axhline(100 * a["value"], color="black", lw=1, ls="--",
+                       label=f"analyst {100 * a['value']:.1f} % (N={int(a['n']) if pd.notna(a['n']) else '?'})")
         for i, cond in enumerate(CONDITION_ORDER):
             d = acc[acc["condition"] == cond.value].set_index("model").reindex(models)
             x = np.arange(len(models)) + (i - 1.5) * width
@@ -237,13 +246,15 @@ def plot_accuracy_vs_analyst(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[obj
                    color=CONDITION_COLORS[cond.value], hatch=CONDITION_HATCHES[cond.value], edgecolor="white",
                    label=cond.value)
         ax.axhline(100 / 3, color="#888888", lw=0.8, ls=":", label="chance (1/3)")
-        ax.set_xticks(range(len(models)), models, rotation=15)
+        ax.set_xticks(range(len(models)), [f"{m}\n{n_by_condition(acc, m)}" for m in models], rotation=15)
         ax.set_ylabel(f"accuracy % (pooled, {ci_level(cfg)} CI)")
         ax.set_ylim(0, 100)
         legend_outside(ax, ncol=3)
     rec = finish(cfg, fig, "fig_accuracy_vs_analyst",
                  "Accuracy against the return-based labels, pooled over sectors, per model and condition, with "
-                 f"{ci_level(cfg)} cluster-bootstrap intervals; dashed line and band: the analysts' own rating and its interval.")
+                 f"{ci_level(cfg)} cluster-bootstrap intervals; under each model, N per condition "
+                 f"({'/'.join(c.value for c in CONDITION_ORDER)}); dashed line and band: the analysts' own rating "
+                 "and its interval.")
     return fig, rec
 
 
@@ -298,14 +309,15 @@ def plot_prob_herding(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object, Fi
         for m, d in p.groupby("model"):
             d = d.set_index("condition").reindex(conds)
             ax.errorbar(range(len(conds)), 100 * d["value"], yerr=np.nan_to_num(_interval(d)), marker=markers[m],
-                        capsize=3, label=m, color=colors[m])
+                        capsize=3, label=f"{m} ({n_by_condition(p, m)})", color=colors[m])
         ax.set_xticks(range(len(conds)), conds)
         ax.set_ylabel(f"mean p(reference rating) % ({ci_level(cfg)} CI)")
         ax.set_ylim(0, 100)
         legend_outside(ax, ncol=2)
     rec = finish(cfg, fig, "fig_prob_herding",
                  "Probability-level herding: the label-scored models' mean probability on the reference rating per "
-                 "condition (pooled), a finer view of the shift than the argmax herding score.")
+                 "condition (pooled), a finer view of the shift than the argmax herding score; N per condition "
+                 f"({'/'.join(conds)}) beside each model.")
     return fig, rec
 
 
