@@ -137,8 +137,25 @@ def read_yaml_mapping(path: Path, what: str = "params file",
     return raw
 
 
+def extends_path(path: Path, parent: str) -> Path:
+    """The file `extends: <parent>` of `path` names: beside `path` when it is there, else in the
+    repository's `params/` (so `extends: default.yaml` means params/default.yaml from a file kept
+    anywhere, as the docs write it); neither: an error naming both places."""
+    beside = path.parent / parent
+    if Path(parent).is_absolute() or beside.is_file():
+        return beside
+    try:
+        in_params = repo_root(path.parent) / "params" / parent
+    except ConfigError:
+        in_params = None
+    if in_params is not None and in_params.is_file():
+        return in_params
+    where = f"{beside}" + (f" or {in_params}" if in_params is not None else "")
+    raise ConfigError(f"{path}: extends: {parent} not found ({where})")
+
+
 def load_params(path: Path, _chain: tuple[Path, ...] = ()) -> dict:
-    """Read a params file, following `extends:` chains (relative to the file's folder)."""
+    """Read a params file, following `extends:` chains (the file's folder first, then params/)."""
     return _load_chain(path, _chain)[0]
 
 
@@ -154,7 +171,7 @@ def _load_chain(path: Path, _chain: tuple[Path, ...] = ()) -> tuple[dict, list[P
     if parent:
         if not isinstance(parent, str):
             raise ConfigError(f"{path}: extends must be a file name, got {parent!r}")
-        base, above = _load_chain(path.parent / parent, (*_chain, path.resolve()))
+        base, above = _load_chain(extends_path(path, parent), (*_chain, path.resolve()))
         raw, files = deep_merge(base, raw), [path, *above]
     _check_no_secrets(raw, path)
     return raw, files
