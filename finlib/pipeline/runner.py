@@ -294,6 +294,18 @@ def finish_notebook(partial: Path, output: Path, root: Path) -> str | None:
     return None
 
 
+def expected_time(manifest: dict[str, Any], stage: str) -> str:
+    """" (took 7.2 min last time, expect it done around 14:52 UTC)" from the stage's last finished entry
+    in this run's manifest; "" for a stage not run before (the plan, `make plan`, estimates those)."""
+    last = (manifest.get("stages") or {}).get(stage) or {}
+    seconds = last.get("seconds")
+    if last.get("status") != "ok" or not isinstance(seconds, int | float) or seconds < 30:
+        return ""
+    eta = datetime.now(UTC).timestamp() + seconds
+    return (f" (took {seconds / 60:.1f} min last time, expect it done around "
+            f"{datetime.fromtimestamp(eta, UTC):%H:%M} UTC)")
+
+
 def execute_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     """Execute one notebook with papermill and record it in the manifest."""
     import papermill as pm
@@ -307,7 +319,7 @@ def execute_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str
     started, t0, cpu0 = _now(), time.time(), children_cpu_s()
     entry: dict[str, Any] = {"notebook": display_path(notebook, cfg.root),
                              "output": display_path(output, cfg.root), "started": started}
-    print(f"[{cfg.name}] stage {stage}: {notebook.name} ...", flush=True)
+    print(f"[{cfg.name}] stage {stage}: {notebook.name} ...{expected_time(manifest, stage)}", flush=True)
     manifest.setdefault("stages", {})[stage] = {**entry, "status": "running"}  # a killed run leaves "running"
     write_manifest(cfg, manifest)
     # the kernel's progress lines (finlib.core.progress_feed) reach this terminal while the stage runs

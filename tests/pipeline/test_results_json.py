@@ -123,3 +123,13 @@ def test_closing_lines_give_total_time_numbers_and_paths(cfg: RunConfig):
     assert "fin-bias herding m original: 60.0 % [55.0, 65.0] N=40" in text
     assert "results: runs/r/results.json" in text and "report: runs/r/report/index.html" in text
     assert "tables: figures/r/tables" in text and "synthetic data" in text
+
+
+def test_a_long_stage_says_how_long_it_took_last_time():
+    from finlib.pipeline.runner import expected_time
+
+    manifest = {"stages": {"03": {"status": "ok", "seconds": 432.0}, "04": {"status": "ok", "seconds": 3.0},
+                           "05": {"status": "failed", "seconds": 400.0}}}
+    assert expected_time(manifest, "03").startswith(" (took 7.2 min last time, expect it done around ")
+    assert expected_time(manifest, "04") == "" and expected_time(manifest, "05") == ""
+    assert expected_time({}, "03") == ""
