@@ -1,11 +1,11 @@
 """What JupyterLab saves of a tracked notebook: its code and prose, never its outputs.
 
-Lab autosaves every couple of minutes; without this, each session writes outputs, execution counts and
-widget state into `notebooks/*.ipynb`, and `git status` is dirty after every session even where the
+Lab autosaves every couple of minutes; without this, working in Lab writes outputs, execution counts and
+widget state into `notebooks/*.ipynb`, and `git status` is dirty afterwards even where the
 nbstripout filter is not set up. `make lab` sets `strip_outputs` as the server's pre-save hook
 (`FileContentsManager.pre_save_hook`), for the notebooks under `notebooks/` only; an executed run's
 notebooks (`runs/<run>/notebooks/`) and a user's own notebooks elsewhere keep theirs. The outputs stay
-on screen for the session; the executed copies of a run keep them on disk.
+on screen while the notebook is open; the executed copies of a run keep them on disk.
 """
 
 from __future__ import annotations
