@@ -85,6 +85,7 @@ TEXT_ROW_GROUP = 1000  # rows per parquet row group of a text-heavy artifact (~1
 def write_frame(cfg: RunConfig, name: str, df: pd.DataFrame, row_group_size: int | None = None) -> Path:
     """Write a DataFrame artifact as parquet, atomically (`row_group_size`: rows per row group,
     for artifacts read a group at a time)."""
+    cfg.check_unchanged()
     return write_atomic(artifact_path(cfg, name),
                         lambda tmp: df.to_parquet(tmp, index=False, row_group_size=row_group_size))
 
@@ -176,6 +177,7 @@ class ArtifactTexts(Mapping):
 
 def write_json(cfg: RunConfig, name: str, obj: Any) -> Path:
     """Write a JSON report (counts, exclusions) next to the stage's frames, atomically."""
+    cfg.check_unchanged()
     text = json.dumps(obj, indent=2, sort_keys=True, default=str)
     return write_atomic(artifact_path(cfg, name, ".json"), lambda tmp: tmp.write_text(text, encoding="utf-8"))
 

@@ -137,8 +137,25 @@ def read_yaml_mapping(path: Path, what: str = "params file",
     return raw
 
 
+def extends_path(path: Path, parent: str) -> Path:
+    """The file `extends: <parent>` of `path` names: beside `path` when it is there, else in the
+    repository's `params/` (so `extends: default.yaml` means params/default.yaml from a file kept
+    anywhere, as the docs write it); neither: an error naming both places."""
+    beside = path.parent / parent
+    if Path(parent).is_absolute() or beside.is_file():
+        return beside
+    try:
+        in_params = repo_root(path.parent) / "params" / parent
+    except ConfigError:
+        in_params = None
+    if in_params is not None and in_params.is_file():
+        return in_params
+    where = f"{beside}" + (f" or {in_params}" if in_params is not None else "")
+    raise ConfigError(f"{path}: extends: {parent} not found ({where})")
+
+
 def load_params(path: Path, _chain: tuple[Path, ...] = ()) -> dict:
-    """Read a params file, following `extends:` chains (relative to the file's folder)."""
+    """Read a params file, following `extends:` chains (the file's folder first, then params/)."""
     return _load_chain(path, _chain)[0]
 
 
@@ -154,7 +171,7 @@ def _load_chain(path: Path, _chain: tuple[Path, ...] = ()) -> tuple[dict, list[P
     if parent:
         if not isinstance(parent, str):
             raise ConfigError(f"{path}: extends must be a file name, got {parent!r}")
-        base, above = _load_chain(path.parent / parent, (*_chain, path.resolve()))
+        base, above = _load_chain(extends_path(path, parent), (*_chain, path.resolve()))
         raw, files = deep_merge(base, raw), [path, *above]
     _check_no_secrets(raw, path)
     return raw, files
@@ -168,6 +185,20 @@ class RunConfig:
     params: dict
     root: Path
     params_file: Path = field(default=Path())
+    # the params as a notebook opened the run (finlib.core.lab.open_run); every artifact write compares
+    # against them, so a cell that edits cfg cannot rewrite the run under numbers its manifest does not state
+    opened_params: dict | None = field(default=None, repr=False, compare=False)
+
+    def check_unchanged(self) -> None:
+        """Refuse to write when `params` were edited after the run was opened, naming the keys."""
+        if self.opened_params is None:
+            return
+        changed = changed_keys(self.opened_params, self.params)
+        if changed:
+            raise ParamsEditedError(
+                f"run '{self.name}': params edited after the run was opened ({describe_changes(changed)}); "
+                f"nothing written, so runs/{self.name}/ keeps matching its manifest. Put the change in a params "
+                "file and open it (open_run(params_file=...): a changed file writes to an exploration run)")
 
     def __getitem__(self, key: str) -> Any:
         try:
@@ -215,6 +246,34 @@ class RunConfig:
     @property
     def is_synthetic(self) -> bool:
         return self.params.get("data", {}).get("source", "synthetic") == "synthetic"
+
+
+class ParamsEditedError(ConfigError):
+    """A notebook changed `cfg.params` after opening a run, then tried to write an artifact."""
+
+
+def _plain(obj: Any) -> Any:
+    import json
+
+    return json.loads(json.dumps(obj, sort_keys=True, default=str))
+
+
+def changed_keys(before: Any, after: Any, prefix: str = "") -> dict[str, tuple[Any, Any]]:
+    """Dotted key -> (before, after) for every leaf that differs (a key present on one side only too)."""
+    before, after = _plain(before), _plain(after)
+    if isinstance(before, dict) and isinstance(after, dict):
+        out: dict[str, tuple[Any, Any]] = {}
+        for k in sorted(set(before) | set(after)):
+            out.update(changed_keys(before.get(k), after.get(k), f"{prefix}{k}."))
+        return out
+    return {} if before == after else {prefix.rstrip("."): (before, after)}
+
+
+def describe_changes(changed: dict[str, tuple[Any, Any]], limit: int = 6) -> str:
+    """"scoring.bootstrap_reps 1000 -> 200, ..." (the first `limit`, then how many more)."""
+    shown = [f"{k} {a!r} -> {b!r}" for k, (a, b) in list(changed.items())[:limit]]
+    more = len(changed) - limit
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
 def registry_names(path: Path) -> set[str]:

@@ -17,6 +17,8 @@ parameters it used in that run's manifest, so the original run's files are never
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import hashlib
 import json
 import os
@@ -149,6 +151,7 @@ def open_run(run_name: str | None = None, params_file: str | Path | None = None,
         why = f"{why}; {note}"
     else:
         cfg = load_run(run, cfg.params_file, root=root)
+    cfg = dataclasses.replace(cfg, opened_params=copy.deepcopy(cfg.params))  # cell edits of cfg refuse to write
     if not quiet:
         print(f"run '{cfg.name}' ({why}); params from {source}; outputs in runs/{cfg.name}/, "
               f"data/processed/{cfg.name}/, figures/{cfg.name}/")

@@ -336,6 +336,8 @@ class FiguresSection(_Section):
     case_report: str | None     # null: the report with the most conditions answered
     text_chars: Count
     caption_in_image: StrictBool  # true: caption burned under each image (slides)
+    min_sector_n: Count  # sectors with fewer answers than this are not drawn (the pooled rate always is)
+    width: Literal["single", "double"]  # journal column the figures are drawn for
 
 
 class PlanSection(_Section):

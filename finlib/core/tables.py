@@ -58,6 +58,11 @@ def literal_text(fig) -> None:
         text.set_parse_math(False)
 
 
+# no creation date, no library version: the same figure gives the same bytes on every run and machine
+REPRODUCIBLE_METADATA = {"pdf": {"CreationDate": None, "Producer": None, "Creator": None},
+                         "png": {"Software": None}}
+
+
 def save_figure(cfg: RunConfig, fig, name: str, caption: str | None = None) -> list[Path]:
     """Save a matplotlib figure as `figures/<run>/<name>.{png,pdf}` and return the paths; the caption,
     when given, goes to `<name>.caption.txt` beside them (the HTML report shows it under the figure).
@@ -65,13 +70,15 @@ def save_figure(cfg: RunConfig, fig, name: str, caption: str | None = None) -> l
     The figure stays open, so a notebook can display it inline (no `matplotlib.use("Agg")`:
     switching backends inside a kernel stops inline display).
     """
+    cfg.check_unchanged()
     cfg.figures_dir.mkdir(parents=True, exist_ok=True)
     literal_text(fig)
     fig.set_label(name)  # finlib.finbias.figures.base.show_figure finds the caption by it
     (cfg.figures_dir / f"{name}.skipped.txt").unlink(missing_ok=True)
     paths = [cfg.figures_dir / f"{name}.{ext}" for ext in ("png", "pdf")]
     for path in paths:  # atomically: a full disk leaves no half-written image (the format named: tmp has no suffix)
-        write_atomic(path, lambda tmp, ext=path.suffix[1:]: fig.savefig(tmp, dpi=150, bbox_inches="tight", format=ext))
+        write_atomic(path, lambda tmp, ext=path.suffix[1:]: fig.savefig(tmp, dpi=150, bbox_inches="tight", format=ext,
+                                                                      metadata=REPRODUCIBLE_METADATA[ext]))
     if caption:
         path = cfg.figures_dir / f"{name}.caption.txt"
         write_atomic(path, lambda tmp: tmp.write_text(" ".join(caption.split()) + "\n", encoding="utf-8"))
@@ -122,6 +129,7 @@ def write_table(cfg: RunConfig, name: str, df: pd.DataFrame, caption: str,
     Markdown file and the LaTeX table (escaped). `synthetic_caveat=False` is for tables that do
     not use the synthetic market at all (BizFinBench, stage 07: its captions carry their own caveat).
     """
+    cfg.check_unchanged()
     caption = caption_with_caveat(cfg, caption) if synthetic_caveat else caption
     out = cfg.tables_dir
     out.mkdir(parents=True, exist_ok=True)

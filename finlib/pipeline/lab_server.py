@@ -91,7 +91,9 @@ def plan_launch(root: Path, ip: str = DEFAULT_IP, port: int = DEFAULT_PORT, open
     argv = [python, "-m", "jupyterlab",
             f"--ServerApp.root_dir={root}", f"--ServerApp.ip={ip}", f"--ServerApp.port={port}",
             "--ServerApp.port_retries=0", f"--ServerApp.open_browser={browser}",
-            f"--LabApp.default_url={NOTEBOOKS_URL}"]
+            f"--LabApp.default_url={NOTEBOOKS_URL}",
+            # autosave keeps outputs out of the tracked notebooks (finlib.pipeline.notebook_save)
+            "--FileContentsManager.pre_save_hook=finlib.pipeline.notebook_save.strip_outputs"]
     if as_root:
         argv.append("--ServerApp.allow_root=True")
     env["JUPYTER_TOKEN"] = token

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import socket
 import sqlite3
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -460,8 +461,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--params", default=None)
     args = ap.parse_args(argv)
     os.chdir(repo_root())
-    cfg = load_run(args.run, args.params)
-    _, md = write_plan(cfg)
+    from finlib.core.config import split_run_arg
+
+    run, from_path = split_run_arg(args.run)  # RUN=params/mine.yaml, as the runner reads it
+    try:
+        cfg = load_run(run, args.params or from_path)
+        _, md = write_plan(cfg)
+    except (ValueError, OSError, KeyError, LookupError) as exc:  # one line, as the runner prints it
+        print(f"[{run}] plan FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     print(md.read_text(encoding="utf-8"))
     print(f"written: {md} and {md.with_suffix('.csv')}")
     return 0

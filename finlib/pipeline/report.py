@@ -41,12 +41,15 @@ HEADLINE_TABLES = (
     ("bizfin_table4_judge", "BizFinBench Table 4 — judges against reference scores"),
     ("bizfin_table6", "BizFinBench Table 6 — query token lengths"),
 )
-KEY_COLUMNS = ("Average", "Average (pooled) 95 % CI", "Parse rate %", "N", "Not answered")  # shown right after the row names
+KEY_COLUMNS = ("Average", "Average (pooled) 95 % CI", "Average (pooled) CI", "N per task", "Parse rate %", "N", "Not answered")  # shown right after the row names
 ROW_COLUMNS = ("Source", "Group", "Model", "Registry name", "row", "model", "rating", "task", "source", "Methods")
 CSS = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
-.wide{overflow-x:auto;max-width:100%} .wide table{font-size:.8em;white-space:nowrap}
-.wide th:first-child,.wide td:first-child{position:sticky;left:0;background:#fff}
+.wide{overflow:auto;max-width:100%;max-height:32em} .wide table{font-size:.75em}
+.wide th,.wide td{padding:.15em .35em;max-width:14em;overflow-wrap:anywhere}
+.wide thead th{position:sticky;top:0;background:#f7f7f7;z-index:1}
+.wide th:first-child,.wide td:first-child{position:sticky;left:0;background:#fff;z-index:2}
+details{display:inline} details summary{cursor:pointer;color:#1f5a99}
 nav.toc{font-size:.9em} nav.toc ul ul{columns:2} .caption{font-size:.85em;color:#444;max-width:60em}
 h1{font-size:1.5em} h2{font-size:1.2em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}
 table{border-collapse:collapse;font-size:.85em} td,th{border:1px solid #ddd;padding:.2em .5em;text-align:left}
@@ -191,19 +194,35 @@ def comparison_html(cfg: RunConfig) -> str:
     return banner + frame_html(comparison_summary(read_comparisons(cfg)))
 
 
-def figure_captions(cfg: RunConfig) -> tuple[dict[str, str], list[dict]]:
-    """Captions by figure name, and the figures stage 06 (and stage 09, beyond the paper: its
-    `beyond_figures.json`) could not draw (with the reason)."""
+def figure_records(cfg: RunConfig) -> list[dict]:
+    """Stage 06's figure records in its reading order (the order notebook 06 shows them), then stage
+    09's (`beyond_figures.json`)."""
     recs = []
     for name in ("figures_report.json", "beyond_figures.json"):
         path = cfg.processed_dir / name
         recs += json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
-    captions = {p.name.removesuffix(".caption.txt"): p.read_text(encoding="utf-8").strip()
-                for p in cfg.figures_dir.glob("*.caption.txt")}
+    return recs
+
+
+def figure_captions(cfg: RunConfig) -> tuple[dict[str, str], list[dict]]:
+    """Captions by figure name, in reading order (stage 06's, then stage 09's, then the other stages'
+    figures by name), and the figures that could not be drawn (with the reason)."""
+    recs = figure_records(cfg)
+    captions = {r["name"]: r["caption"] for r in recs if not r.get("skipped")}
+    for p in sorted(cfg.figures_dir.glob("*.caption.txt")):
+        captions.setdefault(p.name.removesuffix(".caption.txt"), p.read_text(encoding="utf-8").strip())
     skipped = [{"name": p.name.removesuffix(".skipped.txt"), "skipped": p.read_text(encoding="utf-8").strip()}
                for p in sorted(cfg.figures_dir.glob("*.skipped.txt"))]
-    captions.update({r["name"]: r["caption"] for r in recs if not r.get("skipped")})
     return captions, [*[r for r in recs if r.get("skipped")], *skipped]
+
+
+def caption_html(text: str) -> str:
+    """A caption's first sentence shown, the rest (method details, N, caveats) one click away, so a
+    10-line caption does not push its table or figure off the screen."""
+    head, sep, rest = text.partition(". ")
+    if not sep or len(text) <= 160:
+        return _e(text)
+    return f"{_e(head)}. <details><summary>details</summary>{_e(rest)}</details>"
 
 
 def _figures_section(cfg: RunConfig, out: Path) -> str:
@@ -219,7 +238,7 @@ def _figures_section(cfg: RunConfig, out: Path) -> str:
             pdf_link = " · " + _link(f"figures/{pdf.name}", "PDF")
         cap = captions.get(png.stem, "(no caption recorded: the figure was saved without one)")
         parts.append(f'<figure id="{_e(png.stem)}"><img src="figures/{_e(png.name)}" alt="{_e(png.stem)}">'
-                     f"<figcaption><b>{_e(png.stem)}</b>: {_e(cap)}{pdf_link}</figcaption></figure>")
+                     f"<figcaption><b>{_e(png.stem)}</b>{pdf_link}: {caption_html(cap)}</figcaption></figure>")
     for other in sorted(cfg.figures_dir.glob("*.html")):
         _copy(other, out / "figures" / other.name)
         parts.append(f"<p>{_link('figures/' + other.name, other.name)} (HTML figure)</p>")
@@ -261,7 +280,7 @@ def headline_tables_html(cfg: RunConfig) -> tuple[str, list[tuple[str, str]]]:
         df = key_columns_first(read_table_csv(path)).map(_shown)
         anchor = f"t-{stem}"
         toc.append((anchor, title))
-        parts.append(f'<h3 id="{anchor}">{_e(title)}</h3><p class="caption">{_e(table_caption(path))}</p>'
+        parts.append(f'<h3 id="{anchor}">{_e(title)}</h3><div class="caption">{caption_html(table_caption(path))}</div>'
                      f'<div class="wide">{df.to_html(index=False, border=0, escape=True)}</div>')
     return "\n".join(parts) or "<p>(this run made none of Tables 3-8)</p>", toc
 
@@ -323,6 +342,10 @@ def build_report(cfg: RunConfig) -> Path:
     if plan_md.is_file():
         _copy(plan_md, tmp / "plan.md")
         extra = f"<p>{_link('plan.md', 'plan.md')} (requests, tokens, cost, wall time; `make plan`)</p>"
+    results_json = cfg.run_dir / "results.json"
+    if results_json.is_file():
+        _copy(results_json, tmp / "results.json")
+        extra += f"<p>{_link('results.json', 'results.json')} (headline numbers with interval and N, params, versions, commit)</p>"
     reports, exclusions = _reports_section(cfg, tmp)
     banner = f'<div class="banner">⚠️ {_e(SYNTHETIC_CAVEAT)}</div>' if cfg.is_synthetic else ""
     git = manifest.get("git", {})

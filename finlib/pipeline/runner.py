@@ -302,6 +302,18 @@ def resume_params(cfg: RunConfig) -> str | None:
     return display_path(cfg.params_file, cfg.root)
 
 
+def expected_time(manifest: dict[str, Any], stage: str) -> str:
+    """" (took 7.2 min last time, expect it done around 14:52 UTC)" from the stage's last finished entry
+    in this run's manifest; "" for a stage not run before (the plan, `make plan`, estimates those)."""
+    last = (manifest.get("stages") or {}).get(stage) or {}
+    seconds = last.get("seconds")
+    if last.get("status") != "ok" or not isinstance(seconds, int | float) or seconds < 30:
+        return ""
+    eta = datetime.now(UTC).timestamp() + seconds
+    return (f" (took {seconds / 60:.1f} min last time, expect it done around "
+            f"{datetime.fromtimestamp(eta, UTC):%H:%M} UTC)")
+
+
 def execute_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     """Execute one notebook with papermill and record it in the manifest."""
     import papermill as pm
@@ -315,7 +327,7 @@ def execute_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str
     started, t0, cpu0 = _now(), time.time(), children_cpu_s()
     entry: dict[str, Any] = {"notebook": display_path(notebook, cfg.root),
                              "output": display_path(output, cfg.root), "started": started}
-    print(f"[{cfg.name}] stage {stage}: {notebook.name} ...", flush=True)
+    print(f"[{cfg.name}] stage {stage}: {notebook.name} ...{expected_time(manifest, stage)}", flush=True)
     manifest.setdefault("stages", {})[stage] = {**entry, "status": "running"}  # a killed run leaves "running"
     write_manifest(cfg, manifest)
     # the kernel's progress lines (finlib.core.progress_feed) reach this terminal while the stage runs
@@ -365,6 +377,16 @@ def execute_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str
     return entry
 
 
+def refuse_stale_rerun(cfg: RunConfig, manifest: dict[str, Any], selected: list[str]) -> None:
+    """Stop before any stage runs when this call's params differ from the run's manifest and a recorded
+    stage it does not rerun would be left from the old params (`finlib.pipeline.provenance`)."""
+    from finlib.pipeline.provenance import check_rerun
+    from finlib.pipeline.stages import STAGE_MODULES, stage_section
+
+    recorded = manifest.get("stages") or {}
+    check_rerun(cfg.name, manifest, cfg.params, selected, {s: stage_section(s) for s in recorded if s in STAGE_MODULES})
+
+
 @contextmanager
 def pinned_run(run: str) -> Iterator[None]:
     """While the runner executes a stage, its kernel reads the params the run's manifest recorded at the
@@ -402,6 +424,7 @@ def _run_stages(cfg: RunConfig, stages: Iterable[str] | None, start: str | None,
 
         check_preflight(cfg, selected)
     manifest = load_manifest(cfg)
+    refuse_stale_rerun(cfg, manifest, selected)
     previous = {k: v.get("status") for k, v in manifest.get("stages", {}).items()}
     manifest["invocation"] = {  # this call: which stages it (re)ran and what they were before
         "started": _now(), "stages": selected, "rerun": [s for s in selected if s in previous],
@@ -436,6 +459,7 @@ def _run_stages(cfg: RunConfig, stages: Iterable[str] | None, start: str | None,
             raise
     manifest["status"] = "ok"
     write_manifest(cfg, manifest)
+    results_path = record_results(cfg, manifest)
     if report:
         from finlib.pipeline.report import build_report
 
@@ -445,7 +469,33 @@ def _run_stages(cfg: RunConfig, stages: Iterable[str] | None, start: str | None,
                               "built": _now()}
         write_manifest(cfg, manifest)
         print(f"[{cfg.name}] report: {manifest['report']['index']} ({manifest['report']['seconds']:.1f} s)", flush=True)
+    print_closing(cfg, manifest, results_path)
     return manifest
+
+
+def record_results(cfg: RunConfig, manifest: dict[str, Any]) -> Path | None:
+    """Write runs/<run>/results.json (`finlib.pipeline.results`) and note it in the manifest; a problem
+    reading the artifacts is reported in one line, never a failed run after every stage succeeded."""
+    from finlib.pipeline.results import write_results
+
+    try:
+        path = write_results(cfg, manifest)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"[{cfg.name}] results.json not written: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return None
+    manifest["results"] = display_path(path, cfg.root)
+    write_manifest(cfg, manifest)
+    return path
+
+
+def print_closing(cfg: RunConfig, manifest: dict[str, Any], results_path: Path | None) -> None:
+    """The run's last lines: total time of this call, headline numbers with intervals and N, paths."""
+    from finlib.pipeline.results import closing_lines
+
+    started = (manifest.get("invocation") or {}).get("started")
+    total = (datetime.now(UTC) - datetime.fromisoformat(started)).total_seconds() if started else 0.0
+    for line in closing_lines(cfg, manifest, total, results_path):
+        print(line, flush=True)
 
 
 def where_to_look(run: str, since: float = 0.0) -> str:

@@ -512,13 +512,15 @@ def paired_fixture(models=("m",)) -> pd.DataFrame:
 def test_table8_layout_ours_and_the_papers_rows():
     t8 = ev.table8(metrics_fixture(), paired_fixture(), ["m"])
     assert list(t8.columns) == ["model", "variant", "measure", "test part", "source", *SECTORS, POOLED, SECTOR_MEAN,
-                                "Average (printed)", "N", "parse rate %", "accuracy parsed-only % (pooled)",
+                                "Average (pooled) CI", "Average (printed)", "N", "parse rate %", "accuracy parsed-only % (pooled)",
                                 "N parsed", "herding % (pooled)", "McNemar p (pooled)"]
     ours = t8[(t8["source"] == ev.OURS) & (t8["test part"] == ev.WHOLE)].set_index("variant")
     assert ours.loc["base", "Technology"] == pytest.approx(30.0) and ours.loc["base", "parse rate %"] == 50.0
     assert ours.loc["base", "N"] == 10 and ours.loc["base", "N parsed"] == 5          # Eq. 1: N = all answered
     assert ours.loc["base", "accuracy parsed-only % (pooled)"] == pytest.approx(60.0)  # the named extra
     assert ours.loc["DPO", POOLED] == pytest.approx(40.0)
+    assert ours.loc["base", "Average (pooled) CI"] == "[20.0, 40.0]"            # the fixture's +- 10 points
+    assert ours.loc["DPO", "Average (pooled) CI"] == "[30.0, 50.0]"
     assert ours.loc["delta DPO - base (derived)", "Energy"] == pytest.approx(10.0)
     assert ours.loc["delta DPO - base (derived)", "McNemar p (pooled)"] == 0.25
     # label scoring: an extra row group, named so

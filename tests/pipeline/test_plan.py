@@ -216,3 +216,14 @@ def test_local_model_time_from_its_measured_throughput(tmp_path):
         assert p.loc["original", "binding_limit"] == "concurrency x latency"
     finally:
         REGISTRY["models"].pop()
+
+
+def test_make_plan_fails_in_one_line_naming_the_problem(tmp_path, capsys):
+    """A params file with a bad key: one line on stderr (as the runner prints), exit 1, no traceback."""
+    from finlib.pipeline import plan as plan_module
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("extends: default.yaml\nscoring:\n  bootstrap_repz: 5\n")
+    assert plan_module.main(["--run", "bad", "--params", str(bad)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("[bad] plan FAILED: ") and "bootstrap_repz" in err and "Traceback" not in err

@@ -110,10 +110,20 @@ def table3(long: pd.DataFrame) -> pd.DataFrame:
     ours = long.pivot_table(index=["model", "rule"], columns="task", values="score", sort=False)
     ours = ours.reindex(columns=[t for t in (*TASK_ORDER, "Average") if t in ours.columns]).reset_index()
     ours.insert(0, "row", "this run")
+    ours = ours.merge(items_per_task(long), on=["model", "rule"], how="left")
     paper = paper_table("bizfin_table3").rename(columns={"group": "rule"})
     paper["rule"] = "paper (" + paper["rule"] + ")"
     paper.insert(0, "row", "paper Table 3")
-    return pd.concat([ours, paper], ignore_index=True)[["row", "model", "rule", *TASK_ORDER, "Average"]]
+    return pd.concat([ours, paper], ignore_index=True)[["row", "model", "rule", "N per task", *TASK_ORDER, "Average"]]
+
+
+def items_per_task(long: pd.DataFrame) -> pd.DataFrame:
+    """"N per task" of each (model, rule) row: the fewest-most items a task score rests on ("1" when
+    every task has one item: a score of 0 or 100 that says little), so a reader sees it beside the scores."""
+    t = long[long["task"] != "Average"]
+    n = t.groupby(["model", "rule"], sort=False)["n_items"].agg(["min", "max"]).reset_index()
+    n["N per task"] = [f"{int(lo)}" if lo == hi else f"{int(lo)}–{int(hi)}" for lo, hi in zip(n["min"], n["max"])]
+    return n[["model", "rule", "N per task"]]
 
 
 def source_caveats(report: dict, long: pd.DataFrame) -> str:

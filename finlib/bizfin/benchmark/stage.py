@@ -480,6 +480,9 @@ def make_tables(cfg: RunConfig, run: BizFinRun, count_tokens=None, tokenizer_nam
     write_table(cfg, "bizfin_table3", wide, caption, synthetic_caveat=False)
     write_table(cfg, "bizfin_table3_ci", long, caption + " Long form: N, parse rate, judge-invalid count, "
                 f"{100 * ci:g} % bootstrap interval over items.", synthetic_caveat=False)
+    from finlib.bizfin.benchmark.figures import plot_task_scores
+
+    plot_task_scores(cfg, long, ci)
     write_table(cfg, "bizfin_rules", out["rules"], "BizFinBench: the official column vs our tolerant reading "
                 "(score %, difference = ours - official); docs/bizfinbench.md lists every difference with an "
                 "example. " + results.rules_caption(run.report) + " " + results.source_caveats(run.report, long),

@@ -185,7 +185,8 @@ def paired_base_vs_dpo(rows: pd.DataFrame, base: str, tuned: str, reps: int, see
 
 DERIVED = " (derived)"
 PAPER_DERIVED = "derived from Fin-Bias Tables 6 and 8"
-TABLE8_COLUMNS_EXTRA = ("Average (printed)", "N", "parse rate %", "accuracy parsed-only % (pooled)", "N parsed",
+POOLED_INTERVAL = "Average (pooled) CI"
+TABLE8_COLUMNS_EXTRA = (POOLED_INTERVAL, "Average (printed)", "N", "parse rate %", "accuracy parsed-only % (pooled)", "N parsed",
                         "herding % (pooled)", "McNemar p (pooled)")
 
 
@@ -217,7 +218,9 @@ def _model_row(m: pd.DataFrame, model: str, cols: list[str]) -> dict:
     acc = g[g["metric"] == ACCURACY].set_index("sector")["value"].reindex(cols) * 100
     n = _pooled(g, ACCURACY, "n")
     n_parsed = _pooled(g, ACCURACY_PARSED, "n")
-    return {**acc.to_dict(), "N": n, "parse rate %": _pooled(g, ACCURACY, "parse_rate") * 100,
+    low, high = _pooled(g, ACCURACY, "ci_low") * 100, _pooled(g, ACCURACY, "ci_high") * 100
+    interval = f"[{low:.1f}, {high:.1f}]" if np.isfinite(low) and np.isfinite(high) else "[–, –]"
+    return {**acc.to_dict(), POOLED_INTERVAL: interval, "N": n, "parse rate %": _pooled(g, ACCURACY, "parse_rate") * 100,
             "accuracy parsed-only % (pooled)": _pooled(g, ACCURACY_PARSED) * 100, "N parsed": n_parsed,
             "herding % (pooled)": _pooled(g, HERDING) * 100}
 

@@ -24,7 +24,12 @@ CONDITION_ORDER = (Condition.ORIGINAL, Condition.NO_RATING, Condition.NO_OPINION
 # base/DPO variants two neutrals, so blue never means "a model" in one figure and "original" in another.
 RATING_COLORS = {Rating.BULLISH.value: "#2a9d55", Rating.NEUTRAL.value: "#8c8c8c", Rating.BEARISH.value: "#c8423b",
                  "unparsed": "#e0b040"}
-CONDITION_COLORS = {"original": "#1f5a99", "no_rating": "#e08a1e", "no_opinion": "#6a4c93", "fake_rating": "#c8423b"}
+# conditions: navy, orange, sky blue, dark red -- apart by CIELAB Delta E >= 40 for normal vision and as
+# protanopes, deuteranopes and tritanopes see them (Machado et al. 2009; tests/finbias/colour_vision.py)
+CONDITION_COLORS = {"original": "#14325c", "no_rating": "#e69f00", "no_opinion": "#56b4e9", "fake_rating": "#b2182b"}
+# every condition also has its own marker and hatch, so no reading depends on telling two hues apart
+CONDITION_MARKERS = {"original": "o", "no_rating": "s", "no_opinion": "^", "fake_rating": "D"}
+CONDITION_HATCHES = {"original": "", "no_rating": "////", "no_opinion": "....", "fake_rating": "xxxx"}
 MODEL_COLORS = ("#332288", "#44aa99", "#88ccee", "#999933", "#882255", "#ddcc77", "#117733")
 MODEL_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 VARIANT_COLORS = {"base": "#b8b8b8", "dpo": "#3b3b3b"}

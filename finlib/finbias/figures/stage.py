@@ -23,11 +23,14 @@ from finlib.core.artifacts import MissingArtifactError, read_frame, write_json
 from finlib.core.config import RunConfig
 from finlib.finbias.figures.base import (
     CONDITION_COLORS,
+    CONDITION_HATCHES,
+    CONDITION_MARKERS,
     CONDITION_ORDER,
     DOUBLE_COLUMN_IN,
     HEATMAP_CMAP,
     MIN_TEXT_PT,
     RATING_COLORS,
+    SINGLE_COLUMN_IN,
     VARIANT_COLORS,
     FigureRecord,
     data_source,
@@ -72,16 +75,17 @@ def plot_herding_heatmap(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object,
     cols = [s for s in (*SECTORS, POOLED) if s in set(h["sector"])]
     cmap = plt.get_cmap(HEATMAP_CMAP)
     with figure_style():
-        fig, axes = plt.subplots(2, 2, figsize=(DOUBLE_COLUMN_IN, 2 * (1.6 + 0.32 * max(len(models), 1))),
+        fig, axes = plt.subplots(2, 2, figsize=(DOUBLE_COLUMN_IN, 2 * (1.6 + 0.4 * max(len(models), 1))),
                                  squeeze=False, constrained_layout=True)
         for col, (ax, cond) in enumerate(zip(axes.ravel(), CONDITION_ORDER)):
             d = h[h["condition"] == cond.value]
             val = d.pivot(index="model", columns="sector", values="value").reindex(index=models, columns=cols)
+            cell_n = d.pivot(index="model", columns="sector", values="n").reindex(index=models, columns=cols).fillna(0)
             im = ax.imshow(100 * val.to_numpy(float), vmin=0, vmax=100, cmap=cmap, aspect="auto")
             for i in range(len(models)):
                 for j in range(len(cols)):
                     v = val.iat[i, j]
-                    label = "–" if pd.isna(v) else f"{100 * v:.0f}"
+                    label = "–" if pd.isna(v) else f"{100 * v:.0f}\nN{int(cell_n.iat[i, j])}"
                     ax.text(j, i, label, ha="center", va="center", fontsize=MIN_TEXT_PT,
                             color="#555555" if pd.isna(v) else text_color_on(cmap(float(v))))
             ax.set_xticks(range(len(cols)), cols if col >= 2 else [""] * len(cols), rotation=90)
@@ -94,29 +98,75 @@ def plot_herding_heatmap(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object,
     n_text = f"N per cell {int(n_range.min())}–{int(n_range.max())} answered items" if len(n_range) else "N unknown"
     rec = finish(cfg, fig, "fig_herding_heatmap",
                  "Herding score (Eq. 1: % of all N answers equal to the reference rating, an unparsed answer "
-                 f"counting as no match) by model and sector, per condition; {n_text} (per-cell N in the "
+                 f"counting as no match) by model and sector, per condition; {n_text} (N under each value; per-cell N also in the "
                  "tables' *_ci companions), '–' = no answers (stage 04 metrics).")
     return fig, rec
+
+
+def n_by_condition(rates: pd.DataFrame, model: str) -> str:
+    """"N 40/38/40/39": the answers each condition's pooled rate of `model` rests on, in CONDITION_ORDER."""
+    d = rates[(rates["model"] == model) & (rates["sector"] == POOLED)].set_index("condition")["n"]
+    return "N " + "/".join(str(int(d[c.value])) if c.value in d.index and pd.notna(d[c.value]) else "0"
+                           for c in CONDITION_ORDER)
 
 
 def _interval(d: pd.DataFrame) -> np.ndarray:
     return 100 * np.vstack([d["value"] - d["ci_low"], d["ci_high"] - d["value"]]).clip(min=0)
 
 
+def min_sector_n(cfg: RunConfig) -> int:
+    """`figures.min_sector_n`: the fewest answers a sector's rate may rest on and still be drawn; below
+    it an interval is too wide (or, at N = 1-2, degenerate) for a reader to see at a glance."""
+    return int(figures_params(cfg)["min_sector_n"])
+
+
+def column_width(cfg: RunConfig) -> float:
+    """Drawing width (in) for `figures.width`: single or double journal column, so that the 7-8 pt text
+    of the style prints at 7-8 pt instead of being scaled down to fit a narrower column."""
+    return SINGLE_COLUMN_IN if figures_params(cfg)["width"] == "single" else DOUBLE_COLUMN_IN
+
+
+def with_without_rows(h: pd.DataFrame, threshold: int) -> tuple[list[tuple[str, str]], int]:
+    """(model, sector) rows of the with/without figure: every model's pooled row, then each sector whose
+    rate in both conditions rests on at least `threshold` answers; also how many sector rows were left out."""
+    rows, hidden = [], 0
+    for m in sorted(h["model"].unique()):
+        for s in (POOLED, *SECTORS):
+            d = h[(h["model"] == m) & (h["sector"] == s) & h["value"].notna()]
+            if d.empty:
+                continue
+            if s == POOLED or (len(d) == 2 and int(d["n"].min()) >= threshold):
+                rows.append((m, s))
+            else:
+                hidden += 1
+    return rows, hidden
+
+
+def n_label(d: pd.DataFrame) -> str:
+    """"N o/r" of one row: the answers each condition's rate rests on, in the conditions' order."""
+    n = d.set_index("condition")["n"]
+    return "N " + "/".join(str(int(n[c])) if c in n.index and pd.notna(n[c]) else "0"
+                           for c in ("original", "no_rating"))
+
+
 def plot_with_without(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object, FigureRecord]:
-    """Dumbbell: herding with vs without the rating per model x sector, 95 % intervals."""
+    """The headline: herding with vs without the rating, each model pooled over sectors with its interval
+    and N, then the sectors whose rates rest on at least `figures.min_sector_n` answers."""
     import matplotlib.pyplot as plt
 
     h = _metric(metrics, HERDING)
     h = h[h["condition"].isin([Condition.ORIGINAL.value, Condition.NO_RATING.value])]
-    has = set(map(tuple, h.loc[h["value"].notna(), ["model", "sector"]].to_numpy()))
-    rows = [(m, s) for m in sorted(h["model"].unique()) for s in (POOLED, *SECTORS) if (m, s) in has]
+    threshold = min_sector_n(cfg)
+    rows, hidden = with_without_rows(h, threshold)
     with figure_style():
         if not rows:
             raise LookupError("no herding value for original or no_rating in metrics.parquet")
-        fig, ax = plt.subplots(figsize=(DOUBLE_COLUMN_IN, 1.2 + 0.2 * len(rows)), layout="constrained")
+        fig, ax = plt.subplots(figsize=(column_width(cfg), 1.2 + 0.3 * len(rows)), layout="constrained")
+        labels = []
         for y, (m, s) in enumerate(rows):
-            d = h[(h["model"] == m) & (h["sector"] == s)].set_index("condition")
+            d = h[(h["model"] == m) & (h["sector"] == s)]
+            labels.append(f"{m} · {s}\n{n_label(d)}")
+            d = d.set_index("condition")
             pts = [d.loc[c] if c in d.index else None for c in ("original", "no_rating")]
             xs = [100 * p["value"] for p in pts if p is not None and pd.notna(p["value"])]
             if len(xs) == 2:
@@ -125,16 +175,22 @@ def plot_with_without(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object, Fi
                 if p is None or pd.isna(p["value"]):
                     continue
                 err = _interval(p.to_frame().T)
-                ax.errorbar(100 * p["value"], y, xerr=err, fmt="o", ms=4, capsize=2,
-                            color=CONDITION_COLORS[cond], label=cond if y == 0 else None)
-        ax.set_yticks(range(len(rows)), [f"{m} · {s}" for m, s in rows])
+                ax.errorbar(100 * p["value"], y, xerr=err, fmt=CONDITION_MARKERS[cond], ms=5 if s == POOLED else 4,
+                            capsize=2, color=CONDITION_COLORS[cond], label=cond if y == 0 else None)
+        ax.set_yticks(range(len(rows)), labels)
+        for tick, (_, s) in zip(ax.get_yticklabels(), rows):
+            tick.set_fontweight("bold" if s == POOLED else "normal")
         ax.invert_yaxis()
         ax.set_xlabel(f"herding % ({ci_level(cfg)} cluster-bootstrap CI)")
         ax.set_xlim(-2, 102)
         legend_outside(ax)
+    n = h[h["sector"] == POOLED]["n"].dropna()
+    n_text = f"pooled N {int(n.min())}–{int(n.max())} answers per model and condition" if len(n) else "N unknown"
     rec = finish(cfg, fig, "fig_herding_with_without",
-                 "Herding with the analyst rating (original) vs without it (no_rating), per model and sector, "
-                 f"with {ci_level(cfg)} cluster-bootstrap intervals (Fin-Bias Table 4 as a figure).")
+                 "Herding with the analyst rating (original) vs without it (no_rating): each model pooled over "
+                 f"sectors (bold), with {ci_level(cfg)} cluster-bootstrap intervals and N (original/no_rating) per "
+                 f"row; {n_text}. Sectors are drawn only where both rates rest on N >= {threshold} answers "
+                 f"(figures.min_sector_n); {hidden} sector row(s) below it are left out (Fin-Bias Table 4 has them).")
     return fig, rec
 
 
@@ -181,20 +237,24 @@ def plot_accuracy_vs_analyst(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[obj
         if not analyst.empty:
             a = analyst.iloc[0]
             ax.axhspan(100 * a["ci_low"], 100 * a["ci_high"], color="#cccccc", alpha=0.5, lw=0)
-            ax.axhline(100 * a["value"], color="black", lw=1, ls="--", label=f"analyst {100 * a['value']:.1f} %")
+            ax.axhline(100 * a["value"], color="black", lw=1, ls="--",
+                       label=f"analyst {100 * a['value']:.1f} % (N={int(a['n']) if pd.notna(a['n']) else '?'})")
         for i, cond in enumerate(CONDITION_ORDER):
             d = acc[acc["condition"] == cond.value].set_index("model").reindex(models)
             x = np.arange(len(models)) + (i - 1.5) * width
             ax.bar(x, 100 * d["value"], width, yerr=np.nan_to_num(_interval(d)), capsize=2,
-                   color=CONDITION_COLORS[cond.value], label=cond.value)
+                   color=CONDITION_COLORS[cond.value], hatch=CONDITION_HATCHES[cond.value], edgecolor="white",
+                   label=cond.value)
         ax.axhline(100 / 3, color="#888888", lw=0.8, ls=":", label="chance (1/3)")
-        ax.set_xticks(range(len(models)), models, rotation=15)
+        ax.set_xticks(range(len(models)), [f"{m}\n{n_by_condition(acc, m)}" for m in models], rotation=15)
         ax.set_ylabel(f"accuracy % (pooled, {ci_level(cfg)} CI)")
         ax.set_ylim(0, 100)
         legend_outside(ax, ncol=3)
     rec = finish(cfg, fig, "fig_accuracy_vs_analyst",
                  "Accuracy against the return-based labels, pooled over sectors, per model and condition, with "
-                 f"{ci_level(cfg)} cluster-bootstrap intervals; dashed line and band: the analysts' own rating and its interval.")
+                 f"{ci_level(cfg)} cluster-bootstrap intervals; under each model, N per condition "
+                 f"({'/'.join(c.value for c in CONDITION_ORDER)}); dashed line and band: the analysts' own rating "
+                 "and its interval.")
     return fig, rec
 
 
@@ -249,58 +309,79 @@ def plot_prob_herding(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object, Fi
         for m, d in p.groupby("model"):
             d = d.set_index("condition").reindex(conds)
             ax.errorbar(range(len(conds)), 100 * d["value"], yerr=np.nan_to_num(_interval(d)), marker=markers[m],
-                        capsize=3, label=m, color=colors[m])
+                        capsize=3, label=f"{m} ({n_by_condition(p, m)})", color=colors[m])
         ax.set_xticks(range(len(conds)), conds)
         ax.set_ylabel(f"mean p(reference rating) % ({ci_level(cfg)} CI)")
         ax.set_ylim(0, 100)
         legend_outside(ax, ncol=2)
     rec = finish(cfg, fig, "fig_prob_herding",
                  "Probability-level herding: the label-scored models' mean probability on the reference rating per "
-                 "condition (pooled), a finer view of the shift than the argmax herding score.")
+                 "condition (pooled), a finer view of the shift than the argmax herding score; N per condition "
+                 f"({'/'.join(conds)}) beside each model.")
     return fig, rec
 
 
+def dpo_panels(dpo: pd.DataFrame, threshold: int) -> list[tuple[str, str, pd.DataFrame]]:
+    """(model, measure, rows) per panel of the DPO figure: the pooled row always, a sector only where
+    both variants rest on at least `threshold` answers; a panel with no answered item is left out."""
+    dpo = dpo.assign(measure=dpo["measure"] if "measure" in dpo.columns else "generated answers")
+    panels = []
+    for (m, measure), g in dpo.groupby(["model", "measure"], sort=True):
+        g = g[g["n"].fillna(0) > 0]
+        if g.empty:
+            continue
+        n_min = g.groupby("sector")["n"].min()
+        n_variants = g.groupby("sector")["variant"].nunique()
+        keep = [s for s in (*SECTORS, POOLED) if s in n_min.index
+                and (s == POOLED or (n_min[s] >= threshold and n_variants[s] == g["variant"].nunique()))]
+        panels.append((m, measure, g[g["sector"].isin(keep)]))
+    return panels
+
+
 def plot_dpo(cfg: RunConfig, dpo: pd.DataFrame) -> tuple[object, FigureRecord]:
-    """Fin-Bias Table 8 as a figure: accuracy per sector, base vs DPO-tuned, per model."""
+    """Fin-Bias Table 8 as a figure: accuracy base vs DPO-tuned per model and measure (generated answers,
+    label scoring), as points with intervals and N (a 0 % bar would be invisible), sectors where N allows."""
     import matplotlib.pyplot as plt
 
-    need = {"model", "sector", "variant", "accuracy"}
+    need = {"model", "sector", "variant", "accuracy", "n"}
     if not need <= set(dpo.columns):
         raise ValueError(f"stage 05 DPO accuracy: needs columns {sorted(need)}, has {list(dpo.columns)}")
-    dpo = dpo[dpo["accuracy"].notna() & (dpo["n"].fillna(0) > 0 if "n" in dpo.columns else True)]
-    if dpo.empty:
+    threshold = min_sector_n(cfg)
+    panels = dpo_panels(dpo[dpo["accuracy"].notna()], threshold)
+    if not panels:
         raise LookupError("stage 05 scored no item (N = 0): no DPO accuracy to draw")
-    models = sorted(dpo["model"].unique())
-    ncols = min(len(models), 2)
-    nrows = -(-len(models) // ncols)
+    ncols = min(len(panels), 2)
+    nrows = -(-len(panels) // ncols)
+    width = column_width(cfg)
     with figure_style():
-        fig, axes = plt.subplots(nrows, ncols, figsize=(DOUBLE_COLUMN_IN if ncols > 1 else 3.5 * 1.3, 3.2 * nrows),
-                                 squeeze=False, sharey=True)
-        for ax in axes.ravel()[len(models):]:
+        fig, axes = plt.subplots(nrows, ncols, figsize=(width, 2.6 * nrows), squeeze=False, sharey=True)
+        for ax in axes.ravel()[len(panels):]:
             ax.remove()
-        for ax, m in zip(axes.ravel(), models):
-            g = dpo[dpo["model"] == m]
-            d = g.pivot_table(index="sector", columns="variant", values="accuracy")
-            d = d.reindex([s for s in (*SECTORS, POOLED) if s in d.index])
-            for i, variant in enumerate(sorted(d.columns)):
-                ci = g[g["variant"] == variant].set_index("sector").reindex(d.index)
-                err = (np.vstack([d[variant] - ci["ci_low"], ci["ci_high"] - d[variant]]).clip(min=0)
-                       if {"ci_low", "ci_high"} <= set(ci.columns) else None)
-                ax.bar(np.arange(len(d)) + (i - 0.5) * 0.4, d[variant], 0.4, label=variant,
-                       yerr=None if err is None else np.nan_to_num(err), capsize=2,
-                       color=VARIANT_COLORS.get(variant, "#777777"))
-            n = g[g["sector"] == POOLED].set_index("variant")["n"] if "n" in g.columns else pd.Series(dtype=float)
-            if len(n):
-                ax.set_xlabel("N (pooled): " + ", ".join(f"{k} {int(v)}" for k, v in n.items()))
-            ax.set_xticks(range(len(d)), d.index, rotation=60, ha="right")
-            ax.set_title(m)
-            ax.set_ylim(0, 100)  # a 0 % bar reads as 0 %, not as an empty panel
+        for ax, (m, measure, g) in zip(axes.ravel(), panels):
+            sectors = [s for s in (*SECTORS, POOLED) if s in set(g["sector"])]
+            for i, variant in enumerate(sorted(g["variant"].unique())):
+                d = g[g["variant"] == variant].set_index("sector").reindex(sectors)
+                err = np.vstack([d["accuracy"] - d["ci_low"], d["ci_high"] - d["accuracy"]]).clip(min=0)
+                x = np.arange(len(sectors)) + (i - 0.5) * 0.3
+                ax.errorbar(x, d["accuracy"], yerr=np.nan_to_num(err), fmt="o" if variant == "base" else "s",
+                            ms=4, capsize=2, color=VARIANT_COLORS.get(variant, "#777777"), label=variant,
+                            mfc="white" if variant == "base" else None)
+                for xi, (acc, n) in enumerate(zip(d["accuracy"], d["n"])):
+                    if pd.notna(acc):
+                        ax.annotate(f"{int(n)}", (x[xi], acc), textcoords="offset points", xytext=(0, 5),
+                                    ha="center", fontsize=MIN_TEXT_PT, color="#333333")
+            ax.set_xticks(range(len(sectors)), sectors, rotation=60, ha="right")
+            ax.set_title(f"{m}\n{measure}")
+            ax.set_ylim(-5, 110)
             legend_outside(ax)
-        axes[0][0].set_ylabel("accuracy %")
+        axes[0][0].set_ylabel(f"accuracy % ({ci_level(cfg)} CI)")
         fig.tight_layout()
     rec = finish(cfg, fig, "fig_dpo_accuracy",
-                 f"Accuracy per sector of each model before (base) and after DPO fine-tuning, with {ci_level(cfg)} "
-                 "cluster-bootstrap intervals (stage 05; Fin-Bias Table 8).")
+                 "Accuracy on the whole test split of each model before (base, open circle) and after DPO fine-tuning "
+                 f"(filled square), per measure (generated answers; label scoring), with {ci_level(cfg)} "
+                 "cluster-bootstrap intervals; the number over each point is its N. The pooled rate is always drawn, a "
+                 f"sector only where both variants rest on N >= {threshold} answers (figures.min_sector_n); "
+                 "stage 05; Fin-Bias Table 8.")
     return fig, rec
 
 
@@ -370,6 +451,8 @@ def write_figures_report(cfg: RunConfig, records: list[FigureRecord]) -> Path:
 
 
 DPO_METRICS = "dpo_metrics"  # stage 05: base and tuned ("<model> + DPO") metrics in stage 04's long layout
+DPO_OTHER_MEASURES = "dpo_metrics_label_scoring"  # stage 05: label scoring, and every measure per test part
+WHOLE_SPLIT = "whole test split"
 DPO_SUFFIX = " + DPO"
 
 
@@ -382,7 +465,18 @@ def dpo_accuracy(dpo_metrics: pd.DataFrame) -> pd.DataFrame:
     tuned = name.str.endswith(DPO_SUFFIX)
     return pd.DataFrame({"model": name.str.removesuffix(DPO_SUFFIX), "sector": a["sector"],
                          "variant": np.where(tuned, "dpo", "base"), "accuracy": 100 * a["value"],
-                         "ci_low": 100 * a["ci_low"], "ci_high": 100 * a["ci_high"], "n": a["n"]}).reset_index(drop=True)
+                         "ci_low": 100 * a["ci_low"], "ci_high": 100 * a["ci_high"], "n": a["n"],
+                         "measure": a["measure"] if "measure" in a.columns else "generated answers"}
+                        ).reset_index(drop=True)
+
+
+def dpo_accuracy_all_measures(generated: pd.DataFrame, others: pd.DataFrame | None) -> pd.DataFrame:
+    """`dpo_accuracy` on the whole test split for every measure stage 05 wrote (its generated answers,
+    which the paper compares, and its label scoring, often the one with the larger N)."""
+    frames = [generated]
+    if others is not None and "test_part" in others.columns:
+        frames.append(others[others["test_part"] == WHOLE_SPLIT])
+    return dpo_accuracy(pd.concat(frames, ignore_index=True))
 
 
 class FigureSet:
@@ -438,7 +532,8 @@ class FigureSet:
             "fig_accuracy_vs_analyst": lambda: plot_accuracy_vs_analyst(cfg, self.need("metrics")),
             "fig_labels_by_year": lambda: plot_labels_by_year(cfg, self.need("labels"), self.need("reports")),
             "fig_prob_herding": lambda: plot_prob_herding(cfg, self.need("metrics")),
-            "fig_dpo_accuracy": lambda: plot_dpo(cfg, dpo_accuracy(self.need(DPO_METRICS))),
+            "fig_dpo_accuracy": lambda: plot_dpo(cfg, dpo_accuracy_all_measures(
+                self.need(DPO_METRICS), self.frame(DPO_OTHER_MEASURES))),
             "fig_paper_vs_ours": lambda: plot_paper_vs_ours(cfg, self.comparisons()),
         }
 
