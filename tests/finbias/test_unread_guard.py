@@ -10,8 +10,8 @@ from provider_corpus import layouts, render, sentences, takes
 from finlib.core.artifacts import read_frame, read_json, write_frame
 from finlib.finbias.perturb import stage as perturb
 from finlib.finbias.perturb.provider_scales import provider_scales
-from finlib.finbias.perturb.statement import AUTHORS_READING, RatingReading, find_rating_statement
 from finlib.finbias.perturb.stage import UnreadRatingGateError, build_conditions, check_unread_gate
+from finlib.finbias.perturb.statement import AUTHORS_READING, RatingReading, find_rating_statement
 
 LAYOUTS = {lay.name: lay for lay in layouts()}
 RATED = [s for s in sentences() if s.rating != "none"]
