@@ -136,6 +136,7 @@ def test_hostile_braces_read_as_nothing():
 
     assert read_json_objects("{" * 1_000_000, max_chars=None) == []
     assert read_json_objects('{"a": ' * 100_000, max_chars=None) == []
+    assert read_json_objects('{"a": ' * 50_000 + "}" * 50_000, max_chars=None) == []  # nesting: bounded work
     tail = '{"answer": "x"}'
     assert read_json_objects("{" * 100_000 + tail, max_chars=None) == [{"answer": "x"}]
 
