@@ -136,6 +136,7 @@ def test_hostile_braces_read_as_nothing():
 
     assert read_json_objects("{" * 1_000_000, max_chars=None) == []
     assert read_json_objects('{"a": ' * 100_000, max_chars=None) == []
+    assert read_json_objects('{"a": ' * 50_000 + "}" * 50_000, max_chars=None) == []  # nesting: bounded work
     tail = '{"answer": "x"}'
     assert read_json_objects("{" * 100_000 + tail, max_chars=None) == [{"answer": "x"}]
 
@@ -328,3 +329,28 @@ def test_reasoning_tokens_are_recorded_per_answer(tmp_path):
     answers = _answers(asked, ['{"answer": "1"}'])
     answers["reasoning_tokens"] = [row["reasoning_tokens"]]
     assert stage.score_model("m", asked, answers, None, (0, 100))[0]["reasoning_tokens"] == 812
+
+
+HOSTILE = {
+    "nested_lists": NESTED_1000,
+    "nested_objects": '{"result": ' * 1000 + "1" + "}" * 1000,
+    "nested_fence": "```json\n" + "[" * 1000 + "]" * 1000 + "\n```",
+    "open_braces": "{" * 5000,
+    "latex_then_json": LATEX + '{"answer": "1", "result": ["乐观"], "涨跌情况": "上涨", "results": []}',
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+@pytest.mark.parametrize("task", ["AEA", "FNC", "FTR", "ER", "SP", "FNER"])
+def test_hostile_replies_score_under_both_rules_as_the_authors_scripts_do(authors, task, name):
+    """Every rule task on hostile replies: our tolerant reading returns a score (never raises), and the
+    official column equals the authors' script run verbatim on the same reply (or both raise)."""
+    item = load_format_samples([task])[task][0]
+    reply = HOSTILE[name]
+    s = scorers.ACCURACY_SCORERS[task](item.gold, reply, item.question)
+    assert s.ours in (0.0, 1.0) or 0.0 <= s.ours <= 1.0
+    theirs = authors.score_rules(task, [item.gold], [reply])[0]
+    if "raises" in theirs.error:
+        assert math.isnan(s.official) and "raises" in s.note
+    else:
+        assert (math.isnan(s.official) and theirs.score is None) or s.official == theirs.score, (s, theirs)

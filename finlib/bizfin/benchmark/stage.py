@@ -191,9 +191,8 @@ def ran_out_while_reasoning(text, truncated_output) -> bool:
     backend stores as empty)."""
     if cut_in_think(text):
         return True
-    limit = truncated_output is True or (truncated_output is not None and not pd.isna(truncated_output)
-                                         and bool(truncated_output))
-    return limit and (text is None or not strip_think(str(text)))
+    at_limit = truncated_output is not None and not pd.isna(truncated_output) and bool(truncated_output)
+    return at_limit and (text is None or not strip_think(str(text)))
 
 
 def guarded_score(task: str, item: BizFinItem, text: str | None):
