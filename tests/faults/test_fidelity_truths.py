@@ -242,3 +242,15 @@ def test_window_ending_on_the_last_price_is_covered(days, covered):
     shorter does not."""
     got = compute_labels(*planted_panel(None, days=days), window=60).iloc[0]
     assert got["excluded_reason"] == (None if covered else "outside_price_coverage")
+
+
+def test_bizfin_task_score_leaves_unscored_items_out_of_n():
+    """BizFinBench Table 3: an item without a score (NaN: not answered, or a verdict ours leaves out)
+    is outside N, so FTR scores 2 of 3 = 66.7 %, not 2 of 4."""
+    from finlib.bizfin.benchmark.results import task_scores
+
+    base = {"model": "m", "task": "FTR", "source": "benchmark", "parsed": True, "judge_status": None, "status": "ok"}
+    values = [1.0, 0.0, np.nan, 1.0]
+    items = pd.DataFrame([{**base, "official": v, "ours": v} for v in values])
+    ftr = task_scores(items, reps=20, seed=0).set_index(["rule", "task"]).loc[("ours", "FTR")]
+    assert ftr["score"] == pytest.approx(100 * 2 / 3) and ftr["n_scored"] == 3 and ftr["n_items"] == 4
