@@ -362,7 +362,7 @@ FAULTS: tuple[Fault, ...] = (
         '"avg": float(n.mean())',
         '"avg": float(np.median(n))',
         "BizFinBench Table 6: mean query tokens computed as the median",
-        ("tests/bizfin/test_bizfin_stage.py::test_stage_on_format_samples_with_stub",),
+        (f"{TRUTHS}::test_bizfin_table6_min_max_mean_and_count_of_query_tokens",),
     ),
 )
 

@@ -254,3 +254,25 @@ def test_bizfin_task_score_leaves_unscored_items_out_of_n():
     items = pd.DataFrame([{**base, "official": v, "ours": v} for v in values])
     ftr = task_scores(items, reps=20, seed=0).set_index(["rule", "task"]).loc[("ours", "FTR")]
     assert ftr["score"] == pytest.approx(100 * 2 / 3) and ftr["n_scored"] == 3 and ftr["n_items"] == 4
+
+
+def test_bizfin_table6_min_max_mean_and_count_of_query_tokens():
+    """BizFinBench Table 6 from token counts planted by a stand-in tokenizer: lengths 1, 2 and 9 give
+    min 1, max 9, mean 4 (the median would be 2)."""
+    from finlib.bizfin.benchmark.results import token_lengths
+    from finlib.bizfin.tasks import TASK_ORDER
+
+    class Item:
+        source = "benchmark"
+
+        def __init__(self, text: str) -> None:
+            self.text = text
+
+        def query_text(self) -> str:
+            return self.text
+
+    task = TASK_ORDER[0]
+    row = token_lengths(
+        {task: [Item("a"), Item("a b"), Item("a b c d e f g h i")]}, lambda texts: [len(t.split()) for t in texts]
+    ).iloc[0]
+    assert (row["task"], row["min"], row["max"], row["avg"], row["count"]) == (task, 1, 9, 4.0, 3)
