@@ -1,5 +1,6 @@
 """finlib.core.stats against independent oracles: scipy's binomial test, a hand-computed
 Stuart-Maxwell statistic, statsmodels' Holm, and a simulated coverage check."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -94,9 +95,9 @@ def test_mean_over_groups_skips_empty_groups():
 def test_macro_f1_by_hand():
     # rows truth, cols prediction: bull: 2 right, 1 as neutral; neutral: 1 right; bear: 1 as bull.
     conf = np.array([[2, 1, 0], [0, 1, 0], [1, 0, 0]], float)
-    f_bull = 2 * 2 / (3 + 3)       # support 3, predicted 3
-    f_neut = 2 * 1 / (1 + 2)       # support 1, predicted 2
-    f_bear = 0.0                   # support 1, predicted 0
+    f_bull = 2 * 2 / (3 + 3)  # support 3, predicted 3
+    f_neut = 2 * 1 / (1 + 2)  # support 1, predicted 2
+    f_bear = 0.0  # support 1, predicted 0
     assert stats.macro_f1_from_confusion(conf.ravel()) == pytest.approx((f_bull + f_neut + f_bear) / 3)
 
 
@@ -187,8 +188,7 @@ def test_holm_matches_statsmodels_and_keeps_nan():
     np.testing.assert_allclose(out[[0, 3, 2]], [0.03, 0.06, 0.06])
 
 
-@pytest.mark.parametrize(("p", "marker"), [(0.0005, "***"), (0.005, "**"), (0.02, "*"), (0.2, ""),
-                                           (np.nan, "")])
+@pytest.mark.parametrize(("p", "marker"), [(0.0005, "***"), (0.005, "**"), (0.02, "*"), (0.2, ""), (np.nan, "")])
 def test_significance_marker(p, marker):
     assert stats.significance_marker(p) == marker
 
@@ -196,3 +196,79 @@ def test_significance_marker(p, marker):
 def test_cluster_sums_accept_pandas_series():
     labels, sums = stats.cluster_sums(pd.Series(["x", "x"]), np.array([1.0, 2.0]))
     assert list(labels) == ["x"] and sums.tolist() == [[3.0]]
+
+
+# ---------------------------------------------------------------- edges found by mutation testing
+
+
+def _hand_stuart_maxwell(t: np.ndarray) -> float:
+    """d' V^-1 d over the first k-1 categories (the hand formula of test_stuart_maxwell_hand_example)."""
+    k = t.shape[0] - 1
+    d = (t.sum(axis=1) - t.sum(axis=0))[:k]
+    v = -(t + t.T)[:k, :k]
+    np.fill_diagonal(v, (t.sum(axis=1) + t.sum(axis=0) - 2 * np.diag(t))[:k])
+    return float(d @ np.linalg.solve(v, d))
+
+
+def test_stuart_maxwell_keeps_a_category_that_only_receives_or_changes_once():
+    cats = ["bullish", "neutral", "bearish"]
+    # bearish only receives changes (its row has none off the diagonal); neutral changes exactly once
+    t = np.array([[10, 0, 3], [1, 6, 0], [0, 0, 4]], float)
+    res = stats.stuart_maxwell(*_pairs_from_table(t, cats), cats)
+    assert res.df == 2 and res.statistic == pytest.approx(_hand_stuart_maxwell(t))
+    only_receives = np.array([[10, 0, 3], [0, 6, 0], [0, 0, 4]], float)  # two active categories: McNemar-like
+    res = stats.stuart_maxwell(*_pairs_from_table(only_receives, cats), cats)
+    assert (res.df, res.statistic) == (1, pytest.approx(3.0)) and res.pvalue == pytest.approx(chi2.sf(3.0, 1))
+
+
+def test_stuart_maxwell_no_change_result_in_full():
+    res = stats.stuart_maxwell(["bullish", "neutral"], ["bullish", "neutral"], ["bullish", "neutral", "bearish"])
+    assert res == stats.StuartMaxwellResult(2, 0.0, 0, 1.0, "no answer changed")
+
+
+@pytest.mark.parametrize("p, marker", [(0.001, "**"), (0.01, "*"), (0.05, ""), (None, ""), (np.nan, "")])
+def test_significance_marker_thresholds_are_strict(p, marker):
+    assert stats.significance_marker(p) == marker
+
+
+def test_ratio_of_one_over_one_is_one():
+    assert stats.ratio(np.array([1.0, 1.0])) == 1.0
+    assert np.isnan(stats.ratio(np.array([1.0, 0.0])))
+
+
+def test_mean_over_groups_and_macro_f1_with_a_single_defined_group_or_class():
+    mean = stats.mean_over_groups(stats.ratio, 2, 2)
+    assert mean(np.array([3.0, 4.0, 0.0, 0.0])) == pytest.approx(0.75)  # group 2 empty: the mean of one
+    only_bullish = np.array([[3, 0, 0], [0, 0, 0], [0, 0, 0]], float)
+    assert stats.macro_f1_from_confusion(only_bullish.ravel()) == 1.0
+
+
+def test_bootstrap_replicates_of_grouped_statistics_are_computed_row_by_row():
+    """Each replicate's mean-of-groups and macro-F1 equals the statistic of that replicate alone."""
+    rng = np.random.default_rng(2)
+    sums_g = rng.integers(0, 5, (12, 4)).astype(float)
+    sums_g[:, 1] += sums_g[:, 0]
+    sums_g[:, 3] += sums_g[:, 2]
+    conf = rng.integers(0, 4, (12, 9)).astype(float)
+    w = stats.bootstrap_weights(12, 50, seed=3)
+    for sums, stat in ((sums_g, stats.mean_over_groups(stats.ratio, 2, 2)), (conf, stats.macro_f1_from_confusion)):
+        loop = np.array([float(stat(row @ sums)) for row in w])
+        np.testing.assert_allclose(stat(w @ sums), loop, rtol=1e-12)
+        est = stats.bootstrap_ci(sums, stat, reps=50, seed=99, weights=w)
+        assert (est.ci_low, est.ci_high) == tuple(np.quantile(loop, [0.025, 0.975]))
+        assert est.reps_defined == 50
+
+
+def test_bootstrap_uses_the_weights_it_is_given_and_counts_defined_replicates():
+    sums = np.array([[1.0, 2.0], [3.0, 4.0]])
+    none_defined = stats.bootstrap_ci(sums, stats.ratio, reps=1, seed=0, weights=np.zeros((1, 2)))
+    assert none_defined.value == pytest.approx(4 / 6) and none_defined.reps_defined == 0
+    assert np.isnan(none_defined.ci_low) and np.isnan(none_defined.ci_high)
+    one = stats.bootstrap_ci(sums, stats.ratio, reps=2, seed=0, weights=np.array([[0.0, 0.0], [2.0, 0.0]]))
+    assert (one.ci_low, one.ci_high, one.reps_defined) == (0.5, 0.5, 1)
+    empty = stats.bootstrap_ci(np.zeros((0, 2)), stats.ratio, reps=10, seed=0)
+    assert np.isnan(empty.ci_low) and np.isnan(empty.ci_high) and empty.reps_defined == 0
+
+
+def test_bootstrap_weights_without_clusters_are_an_empty_matrix():
+    assert stats.bootstrap_weights(0, 5, seed=1).shape == (5, 0)

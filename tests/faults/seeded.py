@@ -335,7 +335,10 @@ FAULTS: tuple[Fault, ...] = (
         "v = values[np.isfinite(values)]",
         "v = np.nan_to_num(values)",
         "BizFinBench Table 3 task scores: an unscored item (NaN) counted as 0 inside N",
-        ("tests/bizfin/test_bizfin_stage.py::test_an_item_whose_judge_call_failed_is_counted_not_answered",),
+        (
+            f"{TRUTHS}::test_bizfin_task_score_leaves_unscored_items_out_of_n",
+            "tests/bizfin/test_bizfin_stage.py::test_average_is_the_plain_mean_of_all_nine_tasks",
+        ),
     ),
     Fault(
         "judge_spearman_without_ranks",
@@ -359,7 +362,7 @@ FAULTS: tuple[Fault, ...] = (
         '"avg": float(n.mean())',
         '"avg": float(np.median(n))',
         "BizFinBench Table 6: mean query tokens computed as the median",
-        ("tests/bizfin/test_bizfin_stage.py::test_stage_on_format_samples_with_stub",),
+        (f"{TRUTHS}::test_bizfin_table6_min_max_mean_and_count_of_query_tokens",),
     ),
 )
 

@@ -242,3 +242,37 @@ def test_window_ending_on_the_last_price_is_covered(days, covered):
     shorter does not."""
     got = compute_labels(*planted_panel(None, days=days), window=60).iloc[0]
     assert got["excluded_reason"] == (None if covered else "outside_price_coverage")
+
+
+def test_bizfin_task_score_leaves_unscored_items_out_of_n():
+    """BizFinBench Table 3: an item without a score (NaN: not answered, or a verdict ours leaves out)
+    is outside N, so FTR scores 2 of 3 = 66.7 %, not 2 of 4."""
+    from finlib.bizfin.benchmark.results import task_scores
+
+    base = {"model": "m", "task": "FTR", "source": "benchmark", "parsed": True, "judge_status": None, "status": "ok"}
+    values = [1.0, 0.0, np.nan, 1.0]
+    items = pd.DataFrame([{**base, "official": v, "ours": v} for v in values])
+    ftr = task_scores(items, reps=20, seed=0).set_index(["rule", "task"]).loc[("ours", "FTR")]
+    assert ftr["score"] == pytest.approx(100 * 2 / 3) and ftr["n_scored"] == 3 and ftr["n_items"] == 4
+
+
+def test_bizfin_table6_min_max_mean_and_count_of_query_tokens():
+    """BizFinBench Table 6 from token counts planted by a stand-in tokenizer: lengths 1, 2 and 9 give
+    min 1, max 9, mean 4 (the median would be 2)."""
+    from finlib.bizfin.benchmark.results import token_lengths
+    from finlib.bizfin.tasks import TASK_ORDER
+
+    class Item:
+        source = "benchmark"
+
+        def __init__(self, text: str) -> None:
+            self.text = text
+
+        def query_text(self) -> str:
+            return self.text
+
+    task = TASK_ORDER[0]
+    row = token_lengths(
+        {task: [Item("a"), Item("a b"), Item("a b c d e f g h i")]}, lambda texts: [len(t.split()) for t in texts]
+    ).iloc[0]
+    assert (row["task"], row["min"], row["max"], row["avg"], row["count"]) == (task, 1, 9, 4.0, 3)
