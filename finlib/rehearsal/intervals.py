@@ -6,8 +6,8 @@ answers instead of firms (intervals too narrow), drop Holm's correction (a marke
 one recomputes them from what the simulated servers replied:
 
 * each answer read from the reply in the simulator's own format (an optional `<think>` block, then
-  the JSON object it writes, `{"answer": ..., "reason": ...}`; anything else is no answer, inside N
-  as Eq. 1 counts it), scored against the generator's analyst rating, the fake rating stage 02 says
+  the JSON object it writes, `{"answer": ..., "reason": ...}`, the first one when a reply cut at the
+  token limit repeats; anything else is no answer, inside N as Eq. 1 counts it), scored against the generator's analyst rating, the fake rating stage 02 says
   it wrote, or the planted label (`finlib.finbias.data.synth_planted.planted_labels`);
 * intervals: the firm-clustered standard error of a ratio in closed form (the linearised variance
   sum_c (S_c - R n_c)^2 / N^2 that a percentile bootstrap over firms estimates), so a written
@@ -55,8 +55,8 @@ def reply_answer(text: object) -> str | None:
     """The rating a simulated reply states in the simulator's JSON, or None (no JSON answer)."""
     if not isinstance(text, str):
         return None
-    try:
-        obj = json.loads(_THINK.sub("", text, count=1).strip())
+    try:  # the first object: a reply cut at the token limit repeats itself after it
+        obj, _ = json.JSONDecoder().raw_decode(_THINK.sub("", text, count=1).strip())
     except ValueError:
         return None
     answer = obj.get("answer") if isinstance(obj, dict) else None

@@ -199,7 +199,7 @@ def label_differences(truth: pd.DataFrame, ours: pd.DataFrame) -> tuple[dict[str
     car_off = both[~(car_gap <= CAR_TOLERANCE)]
     summary = {"reports": int(len(both)), "differ": int(len(differ)), "car_off": int(len(car_off)),
                "car_max_gap": float(car_gap.max()) if len(both) else None,
-               "corr_car_planted_drift": (float(np.corrcoef(both["car_planted"], both["drift_car"])[0, 1])
+               "corr_car_planted_drift": (round(float(np.corrcoef(both["car_planted"], both["drift_car"])[0, 1]), 4)
                                           if "drift_car" in both and len(both) > 2 else None)}
     problems = []
     if len(differ):
@@ -443,6 +443,15 @@ def write_outcome(cfg: RunConfig, outcome: dict) -> Path:
     lines = [f"# Rehearsal `{cfg.name}`: {'all checks passed' if outcome['checks']['ok'] else 'FAILED'}", "",
              f"Wall time {outcome['wall_s']:.0f} s; stages {outcome['stage_seconds']}.", ""]
     lines += [f"- {p}" for p in outcome["checks"]["problems"]]
+    lab, iv = outcome["checks"].get("labels"), outcome["checks"].get("intervals")
+    if lab:
+        lines += ["", f"Labels: {lab['differ']} of {lab['reports']} stage 01 labels and {lab['car_off']} CARs differ "
+                  f"from the planted label truth (largest CAR gap {lab['car_max_gap']}; corr(CAR, planted drift) "
+                  f"{lab['corr_car_planted_drift']})."]
+    if iv:
+        lines += ["", f"Intervals: median printed width / firm-clustered closed form {iv['median_width_ratio']:.3f} over "
+                  f"{iv['intervals']} intervals (allowed log gap {iv['log_tolerance']:.3f}); "
+                  f"{len(iv['mcnemar'])} pooled McNemar tests recomputed."]
     cells = pd.DataFrame(outcome["checks"].get("cells", []))
     if len(cells):
         pooled = cells[cells["sector"] == POOLED]

@@ -23,6 +23,24 @@ def test_the_simulators_replies_are_read_thinking_or_not():
     assert iv.reply_answer('{"answer": "bearish", "reason": "x"}') == "bearish"
 
 
+def test_a_reply_cut_at_the_token_limit_is_read_by_its_first_answer():
+    import asyncio
+    import json as js
+
+    from finlib.finbias.prompts import build_messages
+    from finlib.rehearsal.simulated_servers import SimulatedServer
+
+    for thinks in (False, True):
+        p = default_profile("m", "org/m", 8192, thinks, unparsed=0.0, runaway=1.0)
+        server = SimulatedServer(p, None, 0.0)
+        messages = build_messages("We rate Acme Bullish. Sales rose 5 percent.")
+        body = js.dumps({"model": "org/m", "max_tokens": 4000, "messages": messages})
+        raw, _ = asyncio.run(server.handle_request("POST", "/v1/chat/completions", {}, body.encode()))
+        reply = js.loads(raw.split(b"\r\n\r\n", 1)[1])["choices"][0]
+        assert reply["finish_reason"] == "length"
+        assert iv.reply_answer(reply["message"]["content"]) in ("bullish", "neutral", "bearish")
+
+
 def test_clustered_se_is_statsmodels_cluster_robust_se_without_small_sample_correction():
     import statsmodels.api as sm
 
