@@ -129,10 +129,11 @@ def _is_title(line: str) -> bool:
 
 
 # A line wrapped at a fixed width: at least this share of the paragraph's longest line, which is at most
-# MAX_WRAP_WIDTH characters (a paragraph on one long line is not wrapped), with >= 5 words; the next line's
+# MAX_WRAP_WIDTH characters (a paragraph on one long line is not wrapped) and at least MIN_WRAP_WIDTH, with >= 5 words; the next line's
 # first word would not have fitted, and that line is as long, or ends the sentence (the paragraph's last line).
 WRAP_SHARE = 0.85
 MAX_WRAP_WIDTH = 120
+MIN_WRAP_WIDTH = 40  # a block of a few short lines (a headline over a one-line sentence) is not wrapped prose
 
 
 def _soft_wrap(prev: str, line: str, width: int) -> bool:
@@ -140,7 +141,7 @@ def _soft_wrap(prev: str, line: str, width: int) -> bool:
     `line` must not have fitted on `prev` (that is why the line was broken there)."""
     prev = prev.rstrip()
     first_word = line.split()[0] if line.split() else ""
-    if not prev or width > MAX_WRAP_WIDTH or len(prev) < WRAP_SHARE * width or _TERMINAL.search(prev) \
+    if not prev or not MIN_WRAP_WIDTH <= width <= MAX_WRAP_WIDTH or len(prev) < WRAP_SHARE * width or _TERMINAL.search(prev) \
             or len(prev) + 1 + len(first_word) <= width:
         return False
     words = re.findall(r"[A-Za-z][\w'\u2019-]*", prev)

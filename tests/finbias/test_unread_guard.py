@@ -27,9 +27,18 @@ def _frame(names: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-FRONT = ["plain_first", "caps_company_date", "summary_heading", "header_block", "argus_rating_field",
-         "zacks_rank_field", "cfra_stars_box", "morningstar_valuation_field", "control_no_rating",
-         "unknown_scale_field"]
+FRONT = [
+    "plain_first",
+    "caps_company_date",
+    "summary_heading",
+    "header_block",
+    "argus_rating_field",
+    "zacks_rank_field",
+    "cfra_stars_box",
+    "morningstar_valuation_field",
+    "control_no_rating",
+    "unknown_scale_field",
+]
 
 
 def test_rules_are_recorded_per_report_and_counted():
@@ -54,8 +63,16 @@ def test_authors_protocol_on_the_same_reports_keeps_only_first_sentence_reports(
 
 
 def test_guard_stops_with_share_and_five_examples_naming_the_rule():
-    names = ["control_no_rating", "control_headline_prose", "unknown_scale_field", "not_rated_field",
-             "control_no_rating", "control_no_rating", "plain_first", "plain_first"]
+    names = [
+        "control_no_rating",
+        "control_headline_prose",
+        "unknown_scale_field",
+        "not_rated_field",
+        "control_no_rating",
+        "control_no_rating",
+        "plain_first",
+        "plain_first",
+    ]
     res = build_conditions(_frame(names), seed=1, mode="one", policy="ignore")
     with pytest.raises(UnreadRatingGateError) as err:
         check_unread_gate(res.report, 0.5)

@@ -7,7 +7,10 @@ the rating a report is labelled with and the rating its perturbations show agree
 
 Extraction
 ----------
-Only the FIRST sentence is read. Vocabulary is `finlib.finbias.vocab.RATING_SYNONYMS` (one source of
+`extract_analyst_rating` reads the FIRST sentence only (the authors' protocol); where else a report states its
+rating (front-matter fields, later sentences, provider boxes) is `finlib.finbias.perturb.statement`, which reads
+each candidate with `rating_of_sentence`. Provider points ("4-STARS", "Zacks Rank #2", "4-star", "undervalued")
+are mentions too (`finlib.finbias.perturb.provider_scales`). Vocabulary is `finlib.finbias.vocab.RATING_SYNONYMS` (one source of
 truth), matched case-insensitively as whole words, longest phrase first, hyphen or space
 between the words of a phrase ("Market-Perform" = "market perform"). A mention counts only
 when it is used as a rating; the vocabulary has three tiers because some rating words are

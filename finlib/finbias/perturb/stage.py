@@ -1,9 +1,10 @@
 """Stage 02: the four report conditions of Fin-Bias (Sections 3 and 5.1, Appendix A.3).
 
 - original:    the cleaned report.
-- no_rating:   the first sentence (where the analyst states the rating) removed; every other
-               byte unchanged.
-- fake_rating: the rating word(s) of the first sentence swapped for a different rating of the
+- no_rating:   the rating statement removed (the first sentence, where the authors' analysts state the
+               rating; or where the front matter states it: `finlib.finbias.perturb.statement`); every
+               other byte unchanged.
+- fake_rating: the rating word(s) of the rating statement swapped for a different rating of the
                same vocabulary family (Buy -> Sell, Outperform -> Underperform, Bullish ->
                Bearish), articles fixed ("a Buy" -> "an Underperform"), the rest byte-for-byte.
 - no_opinion:  the no_rating text minus every sentence that contains an MPQA strongsubj word
@@ -21,11 +22,13 @@ becomes skipped with the reason ("set aside: <check>"), it is listed in the `per
 set-aside share of the reports passes `perturb.max_set_aside_share` (default 1 %): then something is wrong
 with the instruments, not with one report (the artifacts are written first, so the list can be read).
 
-Reports whose first sentence states no rating
----------------------------------------------
-They are counted (perturb_report.json) and get a *skipped* row for every condition with the
-reason, including original: herding is measured against the analyst rating, and keeping them
-out of all conditions keeps every comparison on the same set of reports.
+Reports without a readable rating
+---------------------------------
+They are counted (perturb_report.json -> `rating_statements`, each with its reason in the
+`rating_statements` artifact) and get a *skipped* row for every condition with the reason, including
+original: herding is measured against the analyst rating, and keeping them out of all conditions keeps
+every comparison on the same set of reports. The stage stops when their share passes
+`perturb.max_unread_rating_share` (`check_unread_gate`).
 """
 from __future__ import annotations
 
@@ -596,8 +599,9 @@ def summary(cfg: RunConfig, result: PerturbResult) -> str:
     rep = result.report
     ok = ", ".join(f"{c} {n}" for c, n in rep["n_ok_by_condition"].items())
     lines = [f"**{SYNTHETIC_CAVEAT}**"] if cfg.is_synthetic else []
-    lines.append(f"**{rep['n_reports']} reports**: {rep['n_reports_without_rating']} without a rating in their first "
-                 f"sentence (left out of every condition), {rep['set_aside']['n_reports']} set aside "
+    rules = ", ".join(f"{k} {v}" for k, v in rep.get("rating_statements", {}).get("by_rule", {}).items())
+    lines.append(f"**{rep['n_reports']} reports**: {rep['n_reports_without_rating']} without a readable rating "
+                 f"(left out of every condition; rating found by rule: {rules}), {rep['set_aside']['n_reports']} set aside "
                  f"({rep['set_aside']['share']:.2%}; gate {rep['set_aside']['max_share']:.2%}). Ok rows: {ok}. "
                  f"Fake ratings: `{rep['fake_rating_mode']}`; MPQA policy `{rep['mpqa']['mpqa_pos']}`.")
     return "\n\n".join(lines)

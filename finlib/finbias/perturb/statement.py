@@ -109,24 +109,36 @@ _MARKER = re.compile(
 
 def find_rating_statement(text: str, reading: RatingReading = DEFAULT_READING) -> RatingStatement:
     """The report's rating statement (module docstring): the first sentence when it states a rating, else
-    the first field or sentence of the front matter that does; UNREAD with the reason otherwise."""
+    the first field or sentence of the front matter that does; UNREAD with the reason otherwise. A prose
+    sentence (one ending in . ! ? or an ellipsis) that states no rating ends the front matter of its
+    paragraph: "Gamma reported its third quarter. We rate it Hold." is unread, a disclaimer paragraph before
+    the rating paragraph is skipped."""
     if not isinstance(text, str) or not text.strip():
         return RatingStatement(0, 0, None, UNREAD, -1, "empty report")
     units = list(islice(iter_sentence_spans(text), max(1, reading.front_matter_units)))
+    closed, prev_end = False, 0
     for i, (a, b) in enumerate(units):
         if b - a > MAX_RATING_SENTENCE_CHARS:
             return RatingStatement(a, b, None, UNREAD, i, f"unit {i} is longer than {MAX_RATING_SENTENCE_CHARS} chars")
-        a = _after_marker(text, a, b)
+        closed = closed and not _PARAGRAPH_GAP.search(text, prev_end, a)
+        prev_end, a = b, _after_marker(text, a, b)
         if i == 0:
             found = _sentence_statement(text, a, b, i, "first_sentence", reading)
             if found is not None or reading.front_matter_units == 1:  # the authors' protocol decides alone
                 return found or _none_found(reading, 1)
+        if closed:
+            continue
         found = _field_statement(text, a, b, i, reading)
         if found is None and i > 0:
             found = _sentence_statement(text, a, b, i, "front_matter_sentence", reading)
         if found is not None:
             return found
+        closed = bool(_PROSE_END.search(text, a, b)) and bool(re.search(r"[^\W\d_]{2}", text[a:b]))  # not "1."
     return _none_found(reading, len(units))
+
+
+_PARAGRAPH_GAP = re.compile(r"\n[ \t\r\f\v\u00a0]*\n")
+_PROSE_END = re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]]*\s*$")
 
 
 def _none_found(reading: RatingReading, n: int) -> RatingStatement:
