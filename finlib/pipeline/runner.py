@@ -444,6 +444,7 @@ def run_pipeline(run_name: str = "default", stages: Iterable[str] | None = None,
                 pass  # the disk is full: the stage's own error is the one to show
             raise
     manifest["status"] = "ok"
+    record_sections(manifest)
     write_manifest(cfg, manifest)
     results_path = record_results(cfg, manifest)
     if report:
@@ -457,6 +458,16 @@ def run_pipeline(run_name: str = "default", stages: Iterable[str] | None = None,
         print(f"[{cfg.name}] report: {manifest['report']['index']} ({manifest['report']['seconds']:.1f} s)", flush=True)
     print_closing(cfg, manifest, results_path)
     return manifest
+
+
+def record_sections(manifest: dict[str, Any]) -> None:
+    """Each recorded stage's params section, so an exploration can tell which stages it may reuse
+    (`finlib.core.reuse`)."""
+    from finlib.pipeline.stages import STAGE_MODULES, stage_section
+
+    for stage, entry in (manifest.get("stages") or {}).items():
+        if stage in STAGE_MODULES:
+            entry["section"] = stage_section(stage)
 
 
 def record_results(cfg: RunConfig, manifest: dict[str, Any]) -> Path | None:
