@@ -175,10 +175,18 @@ class ArtifactTexts(Mapping):
             yield part
 
 
+def without_root(text: str, root: Path) -> str:
+    """`text` with this machine's repository path made relative ("/home/x/repo/data/a.csv" ->
+    "data/a.csv"): a report read on another machine names the file the same way, and no home folder."""
+    for prefix in sorted({str(root.resolve()), str(root)}, key=len, reverse=True):
+        text = text.replace(prefix + "/", "")
+    return text
+
+
 def write_json(cfg: RunConfig, name: str, obj: Any) -> Path:
     """Write a JSON report (counts, exclusions) next to the stage's frames, atomically."""
     cfg.check_unchanged()
-    text = json.dumps(obj, indent=2, sort_keys=True, default=str)
+    text = without_root(json.dumps(obj, indent=2, sort_keys=True, default=str), cfg.root)
     return write_atomic(artifact_path(cfg, name, ".json"), lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 

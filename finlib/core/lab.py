@@ -100,14 +100,17 @@ def _relative(path: Path, root: Path) -> str:
     return str(path.relative_to(root.resolve())) if path.is_relative_to(root.resolve()) else str(path)
 
 
-def _record_exploration(cfg: RunConfig, derived_from: str) -> None:
-    """Write the exploration's manifest (exactly the parameters used) unless it already has one."""
+def _record_exploration(cfg: RunConfig, derived_from: str, parent: dict[str, Any] | None = None) -> None:
+    """Write the exploration's manifest (exactly the parameters used) unless it already has one, after
+    linking the parent's artifacts of every stage whose inputs are unchanged (`finlib.core.reuse`)."""
     from finlib.core.artifacts import write_manifest
+    from finlib.core.reuse import reuse_parent
 
     if _manifest(cfg.root, cfg.name) is not None:
         return
+    reused = reuse_parent(cfg.root, derived_from, parent, cfg.name, cfg.params) if parent else None
     write_manifest(cfg, {
-        "run": cfg.name, "origin": NOTEBOOK_ORIGIN, "derived_from": derived_from,
+        "run": cfg.name, "origin": NOTEBOOK_ORIGIN, "derived_from": derived_from, "reused": reused,
         "params_file": _relative(cfg.params_file, cfg.root), "params": cfg.params,
         "updated": datetime.now(UTC).isoformat(timespec="seconds"),
     })
@@ -147,7 +150,7 @@ def open_run(run_name: str | None = None, params_file: str | Path | None = None,
         note = (f"params ({source}) differ from those run '{run}' was made with "
                 f"({manifest.get('params_file')}): writing to run '{lab}' so '{run}' stays as it is")
         cfg = load_run(lab, cfg.params_file, root=root)
-        _record_exploration(cfg, run)
+        _record_exploration(cfg, run, manifest)
         why = f"{why}; {note}"
     else:
         cfg = load_run(run, cfg.params_file, root=root)

@@ -458,6 +458,7 @@ def _run_stages(cfg: RunConfig, stages: Iterable[str] | None, start: str | None,
                 pass  # the disk is full: the stage's own error is the one to show
             raise
     manifest["status"] = "ok"
+    record_sections(manifest)
     write_manifest(cfg, manifest)
     results_path = record_results(cfg, manifest)
     if report:
@@ -471,6 +472,16 @@ def _run_stages(cfg: RunConfig, stages: Iterable[str] | None, start: str | None,
         print(f"[{cfg.name}] report: {manifest['report']['index']} ({manifest['report']['seconds']:.1f} s)", flush=True)
     print_closing(cfg, manifest, results_path)
     return manifest
+
+
+def record_sections(manifest: dict[str, Any]) -> None:
+    """Each recorded stage's params section, so an exploration can tell which stages it may reuse
+    (`finlib.core.reuse`)."""
+    from finlib.pipeline.stages import STAGE_MODULES, stage_section
+
+    for stage, entry in (manifest.get("stages") or {}).items():
+        if stage in STAGE_MODULES:
+            entry["section"] = stage_section(stage)
 
 
 def record_results(cfg: RunConfig, manifest: dict[str, Any]) -> Path | None:
@@ -496,6 +507,19 @@ def print_closing(cfg: RunConfig, manifest: dict[str, Any], results_path: Path |
     total = (datetime.now(UTC) - datetime.fromisoformat(started)).total_seconds() if started else 0.0
     for line in closing_lines(cfg, manifest, total, results_path):
         print(line, flush=True)
+
+
+def quick_try(run: str, params_file: str | None, models: str | None, limit: int | None) -> tuple[str, str]:
+    """The run and params file of a quick try (`finlib.pipeline.quick_try`), said in one line."""
+    from finlib.pipeline.quick_try import write_try
+
+    cfg = load_run(run, params_file, make_dirs=False)
+    wanted = [m.strip() for m in models.split(",") if m.strip()] if models else None
+    name, path, kept_whole = write_try(cfg.root, run, cfg.params, wanted, limit)
+    kept = f"; kept whole (none of the models in them): {'; '.join(kept_whole)}" if kept_whole else ""
+    print(f"[{run}] quick try -> run '{name}' (params {display_path(path, cfg.root)}); '{run}' is left as it "
+          f"is{kept}", flush=True)
+    return name, str(path)
 
 
 def where_to_look(run: str, since: float = 0.0) -> str:
@@ -528,10 +552,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stages", nargs="*", default=None, help="only these stage ids, e.g. 00 02")
     parser.add_argument("--from", dest="start", default=None, help="this stage and all after it")
     parser.add_argument("--report", action="store_true", help="then build runs/<run>/report/ (static HTML)")
+    parser.add_argument("--models", default=None, help="quick try: only these models (a,b), in run <run>-try-<hash>")
+    parser.add_argument("--limit", type=int, default=None, help="quick try: at most N reports/items per capped knob")
     args = parser.parse_args(argv)
     os.chdir(repo_root())
     args.run, from_path = split_run_arg(args.run)  # RUN=params/mine.yaml: run "mine" with that file
     args.params = args.params or from_path
+    if args.models or args.limit:
+        try:
+            args.run, args.params = quick_try(args.run, args.params, args.models, args.limit)
+        except (ValueError, OSError) as exc:  # ConfigError is a ValueError: one line, like a failed stage
+            print(f"[{args.run}] FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 2
     t0 = time.time() - 1
     try:
         manifest = run_pipeline(args.run, args.stages, args.start, args.params, report=args.report)
