@@ -154,7 +154,11 @@ def _load_chain(path: Path, _chain: tuple[Path, ...] = ()) -> tuple[dict, list[P
     if parent:
         if not isinstance(parent, str):
             raise ConfigError(f"{path}: extends must be a file name, got {parent!r}")
-        base, above = _load_chain(path.parent / parent, (*_chain, path.resolve()))
+        target = path.parent / parent
+        if target.is_dir():
+            raise ConfigError(f"{path}: extends: {parent!r} is a directory ({target}), not a params file: name the "
+                              "YAML file to merge over, e.g. extends: default.yaml")
+        base, above = _load_chain(target, (*_chain, path.resolve()))
         raw, files = deep_merge(base, raw), [path, *above]
     _check_no_secrets(raw, path)
     return raw, files
