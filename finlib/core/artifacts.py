@@ -47,6 +47,11 @@ class MissingArtifactError(FileNotFoundError):
     """A stage's input is not on disk; the message says which stage makes it."""
 
 
+class UnreadableArtifactError(OSError):
+    """A stage's input is on disk but is not a readable Parquet file (cut short by a full disk or a
+    copy that stopped); the message names the file and the stage that makes it again."""
+
+
 def artifact_path(cfg: RunConfig, name: str, suffix: str = ".parquet") -> Path:
     return cfg.processed_dir / f"{name}{suffix}"
 
@@ -126,7 +131,15 @@ def existing_artifact(cfg: RunConfig, name: str) -> Path:
 
 def read_frame(cfg: RunConfig, name: str, columns: list[str] | None = None) -> pd.DataFrame:
     """Read a parquet artifact (`columns`: only these), or explain which stage to run to make it."""
-    return pd.read_parquet(existing_artifact(cfg, name), columns=columns)
+    path = existing_artifact(cfg, name)
+    try:
+        return pd.read_parquet(path, columns=columns)
+    except (pa.ArrowException, OSError) as exc:  # pyarrow's own message names no file
+        stage = producer(name)
+        raise UnreadableArtifactError(
+            f"run '{cfg.name}': {path} is not a readable Parquet file ({type(exc).__name__}: {exc}); it may have "
+            f"been cut short (a full disk, an interrupted copy): run stage {stage} again "
+            f"(`{stage_command(cfg, stage)}`)") from exc
 
 
 class ArtifactTexts(Mapping):

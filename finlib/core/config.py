@@ -142,6 +142,9 @@ def extends_path(path: Path, parent: str) -> Path:
     repository's `params/` (so `extends: default.yaml` means params/default.yaml from a file kept
     anywhere, as the docs write it); neither: an error naming both places."""
     beside = path.parent / parent
+    if beside.is_dir():
+        raise ConfigError(f"{path}: extends: {parent!r} is a directory ({beside}), not a params file: name the "
+                          "YAML file to merge over, e.g. extends: default.yaml")
     if Path(parent).is_absolute() or beside.is_file():
         return beside
     try:

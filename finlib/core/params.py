@@ -101,6 +101,20 @@ class SyntheticSection(_Section):
     block_share: Share
     messy_share: Share
 
+    @field_validator("end")
+    @classmethod
+    def _calendar(cls, value: object, info: ValidationInfo) -> object:
+        """The synthetic calendar runs forward: an end before its start leaves no trading day."""
+        start = info.data.get("start")
+        try:
+            backwards = start is not None and dt.date.fromisoformat(str(value)[:10]) <= dt.date.fromisoformat(
+                str(start)[:10])
+        except ValueError:  # not ISO: the generator's own parse names it
+            backwards = False
+        if backwards:
+            raise ValueError(f"data.synthetic.end ({value}) must be after data.synthetic.start ({start})")
+        return value
+
     @field_validator("words_max")
     @classmethod
     def _words(cls, value: int, info: ValidationInfo) -> int:
@@ -566,6 +580,26 @@ MODEL_NAME_STAGES: dict[str, str] = {
     "bizfin.iterajudge.judges": "08", "rehearsal.profiles": "rehearsal"}
 MODEL_NAME_KEYS: tuple[str, ...] = tuple(MODEL_NAME_STAGES)  # all checked at load
 NOT_MODEL_NAMES = frozenset({"template"})  # dpo.teacher: the deterministic template teacher
+
+
+# Model lists a stage cannot run without, though a run that leaves the stage out may keep them empty
+# (a rehearsal of stages 00-04 with `bizfin.models: []`): checked for the stages a run selects.
+STAGE_MODEL_LISTS: dict[str, str] = {"bizfin.models": "07"}
+
+
+def empty_model_lists(params: dict, stages: Iterable[str]) -> list[str]:
+    """One line per model list of STAGE_MODEL_LISTS that is empty while its stage is selected: the
+    stage would otherwise write its artifacts and then fail on a table with no model in it."""
+    selected = set(stages)
+    out = []
+    for dotted, stage in STAGE_MODEL_LISTS.items():
+        value: Any = params
+        for part in dotted.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if stage in selected and isinstance(value, list) and not value:
+            out.append(f"{dotted}: empty, and stage {stage} answers with these models: list at least one registry "
+                       f"name (or leave stage {stage} out of the run)")
+    return out
 
 
 def model_names_used(params: dict, keys: Iterable[str] = MODEL_NAME_KEYS) -> dict[str, list[str]]:

@@ -111,6 +111,7 @@ class Breaker:
         """Open for a stall: besides stopping new calls, the calls in flight are given up."""
         with self._lock:
             if self.cause is None:
+                self.kind = "stall"
                 self._open(cause)
         self._stalled.set()
 
@@ -187,6 +188,11 @@ class Breakers:
     @property
     def cause(self) -> str | None:
         return self.endpoint.cause or self.model.cause
+
+    @property
+    def kind(self) -> str | None:
+        """The kind of failure that opened the breaker (None while closed)."""
+        return self.endpoint.kind if self.endpoint.cause else self.model.kind if self.model.cause else None
 
     def record(self, kind: str | None, reason: str = "", wait_s: float = 0.0) -> None:
         if kind in MODEL_KINDS:
@@ -691,8 +697,26 @@ def not_sent_reason(spec: ModelSpec, cause: str) -> str:
     return f"not sent: model '{spec.name}' stopped by its circuit breaker ({cause})"
 
 
+def what_to_fix(spec: ModelSpec, kind: str | None) -> str:
+    """The one cause an open breaker's kind points at (a refused connection says nothing about the key)."""
+    url = spec.base_url or "the registry's base_url"
+    advice = {
+        "http": f"check the key in {spec.api_key_env or 'the registry'}: the server refused it or it has no access",
+        "dns": f"check the host name in base_url {url}: it does not resolve",
+        "quota": f"the account's quota is spent: add credit, or set another key in {spec.api_key_env}",
+        "model": f"check model_id {spec.model_id!r} in the registry: the server at {url} does not know it",
+        "refused": f"nothing accepts connections at {url}: start the server, or fix base_url",
+        "timeout": f"the server at {url} does not answer within timeout_s ({spec.timeout_s:g} s): check it",
+        "stall": f"the server at {url} accepts connections and answers nothing: restart it",
+        "5xx": f"the server at {url} answers only server errors: check its logs or the provider's status",
+        "429": f"the server at {url} answers only rate limits: lower rpm or concurrency in the registry record",
+        "429ra": f"the server at {url} answers only rate limits: lower rpm or concurrency in the registry record",
+    }
+    return advice.get(kind or "", f"check the key in {spec.api_key_env or 'the registry'}, base_url {url}, the server")
+
+
 def circuit_open(spec: ModelSpec, cause: str, store: ResponseStore, unsent: list[Request],
-                 state: dict) -> CircuitOpen:
+                 state: dict, kind: str | None = None) -> CircuitOpen:
     """Store the calls the open breaker kept from being sent as not answered (status error, 0
     attempts, the cause as their error: a rerun sends them again) and say so in one line."""
     why = not_sent_reason(spec, cause)
@@ -700,9 +724,8 @@ def circuit_open(spec: ModelSpec, cause: str, store: ResponseStore, unsent: list
     state["not_sent"] = len(unsent)
     return CircuitOpen(
         f"model '{spec.name}' stopped: {cause}. {len(unsent)} call(s) not sent and {state['error']} failed "
-        f"are stored as not answered ({state['ok']} answered). Waiting cannot fix this (check the key in "
-        f"{spec.api_key_env or 'the registry'}, base_url {spec.base_url}, the server); then rerun: stored answers "
-        "are not sent again.")
+        f"are stored as not answered ({state['ok']} answered). Waiting cannot fix this ({what_to_fix(spec, kind)}); "
+        "then rerun: stored answers are not sent again.")
 
 
 LEASE_MARGIN_S = 10.0  # a claim's lease: one request timeout plus this (renewed before every attempt and
@@ -940,7 +963,7 @@ class _CallRun:
             raise Interrupted(f"model '{spec.name}': " + resume_hint(state["after_stop"], state["answered_after_stop"]))
         if self.breaker.cause:
             raise circuit_open(spec, self.breaker.cause, self.store, self.unsent + list(self.waiting) + list(self.it),
-                               state)
+                               state, self.breaker.kind)
         if state["stopped"]:
             raise BudgetExceeded(
                 f"model '{spec.name}': stopped before exceeding inference.budget_usd={self.budget.limit:.2f} "

@@ -31,6 +31,7 @@ from typing import Any
 from finlib.core.artifacts import load_manifest, write_manifest
 from finlib.core.config import RunConfig, load_run, repo_root, split_run_arg
 from finlib.core.kernel_interrupt import SigintForwarder, StageInterrupted, interrupted_line, is_interrupt, track
+from finlib.core.params import empty_model_lists, raise_errors
 from finlib.core.progress_feed import FeedTail
 from finlib.pipeline.report import publishable_notebook
 from finlib.pipeline.run_lock import RunLocked, one_writer
@@ -419,6 +420,7 @@ def _run_stages(cfg: RunConfig, stages: Iterable[str] | None, start: str | None,
     """run_pipeline's work, done while this process is the run directory's one writer."""
     available = discover_stages(cfg.root / "notebooks")
     selected = select_stages(available, stages, start)
+    raise_errors(empty_model_lists(cfg.params, selected), cfg.params_file)  # before any stage writes anything
     if (cfg.params.get("plan") or {}).get("preflight"):  # e.g. params/paper.yaml: stop at once, naming what is missing
         from finlib.pipeline.plan import check_preflight
 

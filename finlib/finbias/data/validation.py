@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from finlib.core.artifacts import require_columns
 from finlib.finbias.vocab import SECTOR_ALIASES, SECTORS
@@ -115,7 +116,11 @@ def read_table(path: str | Path, usecols: list[str] | None = None, nrows: int | 
         raise DataValidationError(f"{path}: file not found")
     suffix = _suffix(path)
     if suffix == ".parquet":
-        df = pd.read_parquet(path, columns=usecols)
+        try:
+            df = pd.read_parquet(path, columns=usecols)
+        except (pa.ArrowException, OSError) as exc:  # pyarrow's own message names no file
+            raise DataValidationError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {exc}); it may "
+                                      "be cut short (an interrupted copy or download): copy it again") from exc
         return df.head(nrows) if nrows else df
     try:
         if suffix in (".csv", ".csv.gz", ".tsv"):
@@ -231,6 +236,16 @@ MAX_CLOSE = 1e7  # no listed share trades above this (BRK.A ~ 7e5): a larger clo
 GAP_MARKERS = frozenset({"nan", "na", "null", "none"})  # missing values as pandas and JSON write them: gaps, like blanks
 
 
+def _is_number_not_date(value: object) -> bool:
+    """A number where a date belongs: an int or float (JSON, Parquet), or a string of digits that is
+    not YYYYMMDD (8 digits) -- epoch seconds, milliseconds or days."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return not np.isnan(value)
+    return isinstance(value, str) and value.isdigit() and len(value) != 8
+
+
 def parse_dates(values: pd.Series, source: str, column: str, rows: np.ndarray | None = None) -> pd.Series:
     """Parse dates one format at a time; unparseable or missing values are an error naming the row.
 
@@ -241,6 +256,12 @@ def parse_dates(values: pd.Series, source: str, column: str, rows: np.ndarray | 
     # the calendar date as written: "2020-01-02T01:00+08:00" is 2 January (its UTC date, 1 January,
     # would move event day 0); the offset is dropped, not applied
     raw = raw.map(lambda v: UTC_OFFSET.sub("", v.strip()) if isinstance(v, str) else v)
+    numbers = np.flatnonzero(raw.map(_is_number_not_date).to_numpy())
+    if len(numbers):  # pandas reads 1609459200 as nanoseconds after 1970: a 1970 date, blamed on the prices
+        shown = [raw.iloc[i] if isinstance(raw.iloc[i], str) else raw.iloc[i].item() for i in numbers]
+        items = [f"row {_row(rows[i])} ({v!r})" for i, v in zip(numbers, shown, strict=True)]
+        raise DataValidationError(f"{source}: a number, not a date, in column '{column}' at {_listing(items)} "
+                                  "(epoch seconds or days?): write dates as YYYY-MM-DD")
     parsed = pd.to_datetime(raw, errors="coerce", format="mixed", utc=True)
     bad = np.flatnonzero(parsed.isna().to_numpy())
     if len(bad):
