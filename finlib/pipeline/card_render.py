@@ -124,6 +124,7 @@ def write_card(data: CardData, out: Path) -> Path:
                 "tests": data.tests.to_dict(orient="records"),
                 "usage": data.usage,
                 "notes": data.notes,
+                "seconds": data.seconds,
             },
             default=str,
             indent=2,
