@@ -1,6 +1,6 @@
 """Benchmark: the herding card's wall time on the embedded default (`make card` without arguments).
 
-Runs `finlib.pipeline.card_render.build_card` for the embedded model on the embedded synthetic reports under
+Runs `finlib.pipeline.card.build_card` for the embedded model on the embedded synthetic reports under
 its own run name (`bench-card-<n>`) and records the wall seconds and the seconds per stage. Answers already in
 the response store are not asked again, so a second run times the resume path; the machine's load goes beside
 the figures. Usage: `python benchmarks/bench_card.py [--n 200]`; writes benchmarks/results/card_default.json.
@@ -17,8 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import machine, write_result
 
-from finlib.pipeline.card import DEFAULT_REPORTS, CardRequest
-from finlib.pipeline.card_render import build_card
+from finlib.pipeline.card import DEFAULT_REPORTS, CardRequest, build_card
 
 
 def main() -> None:

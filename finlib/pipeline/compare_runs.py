@@ -14,6 +14,7 @@ a difference only with `--captions`.
 Writes `runs/<run>/tables_vs_<name>.md` and exits 0 only when every table is identical, 1 otherwise
 (2 for a usage error: a missing folder, no tables on either side, a folder compared with itself).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,7 +31,12 @@ from finlib.core.errors import ConfigError
 from finlib.core.tables import read_table_csv
 
 IDENTICAL, DIFFERS, ONLY_OURS, ONLY_THEIRS, UNREADABLE = (
-    "identical", "differs", "only in ours", "only in theirs", "unreadable")
+    "identical",
+    "differs",
+    "only in ours",
+    "only in theirs",
+    "unreadable",
+)
 CELL_COLUMNS = ["row", "key", "column", "ours", "theirs"]
 
 
@@ -117,8 +123,9 @@ def shape_notes(ours: pd.DataFrame, theirs: pd.DataFrame) -> list[str]:
     return notes
 
 
-def compare_table(name: str, ours_path: Path, theirs_path: Path, rtol: float = 0.0,
-                  max_cells: int = 10, captions: bool = False) -> TableComparison:
+def compare_table(
+    name: str, ours_path: Path, theirs_path: Path, rtol: float = 0.0, max_cells: int = 10, captions: bool = False
+) -> TableComparison:
     """One table of both sides: identical, or differs with the reasons and the first `max_cells` cells."""
     try:
         ours, theirs = read_table_csv(ours_path), read_table_csv(theirs_path)
@@ -132,14 +139,17 @@ def compare_table(name: str, ours_path: Path, theirs_path: Path, rtol: float = 0
     cells = differing_cells(ours, theirs, rtol)
     caption_changed = caption_of(ours_path) != caption_of(theirs_path)
     if caption_changed:
-        notes.append(f"caption differs{'' if captions else ' (not counted; --captions counts it)'}: "
-                     f"ours {caption_of(ours_path)!r}, theirs {caption_of(theirs_path)!r}")
+        notes.append(
+            f"caption differs{'' if captions else ' (not counted; --captions counts it)'}: "
+            f"ours {caption_of(ours_path)!r}, theirs {caption_of(theirs_path)!r}"
+        )
     differs = bool(shape) or verdict is not None or (captions and caption_changed)
     return TableComparison(name, DIFFERS if differs else IDENTICAL, notes, cells.head(max_cells), len(cells))
 
 
-def compare_dirs(ours_dir: Path, theirs_dir: Path, rtol: float = 0.0, max_cells: int = 10,
-                 captions: bool = False) -> list[TableComparison]:
+def compare_dirs(
+    ours_dir: Path, theirs_dir: Path, rtol: float = 0.0, max_cells: int = 10, captions: bool = False
+) -> list[TableComparison]:
     """Every table name of either folder, compared (a name on one side only is reported as such)."""
     ours, theirs = table_files(ours_dir), table_files(theirs_dir)
     results = []
@@ -166,32 +176,49 @@ def render_report(results: list[TableComparison], ours_dir: Path, theirs_dir: Pa
     """The Markdown report: a summary line, a table of verdicts, then each non-identical table's details."""
     counts = pd.Series([r.status for r in results]).value_counts()
     verdict = "all tables identical" if all_identical(results) else "tables differ"
-    lines = [f"# Tables: {verdict}", "",
-             f"- ours: `{ours_dir}`", f"- theirs: `{theirs_dir}`",
-             f"- numbers equal within rtol={rtol:g} (0: exactly equal); NaN equals NaN; text exact", "",
-             ", ".join(f"{n} {status}" for status, n in counts.items()), "",
-             pd.DataFrame({"table": [r.name for r in results], "status": [r.status for r in results],
-                           "differing cells": [r.n_cells for r in results]}).to_markdown(index=False), ""]
+    lines = [
+        f"# Tables: {verdict}",
+        "",
+        f"- ours: `{ours_dir}`",
+        f"- theirs: `{theirs_dir}`",
+        f"- numbers equal within rtol={rtol:g} (0: exactly equal); NaN equals NaN; text exact",
+        "",
+        ", ".join(f"{n} {status}" for status, n in counts.items()),
+        "",
+        pd.DataFrame(
+            {
+                "table": [r.name for r in results],
+                "status": [r.status for r in results],
+                "differing cells": [r.n_cells for r in results],
+            }
+        ).to_markdown(index=False),
+        "",
+    ]
     for r in results:
         if r.status == IDENTICAL and not r.notes:
             continue
         lines += [f"## {r.name}: {r.status}", ""] + [f"- {note}" for note in r.notes] + [""]
         if r.n_cells:
             shown = f"first {len(r.cells)} of {r.n_cells}" if r.n_cells > len(r.cells) else f"all {r.n_cells}"
-            lines += [f"Differing cells ({shown}; row: position among the data rows, from 0):", "",
-                      r.cells.map(shown_value).to_markdown(index=False, disable_numparse=True), ""]
+            lines += [
+                f"Differing cells ({shown}; row: position among the data rows, from 0):",
+                "",
+                r.cells.map(shown_value).to_markdown(index=False, disable_numparse=True),
+                "",
+            ]
     return "\n".join(lines)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m finlib.pipeline.compare_runs",
-                                 description="Compare a run's table CSVs with another copy of them.")
+    ap = argparse.ArgumentParser(
+        prog="python -m finlib.pipeline.compare_runs",
+        description="Compare a run's table CSVs with another copy of them.",
+    )
     ap.add_argument("--run", required=True, help="run NAME (its tables: figures/NAME/tables/*.csv)")
     side = ap.add_mutually_exclusive_group(required=True)
     side.add_argument("--against", type=Path, metavar="DIR", help="a folder holding a copy of a run's table CSVs")
     side.add_argument("--from-run", metavar="OTHER", help="another run on disk (figures/OTHER/tables)")
-    ap.add_argument("--rtol", type=float, default=0.0,
-                    help="relative tolerance for numbers (default 0: exactly equal)")
+    ap.add_argument("--rtol", type=float, default=0.0, help="relative tolerance for numbers (default 0: exactly equal)")
     ap.add_argument("--max-cells", type=int, default=10, help="differing cells listed per table (default 10)")
     ap.add_argument("--captions", action="store_true", help="count a changed caption line as a difference")
     args = ap.parse_args(argv)

@@ -16,6 +16,7 @@ The token travels in the environment (`JUPYTER_TOKEN`), not on the command line,
 node cannot read it from the process list. Ctrl-C stops the server (it runs in a process group of its own, so the
 terminal's Ctrl-C reaches only this launcher, which shuts the server down without Jupyter's y/n prompt).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,9 +79,16 @@ def wants_browser(choice: str, env: Mapping[str, str], platform: str = sys.platf
     return bool(env.get("DISPLAY") or env.get("WAYLAND_DISPLAY")) or platform == "darwin"
 
 
-def plan_launch(root: Path, ip: str = DEFAULT_IP, port: int = DEFAULT_PORT, open_choice: str = "auto",
-                token: str | None = None, env: Mapping[str, str] | None = None,
-                euid: int | None = None, python: str = sys.executable) -> LabLaunch:
+def plan_launch(
+    root: Path,
+    ip: str = DEFAULT_IP,
+    port: int = DEFAULT_PORT,
+    open_choice: str = "auto",
+    token: str | None = None,
+    env: Mapping[str, str] | None = None,
+    euid: int | None = None,
+    python: str = sys.executable,
+) -> LabLaunch:
     """The server's command line and environment (nothing is started)."""
     env = dict(os.environ if env is None else env)
     if not 0 < port < 65536:
@@ -88,22 +96,38 @@ def plan_launch(root: Path, ip: str = DEFAULT_IP, port: int = DEFAULT_PORT, open
     token = token or env.get("JUPYTER_TOKEN") or secrets.token_hex(24)
     as_root = (os.geteuid() if euid is None else euid) == 0
     browser = wants_browser(open_choice, env)
-    argv = [python, "-m", "jupyterlab",
-            f"--ServerApp.root_dir={root}", f"--ServerApp.ip={ip}", f"--ServerApp.port={port}",
-            "--ServerApp.port_retries=0", f"--ServerApp.open_browser={browser}",
-            f"--LabApp.default_url={NOTEBOOKS_URL}"]
+    argv = [
+        python,
+        "-m",
+        "jupyterlab",
+        f"--ServerApp.root_dir={root}",
+        f"--ServerApp.ip={ip}",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--ServerApp.open_browser={browser}",
+        f"--LabApp.default_url={NOTEBOOKS_URL}",
+    ]
     if as_root:
         argv.append("--ServerApp.allow_root=True")
     env["JUPYTER_TOKEN"] = token
     env.setdefault("JUPYTER_PREFER_ENV_PATH", "1")
-    return LabLaunch(argv=argv, env=env, ip=ip, port=port, token=token, as_root=as_root,
-                     open_browser=browser, log_path=root / LOG_DIR / f"jupyter-{port}.log")
+    return LabLaunch(
+        argv=argv,
+        env=env,
+        ip=ip,
+        port=port,
+        token=token,
+        as_root=as_root,
+        open_browser=browser,
+        log_path=root / LOG_DIR / f"jupyter-{port}.log",
+    )
 
 
 def server_answers(launch: LabLaunch, timeout_s: float = 2.0) -> bool:
     """True once the server's REST API answers with the token (GET /api/status)."""
-    req = urllib.request.Request(f"http://{launch.local_host}:{launch.port}/api/status",
-                                 headers={"Authorization": f"token {launch.token}"})
+    req = urllib.request.Request(
+        f"http://{launch.local_host}:{launch.port}/api/status", headers={"Authorization": f"token {launch.token}"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             json.loads(resp.read().decode("utf-8"))
@@ -117,14 +141,18 @@ def wait_until_ready(launch: LabLaunch, proc: subprocess.Popen, timeout_s: float
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"JupyterLab exited with code {proc.returncode} before it answered "
-                               f"(port {launch.port} taken? choose another: make lab LAB_PORT=...).\n"
-                               f"End of its log ({launch.log_path}):\n{log_tail(launch.log_path)}")
+            raise RuntimeError(
+                f"JupyterLab exited with code {proc.returncode} before it answered "
+                f"(port {launch.port} taken? choose another: make lab LAB_PORT=...).\n"
+                f"End of its log ({launch.log_path}):\n{log_tail(launch.log_path)}"
+            )
         if server_answers(launch):
             return
         time.sleep(0.5)
-    raise RuntimeError(f"JupyterLab did not answer on {launch.local_host}:{launch.port} within {timeout_s:.0f} s; "
-                       f"its log: {launch.log_path}\n{log_tail(launch.log_path)}")
+    raise RuntimeError(
+        f"JupyterLab did not answer on {launch.local_host}:{launch.port} within {timeout_s:.0f} s; "
+        f"its log: {launch.log_path}\n{log_tail(launch.log_path)}"
+    )
 
 
 def log_tail(path: Path, lines: int = 15) -> str:
@@ -139,8 +167,15 @@ def start(launch: LabLaunch, cwd: Path) -> subprocess.Popen:
     launch.log_path.parent.mkdir(parents=True, exist_ok=True)
     log = launch.log_path.open("w", encoding="utf-8")
     try:
-        return subprocess.Popen(launch.argv, cwd=cwd, env=launch.env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        return subprocess.Popen(
+            launch.argv,
+            cwd=cwd,
+            env=launch.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     finally:
         log.close()
 
@@ -165,10 +200,11 @@ def ready_message(launch: LabLaunch, run: str, why: str) -> str:
     lines.append(f"Notebooks open run '{run}' ({why}); set run_name in a notebook's parameters cell to choose another.")
     lines.append(f"Server log: {LOG_DIR / launch.log_path.name}. Ctrl-C stops the server.")
     if not launch.open_browser:
-        lines.append(f"On a remote machine, tunnel from your own computer first: "
-                     f"ssh -N -L {launch.port}:localhost:{launch.port} <user>@<this host>")
-    lines += ["", "JupyterLab is ready. Open this URL (it holds the access token):", "",
-              f"    {launch.url()}", ""]
+        lines.append(
+            f"On a remote machine, tunnel from your own computer first: "
+            f"ssh -N -L {launch.port}:localhost:{launch.port} <user>@<this host>"
+        )
+    lines += ["", "JupyterLab is ready. Open this URL (it holds the access token):", "", f"    {launch.url()}", ""]
     return "\n".join(lines)
 
 
@@ -189,8 +225,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="JupyterLab on the notebooks (make lab)")
     ap.add_argument("--ip", default=DEFAULT_IP, help="address to bind (0.0.0.0: every interface)")
     ap.add_argument("--port", type=int, default=DEFAULT_PORT, help="port to bind; never another one")
-    ap.add_argument("--open", dest="open_choice", default="auto", choices=OPEN_CHOICES,
-                    help="open a browser: auto (only where there is a display), yes, no")
+    ap.add_argument(
+        "--open",
+        dest="open_choice",
+        default="auto",
+        choices=OPEN_CHOICES,
+        help="open a browser: auto (only where there is a display), yes, no",
+    )
     args = ap.parse_args(argv)
     root = repo_root()
     try:

@@ -12,6 +12,7 @@ about 4,000 tokens each) stand in, and the table says so.
 `preflight(cfg)` lists what a run cannot reach from here (corpus, prices, lexicon, keys,
 servers) so `make reproduce RUN=paper` fails at once, naming every missing piece.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,6 +41,7 @@ def plan_params(cfg: RunConfig) -> dict:
 
 # ---- token counting -----------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class TokenCounter:
     """Counts tokens for one model, and says how (`source`)."""
@@ -49,8 +51,7 @@ class TokenCounter:
 
 
 def estimate_counter(chars_per_token: float) -> TokenCounter:
-    return TokenCounter(lambda t: int(np.ceil(len(t) / chars_per_token)),
-                        f"estimate ({chars_per_token:g} chars/token)")
+    return TokenCounter(lambda t: int(np.ceil(len(t) / chars_per_token)), f"estimate ({chars_per_token:g} chars/token)")
 
 
 def tokenizer_counter(spec: ModelSpec, model_cache: Path) -> TokenCounter | None:
@@ -66,12 +67,15 @@ def tokenizer_counter(spec: ModelSpec, model_cache: Path) -> TokenCounter | None
             tok = AutoTokenizer.from_pretrained(cand, local_files_only=True)
         except Exception:  # noqa: BLE001, S112 — not on disk (or not a tokenizer): try the next, then estimate
             continue
-        return TokenCounter(lambda t, tok=tok: len(tok(t, add_special_tokens=False)["input_ids"]),
-                            f"tokenizer ({Path(cand).name if os.path.isdir(cand) else cand})")
+        return TokenCounter(
+            lambda t, tok=tok: len(tok(t, add_special_tokens=False)["input_ids"]),
+            f"tokenizer ({Path(cand).name if os.path.isdir(cand) else cand})",
+        )
     return None
 
 
 # ---- what will be sent --------------------------------------------------------------------
+
 
 def condition_texts(cfg: RunConfig, sample: int, seed: int) -> tuple[dict[str, list[str]], dict[str, int], str]:
     """Per condition: a sample of the texts and the number of ok rows, from this run's stage 02;
@@ -82,8 +86,11 @@ def condition_texts(cfg: RunConfig, sample: int, seed: int) -> tuple[dict[str, l
         n = int(synthetic) if cfg.is_synthetic and synthetic else int(plan_params(cfg)["corpus_reports"])
         fake = 2 if cfg.params.get("perturb", {}).get("fake_rating") == "both" else 1
         counts = {c.value: n * (fake if c == Condition.FAKE_RATING else 1) for c in CONDITIONS}
-        where = (f"the synthetic corpus size (data.synthetic.n_reports = {n}), stage 02 not run" if cfg.is_synthetic
-                 and synthetic else "published corpus size (Fin-Bias §3), stage 02 not run")
+        where = (
+            f"the synthetic corpus size (data.synthetic.n_reports = {n}), stage 02 not run"
+            if cfg.is_synthetic and synthetic
+            else "published corpus size (Fin-Bias §3), stage 02 not run"
+        )
         return {}, counts, where
     cond = pd.read_parquet(path)
     ok = cond[cond["status"] == "ok"]
@@ -101,8 +108,10 @@ def measured_answer_tokens(store_path: Path) -> dict[str, tuple[float, int]]:
     if not store_path.is_file():
         return {}
     with sqlite3.connect(f"file:{store_path}?mode=ro", uri=True) as con:
-        rows = con.execute("SELECT model, AVG(output_tokens), COUNT(*) FROM responses WHERE mode = 'generate' "
-                           "AND status = 'ok' AND output_tokens > 0 GROUP BY model").fetchall()
+        rows = con.execute(
+            "SELECT model, AVG(output_tokens), COUNT(*) FROM responses WHERE mode = 'generate' "
+            "AND status = 'ok' AND output_tokens > 0 GROUP BY model"
+        ).fetchall()
     return {m: (float(avg), int(n)) for m, avg, n in rows}
 
 
@@ -155,14 +164,21 @@ def measured_throughput(root: Path) -> dict[str, Throughput]:
                 continue
             at = path.stat().st_mtime
             if name not in found or at > found[name][0]:
-                found[name] = (at, Throughput(tokens / busy, float(m.get("load_s") or 0),
-                                              f"measured {tokens / busy:,.0f} tok/s (run {path.parent.name}, stage 03: "
-                                              f"{tokens:,.0f} tokens in {busy:,.1f} s)"))
+                found[name] = (
+                    at,
+                    Throughput(
+                        tokens / busy,
+                        float(m.get("load_s") or 0),
+                        f"measured {tokens / busy:,.0f} tok/s (run {path.parent.name}, stage 03: "
+                        f"{tokens:,.0f} tokens in {busy:,.1f} s)",
+                    ),
+                )
     return {k: v for k, (_, v) in found.items()}
 
 
-def wall_hours(requests: int, tokens: float, spec: ModelSpec, latency_s: float,
-               throughput: Throughput | None = None) -> tuple[float, str]:
+def wall_hours(
+    requests: int, tokens: float, spec: ModelSpec, latency_s: float, throughput: Throughput | None = None
+) -> tuple[float, str]:
     """Hours to send `requests` carrying `tokens` under the record's limits; says which limit binds. A local
     model (in-process or llama.cpp) with a measured throughput: its tokens over that rate."""
     if throughput is not None and spec.backend in LOCAL_BACKENDS:
@@ -176,9 +192,15 @@ def wall_hours(requests: int, tokens: float, spec: ModelSpec, latency_s: float,
     return cands[which], which
 
 
-def model_plan(cfg: RunConfig, spec: ModelSpec, texts: dict[str, list[str]], counts: dict[str, int],
-               counter: TokenCounter, answers: dict[str, tuple[float, int]],
-               throughput: Throughput | None = None) -> list[dict]:
+def model_plan(
+    cfg: RunConfig,
+    spec: ModelSpec,
+    texts: dict[str, list[str]],
+    counts: dict[str, int],
+    counter: TokenCounter,
+    answers: dict[str, tuple[float, int]],
+    throughput: Throughput | None = None,
+) -> list[dict]:
     """One row per condition for one model (requests, tokens, cost, hours)."""
     from finlib.finbias.prompts import build_messages
 
@@ -197,20 +219,27 @@ def model_plan(cfg: RunConfig, spec: ModelSpec, texts: dict[str, list[str]], cou
     rows = []
     for cond, n in counts.items():
         sample = texts.get(cond)
-        per = ([min(counter.count(t), budget) for t in sample] if sample
-               else [min(int(p["report_tokens"]), budget)])
+        per = [min(counter.count(t), budget) for t in sample] if sample else [min(int(p["report_tokens"]), budget)]
         in_tok = n * (float(np.mean(per)) + overhead) if per else 0.0
         room = float(np.mean([max(0, min(cap, spec.context_length - t - overhead)) for t in per])) if per else cap
         out_exp, out_cap = n * min(answer, room), n * room
         hours, binding = wall_hours(n, in_tok + out_exp, spec, float(p["latency_s"]), throughput)
-        rows.append({
-            "model": spec.name, "condition": cond, "requests": n,
-            "input_tokens": round(in_tok), "input_source": counter.source if sample else
-            f"plan.report_tokens ({int(p['report_tokens'])}/report)",
-            "output_tokens_expected": round(out_exp), "answer_source": answer_src,
-            "output_tokens_cap": int(out_cap), "cost_usd_expected": spec.cost(in_tok, out_exp, discount),
-            "cost_usd_cap": spec.cost(in_tok, out_cap, discount), "wall_hours": hours, "binding_limit": binding,
-        })
+        rows.append(
+            {
+                "model": spec.name,
+                "condition": cond,
+                "requests": n,
+                "input_tokens": round(in_tok),
+                "input_source": counter.source if sample else f"plan.report_tokens ({int(p['report_tokens'])}/report)",
+                "output_tokens_expected": round(out_exp),
+                "answer_source": answer_src,
+                "output_tokens_cap": int(out_cap),
+                "cost_usd_expected": spec.cost(in_tok, out_exp, discount),
+                "cost_usd_cap": spec.cost(in_tok, out_cap, discount),
+                "wall_hours": hours,
+                "binding_limit": binding,
+            }
+        )
     return rows
 
 
@@ -230,8 +259,9 @@ def extension_counts(cfg: RunConfig, spec: ModelSpec, counts: dict[str, int]) ->
     built = cfg.processed_dir / "conditions.parquet"
     if built.is_file():  # stage 02 ran: the reports it gave the sweep
         cond = pd.read_parquet(built, columns=["report_id", "condition", "status"])
-        sweep_n = int(cond.loc[cond["condition"].str.startswith("sweep_") & (cond["status"] == "ok"),
-                               "report_id"].nunique())
+        sweep_n = int(
+            cond.loc[cond["condition"].str.startswith("sweep_") & (cond["status"] == "ok"), "report_id"].nunique()
+        )
     draw_n = n_rep if inf.get("samples_reports") is None else min(int(inf["samples_reports"]), n_rep)
     per_call = 1 if spec.backend == "local" and inf.get("mode") == "score" else k
     new_texts = 3 - 1 - (2 if pert.get("fake_rating") == "both" else 1)
@@ -266,15 +296,29 @@ def build_plan(cfg: RunConfig) -> pd.DataFrame:
         counter = tokenizer_counter(spec, cache) or estimate_counter(float(p["estimate_chars"]))
         extra = extension_counts(cfg, spec, counts)  # beyond the paper: sweep and repeated draws
         mine = generator_counts(spec, counts, inf.get("generator_reports"))
-        rows += model_plan(cfg, spec, {**texts, **{c: texts.get(Condition.ORIGINAL.value) for c in extra}},
-                           {**mine, **extra}, counter, answers, rates.get(spec.name))
+        rows += model_plan(
+            cfg,
+            spec,
+            {**texts, **{c: texts.get(Condition.ORIGINAL.value) for c in extra}},
+            {**mine, **extra},
+            counter,
+            answers,
+            rates.get(spec.name),
+        )
     return pd.DataFrame(rows)
 
 
 def plan_totals(plan: pd.DataFrame) -> pd.DataFrame:
     """Per model (conditions summed; wall time assumes the conditions run one after another) and a total."""
-    num = ["requests", "input_tokens", "output_tokens_expected", "output_tokens_cap", "cost_usd_expected",
-           "cost_usd_cap", "wall_hours"]
+    num = [
+        "requests",
+        "input_tokens",
+        "output_tokens_expected",
+        "output_tokens_cap",
+        "cost_usd_expected",
+        "cost_usd_cap",
+        "wall_hours",
+    ]
     per = plan.groupby("model", sort=False)[num].sum().reset_index()
     total = per[num].sum().to_frame().T.assign(model="TOTAL (models one after another)")
     return pd.concat([per, total], ignore_index=True)
@@ -284,21 +328,32 @@ def plan_markdown(cfg: RunConfig, plan: pd.DataFrame) -> str:
     """The README-ready table: per model totals, then the sources of every estimate."""
     _, _, where = condition_texts(cfg, 1, cfg.seed)
     t = plan_totals(plan)
-    shown = pd.DataFrame({
-        "model": t["model"], "requests": t["requests"].map("{:,.0f}".format),
-        "input tokens (M)": (t["input_tokens"] / 1e6).map("{:,.1f}".format),
-        "output tokens (M): expected / cap": [f"{a / 1e6:,.1f} / {b / 1e6:,.1f}" for a, b in
-                                              zip(t["output_tokens_expected"], t["output_tokens_cap"])],
-        "cost USD: expected / cap": [f"{a:,.0f} / {b:,.0f}" for a, b in zip(t["cost_usd_expected"], t["cost_usd_cap"])],
-        "wall hours": t["wall_hours"].map("{:,.1f}".format),
-    })
-    first = plan.groupby("model", sort=False).agg(input=("input_source", "first"), answers=("answer_source", "first"),
-                                                  limit=("binding_limit", "first"))
+    shown = pd.DataFrame(
+        {
+            "model": t["model"],
+            "requests": t["requests"].map("{:,.0f}".format),
+            "input tokens (M)": (t["input_tokens"] / 1e6).map("{:,.1f}".format),
+            "output tokens (M): expected / cap": [
+                f"{a / 1e6:,.1f} / {b / 1e6:,.1f}" for a, b in zip(t["output_tokens_expected"], t["output_tokens_cap"])
+            ],
+            "cost USD: expected / cap": [
+                f"{a:,.0f} / {b:,.0f}" for a, b in zip(t["cost_usd_expected"], t["cost_usd_cap"])
+            ],
+            "wall hours": t["wall_hours"].map("{:,.1f}".format),
+        }
+    )
+    first = plan.groupby("model", sort=False).agg(
+        input=("input_source", "first"), answers=("answer_source", "first"), limit=("binding_limit", "first")
+    )
     groups = first.reset_index().groupby(["input", "answers", "limit"], sort=False)["model"].agg(", ".join)
-    notes = "\n".join(f"- {models}: input tokens from {i}; answer length {a}; wall time bound by {lim}"
-                       for (i, a, lim), models in groups.items())
-    return (f"**Plan for run `{cfg.name}`** (no calls made). Requests from {where}.\n\n"
-            f"{shown.to_markdown(index=False)}\n\nSources of each estimate:\n{notes}\n")
+    notes = "\n".join(
+        f"- {models}: input tokens from {i}; answer length {a}; wall time bound by {lim}"
+        for (i, a, lim), models in groups.items()
+    )
+    return (
+        f"**Plan for run `{cfg.name}`** (no calls made). Requests from {where}.\n\n"
+        f"{shown.to_markdown(index=False)}\n\nSources of each estimate:\n{notes}\n"
+    )
 
 
 def write_plan(cfg: RunConfig) -> tuple[pd.DataFrame, Path]:
@@ -312,6 +367,7 @@ def write_plan(cfg: RunConfig) -> tuple[pd.DataFrame, Path]:
 
 
 # ---- preflight ----------------------------------------------------------------------------
+
 
 def reachable(host: str, port: int, timeout: float = 2.0) -> bool:
     """Whether a TCP connection opens (no request is sent)."""
@@ -350,10 +406,13 @@ def unknown_model_names(cfg: RunConfig, registry: dict, sections: set[str] | Non
     from finlib.core.params import MODEL_NAME_STAGES, model_names_used
 
     rfile = (cfg.params.get("inference") or {}).get("registry") or "params/models.yaml"
-    return [f"models: {key} names {name!r}, not a record of the model registry {rfile} (fix the name or add a record)"
-            for key, names in model_names_used(cfg.params, MODEL_NAME_STAGES).items()
-            if sections is None or key.split(".")[0] in sections
-            for name in names if name not in registry]
+    return [
+        f"models: {key} names {name!r}, not a record of the model registry {rfile} (fix the name or add a record)"
+        for key, names in model_names_used(cfg.params, MODEL_NAME_STAGES).items()
+        if sections is None or key.split(".")[0] in sections
+        for name in names
+        if name not in registry
+    ]
 
 
 def stage_sections(stages: Iterable[str] | None) -> set[str]:
@@ -364,9 +423,12 @@ def stage_sections(stages: Iterable[str] | None) -> set[str]:
     return {sec for s in (STAGE_MODULES if stages is None else stages) if (sec := stage_section(s)) is not None}
 
 
-def preflight(cfg: RunConfig, can_reach: Callable[[str, int], bool] | None = None,
-              list_models: Callable[[str], list[str] | None] | None = None,
-              stages: Iterable[str] | None = None) -> list[str]:
+def preflight(
+    cfg: RunConfig,
+    can_reach: Callable[[str, int], bool] | None = None,
+    list_models: Callable[[str], list[str] | None] | None = None,
+    stages: Iterable[str] | None = None,
+) -> list[str]:
     """Everything this run needs that is not here: one line each, with what to do about it.
 
     Every model the params name (stage 03's, BizFinBench's answerers and judges, the DPO teacher)
@@ -382,15 +444,21 @@ def preflight(cfg: RunConfig, can_reach: Callable[[str, int], bool] | None = Non
     source = data.get("source", "synthetic")
     reports = data.get("reports", {}) or {}
     if source == "huggingface" and not can_reach(*HF_HOST):
-        problems.append(f"corpus: Hugging Face dataset {reports.get('hf_dataset')} unreachable (no network); "
-                        "download it where you have network and set data.source: local with data.reports.path")
+        problems.append(
+            f"corpus: Hugging Face dataset {reports.get('hf_dataset')} unreachable (no network); "
+            "download it where you have network and set data.source: local with data.reports.path"
+        )
     if source == "huggingface" and not reports.get("hf_revision"):
-        problems.append(f"corpus: data.reports.hf_revision is not pinned for {reports.get('hf_dataset')}; set it to the "
-                        "dataset commit you read (huggingface_hub.HfApi().dataset_info(repo).sha)")
+        problems.append(
+            f"corpus: data.reports.hf_revision is not pinned for {reports.get('hf_dataset')}; set it to the "
+            "dataset commit you read (huggingface_hub.HfApi().dataset_info(repo).sha)"
+        )
     biz = (cfg.params.get("bizfin", {}) or {}) if "bizfin" in needs else {}
     if biz.get("source") == "huggingface" and not biz.get("hf_revision"):
-        problems.append(f"bizfin: bizfin.hf_revision is not pinned for {biz.get('hf_dataset')}; set it to the dataset "
-                        "commit you read")
+        problems.append(
+            f"bizfin: bizfin.hf_revision is not pinned for {biz.get('hf_dataset')}; set it to the dataset "
+            "commit you read"
+        )
     if source == "local" and not (reports.get("path") and cfg.path(reports["path"]).is_file()):
         problems.append(f"corpus: data.reports.path {reports.get('path')!r} is not a file")
     prices = data.get("prices", {}) or {}
@@ -399,8 +467,10 @@ def preflight(cfg: RunConfig, can_reach: Callable[[str, int], bool] | None = Non
             if prices.get(key) and not cfg.path(prices[key]).is_file():
                 problems.append(f"prices: data.prices.{key} {prices[key]!r} is not a file")
         if (not prices.get("path") or not prices.get("market_path")) and not can_reach(*YAHOO_HOST):
-            problems.append("prices: yfinance needs network (Yahoo Finance unreachable); give data.prices.path and "
-                            "data.prices.market_path (long date,ticker,adj_close files) instead")
+            problems.append(
+                "prices: yfinance needs network (Yahoo Finance unreachable); give data.prices.path and "
+                "data.prices.market_path (long date,ticker,adj_close files) instead"
+            )
     lex = cfg.params.get("perturb", {}).get("lexicon_path") if "perturb" in needs else None
     if lex and not cfg.path(lex).is_file():
         problems.append(f"lexicon: {lex} missing (no_opinion condition); run `make data` with network")
@@ -424,18 +494,24 @@ def preflight(cfg: RunConfig, can_reach: Callable[[str, int], bool] | None = Non
         names = [s.name for s in group]
         local = host in ("localhost", "127.0.0.1", "::1") or host.startswith("127.")
         if not can_reach(host, port):
-            todo = "start the server (e.g. vLLM, docs/real-runs.md) or fix base_url" if local else "no network to this API"
-            problems.append(f"server: {host}:{port} unreachable (models {', '.join(names[:4])}"
-                            f"{' …' if len(names) > 4 else ''}); {todo}")
+            todo = (
+                "start the server (e.g. vLLM, docs/real-runs.md) or fix base_url" if local else "no network to this API"
+            )
+            problems.append(
+                f"server: {host}:{port} unreachable (models {', '.join(names[:4])}"
+                f"{' …' if len(names) > 4 else ''}); {todo}"
+            )
             continue
         if not local:  # an API lists its models only with a key; reachability is what can be checked here
             continue
         for s in group:
             served = list_models(s.base_url)
             if served is not None and s.model_id not in served:
-                problems.append(f"server: {s.base_url} does not serve model '{s.name}' ({s.model_id}; it serves "
-                                f"{', '.join(served[:3]) or 'nothing'}): start its own server and set its endpoint "
-                                f"(inference.endpoints or FINLIB_BASE_URL__<NAME>)")
+                problems.append(
+                    f"server: {s.base_url} does not serve model '{s.name}' ({s.model_id}; it serves "
+                    f"{', '.join(served[:3]) or 'nothing'}): start its own server and set its endpoint "
+                    f"(inference.endpoints or FINLIB_BASE_URL__<NAME>)"
+                )
     return problems
 
 
@@ -446,8 +522,13 @@ def check_preflight(cfg: RunConfig, stages: Iterable[str] | None = None) -> None
         return
     problems = preflight(cfg, stages=stages)
     if problems:
-        raise SystemExit(f"run '{cfg.name}' ({cfg.params_file.name}) cannot start here — missing:\n  - "
-                         + "\n  - ".join(problems) + "\n(`make plan RUN=" + cfg.name + "` works offline.)")
+        raise SystemExit(
+            f"run '{cfg.name}' ({cfg.params_file.name}) cannot start here — missing:\n  - "
+            + "\n  - ".join(problems)
+            + "\n(`make plan RUN="
+            + cfg.name
+            + "` works offline.)"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

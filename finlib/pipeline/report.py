@@ -9,6 +9,7 @@ mailed or served, and opens offline. nbconvert's pages pull MathJax and require.
 our notebooks use neither (no math, no widgets), so those script tags are removed and the pages
 load without network.
 """
+
 from __future__ import annotations
 
 import html
@@ -41,7 +42,13 @@ HEADLINE_TABLES = (
     ("bizfin_table4_judge", "BizFinBench Table 4 — judges against reference scores"),
     ("bizfin_table6", "BizFinBench Table 6 — query token lengths"),
 )
-KEY_COLUMNS = ("Average", "Average (pooled) 95 % CI", "Parse rate %", "N", "Not answered")  # shown right after the row names
+KEY_COLUMNS = (
+    "Average",
+    "Average (pooled) 95 % CI",
+    "Parse rate %",
+    "N",
+    "Not answered",
+)  # shown right after the row names
 ROW_COLUMNS = ("Source", "Group", "Model", "Registry name", "row", "model", "rating", "task", "source", "Methods")
 CSS = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
@@ -62,8 +69,13 @@ PROGRESS_NOISE = ("IProgress not found", "from .autonotebook import tqdm as note
 def machine_paths(root: Path) -> list[tuple[str, str]]:
     """(absolute prefix, what to show instead), longest first: the repository, the Python install and
     the home folder of the machine that ran it -- pages meant to be mailed name none of them."""
-    pairs = {str(root.resolve()): ".", str(root): ".", sys.prefix: "<python-env>",
-             sys.base_prefix: "<python>", str(Path.home()): "~"}
+    pairs = {
+        str(root.resolve()): ".",
+        str(root): ".",
+        sys.prefix: "<python-env>",
+        sys.base_prefix: "<python>",
+        str(Path.home()): "~",
+    }
     return sorted(((k, v) for k, v in pairs.items() if len(k) > 1), key=lambda kv: -len(kv[0]))
 
 
@@ -84,8 +96,12 @@ def collapse_progress(nb) -> None:
     for cell in nb.cells:
         merged: list = []
         for out in cell.get("outputs", []):
-            if out.get("output_type") == "stream" and merged and merged[-1].get("output_type") == "stream" \
-                    and merged[-1].get("name") == out.get("name"):
+            if (
+                out.get("output_type") == "stream"
+                and merged
+                and merged[-1].get("output_type") == "stream"
+                and merged[-1].get("name") == out.get("name")
+            ):
                 merged[-1]["text"] += out["text"]
                 continue
             merged.append(out)
@@ -160,8 +176,17 @@ def _compact(value: Any, limit: int = 400) -> str:
 
 
 def stage_times(manifest: dict) -> pd.DataFrame:
-    rows = [{"stage": k, "notebook": v.get("notebook"), "status": v.get("status"), "seconds": v.get("seconds"),
-             "started": v.get("started"), "ended": v.get("ended")} for k, v in sorted(manifest.get("stages", {}).items())]
+    rows = [
+        {
+            "stage": k,
+            "notebook": v.get("notebook"),
+            "status": v.get("status"),
+            "seconds": v.get("seconds"),
+            "started": v.get("started"),
+            "ended": v.get("ended"),
+        }
+        for k, v in sorted(manifest.get("stages", {}).items())
+    ]
     return pd.DataFrame(rows)
 
 
@@ -198,10 +223,14 @@ def figure_captions(cfg: RunConfig) -> tuple[dict[str, str], list[dict]]:
     for name in ("figures_report.json", "beyond_figures.json"):
         path = cfg.processed_dir / name
         recs += json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
-    captions = {p.name.removesuffix(".caption.txt"): p.read_text(encoding="utf-8").strip()
-                for p in cfg.figures_dir.glob("*.caption.txt")}
-    skipped = [{"name": p.name.removesuffix(".skipped.txt"), "skipped": p.read_text(encoding="utf-8").strip()}
-               for p in sorted(cfg.figures_dir.glob("*.skipped.txt"))]
+    captions = {
+        p.name.removesuffix(".caption.txt"): p.read_text(encoding="utf-8").strip()
+        for p in cfg.figures_dir.glob("*.caption.txt")
+    }
+    skipped = [
+        {"name": p.name.removesuffix(".skipped.txt"), "skipped": p.read_text(encoding="utf-8").strip()}
+        for p in sorted(cfg.figures_dir.glob("*.skipped.txt"))
+    ]
     captions.update({r["name"]: r["caption"] for r in recs if not r.get("skipped")})
     return captions, [*[r for r in recs if r.get("skipped")], *skipped]
 
@@ -218,8 +247,10 @@ def _figures_section(cfg: RunConfig, out: Path) -> str:
             _copy(pdf, out / "figures" / pdf.name)
             pdf_link = " · " + _link(f"figures/{pdf.name}", "PDF")
         cap = captions.get(png.stem, "(no caption recorded: the figure was saved without one)")
-        parts.append(f'<figure id="{_e(png.stem)}"><img src="figures/{_e(png.name)}" alt="{_e(png.stem)}">'
-                     f"<figcaption><b>{_e(png.stem)}</b>: {_e(cap)}{pdf_link}</figcaption></figure>")
+        parts.append(
+            f'<figure id="{_e(png.stem)}"><img src="figures/{_e(png.name)}" alt="{_e(png.stem)}">'
+            f"<figcaption><b>{_e(png.stem)}</b>: {_e(cap)}{pdf_link}</figcaption></figure>"
+        )
     for other in sorted(cfg.figures_dir.glob("*.html")):
         _copy(other, out / "figures" / other.name)
         parts.append(f"<p>{_link('figures/' + other.name, other.name)} (HTML figure)</p>")
@@ -261,8 +292,10 @@ def headline_tables_html(cfg: RunConfig) -> tuple[str, list[tuple[str, str]]]:
         df = key_columns_first(read_table_csv(path)).map(_shown)
         anchor = f"t-{stem}"
         toc.append((anchor, title))
-        parts.append(f'<h3 id="{anchor}">{_e(title)}</h3><p class="caption">{_e(table_caption(path))}</p>'
-                     f'<div class="wide">{df.to_html(index=False, border=0, escape=True)}</div>')
+        parts.append(
+            f'<h3 id="{anchor}">{_e(title)}</h3><p class="caption">{_e(table_caption(path))}</p>'
+            f'<div class="wide">{df.to_html(index=False, border=0, escape=True)}</div>'
+        )
     return "\n".join(parts) or "<p>(this run made none of Tables 3-8)</p>", toc
 
 
@@ -302,9 +335,14 @@ def _reports_section(cfg: RunConfig, out: Path) -> tuple[str, str]:
             excl.append(f"<tr><td>{_e(rep.name)}</td><td>unreadable</td><td>{_e(exc)}</td></tr>")
             continue
         for key, value in find_keys(data, ("exclu", "skip", "drop", "unparsed")):
-            excl.append(f"<tr><td>{_e(rep.name)}</td><td>{_e(key)}</td><td><code>{_e(_compact(value))}</code></td></tr>")
-    table = (f"<table><tr><th>report</th><th>key</th><th>value</th></tr>{''.join(excl)}</table>"
-             if excl else "<p>(no exclusions recorded)</p>")
+            excl.append(
+                f"<tr><td>{_e(rep.name)}</td><td>{_e(key)}</td><td><code>{_e(_compact(value))}</code></td></tr>"
+            )
+    table = (
+        f"<table><tr><th>report</th><th>key</th><th>value</th></tr>{''.join(excl)}</table>"
+        if excl
+        else "<p>(no exclusions recorded)</p>"
+    )
     return f"<ul>{''.join(links)}</ul>", table
 
 
@@ -327,25 +365,34 @@ def build_report(cfg: RunConfig) -> Path:
     banner = f'<div class="banner">⚠️ {_e(SYNTHETIC_CAVEAT)}</div>' if cfg.is_synthetic else ""
     git = manifest.get("git", {})
     headline, table_toc = headline_tables_html(cfg)
-    sections = [("stages", "Stages (time per stage)", frame_html(stage_times(manifest))),
-                ("tables-3-8", "Tables 3–8", headline),
-                ("figures", "Figures", _figures_section(cfg, tmp)),
-                ("notebooks", "Executed notebooks", _notebooks_section(cfg, tmp)),
-                ("all-tables", "All tables (CSV / Markdown / LaTeX)", _tables_section(cfg, tmp)),
-                ("paper-vs-ours", "Paper vs ours", comparison_html(cfg)),
-                ("parse-rates", "Parse rates", frame_html(parse_rates(cfg))),
-                ("exclusions", "Exclusions and skipped items", exclusions),
-                ("stage-reports", "Stage reports (JSON)", reports)]
-    toc = "".join(f'<li>{_link("#" + a, t)}' + ("<ul>" + "".join(f"<li>{_link('#' + ta, tt)}</li>" for ta, tt in table_toc)
-                                                 + "</ul>" if a == "tables-3-8" and table_toc else "") + "</li>"
-                  for a, t, _ in sections)
+    sections = [
+        ("stages", "Stages (time per stage)", frame_html(stage_times(manifest))),
+        ("tables-3-8", "Tables 3–8", headline),
+        ("figures", "Figures", _figures_section(cfg, tmp)),
+        ("notebooks", "Executed notebooks", _notebooks_section(cfg, tmp)),
+        ("all-tables", "All tables (CSV / Markdown / LaTeX)", _tables_section(cfg, tmp)),
+        ("paper-vs-ours", "Paper vs ours", comparison_html(cfg)),
+        ("parse-rates", "Parse rates", frame_html(parse_rates(cfg))),
+        ("exclusions", "Exclusions and skipped items", exclusions),
+        ("stage-reports", "Stage reports (JSON)", reports),
+    ]
+    toc = "".join(
+        f"<li>{_link('#' + a, t)}"
+        + (
+            "<ul>" + "".join(f"<li>{_link('#' + ta, tt)}</li>" for ta, tt in table_toc) + "</ul>"
+            if a == "tables-3-8" and table_toc
+            else ""
+        )
+        + "</li>"
+        for a, t, _ in sections
+    )
     body = "\n".join(f'<h2 id="{a}">{_e(t)}</h2>{html_part}' for a, t, html_part in sections)
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Run {_e(cfg.name)} — report</title>
 <style>{CSS}</style></head><body>
 <h1>Run <code>{_e(cfg.name)}</code></h1>{banner}
-<p>params: <code>{_e(manifest.get('params_file', cfg.params_file.name))}</code> · commit <code>{_e(git.get('commit'))}</code>
-(dirty: {_e(git.get('dirty'))}) · finished {_e(run_finished(manifest))} · {_link('manifest.json', 'manifest.json')}</p>{extra}
+<p>params: <code>{_e(manifest.get("params_file", cfg.params_file.name))}</code> · commit <code>{_e(git.get("commit"))}</code>
+(dirty: {_e(git.get("dirty"))}) · finished {_e(run_finished(manifest))} · {_link("manifest.json", "manifest.json")}</p>{extra}
 <nav class="toc"><h2>Contents</h2><ul>{toc}</ul></nav>
 {body}
 </body></html>

