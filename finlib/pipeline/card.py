@@ -210,25 +210,33 @@ def plan_lines(cfg: RunConfig, n_reports: int) -> tuple[list[str], float]:
     return lines, dollars
 
 
+def plan_hours(cfg: RunConfig) -> float:
+    """Wall hours the planner expects for the paid stage (the ETA the card prints after each stage)."""
+    from finlib.pipeline.plan import build_plan
+
+    plan = build_plan(cfg)
+    return float(plan["wall_hours"].sum()) if len(plan) else 0.0
+
+
 def run_stages(
     cfg: RunConfig, stages: list[str], seconds: dict[str, float], eta_s: float | None = None, progress=print
-) -> None:
+) -> dict:
     """Stages in process, each timed into `seconds`; after each a line with elapsed time and, when the plan
     gave one, the time left for the whole card (stage 03 also draws its own bar with its ETA)."""
     from finlib.pipeline.stages import stage_module
 
+    results: dict = {}
     for stage in stages:
-        if stage == "04" and "01" not in seconds and not (cfg.processed_dir / "labels.parquet").exists():
-            _no_labels(cfg)
         start = time.perf_counter()
         if stage == "00" and not cfg.is_synthetic and not cfg.params["data"]["prices"].get("path"):
             unpriced_data_stage(cfg)
         else:
-            stage_module(stage).run(cfg)
+            results[stage] = stage_module(stage).run(cfg)
         seconds[stage] = round(time.perf_counter() - start, 1)
         done = sum(seconds.values())
         left = f"; about {max(0.0, eta_s - done) / 60:.1f} min left" if eta_s else ""
         progress(f"card {cfg.name}: stage {stage} done in {seconds[stage]:.0f} s ({done:.0f} s so far{left})")
+    return results
 
 
 def unpriced_data_stage(cfg: RunConfig) -> None:
@@ -324,12 +332,11 @@ def build_card(
     if confirm is not None and dollars > 0 and not confirm(lines, dollars):
         raise SystemExit(f"card {req.name}: not confirmed; nothing spent (the plan is in {out / 'plan.md'})")
     print("\n".join(lines))
-    from finlib.pipeline.stages import stage_module
-
-    run_stages(cfg, ["03"], seconds)
+    hours = float(plan_hours(cfg))
+    run_stages(cfg, ["03"], seconds, eta_s=sum(seconds.values()) + 3600 * hours)
     if not labelled:
         _no_labels(cfg)
-    scored = stage_module("04").run(cfg)
+    scored = run_stages(cfg, ["04"], seconds)["04"]
     data = gather(cfg, req, notes, scored, seconds)
     data.rows.to_parquet(out / "rows.parquet", index=False)
     return write_card(data, out)
