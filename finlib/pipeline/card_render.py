@@ -144,7 +144,7 @@ def _svg(data: CardData) -> str:
 
 
 def _body(data: CardData) -> str:
-    n = data.req.n_reports
+    n = int(data.rows["report_id"].nunique()) if len(data.rows) else data.req.n_reports  # reports on the card
     parts = [
         f"<p>{'<br>'.join(html.escape(x) for x in headline_text(data))}</p>",
         f"<p>Sample: {html.escape(str(data.notes.get('sample')))}. Planned widest 95 % half-width for n={n}: "

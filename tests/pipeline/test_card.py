@@ -151,6 +151,7 @@ def test_card_files_show_n_on_every_point_and_one_page_pdf(tmp_path):
     index = write_card(data, tmp_path)
     page = index.read_text(encoding="utf-8")
     assert page.count("n=36") >= 3 and "n=8868" in page and "answers.html" in page
+    assert f"n=36: ±{planning_half_width(36):.1%}" in page
     assert "Synthetic data" in page  # the default params file is the embedded synthetic run
     assert "Energy" not in _section(page, "Sectors") and "No sector reaches" in page  # 18 < 20 per sector
     assert len(pypdf.PdfReader(str(tmp_path / "card.pdf")).pages) == 1
