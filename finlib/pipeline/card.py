@@ -17,6 +17,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -25,18 +26,21 @@ import pandas as pd
 import yaml
 
 from finlib.core.config import RunConfig, load_run, repo_root
-from finlib.core.tables import paper_table
 from finlib.finbias.ownreports.collect import OwnReports, read_folder
 from finlib.finbias.ownreports.meta import DEFAULT_NAME_PATTERN
-from finlib.finbias.vocab import POOLED, SECTORS
+from finlib.pipeline.card_render import CardData, write_card
+from finlib.pipeline.card_stats import (
+    answer_sample,
+    card_tests,
+    headline,
+    paired_between_cards,
+    planning_half_width,
+    published_points,
+    sector_lines,
+)
 
 DEFAULT_REPORTS = 200
-# A sector gets its own line on the card only with at least this many reports answered (an interval
-# from fewer firms is wider than the differences it would show).
-SECTOR_MIN_N = 30
 EMBEDDED_MODEL = "smollm2-135m"
-CONDITIONS = {"original": "with rating", "no_rating": "without rating", "fake_rating": "fake rating shown"}
-PUBLISHED_N = 8868  # Fin-Bias Table 2 total: every published model answered every report
 
 
 @dataclass
@@ -62,15 +66,6 @@ class CardRequest:
 def card_dir(root: Path, name: str) -> Path:
     """runs/<name>/card: the card, its params, its inputs and the answers behind it."""
     return root / "runs" / name / "card"
-
-
-def planning_half_width(n: int, z: float = 1.96) -> float:
-    """Widest half-width of a 95 % interval on a share from n independent reports (p = 0.5).
-
-    Stated before any call so the user can pick n; clustering by firm widens it, and the card prints the
-    measured bootstrap width beside it.
-    """
-    return float(z * np.sqrt(0.25 / max(n, 1)))
 
 
 def sample_reports(reports: pd.DataFrame, n: int, seed: int) -> tuple[pd.DataFrame, str]:
@@ -180,6 +175,8 @@ def own_reports(req: CardRequest, out: Path, seed: int) -> tuple[OwnReports, Pat
 def prepare(req: CardRequest, root: Path | None = None) -> tuple[RunConfig, dict]:
     """Write the card's params (and, with a folder, its reports file) and load them as a run."""
     root = root or repo_root()
+    if bool(req.prices) != bool(req.market):
+        raise SystemExit("card: accuracy needs both --prices (date,ticker,adj_close) and --market (date,market_close)")
     out = card_dir(root, req.name)
     out.mkdir(parents=True, exist_ok=True)
     notes: dict = {"request": asdict(req)}
@@ -213,25 +210,33 @@ def plan_lines(cfg: RunConfig, n_reports: int) -> tuple[list[str], float]:
     return lines, dollars
 
 
+def plan_hours(cfg: RunConfig) -> float:
+    """Wall hours the planner expects for the paid stage (the ETA the card prints after each stage)."""
+    from finlib.pipeline.plan import build_plan
+
+    plan = build_plan(cfg)
+    return float(plan["wall_hours"].sum()) if len(plan) else 0.0
+
+
 def run_stages(
     cfg: RunConfig, stages: list[str], seconds: dict[str, float], eta_s: float | None = None, progress=print
-) -> None:
+) -> dict:
     """Stages in process, each timed into `seconds`; after each a line with elapsed time and, when the plan
     gave one, the time left for the whole card (stage 03 also draws its own bar with its ETA)."""
     from finlib.pipeline.stages import stage_module
 
+    results: dict = {}
     for stage in stages:
-        if stage == "04" and "01" not in seconds and not (cfg.processed_dir / "labels.parquet").exists():
-            _no_labels(cfg)
         start = time.perf_counter()
         if stage == "00" and not cfg.is_synthetic and not cfg.params["data"]["prices"].get("path"):
             unpriced_data_stage(cfg)
         else:
-            stage_module(stage).run(cfg)
+            results[stage] = stage_module(stage).run(cfg)
         seconds[stage] = round(time.perf_counter() - start, 1)
         done = sum(seconds.values())
         left = f"; about {max(0.0, eta_s - done) / 60:.1f} min left" if eta_s else ""
         progress(f"card {cfg.name}: stage {stage} done in {seconds[stage]:.0f} s ({done:.0f} s so far{left})")
+    return results
 
 
 def unpriced_data_stage(cfg: RunConfig) -> None:
@@ -278,83 +283,63 @@ def _no_labels(cfg: RunConfig) -> None:
     write_frame(cfg, "labels", reports.assign(label=pd.Series([None] * len(reports), dtype=object)))
 
 
-def headline(metrics: pd.DataFrame, model: str) -> pd.DataFrame:
-    """Pooled herding per condition (and accuracy when labelled) with interval and n, for one model."""
-    m = metrics[
-        (metrics["model"] == model)
-        & (metrics["sector"] == POOLED)
-        & metrics["metric"].isin(["herding", "accuracy", "parse_rate"])
-        & metrics["condition"].isin(list(CONDITIONS))
-    ]
-    return m[["condition", "metric", "value", "ci_low", "ci_high", "n"]].reset_index(drop=True)
+def _usage(cfg: RunConfig, model: str) -> dict:
+    pred = pd.read_parquet(cfg.processed_dir / "predictions.parquet")
+    p = pred[pred["model"] == model]
+    num = {
+        c: float(pd.to_numeric(p[c], errors="coerce").fillna(0).sum())
+        for c in ("input_tokens", "output_tokens", "cost_usd")
+        if c in p
+    }
+    return {"requests": int(len(p)), **num}
 
 
-def sector_lines(metrics: pd.DataFrame, model: str, min_n: int = SECTOR_MIN_N) -> pd.DataFrame:
-    """Herding by sector, only for sectors whose n reaches `min_n` (the rest are counted, not drawn)."""
-    m = metrics[
-        (metrics["model"] == model)
-        & metrics["sector"].isin(SECTORS)
-        & (metrics["metric"] == "herding")
-        & metrics["condition"].isin(list(CONDITIONS))
-    ]
-    return m[m["n"] >= min_n][["sector", "condition", "value", "ci_low", "ci_high", "n"]].reset_index(drop=True)
-
-
-def published_points() -> pd.DataFrame:
-    """The paper's models on the card's axes (Tables 4 and 5, 'Average' rows), as published, with their n."""
-    t4 = paper_table("finbias_table4").query("sector == 'Average'")
-    t5 = paper_table("finbias_table5").query("sector == 'Average'")
-    out = t4.merge(t5[["model", "herding_fake"]], on="model", how="left")
-    out[["with_rating", "without_rating", "herding_fake"]] = (
-        out[["with_rating", "without_rating", "herding_fake"]] / 100
+def gather(cfg: RunConfig, req: CardRequest, notes: dict, scored, seconds: dict) -> CardData:
+    """The card's numbers from stage 04's result (metrics, tests, rows) and stage 03's predictions."""
+    m = req.model
+    data = CardData(
+        cfg,
+        req,
+        notes,
+        headline(scored.metrics, m),
+        sector_lines(scored.metrics, m),
+        card_tests(scored.tests, m),
+        _usage(cfg, m),
+        answer_sample(scored.rows, m),
+        published_points(),
+        scored.rows[scored.rows["model"] == m],
+        seconds,
     )
-    return out.assign(n=PUBLISHED_N, source="published (Fin-Bias Tables 4-5)")[
-        ["model", "with_rating", "without_rating", "herding_fake", "n", "source"]
-    ]
+    other = card_dir(cfg.root, req.against) / "rows.parquet" if req.against else None
+    if other is not None:
+        if not other.exists():
+            raise SystemExit(f"{other}: no card named {req.against!r} to set beside this one (make it first)")
+        data.against = paired_between_cards(data.rows, pd.read_parquet(other))
+    return data
 
 
-def card_tests(tests: pd.DataFrame, model: str) -> pd.DataFrame:
-    """The card's paired tests: with vs without the rating, fake shown vs original (pooled)."""
-    keep = ["herding_with_vs_without", "fake_herding_fake_vs_original", "accuracy_with_vs_without"]
-    t = tests[(tests["model"] == model) & (tests["sector"] == POOLED) & tests["test"].isin(keep)]
-    return t[["test", "n_pairs", "rate_a", "rate_b", "diff", "diff_ci_low", "diff_ci_high", "pvalue", "marker"]]
-
-
-def answer_sample(rows: pd.DataFrame, model: str, per_condition: int = 20) -> pd.DataFrame:
-    """The answers behind each number: the first `per_condition` rows of each condition (report order)."""
-    r = rows[(rows["model"] == model) & rows["condition"].isin(list(CONDITIONS))]
-    cols = [c for c in ("report_id", "condition", "reference_rating", "answer", "parsed", "label") if c in r]
-    return r.sort_values(["condition", "report_id"]).groupby("condition").head(per_condition)[cols]
-
-
-def paired_between_cards(rows_a: pd.DataFrame, rows_b: pd.DataFrame) -> pd.DataFrame:
-    """Two cards on the same reports: herding hit of A vs B per report and condition, exact McNemar."""
-    from finlib.core import stats
-    from finlib.finbias.scoring.metrics import eq1_values
-
-    out = []
-    for cond in CONDITIONS:
-        a = rows_a[rows_a["condition"] == cond].drop_duplicates("item_id")
-        b = rows_b[rows_b["condition"] == cond].drop_duplicates("item_id")
-        pr = a.merge(b, on="item_id", suffixes=("_a", "_b"))
-        pr = pr[pr["reference_rating_a"].notna()]
-        if pr.empty:
-            continue
-        ha = eq1_values(pr["answer_a"], pr["reference_rating_a"])[:, 0].astype(bool)
-        hb = eq1_values(pr["answer_b"], pr["reference_rating_a"])[:, 0].astype(bool)
-        r = stats.mcnemar_exact(ha, hb)
-        out.append(
-            {
-                "condition": cond,
-                "n_pairs": r.n_pairs,
-                "herding_a": ha.mean(),
-                "herding_b": hb.mean(),
-                "only_a": r.only_a,
-                "only_b": r.only_b,
-                "pvalue": r.pvalue,
-            }
-        )
-    return pd.DataFrame(out)
+def build_card(
+    req: CardRequest, confirm: Callable[[list[str], float], bool] | None = None, root: Path | None = None
+) -> Path:
+    """Prepare, run the free stages, plan, confirm, run the rest, write the card; returns index.html."""
+    cfg, notes = prepare(req, root)
+    labelled = cfg.is_synthetic or bool(req.prices and req.market)
+    seconds: dict[str, float] = {}
+    run_stages(cfg, ["00", "01", "02"] if labelled else ["00", "02"], seconds)
+    lines, dollars = plan_lines(cfg, req.n_reports)
+    out = card_dir(cfg.root, req.name)
+    (out / "plan.md").write_text("\n\n".join(lines) + "\n", encoding="utf-8")
+    if confirm is not None and dollars > 0 and not confirm(lines, dollars):
+        raise SystemExit(f"card {req.name}: not confirmed; nothing spent (the plan is in {out / 'plan.md'})")
+    print("\n".join(lines))
+    hours = float(plan_hours(cfg))
+    run_stages(cfg, ["03"], seconds, eta_s=sum(seconds.values()) + 3600 * hours)
+    if not labelled:
+        _no_labels(cfg)
+    scored = run_stages(cfg, ["04"], seconds)["04"]
+    data = gather(cfg, req, notes, scored, seconds)
+    data.rows.to_parquet(out / "rows.parquet", index=False)
+    return write_card(data, out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -391,8 +376,6 @@ def main(argv: list[str] | None = None) -> int:
         api_key_env=a.api_key_env,
         against=a.against,
     )
-    from finlib.pipeline.card_render import build_card
-
     path = build_card(req, confirm=None if a.yes else ask_before_spending)
     print(f"card: {path}")
     return 0

@@ -10,29 +10,14 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from finlib.core.config import RunConfig
-from finlib.pipeline.card import (
-    CONDITIONS,
-    SECTOR_MIN_N,
-    CardRequest,
-    answer_sample,
-    card_dir,
-    card_tests,
-    headline,
-    paired_between_cards,
-    plan_lines,
-    planning_half_width,
-    prepare,
-    published_points,
-    run_stages,
-    sector_lines,
-)
+from finlib.pipeline.card_stats import CONDITIONS, SECTOR_MIN_N, planning_half_width
 
 AXES = (("original", "with_rating"), ("no_rating", "without_rating"), ("fake_rating", "herding_fake"))
 
@@ -42,7 +27,7 @@ class CardData:
     """What the card shows, gathered once for the HTML, the PDF and the notebook."""
 
     cfg: RunConfig
-    req: CardRequest
+    req: Any  # finlib.pipeline.card.CardRequest (the run imports this module, not the other way)
     notes: dict
     head: pd.DataFrame
     sectors: pd.DataFrame
@@ -53,64 +38,6 @@ class CardData:
     rows: pd.DataFrame
     seconds: dict
     against: pd.DataFrame | None = None
-
-
-def _usage(cfg: RunConfig, model: str) -> dict:
-    pred = pd.read_parquet(cfg.processed_dir / "predictions.parquet")
-    p = pred[pred["model"] == model]
-    num = {
-        c: float(pd.to_numeric(p[c], errors="coerce").fillna(0).sum())
-        for c in ("input_tokens", "output_tokens", "cost_usd")
-        if c in p
-    }
-    return {"requests": int(len(p)), **num}
-
-
-def gather(cfg: RunConfig, req: CardRequest, notes: dict, scored, seconds: dict) -> CardData:
-    """The card's numbers from stage 04's result (metrics, tests, rows) and stage 03's predictions."""
-    m = req.model
-    data = CardData(
-        cfg,
-        req,
-        notes,
-        headline(scored.metrics, m),
-        sector_lines(scored.metrics, m),
-        card_tests(scored.tests, m),
-        _usage(cfg, m),
-        answer_sample(scored.rows, m),
-        published_points(),
-        scored.rows[scored.rows["model"] == m],
-        seconds,
-    )
-    other = card_dir(cfg.root, req.against) / "rows.parquet" if req.against else None
-    if other is not None:
-        if not other.exists():
-            raise SystemExit(f"{other}: no card named {req.against!r} to set beside this one (make it first)")
-        data.against = paired_between_cards(data.rows, pd.read_parquet(other))
-    return data
-
-
-def build_card(
-    req: CardRequest, confirm: Callable[[list[str], float], bool] | None = None, root: Path | None = None
-) -> Path:
-    """Prepare, run the free stages, plan, confirm, run the rest, write the card; returns index.html."""
-    cfg, notes = prepare(req, root)
-    labelled = cfg.is_synthetic or bool(req.prices and req.market)
-    seconds: dict[str, float] = {}
-    run_stages(cfg, ["00", "01", "02"] if labelled else ["00", "02"], seconds)
-    lines, dollars = plan_lines(cfg, req.n_reports)
-    out = card_dir(cfg.root, req.name)
-    (out / "plan.md").write_text("\n\n".join(lines) + "\n", encoding="utf-8")
-    if confirm is not None and dollars > 0 and not confirm(lines, dollars):
-        raise SystemExit(f"card {req.name}: not confirmed; nothing spent (the plan is in {out / 'plan.md'})")
-    print("\n".join(lines))
-    from finlib.pipeline.stages import stage_module
-
-    run_stages(cfg, ["03"], seconds)
-    scored = stage_module("04").run(cfg)
-    data = gather(cfg, req, notes, scored, seconds)
-    data.rows.to_parquet(out / "rows.parquet", index=False)
-    return write_card(data, out)
 
 
 def write_card(data: CardData, out: Path) -> Path:
@@ -124,6 +51,7 @@ def write_card(data: CardData, out: Path) -> Path:
                 "tests": data.tests.to_dict(orient="records"),
                 "usage": data.usage,
                 "notes": data.notes,
+                "seconds": data.seconds,
             },
             default=str,
             indent=2,
@@ -216,7 +144,7 @@ def _svg(data: CardData) -> str:
 
 
 def _body(data: CardData) -> str:
-    n = data.req.n_reports
+    n = int(data.rows["report_id"].nunique()) if len(data.rows) else data.req.n_reports  # reports on the card
     parts = [
         f"<p>{'<br>'.join(html.escape(x) for x in headline_text(data))}</p>",
         f"<p>Sample: {html.escape(str(data.notes.get('sample')))}. Planned widest 95 % half-width for n={n}: "

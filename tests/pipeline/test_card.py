@@ -16,19 +16,17 @@ from scipy.stats import binomtest
 
 from finlib.core.config import load_run, repo_root
 from finlib.finbias.scoring.metrics import metrics_long, paired_tests
-from finlib.pipeline.card import (
-    CardRequest,
+from finlib.pipeline.card import CardRequest, card_params, sample_reports
+from finlib.pipeline.card_render import CardData, write_card
+from finlib.pipeline.card_stats import (
     answer_sample,
-    card_params,
     card_tests,
     headline,
     paired_between_cards,
     planning_half_width,
     published_points,
-    sample_reports,
     sector_lines,
 )
-from finlib.pipeline.card_render import CardData, write_card
 
 
 def _reports(sizes: dict[tuple[str, int], int]) -> pd.DataFrame:
@@ -153,6 +151,7 @@ def test_card_files_show_n_on_every_point_and_one_page_pdf(tmp_path):
     index = write_card(data, tmp_path)
     page = index.read_text(encoding="utf-8")
     assert page.count("n=36") >= 3 and "n=8868" in page and "answers.html" in page
+    assert f"n=36: ±{planning_half_width(36):.1%}" in page
     assert "Synthetic data" in page  # the default params file is the embedded synthetic run
     assert "Energy" not in _section(page, "Sectors") and "No sector reaches" in page  # 18 < 20 per sector
     assert len(pypdf.PdfReader(str(tmp_path / "card.pdf")).pages) == 1
@@ -170,3 +169,32 @@ def test_the_makefile_passes_the_card_variables():
     block = text[text.index("\ncard:") : text.index("\ncompare-tables:")]
     for flag in ("--model $(MODEL)", "--reports $(REPORTS)", "--prices $(PRICES)", "--yes"):
         assert flag in block
+
+
+def test_own_folder_without_prices_reaches_stage_00_artifacts(tmp_path):
+    """A folder of PDFs and HTML -> the card's params -> stage 00's reports with the ratings the reader found."""
+    import shutil
+    import sys
+
+    sys.path.insert(0, str(repo_root() / "tests" / "finbias"))
+    from own_report_pdfs import build_fpdf, build_scan
+
+    from finlib.pipeline.card import prepare, unpriced_data_stage
+
+    root = tmp_path / "repo"
+    shutil.copytree(repo_root() / "params", root / "params")
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    build_fpdf(folder / "NWFT_2024-03-12.pdf", pages=2)
+    build_scan(folder / "SCAN_2024-01-02.pdf")
+    (folder / "RDGM_2023-06-05.html").write_text(
+        "<p>Ridgeway Mills</p><p>We downgrade Ridgeway Mills to Sell on weaker pricing.</p>", encoding="utf-8"
+    )
+    cfg, notes = prepare(CardRequest(name="mine", reports=str(folder)), root=root)
+    assert notes["counts"] == {"reports": 2, "excluded: no text layer": 1}
+    assert [x["source_file"] for x in notes["exclusions"]] == ["SCAN_2024-01-02.pdf"]
+    unpriced_data_stage(cfg)
+    got = pd.read_parquet(cfg.processed_dir / "reports.parquet").set_index("report_id")
+    assert got["analyst_rating"].to_dict() == {"NWFT_2024-03-12": "bullish", "RDGM_2023-06-05": "bearish"}
+    assert got.loc["NWFT_2024-03-12", "text"].startswith("Northwind Freight (NWFT): we reiterate our Buy rating")
+    assert pd.read_parquet(cfg.processed_dir / "prices.parquet").empty

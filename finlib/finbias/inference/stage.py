@@ -754,7 +754,10 @@ def generated_rows(cfg: RunConfig, per_model: int = PREVIEW_ROWS_PER_MODEL) -> p
     for batch in f.iter_batches(batch_size=4096):
         part = batch.to_pandas()
         part = part[part["mode"] == "generate"]
-        part = part[part.groupby("model").cumcount() + part["model"].map(taken).fillna(0) < per_model]
+        # counts already taken per model, as plain ints (a map over an arrow-string column of a batch with no
+        # generated rows would keep the string dtype, and adding it to cumcount fails)
+        seen = np.array([taken.get(m, 0) for m in part["model"]], dtype=int)
+        part = part[part.groupby("model").cumcount().to_numpy() + seen < per_model]
         for m, n in part["model"].value_counts().items():
             taken[m] = taken.get(m, 0) + int(n)
         keep.append(part)
