@@ -48,6 +48,17 @@ def test_an_empty_bizfin_model_list_stops_a_run_of_stage_07_before_any_stage(tmp
     assert empty_model_lists(params, ["00", "01", "02", "03", "04"]) == []
 
 
+def test_stage_07_run_from_a_notebook_refuses_an_empty_model_list_before_writing(tmp_run):
+    """Stage 07 started directly (a notebook in JupyterLab, no runner) refuses `bizfin.models: []` before
+    it asks or writes anything."""
+    from finlib.bizfin.benchmark.stage import run
+
+    tmp_run.params["bizfin"]["models"] = []
+    with pytest.raises(ConfigError, match=r"bizfin\.models: empty, and stage 07"):
+        run(tmp_run)
+    assert list(tmp_run.processed_dir.glob("bizfin*")) == []
+
+
 def test_extends_naming_a_folder_says_it_is_a_folder(tmp_path):
     """Drill: `extends:` naming a folder instead of a params file."""
     root = _repo(tmp_path)

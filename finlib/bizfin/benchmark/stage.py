@@ -319,6 +319,9 @@ def run(cfg: RunConfig, count_tokens=None, tokenizer_name: str | None = None) ->
     (`make_tables`; `count_tokens`/`tokenizer_name` replace Table 6's tokenizer, e.g. in tests). A model
     whose endpoint is dead stops alone: the others finish, the artifacts are written, then the stage
     fails naming it (before any table: a table must not show a dead model's items as scored)."""
+    from finlib.core.params import empty_model_lists, raise_errors
+
+    raise_errors(empty_model_lists(cfg.params, ["07"]), cfg.params_file)  # before any item is asked or written
     res = answer_and_score(cfg)
     res.tables = make_tables(cfg, res, count_tokens, tokenizer_name)
     return res
