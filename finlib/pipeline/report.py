@@ -342,6 +342,12 @@ def build_report(cfg: RunConfig) -> Path:
     if plan_md.is_file():
         _copy(plan_md, tmp / "plan.md")
         extra = f"<p>{_link('plan.md', 'plan.md')} (requests, tokens, cost, wall time; `make plan`)</p>"
+    from finlib.pipeline.answers_page import answers_html
+
+    answers = answers_html(cfg)
+    if answers is not None:
+        (tmp / "answers.html").write_text(scrub_paths(answers, cfg.root), encoding="utf-8")
+        extra += f"<p>{_link('answers.html', 'answers.html')} (every answer: prompt, reply, parsed answer, tokens, cost; filter by model, condition, sector)</p>"
     results_json = cfg.run_dir / "results.json"
     if results_json.is_file():
         _copy(results_json, tmp / "results.json")
