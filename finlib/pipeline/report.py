@@ -46,7 +46,7 @@ ROW_COLUMNS = ("Source", "Group", "Model", "Registry name", "row", "model", "rat
 CSS = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 .wide{overflow:auto;max-width:100%;max-height:32em} .wide table{font-size:.75em}
-.wide th,.wide td{padding:.15em .35em;max-width:14em;overflow-wrap:anywhere}
+.wide th,.wide td{padding:.15em .35em} .wide td{white-space:nowrap} .wide th{min-width:4em;max-width:9em}
 .wide thead th{position:sticky;top:0;background:#f7f7f7;z-index:1}
 .wide th:first-child,.wide td:first-child{position:sticky;left:0;background:#fff;z-index:2}
 details{display:inline} details summary{cursor:pointer;color:#1f5a99}
