@@ -46,7 +46,7 @@ ROW_COLUMNS = ("Source", "Group", "Model", "Registry name", "row", "model", "rat
 CSS = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 .wide{overflow:auto;max-width:100%;max-height:32em} .wide table{font-size:.75em}
-.wide th,.wide td{padding:.15em .35em;max-width:14em;overflow-wrap:anywhere}
+.wide th,.wide td{padding:.15em .35em} .wide td{white-space:nowrap} .wide th{min-width:4em;max-width:9em}
 .wide thead th{position:sticky;top:0;background:#f7f7f7;z-index:1}
 .wide th:first-child,.wide td:first-child{position:sticky;left:0;background:#fff;z-index:2}
 details{display:inline} details summary{cursor:pointer;color:#1f5a99}
@@ -342,6 +342,12 @@ def build_report(cfg: RunConfig) -> Path:
     if plan_md.is_file():
         _copy(plan_md, tmp / "plan.md")
         extra = f"<p>{_link('plan.md', 'plan.md')} (requests, tokens, cost, wall time; `make plan`)</p>"
+    from finlib.pipeline.answers_page import answers_html
+
+    answers = answers_html(cfg)
+    if answers is not None:
+        (tmp / "answers.html").write_text(scrub_paths(answers, cfg.root), encoding="utf-8")
+        extra += f"<p>{_link('answers.html', 'answers.html')} (every answer: prompt, reply, parsed answer, tokens, cost; filter by model, condition, sector)</p>"
     results_json = cfg.run_dir / "results.json"
     if results_json.is_file():
         _copy(results_json, tmp / "results.json")
