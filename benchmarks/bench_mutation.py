@@ -10,7 +10,8 @@ mutmut works on a copy: this script copies the tracked files it needs into a tem
 modified. Every mutant runs pytest again, so the run takes CPU time proportional to the mutants:
 `--scope stats` (one file) is the small run, `--scope all` the whole pass.
 
-    .venv/bin/python benchmarks/bench_mutation.py --scope stats --max-children 1
+    .venv/bin/python benchmarks/bench_mutation.py --scope stats --max-children 1 --keep
+    .venv/bin/python benchmarks/bench_mutation.py --scope stats --rerun-survivors /tmp/finlib-mutation-XXXX
 """
 
 from __future__ import annotations
@@ -103,64 +104,88 @@ def statuses(work: Path) -> dict[str, str]:
     return {m.group(1): m.group(2).strip() for m in map(STATUS_LINE.match, out.splitlines()) if m}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--scope", choices=sorted(SCOPES), default="stats")
-    ap.add_argument("--max-children", type=int, default=1, help="parallel mutants (the machine is shared)")
-    ap.add_argument("--keep", action="store_true", help="keep the temporary copy (to `mutmut show` a mutant)")
-    args = ap.parse_args()
-    files, tests = SCOPES[args.scope]
-    before = machine()
-    work = Path(tempfile.mkdtemp(prefix="finlib-mutation-"))
-    try:
-        copy_tracked(work)
-        with (work / "pyproject.toml").open("a", encoding="utf-8") as f:
-            f.write(mutmut_table(files, tests))
-        t0 = time.perf_counter()
-        run = subprocess.run(
-            [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children)],
-            cwd=work,
-            capture_output=True,
-            text=True,
-        )
-        wall = time.perf_counter() - t0
-        if run.returncode != 0:
-            print(run.stdout[-3000:], run.stderr[-3000:], sep="\n")
-            return run.returncode
-        verdict = statuses(work)
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            print(f"copy kept at {work}")
+def run_mutmut(work: Path, max_children: int, names: list[str]) -> tuple[float, str]:
+    """`mutmut run` in `work` (every mutant, or only `names`): wall seconds and the error text ("" when it ran)."""
+    t0 = time.perf_counter()
+    run = subprocess.run(
+        [sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children), *names],
+        cwd=work,
+        capture_output=True,
+        text=True,
+    )
+    wall = time.perf_counter() - t0
+    return wall, "" if run.returncode == 0 else run.stdout[-3000:] + "\n" + run.stderr[-3000:]
+
+
+def summary(scope: str, verdict: dict[str, str], max_children: int, wall: float) -> dict:
+    """Kill rate and survivors, the survivors split into named equivalents and unexplained ones."""
+    files, tests = SCOPES[scope]
     counts: dict[str, int] = {}
     for v in verdict.values():
         counts[v] = counts.get(v, 0) + 1
     survivors = sorted(k for k, v in verdict.items() if v == "survived")
     equivalents = read_equivalents()
+    named = [k for k in survivors if k in equivalents]
     tested = sum(n for v, n in counts.items() if v not in ("skipped", "no tests"))
     killed = counts.get("killed", 0) + counts.get("timeout", 0)
-    data = {
-        "scope": args.scope,
+    return {
+        "scope": scope,
         "files": list(files),
         "tests": list(tests),
-        "max_children": args.max_children,
+        "max_children": max_children,
         "wall_s": round(wall, 1),
         "counts": counts,
         "mutants": len(verdict),
         "kill_rate": round(killed / tested, 4) if tested else None,
-        "kill_rate_excluding_equivalents": (
-            round(killed / (tested - len(set(survivors) & set(equivalents))), 4)
-            if tested > len(set(survivors) & set(equivalents))
-            else None
-        ),
+        "kill_rate_excluding_equivalents": round(killed / (tested - len(named)), 4) if tested > len(named) else None,
         "survivors": survivors,
-        "survivors_named_equivalent": {k: equivalents[k] for k in survivors if k in equivalents},
+        "survivors_named_equivalent": {k: equivalents[k] for k in named},
         "survivors_unexplained": [k for k in survivors if k not in equivalents],
     }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scope", choices=sorted(SCOPES), default="stats")
+    ap.add_argument("--max-children", type=int, default=1, help="parallel mutants (the machine is shared)")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary copy (to `mutmut show` a mutant)")
+    ap.add_argument(
+        "--rerun-survivors",
+        type=Path,
+        metavar="COPY",
+        help="a copy kept by --keep: bring the checkout's tests into it and run its unexplained "
+        "survivors again (the mutants already killed stay killed)",
+    )
+    args = ap.parse_args()
+    files, tests = SCOPES[args.scope]
+    before = machine()
+    work = args.rerun_survivors or Path(tempfile.mkdtemp(prefix="finlib-mutation-"))
+    try:
+        if args.rerun_survivors:
+            shutil.rmtree(work / "tests")
+            shutil.copytree(ROOT / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+            equivalents = read_equivalents()
+            names = [k for k, v in statuses(work).items() if v == "survived" and k not in equivalents]
+        else:
+            copy_tracked(work)
+            with (work / "pyproject.toml").open("a", encoding="utf-8") as f:
+                f.write(mutmut_table(files, tests))
+            names = []
+        wall, error = run_mutmut(work, args.max_children, names)
+        if error:
+            print(error)
+            return 1
+        verdict = statuses(work)
+    finally:
+        if args.keep or args.rerun_survivors:
+            print(f"copy kept at {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    data = summary(args.scope, verdict, args.max_children, wall)
+    data["rerun_of_survivors"] = bool(args.rerun_survivors)
     path = write_result("mutation" if args.scope == "all" else f"mutation_{args.scope}", data, before)
     print(
-        f"{path.relative_to(ROOT)}: {killed}/{tested} killed, {len(survivors)} survived "
+        f"{path.relative_to(ROOT)}: kill rate {data['kill_rate']}, {len(data['survivors'])} survived "
         f"({len(data['survivors_unexplained'])} not named equivalent)"
     )
     return 0

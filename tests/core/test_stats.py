@@ -272,3 +272,20 @@ def test_bootstrap_uses_the_weights_it_is_given_and_counts_defined_replicates():
 
 def test_bootstrap_weights_without_clusters_are_an_empty_matrix():
     assert stats.bootstrap_weights(0, 5, seed=1).shape == (5, 0)
+
+
+def test_mcnemar_results_in_full():
+    """No discordant pair: p 1 with every count; tied discordant pairs: the exact test's statistic is
+    min(b, c) (statsmodels' convention) and scipy's binomial p-value."""
+    none = stats.mcnemar_exact([True, False, True], [True, False, True])
+    assert none == stats.McNemarResult(3, 0, 0, 0.0, 1.0)
+    tied = stats.mcnemar_exact([True, True, False, False, True], [False, False, True, True, True])
+    assert (tied.n_pairs, tied.only_a, tied.only_b, tied.statistic) == (5, 2, 2, 2.0)
+    assert tied.pvalue == pytest.approx(binomtest(2, 4, 0.5).pvalue)
+    lopsided = stats.mcnemar_exact([True] * 6 + [False], [False] * 6 + [True])
+    assert (lopsided.statistic, lopsided.pvalue) == (1.0, pytest.approx(binomtest(6, 7, 0.5).pvalue))
+
+
+def test_holm_adjusted_pvalues_are_capped_at_one():
+    np.testing.assert_allclose(stats.holm([0.6, 0.7]), multipletests([0.6, 0.7], method="holm")[1])
+    assert stats.holm([0.6, 0.7]).max() == 1.0
