@@ -106,7 +106,8 @@ def finbias_herding(
     max_new_tokens: int | None = None,
     cache: bool = True,
 ) -> Task:
-    """Fin-Bias herding on a run's processed folder (`data/processed/<run>/`, stages 00-02) for
+    """Fin-Bias herding on a run's processed folder (`data/processed/<run>/`, stages 00-02; an
+    absolute path: inspect runs a file's task from the file's folder) for
     the registry `record` (its system-role support, sampling, output limit, attempts, concurrency).
     Pass the model as inspect names it, e.g. `--model openai-api/<service>/<model_id>`."""
     spec = registry_record(record, registry)
