@@ -8,6 +8,7 @@ benchmarks/results/harness_imports.json (benchmarks/results.py) and to the termi
 
     .venv/bin/python benchmarks/bench_harness_imports.py
 """
+
 from __future__ import annotations
 
 import json
@@ -20,12 +21,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import ROOT, machine, write_result
 
 REPS = 5
-IMPORTS = {
-    "runner (make reproduce)": "import finlib.pipeline.runner",
-    "harness statistics (no harness import)": "import finlib.harness.finbias_rows, finlib.harness.bizfin_rows",
-    "inspect tasks (entry point)": "import finlib.harness.inspect_tasks",
-    "inspect_ai alone": "import inspect_ai",
-    "lm_eval with its task manager": "import lm_eval, lm_eval.tasks",
+IMPORTS = {  # key -> what is imported: make reproduce's runner, the harness statistics (no harness import),
+    # the inspect tasks' entry point, inspect_ai alone, lm_eval with its task manager
+    "runner": "import finlib.pipeline.runner",
+    "harness_statistics": "import finlib.harness.finbias_rows, finlib.harness.bizfin_rows",
+    "inspect_tasks": "import finlib.harness.inspect_tasks",
+    "inspect_ai": "import inspect_ai",
+    "lm_eval": "import lm_eval, lm_eval.tasks",
 }
 PROBE = """
 import json, sys, time
@@ -55,15 +57,24 @@ def main() -> None:
     rows = {}
     for name, stmt in IMPORTS.items():
         runs = [probe(PROBE.format(stmt=stmt)) for _ in range(REPS)]
-        rows[name] = {"median_s": round(statistics.median(r["seconds"] for r in runs), 3),
-                      "harness_modules_loaded": runs[0]["harness_modules"], "examples": runs[0]["examples"]}
-        print(f"{name}: {rows[name]['median_s']:.3f} s (median of {REPS}); harness modules loaded: "
-              f"{rows[name]['harness_modules_loaded']}")
+        rows[name] = {
+            "median_s": round(statistics.median(r["seconds"] for r in runs), 3),
+            "harness_modules_loaded": runs[0]["harness_modules"],
+            "examples": runs[0]["examples"],
+        }
+        print(
+            f"{name}: {rows[name]['median_s']:.3f} s (median of {REPS}); harness modules loaded: "
+            f"{rows[name]['harness_modules_loaded']}"
+        )
     eps = [probe(ENTRY_POINTS) for _ in range(REPS)]
-    rows["finlib.artifacts entry points"] = {"median_s": round(statistics.median(r["seconds"] for r in eps), 4),
-                                             "distributions_installed": eps[0]["distributions"]}
-    print(f"entry points read: {rows['finlib.artifacts entry points']['median_s']:.4f} s over "
-          f"{eps[0]['distributions']} installed distributions")
+    rows["entry_points"] = {
+        "median_s": round(statistics.median(r["seconds"] for r in eps), 4),
+        "distributions_installed": eps[0]["distributions"],
+    }
+    print(
+        f"entry points read: {rows['entry_points']['median_s']:.4f} s over "
+        f"{eps[0]['distributions']} installed distributions"
+    )
     path = write_result("harness_imports", {"reps": REPS, "imports": rows}, before)
     print(f"written: {path.relative_to(ROOT)}")
 

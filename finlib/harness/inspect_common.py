@@ -56,7 +56,7 @@ def to_inspect(messages: list[dict[str, str]]) -> list:
 async def ask(model: Model, messages: list[dict[str, str]], cache: bool, config: GenerateConfig | None = None) -> dict:
     """One call as a reply record: status "ok" with its text (and whether it stopped at the output
     limit) or "error" with the reason, after the attempts inspect's config allows. The cache policy
-    is passed to the call itself: inspect's `--cache-prompt` does not reach a call made in a solver."""
+    is passed to the call itself: the CLI's `--cache` is not relied on to reach a call made in a solver."""
     try:
         out = await model.generate(
             to_inspect(messages), config=config or GenerateConfig(), cache=CachePolicy(expiry=None) if cache else False

@@ -11,7 +11,7 @@ and tolerates partial input (inspect computes metrics of unfinished evals for it
 inspect's own defaults that this task replaces, measured against a stub server: unlimited retries
 (here `max_retries` = the record's attempts - 1, `timeout` = its timeout), concurrency that adapts to
 40-52 requests in flight (here `max_connections` = the record's concurrency), and a response cache
-that the CLI's `--cache-prompt` does not reach inside a custom solver (here a `CachePolicy` passed to
+that does not rely on the CLI's `--cache` reaching calls inside a custom solver (here a `CachePolicy` passed to
 every call, task option `cache`). Epochs: the paired statistic takes one answer per item, the first
 epoch's (`first_epoch` reducer); further epochs only spend calls -- the project's k draws are stage 09's.
 """
@@ -106,7 +106,8 @@ def finbias_herding(
     max_new_tokens: int | None = None,
     cache: bool = True,
 ) -> Task:
-    """Fin-Bias herding on a run's processed folder (`data/processed/<run>/`, stages 00-02) for
+    """Fin-Bias herding on a run's processed folder (`data/processed/<run>/`, stages 00-02; an
+    absolute path: inspect runs a file's task from the file's folder) for
     the registry `record` (its system-role support, sampling, output limit, attempts, concurrency).
     Pass the model as inspect names it, e.g. `--model openai-api/<service>/<model_id>`."""
     spec = registry_record(record, registry)

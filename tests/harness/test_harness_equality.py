@@ -152,3 +152,31 @@ def test_statistics_tolerate_partial_input():
         "m",
     )
     assert stats["herding/original"] == 1.0 and stats["herding_n/original"] == 1.0
+
+
+def test_inspect_rerun_is_answered_from_its_cache(tmp_path, monkeypatch):
+    """The task passes a cache policy to its calls: a second eval of the same reports sends nothing."""
+    from inspect_ai import eval as inspect_eval
+    from inspect_ai.model import get_model
+
+    from finlib.harness.inspect_finbias import finbias_herding
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("INSPECT_CACHE_DIR", str(tmp_path / "inspect-cache"))
+    data_dir = write_run(tmp_path / "processed", False)
+    (tmp_path / "params").mkdir()
+    with ThreadedStub() as server:
+        server.stub.__class__ = VariedStub
+        record = api_record("stub", server.base_url, "STUB_TEST_KEY", concurrency=4, max_attempts=2, timeout_s=5)
+        registry = tmp_path / write_registry(tmp_path, record)
+        model = get_model("openai-api/stub/stub-model", base_url=server.base_url, api_key="k", max_retries=0)
+        logs = []
+        for i in range(2):
+            (log,) = inspect_eval(
+                finbias_herding(str(data_dir), "stub", str(registry)),
+                model=model,
+                log_dir=str(tmp_path / f"logs{i}"),
+                display="none",
+            )
+            logs.append((log.status, server.stub.stats()["answers"]))
+    assert logs == [("success", 24), ("success", 24)]

@@ -2,7 +2,7 @@
 (`lm_eval --include_path finlib/harness/lm_eval_tasks ...`).
 
 lm-eval passes `--metadata` (JSON) to `custom_dataset`: `data_dir` (Fin-Bias: a run's processed
-folder; BizFinBench: the published files, default the format samples shipped with the package),
+folder), `bizfin_dir` (BizFinBench: the published files, default the format samples shipped with the package),
 `supports_system` (false: the system text joins the user turn, the authors' rule for models
 without a system role) and `prompt_version`. Each document carries its `system` text (the task's
 `description`, which lm-eval sends as the system message under `--apply_chat_template`) and its
@@ -87,13 +87,16 @@ FINBIAS_AGGREGATIONS = {name: _finbias_stat(name) for name in FINBIAS_METRICS}
 globals().update({f.__name__: f for f in FINBIAS_AGGREGATIONS.values()})
 
 
-def bizfin_dataset(family: str, data_dir: str | None = None, supports_system: bool = True, **_: object) -> dict:
-    """A rule-scored family's items as documents (the item's record rides along for its score)."""
+def bizfin_dataset(family: str, bizfin_dir: str | None = None, supports_system: bool = True, **_: object) -> dict:
+    """A rule-scored family's items as documents (the item's record rides along for its score):
+    the published files of `bizfin_dir` (its own key, so one run can take both papers' folders),
+    else the format samples shipped with the package."""
     if TASKS[family].kind != "accuracy":
         raise ValueError(f"{family} is judge-scored: lm-eval tasks here cover the rule-scored families")
-    docs = [
-        {"item": item_record(it), **_turns(it.chat_messages(supports_system))} for it in load_items(family, data_dir)
-    ]
+    items = load_items(family, bizfin_dir)
+    if not items:
+        raise ValueError(f"{bizfin_dir}: no {family} items (the folder holds the published BizFinBench JSONL files)")
+    docs = [{"item": item_record(it), **_turns(it.chat_messages(supports_system))} for it in items]
     return {"test": datasets.Dataset.from_list(docs)}
 
 
