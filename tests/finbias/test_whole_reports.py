@@ -13,7 +13,7 @@ from finlib.llm.registry import ModelSpec
 SPEC = ModelSpec(name="llama8k", backend="openai", model_id="m", supports_system=True, context_length=8192,
                  price_input_per_m=0.0, price_output_per_m=0.0, sampling={"temperature": 1.0, "top_p": 1.0},
                  base_url="http://127.0.0.1:1/v1", api_key_env=None)
-INF = {"max_input_tokens": None, "max_new_tokens": "registry", "dtype": "float32",
+INF = {"max_input_tokens": None, "max_new_tokens": "registry", "dtype": "float32", "threads": None,
        "prompt_version": "finbias-authors-v1"}
 OVERHEAD = 10
 
