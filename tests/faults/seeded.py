@@ -332,8 +332,8 @@ FAULTS: tuple[Fault, ...] = (
     Fault(
         "bizfin_unscored_counted_as_zero",
         BIZ_RESULTS,
-        "v = values[np.isfinite(values)]",
-        "v = np.nan_to_num(values)",
+        "ok = np.isfinite(values)",
+        "ok, values = np.ones(len(values), dtype=bool), np.nan_to_num(values)",
         "BizFinBench Table 3 task scores: an unscored item (NaN) counted as 0 inside N",
         (
             f"{TRUTHS}::test_bizfin_task_score_leaves_unscored_items_out_of_n",
