@@ -40,6 +40,21 @@ def tmp_run(tmp_path: Path):
 
 
 @pytest.fixture()
+def repo(tmp_path: Path, monkeypatch) -> Path:
+    """A throwaway repository (the shipped params, an empty notebooks folder) as the working directory,
+    with no run chosen through the environment, for tests of how runs are opened and recorded."""
+    from finlib.core import lab
+
+    root = tmp_path / "repo"
+    shutil.copytree(ROOT / "params", root / "params")
+    (root / "notebooks").mkdir()
+    (root / "pyproject.toml").write_text("[project]\nname='tmp'\n")
+    monkeypatch.delenv(lab.RUN_ENV, raising=False)
+    monkeypatch.chdir(root)
+    return root
+
+
+@pytest.fixture()
 def simulated_clock(monkeypatch):
     """The OpenAI backend's waits (rate limits, backoff) go to a simulated clock instead of the wall."""
     from llm_helpers import SimulatedClock

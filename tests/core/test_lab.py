@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 
@@ -16,17 +15,6 @@ from finlib.core import lab
 from finlib.core.artifacts import MissingArtifactError, read_frame, write_frame
 from finlib.core.config import load_run
 from finlib.core.errors import ConfigError
-
-
-@pytest.fixture()
-def repo(tmp_path: Path, repo_root: Path, monkeypatch) -> Path:
-    root = tmp_path / "repo"
-    shutil.copytree(repo_root / "params", root / "params")
-    (root / "notebooks").mkdir()
-    (root / "pyproject.toml").write_text("[project]\nname='tmp'\n")
-    monkeypatch.delenv(lab.RUN_ENV, raising=False)
-    monkeypatch.chdir(root)
-    return root
 
 
 def _runner_manifest(root: Path, run: str, params_file: str | None = None, mtime: float | None = None) -> Path:

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 from pathlib import Path
-
-import pytest
 
 from finlib.core import lab
 from finlib.core.config import load_run
@@ -68,17 +65,6 @@ def test_a_seed_change_reuses_nothing(tmp_path: Path):
     rec = reuse_parent(tmp_path, "default", parent, "default-lab-2", {**params, "seed": 2})
     assert rec["stages"] == {} and rec["rerun_from"] is None
     assert not (tmp_path / "data" / "processed" / "default-lab-2").exists()
-
-
-@pytest.fixture()
-def repo(tmp_path: Path, repo_root: Path, monkeypatch) -> Path:
-    root = tmp_path / "repo"
-    shutil.copytree(repo_root / "params", root / "params")
-    (root / "notebooks").mkdir()
-    (root / "pyproject.toml").write_text("[project]\nname='tmp'\n")
-    monkeypatch.delenv(lab.RUN_ENV, raising=False)
-    monkeypatch.chdir(root)
-    return root
 
 
 def test_a_notebook_exploration_opens_with_the_upstream_artifacts_in_place(repo: Path):

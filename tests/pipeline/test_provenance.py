@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -26,17 +25,6 @@ SECTIONS = {
     "05": "dpo",
     "06": "figures",
 }
-
-
-@pytest.fixture()
-def repo(tmp_path: Path, repo_root: Path, monkeypatch) -> Path:
-    root = tmp_path / "repo"
-    shutil.copytree(repo_root / "params", root / "params")
-    (root / "notebooks").mkdir()
-    (root / "pyproject.toml").write_text("[project]\nname='tmp'\n")
-    monkeypatch.delenv(lab.RUN_ENV, raising=False)
-    monkeypatch.chdir(root)
-    return root
 
 
 def published(root: Path, run: str = "default") -> dict:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -41,16 +40,6 @@ def test_limit_caps_counts_and_turns_all_into_n():
     assert out["perturb"]["sweep_reports"] == 2 and params()["perturb"]["sweep_reports"] == 5  # input untouched
     with pytest.raises(ConfigError, match="at least 1"):
         quick_try.cap_counts(params(), 0)
-
-
-@pytest.fixture()
-def repo(tmp_path: Path, repo_root: Path, monkeypatch) -> Path:
-    root = tmp_path / "repo"
-    shutil.copytree(repo_root / "params", root / "params")
-    (root / "notebooks").mkdir()
-    (root / "pyproject.toml").write_text("[project]\nname='tmp'\n")
-    monkeypatch.chdir(root)
-    return root
 
 
 def test_the_runner_runs_a_quick_try_under_its_own_name_with_valid_params(repo: Path, monkeypatch, capsys):
