@@ -198,3 +198,84 @@ def test_own_folder_without_prices_reaches_stage_00_artifacts(tmp_path):
     assert got["analyst_rating"].to_dict() == {"NWFT_2024-03-12": "bullish", "RDGM_2023-06-05": "bearish"}
     assert got.loc["NWFT_2024-03-12", "text"].startswith("Northwind Freight (NWFT): we reiterate our Buy rating")
     assert pd.read_parquet(cfg.processed_dir / "prices.parquet").empty
+
+
+def _card_root(tmp_path: Path, figures_min_sector_n: int | None = None) -> Path:
+    """A throwaway repository root with the project's params (optionally a different sector threshold)."""
+    import shutil
+
+    import yaml
+
+    root = tmp_path / "repo"
+    shutil.copytree(repo_root() / "params", root / "params")
+    if figures_min_sector_n is not None:
+        path = root / "params" / "default.yaml"
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data["figures"]["min_sector_n"] = figures_min_sector_n
+        path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return root
+
+
+def _gathered_page(tmp_path: Path, threshold: int, req: CardRequest | None = None) -> tuple[str, dict]:
+    """Stage 04's metrics of the planted rows through `gather` and `write_card`, under a params threshold."""
+    from types import SimpleNamespace
+
+    import yaml
+
+    from finlib.pipeline.card import gather
+
+    root = _card_root(tmp_path / str(threshold), threshold)
+    pfile = root / "params" / "card-t.yaml"
+    pfile.write_text(yaml.safe_dump({"extends": str(root / "params" / "default.yaml")}), encoding="utf-8")
+    cfg = load_run("card-t", pfile, root=root)
+    rows = _scored_rows()
+    rows.assign(input_tokens=100, output_tokens=5, cost_usd=0.0).to_parquet(cfg.processed_dir / "predictions.parquet")
+    scored = SimpleNamespace(
+        metrics=metrics_long(rows, reps=50, seed=0), tests=paired_tests(rows, reps=50, seed=0), rows=rows
+    )
+    req = req or CardRequest(name="t", model="m", n_reports=36)
+    data = gather(cfg, req, {"sample": "36 test reports"}, scored, {})
+    page = write_card(data, tmp_path / f"card{threshold}").read_text(encoding="utf-8")
+    return page, data.usage
+
+
+def test_card_sector_threshold_is_the_figures_knob(tmp_path):
+    """18 reports per sector: drawn under figures.min_sector_n = 18, left out under 19; the card states it."""
+    drawn, _ = _gathered_page(tmp_path, 18)
+    assert "Energy" in _section(drawn, "Sectors") and "figures.min_sector_n = 18" in drawn
+    hidden, _ = _gathered_page(tmp_path, 19)
+    assert "Energy" not in _section(hidden, "Sectors") and "figures.min_sector_n = 19" in hidden
+
+
+def _endpoint_plan(tmp_path: Path, **prices) -> tuple[list[str], float | None]:
+    from finlib.pipeline.card import plan_lines, prepare
+
+    req = CardRequest(name="ep", model="my-llm", base_url="http://127.0.0.1:9/v1", n_reports=20, **prices)
+    cfg, _ = prepare(req, root=_card_root(tmp_path))
+    return plan_lines(cfg, req)
+
+
+def test_unpriced_endpoint_plan_says_cost_unknown_and_asks(tmp_path):
+    from finlib.pipeline.card import must_ask
+
+    lines, dollars = _endpoint_plan(tmp_path)
+    assert dollars is None and must_ask(dollars)
+    assert "Cost: unknown" in lines[-1] and "cannot be checked" in lines[-1]
+    _, page_usage = _gathered_page(tmp_path, 18, CardRequest(name="t", model="m", base_url="http://127.0.0.1:9/v1"))
+    assert str(page_usage["cost_usd"]).startswith("unknown")
+
+
+def test_priced_endpoint_plan_costs_its_tokens(tmp_path):
+    """The cap in dollars is the planned tokens at the given prices (checked from the plan's own token columns)."""
+    from finlib.pipeline.card import must_ask, prepare
+    from finlib.pipeline.plan import build_plan
+
+    lines, dollars = _endpoint_plan(tmp_path, price_input_per_m=2.0, price_output_per_m=8.0)
+    cfg, _ = prepare(
+        CardRequest(name="ep", model="my-llm", base_url="http://127.0.0.1:9/v1", n_reports=20), root=tmp_path / "repo"
+    )
+    plan = build_plan(cfg)
+    by_hand = (plan["input_tokens"].sum() * 2.0 + plan["output_tokens_cap"].sum() * 8.0) / 1e6
+    assert dollars == pytest.approx(by_hand) and dollars > 0 and must_ask(dollars)
+    assert "Budget cap: $5.00" in lines[-1]
+    assert not must_ask(0.0)
