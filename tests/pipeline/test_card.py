@@ -5,6 +5,7 @@ params it runs under and the files it writes (one-page PDF, the answers one clic
 from __future__ import annotations
 
 import csv
+import json
 import re
 from pathlib import Path
 
@@ -279,3 +280,101 @@ def test_priced_endpoint_plan_costs_its_tokens(tmp_path):
     assert dollars == pytest.approx(by_hand) and dollars > 0 and must_ask(dollars)
     assert "Budget cap: $5.00" in lines[-1]
     assert not must_ask(0.0)
+
+
+# The stub's five replies (finlib.harness.stub_run.REPLIES) read by hand: the rating each states, None for the
+# refusal. Written here, not taken from the project's parser, so the accuracy below is computed independently.
+HAND_READ = {
+    '{"answer": "bullish", "reason": "Revenue growth and margin expansion support upside."}': "bullish",
+    '```json\n{"answer": "Neutral", "reason": "Valuation already reflects the guidance."}\n```': "neutral",
+    "My rating: bearish. Leverage is rising while free cash flow turns negative.": "bearish",
+    "I am not able to give investment advice on this security.": None,
+    '{"answer": "bearish", "reason": "Order intake fell for a third quarter."}': "bearish",
+}
+
+
+def _priced_folder(folder: Path, seed: int = 7) -> tuple[Path, Path, Path]:
+    """Own reports (one CSV) with a long prices file and a market file: geometric random walks, each firm's
+    return = market + noise, plus a planted drift over the 60 days after each report (up for Buy, down for Sell)."""
+    rng = np.random.default_rng(seed)
+    days = pd.bdate_range("2021-01-04", "2024-06-28")
+    market = 0.0003 + 0.011 * rng.standard_normal(len(days))
+    tickers = [f"TK{i}" for i in range(8)]
+    words = {"bullish": "Buy", "neutral": "Hold", "bearish": "Sell"}
+    reports, drift = [], {t: np.zeros(len(days)) for t in tickers}
+    for i in range(32):
+        t, rating = tickers[i % 8], ("bullish", "neutral", "bearish")[i % 3]
+        day = int(rng.integers(300, len(days) - 120))
+        drift[t][day + 1 : day + 61] += {"bullish": 0.004, "neutral": 0.0, "bearish": -0.004}[rating]
+        reports.append(
+            {
+                "report_id": f"R{i:02d}",
+                "ticker": t,
+                "date": days[day].strftime("%Y-%m-%d"),
+                "sector": "Energy" if i % 2 else "Technology",
+                "text": f"We rate {t} Holdings a {words[rating]}. Orders in quarter {i % 4 + 1} "
+                f"moved {'up' if i % 2 else 'down'} {i + 3}% and margins were {'wider' if i % 3 else 'flat'}.",
+            }
+        )
+    folder.mkdir(parents=True)
+    pd.DataFrame(reports).to_csv(folder / "reports.csv", index=False)
+    prices = [
+        pd.DataFrame(
+            {
+                "date": days,
+                "ticker": t,
+                "adj_close": 50 * np.exp(np.cumsum(market + drift[t] + 0.015 * rng.standard_normal(len(days)))),
+            }
+        )
+        for t in tickers
+    ]
+    pfile, mfile = folder.parent / "prices.csv", folder.parent / "market.csv"
+    pd.concat(prices).assign(date=lambda d: d["date"].dt.strftime("%Y-%m-%d")).to_csv(pfile, index=False)
+    pd.DataFrame({"date": days.strftime("%Y-%m-%d"), "market_close": 3000 * np.exp(np.cumsum(market))}).to_csv(
+        mfile, index=False
+    )
+    return folder, pfile, mfile
+
+
+@pytest.mark.slow
+def test_card_accuracy_with_prices_end_to_end(tmp_path, monkeypatch):
+    """Own reports + prices + market -> stages 00-04 against a stub endpoint -> the card's accuracy cell equals
+    the share of original-condition answers (read by hand) equal to the return-based label stage 01 wrote."""
+    from finlib.harness.stub_run import VariedStub
+    from finlib.pipeline.card import build_card
+    from finlib.rehearsal.stub_server import ThreadedStub
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("CARD_STUB_KEY", "stub-key")
+    folder, pfile, mfile = _priced_folder(tmp_path / "mine")
+    stub = ThreadedStub()
+    stub.stub = VariedStub()
+    root = _card_root(tmp_path)
+    req = CardRequest(
+        name="priced",
+        model="stub-llm",
+        reports=str(folder),
+        prices=str(pfile),
+        market=str(mfile),
+        base_url="",
+        api_key_env="CARD_STUB_KEY",
+        price_input_per_m=1.0,
+        price_output_per_m=2.0,
+    )
+    with stub:
+        req.base_url = stub.base_url
+        index = build_card(req, confirm=None, root=root)
+    card = json.loads((index.parent / "card.json").read_text(encoding="utf-8"))
+    cell = next(h for h in card["headline"] if h["metric"] == "accuracy" and h["condition"] == "original")
+    processed = load_run("priced", index.parent / "priced.yaml", root=root, make_dirs=False).processed_dir
+    labels = pd.read_parquet(processed / "labels.parquet").set_index("report_id")["label"]
+    assert labels.notna().sum() >= 20 and set(labels.dropna()) == {"bullish", "neutral", "bearish"}
+    pred = pd.read_parquet(processed / "predictions.parquet")
+    orig = pred[pred["condition"] == "original"]
+    assert len(orig) == 32 and orig["raw_text"].isin(list(HAND_READ)).all()
+    said = orig["raw_text"].map(HAND_READ)
+    truth = orig["report_id"].map(labels)
+    scored = truth.notna()
+    assert int(cell["n"]) == int(scored.sum())
+    assert cell["value"] == pytest.approx(float((said[scored] == truth[scored]).mean()))
+    assert "accuracy" in index.read_text(encoding="utf-8")
