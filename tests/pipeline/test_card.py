@@ -378,3 +378,23 @@ def test_card_accuracy_with_prices_end_to_end(tmp_path, monkeypatch):
     assert int(cell["n"]) == int(scored.sum())
     assert cell["value"] == pytest.approx(float((said[scored] == truth[scored]).mean()))
     assert "accuracy" in index.read_text(encoding="utf-8")
+
+
+def test_unpriced_endpoint_card_asks_and_spends_nothing_when_declined(tmp_path, monkeypatch):
+    """The card's own flow: the free stages, then the question (cost unknown), a no, and no call sent."""
+    from finlib.pipeline.card import build_card
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    folder, _, _ = _priced_folder(tmp_path / "mine")
+    asked: list = []
+
+    def decline(lines: list[str], dollars: float | None) -> bool:
+        asked.append((lines[-1], dollars))
+        return False
+
+    req = CardRequest(name="ep", model="my-llm", reports=str(folder), base_url="http://127.0.0.1:9/v1")
+    with pytest.raises(SystemExit, match="not confirmed; nothing spent"):
+        build_card(req, confirm=decline, root=_card_root(tmp_path))
+    assert len(asked) == 1 and asked[0][1] is None and "Cost: unknown" in asked[0][0]
+    processed = tmp_path / "repo" / "data" / "processed" / "ep"
+    assert (processed / "conditions.parquet").exists() and not (processed / "predictions.parquet").exists()
