@@ -26,6 +26,7 @@ import pandas as pd
 import yaml
 
 from finlib.core.config import RunConfig, load_run, repo_root
+from finlib.finbias.figures.stage import min_sector_n
 from finlib.finbias.ownreports.collect import OwnReports, read_folder
 from finlib.finbias.ownreports.meta import DEFAULT_NAME_PATTERN
 from finlib.pipeline.card_render import CardData, write_card
@@ -58,6 +59,8 @@ class CardRequest:
     n_reports: int = DEFAULT_REPORTS
     budget_usd: float = 5.0
     base_url: str | None = None
+    price_input_per_m: float | None = None
+    price_output_per_m: float | None = None
     model_id: str | None = None
     api_key_env: str | None = None
     against: str | None = None
@@ -90,7 +93,12 @@ def sample_reports(reports: pd.DataFrame, n: int, seed: int) -> tuple[pd.DataFra
 
 
 def _registry_with(req: CardRequest, cfg_registry: Path, out: Path) -> Path | None:
-    """A copy of the model registry with the user's OpenAI-compatible endpoint as one more record."""
+    """A copy of the model registry with the user's OpenAI-compatible endpoint as one more record.
+
+    Its prices are the user's (`--price-input-per-m`, `--price-output-per-m`); without them the record
+    holds 0 so the run can count tokens, and `endpoint_cost_unknown` makes the plan and the card say the
+    cost is unknown rather than $0.
+    """
     if not req.base_url:
         return None
     data = yaml.safe_load(cfg_registry.read_text(encoding="utf-8"))
@@ -104,8 +112,8 @@ def _registry_with(req: CardRequest, cfg_registry: Path, out: Path) -> Path | No
             "api_key_env": req.api_key_env,
             "supports_system": True,
             "context_length": 32768,
-            "price_input_per_m": 0.0,
-            "price_output_per_m": 0.0,
+            "price_input_per_m": float(req.price_input_per_m or 0.0),
+            "price_output_per_m": float(req.price_output_per_m or 0.0),
             "concurrency": 8,
         }
     )
@@ -195,19 +203,41 @@ def prepare(req: CardRequest, root: Path | None = None) -> tuple[RunConfig, dict
     return load_run(req.name, pfile, root=root), notes
 
 
-def plan_lines(cfg: RunConfig, n_reports: int) -> tuple[list[str], float]:
-    """The spend before any call: requests, tokens, dollars at registry prices, hours at the concurrency."""
+def endpoint_cost_unknown(req: CardRequest) -> bool:
+    """A custom endpoint without both prices: its calls are recorded at $0, which is not what they cost."""
+    return bool(req.base_url) and (req.price_input_per_m is None or req.price_output_per_m is None)
+
+
+def plan_lines(cfg: RunConfig, req: CardRequest) -> tuple[list[str], float | None]:
+    """The spend before any call: requests, tokens, dollars at registry prices, hours at the concurrency.
+
+    Dollars are None when the endpoint's prices are unknown: the caller then asks (a $0 plan would not).
+    """
     from finlib.pipeline.plan import build_plan, plan_markdown
 
     plan = build_plan(cfg)
-    dollars = float(plan["cost_usd_cap"].sum()) if len(plan) else 0.0
+    dollars: float | None = float(plan["cost_usd_cap"].sum()) if len(plan) else 0.0
+    cap = float(cfg.params["inference"]["budget_usd"])
+    budget = f"Budget cap: ${cap:.2f} (the run stops before spending more)."
+    if endpoint_cost_unknown(req):
+        dollars = None
+        budget = (
+            f"Cost: unknown. The endpoint {req.base_url} was given no prices (--price-input-per-m, "
+            f"--price-output-per-m), so the dollar columns above read $0 and the budget cap (${cap:.2f}) "
+            "cannot be checked: every call is counted at $0."
+        )
     lines = [
-        f"Card `{cfg.name}`: {n_reports} reports; widest 95 % half-width on a share "
-        f"±{planning_half_width(n_reports):.1%} before clustering by firm.",
+        f"Card `{cfg.name}`: {req.n_reports} reports; widest 95 % half-width on a share "
+        f"±{planning_half_width(req.n_reports):.1%} before clustering by firm.",
         plan_markdown(cfg, plan),
-        f"Budget cap: ${float(cfg.params['inference']['budget_usd']):.2f} (the run stops before spending more).",
+        budget,
     ]
     return lines, dollars
+
+
+def must_ask(dollars: float | None) -> bool:
+    """Ask before the paid stage when the plan costs money or its cost is unknown (None)."""
+    return dollars is None or dollars > 0
 
 
 def plan_hours(cfg: RunConfig) -> float:
@@ -297,14 +327,17 @@ def _usage(cfg: RunConfig, model: str) -> dict:
 def gather(cfg: RunConfig, req: CardRequest, notes: dict, scored, seconds: dict) -> CardData:
     """The card's numbers from stage 04's result (metrics, tests, rows) and stage 03's predictions."""
     m = req.model
+    usage = _usage(cfg, m)
+    if endpoint_cost_unknown(req):  # counted at $0 because no price was given, not because it was free
+        usage["cost_usd"] = "unknown (no --price-input-per-m / --price-output-per-m for the endpoint)"
     data = CardData(
         cfg,
         req,
         notes,
         headline(scored.metrics, m),
-        sector_lines(scored.metrics, m),
+        sector_lines(scored.metrics, m, min_sector_n(cfg)),
         card_tests(scored.tests, m),
-        _usage(cfg, m),
+        usage,
         answer_sample(scored.rows, m),
         published_points(),
         scored.rows[scored.rows["model"] == m],
@@ -326,10 +359,10 @@ def build_card(
     labelled = cfg.is_synthetic or bool(req.prices and req.market)
     seconds: dict[str, float] = {}
     run_stages(cfg, ["00", "01", "02"] if labelled else ["00", "02"], seconds)
-    lines, dollars = plan_lines(cfg, req.n_reports)
+    lines, dollars = plan_lines(cfg, req)
     out = card_dir(cfg.root, req.name)
     (out / "plan.md").write_text("\n\n".join(lines) + "\n", encoding="utf-8")
-    if confirm is not None and dollars > 0 and not confirm(lines, dollars):
+    if confirm is not None and must_ask(dollars) and not confirm(lines, dollars):
         raise SystemExit(f"card {req.name}: not confirmed; nothing spent (the plan is in {out / 'plan.md'})")
     print("\n".join(lines))
     hours = float(plan_hours(cfg))
@@ -355,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=DEFAULT_REPORTS, help="reports on the card (sampled)")
     ap.add_argument("--budget-usd", type=float, default=5.0, help="the run stops before spending more")
     ap.add_argument("--base-url", default=None, help="an OpenAI-compatible endpoint for --model")
+    ap.add_argument("--price-input-per-m", type=float, default=None, help="--base-url's $ per million input tokens")
+    ap.add_argument("--price-output-per-m", type=float, default=None, help="--base-url's $ per million output tokens")
     ap.add_argument("--model-id", default=None, help="the model id the endpoint serves (default: --model)")
     ap.add_argument("--api-key-env", default=None, help="the environment variable holding the endpoint's key")
     ap.add_argument("--against", default=None, help="a second card's name: both side by side, paired")
@@ -372,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
         n_reports=a.n,
         budget_usd=a.budget_usd,
         base_url=a.base_url,
+        price_input_per_m=a.price_input_per_m,
+        price_output_per_m=a.price_output_per_m,
         model_id=a.model_id,
         api_key_env=a.api_key_env,
         against=a.against,
@@ -381,13 +418,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def ask_before_spending(lines: list[str], dollars: float) -> bool:
+def ask_before_spending(lines: list[str], dollars: float | None) -> bool:
     """Print the plan and ask; outside a terminal (a pipe, CI) the answer is no and --yes is named."""
     print("\n".join(lines))
     if not sys.stdin.isatty():
         print("not a terminal: rerun with --yes (make card YES=1) to spend", file=sys.stderr)
         return False
-    return input(f"Spend up to ${dollars:.2f}? [y/N] ").strip().lower() in ("y", "yes")
+    spend = "at an unknown cost (no prices given)" if dollars is None else f"up to ${dollars:.2f}"
+    return input(f"Spend {spend}? [y/N] ").strip().lower() in ("y", "yes")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ from typing import Any
 import pandas as pd
 
 from finlib.core.config import RunConfig
-from finlib.pipeline.card_stats import CONDITIONS, SECTOR_MIN_N, planning_half_width
+from finlib.finbias.figures.stage import min_sector_n
+from finlib.pipeline.card_stats import CONDITIONS, planning_half_width
 
 AXES = (("original", "with_rating"), ("no_rating", "without_rating"), ("fake_rating", "herding_fake"))
 
@@ -163,7 +164,9 @@ def _body(data: CardData) -> str:
         _table(data.tests),
         "<h2>Every number with its interval and n</h2>",
         _table(data.head),
-        f"<h2>Sectors with n ≥ {SECTOR_MIN_N}</h2>",
+        f"<h2>Sectors with n ≥ {min_sector_n(data.cfg)}</h2>",
+        f"<p>A sector is drawn when its n reaches figures.min_sector_n = {min_sector_n(data.cfg)} "
+        "(the threshold the figures use).</p>",
         _table(data.sectors) if len(data.sectors) else "<p>No sector reaches the threshold.</p>",
         "<h2>Parse rate, tokens, cost</h2>",
         _table(pd.DataFrame([data.usage])),

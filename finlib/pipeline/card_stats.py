@@ -12,9 +12,6 @@ import pandas as pd
 from finlib.core.tables import paper_table
 from finlib.finbias.vocab import POOLED, SECTORS
 
-# A sector gets its own line on the card only with at least this many reports answered (an interval
-# from fewer firms is wider than the differences it would show).
-SECTOR_MIN_N = 30
 CONDITIONS = {"original": "with rating", "no_rating": "without rating", "fake_rating": "fake rating shown"}
 PUBLISHED_N = 8868  # Fin-Bias Table 2 total: every published model answered every report
 
@@ -39,8 +36,12 @@ def headline(metrics: pd.DataFrame, model: str) -> pd.DataFrame:
     return m[["condition", "metric", "value", "ci_low", "ci_high", "n"]].reset_index(drop=True)
 
 
-def sector_lines(metrics: pd.DataFrame, model: str, min_n: int = SECTOR_MIN_N) -> pd.DataFrame:
-    """Herding by sector, only for sectors whose n reaches `min_n` (the rest are counted, not drawn)."""
+def sector_lines(metrics: pd.DataFrame, model: str, min_n: int) -> pd.DataFrame:
+    """Herding by sector, only for sectors whose n reaches `min_n` (the rest are counted, not drawn).
+
+    The card passes `figures.min_sector_n` (`finlib.finbias.figures.stage.min_sector_n`), so the card and the
+    figures leave out the same sectors.
+    """
     m = metrics[
         (metrics["model"] == model)
         & metrics["sector"].isin(SECTORS)

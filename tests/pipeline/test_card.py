@@ -5,6 +5,7 @@ params it runs under and the files it writes (one-page PDF, the answers one clic
 from __future__ import annotations
 
 import csv
+import json
 import re
 from pathlib import Path
 
@@ -198,3 +199,202 @@ def test_own_folder_without_prices_reaches_stage_00_artifacts(tmp_path):
     assert got["analyst_rating"].to_dict() == {"NWFT_2024-03-12": "bullish", "RDGM_2023-06-05": "bearish"}
     assert got.loc["NWFT_2024-03-12", "text"].startswith("Northwind Freight (NWFT): we reiterate our Buy rating")
     assert pd.read_parquet(cfg.processed_dir / "prices.parquet").empty
+
+
+def _card_root(tmp_path: Path, figures_min_sector_n: int | None = None) -> Path:
+    """A throwaway repository root with the project's params (optionally a different sector threshold)."""
+    import shutil
+
+    import yaml
+
+    root = tmp_path / "repo"
+    shutil.copytree(repo_root() / "params", root / "params")
+    if figures_min_sector_n is not None:
+        path = root / "params" / "default.yaml"
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data["figures"]["min_sector_n"] = figures_min_sector_n
+        path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return root
+
+
+def _gathered_page(tmp_path: Path, threshold: int, req: CardRequest | None = None) -> tuple[str, dict]:
+    """Stage 04's metrics of the planted rows through `gather` and `write_card`, under a params threshold."""
+    from types import SimpleNamespace
+
+    import yaml
+
+    from finlib.pipeline.card import gather
+
+    root = _card_root(tmp_path / str(threshold), threshold)
+    pfile = root / "params" / "card-t.yaml"
+    pfile.write_text(yaml.safe_dump({"extends": str(root / "params" / "default.yaml")}), encoding="utf-8")
+    cfg = load_run("card-t", pfile, root=root)
+    rows = _scored_rows()
+    rows.assign(input_tokens=100, output_tokens=5, cost_usd=0.0).to_parquet(cfg.processed_dir / "predictions.parquet")
+    scored = SimpleNamespace(
+        metrics=metrics_long(rows, reps=50, seed=0), tests=paired_tests(rows, reps=50, seed=0), rows=rows
+    )
+    req = req or CardRequest(name="t", model="m", n_reports=36)
+    data = gather(cfg, req, {"sample": "36 test reports"}, scored, {})
+    page = write_card(data, tmp_path / f"card{threshold}").read_text(encoding="utf-8")
+    return page, data.usage
+
+
+def test_card_sector_threshold_is_the_figures_knob(tmp_path):
+    """18 reports per sector: drawn under figures.min_sector_n = 18, left out under 19; the card states it."""
+    drawn, _ = _gathered_page(tmp_path, 18)
+    assert "Energy" in _section(drawn, "Sectors") and "figures.min_sector_n = 18" in drawn
+    hidden, _ = _gathered_page(tmp_path, 19)
+    assert "Energy" not in _section(hidden, "Sectors") and "figures.min_sector_n = 19" in hidden
+
+
+def _endpoint_plan(tmp_path: Path, **prices) -> tuple[list[str], float | None]:
+    from finlib.pipeline.card import plan_lines, prepare
+
+    req = CardRequest(name="ep", model="my-llm", base_url="http://127.0.0.1:9/v1", n_reports=20, **prices)
+    cfg, _ = prepare(req, root=_card_root(tmp_path))
+    return plan_lines(cfg, req)
+
+
+def test_unpriced_endpoint_plan_says_cost_unknown_and_asks(tmp_path):
+    from finlib.pipeline.card import must_ask
+
+    lines, dollars = _endpoint_plan(tmp_path)
+    assert dollars is None and must_ask(dollars)
+    assert "Cost: unknown" in lines[-1] and "cannot be checked" in lines[-1]
+    _, page_usage = _gathered_page(tmp_path, 18, CardRequest(name="t", model="m", base_url="http://127.0.0.1:9/v1"))
+    assert str(page_usage["cost_usd"]).startswith("unknown")
+
+
+def test_priced_endpoint_plan_costs_its_tokens(tmp_path):
+    """The cap in dollars is the planned tokens at the given prices (checked from the plan's own token columns)."""
+    from finlib.pipeline.card import must_ask, prepare
+    from finlib.pipeline.plan import build_plan
+
+    lines, dollars = _endpoint_plan(tmp_path, price_input_per_m=2.0, price_output_per_m=8.0)
+    cfg, _ = prepare(
+        CardRequest(name="ep", model="my-llm", base_url="http://127.0.0.1:9/v1", n_reports=20), root=tmp_path / "repo"
+    )
+    plan = build_plan(cfg)
+    by_hand = (plan["input_tokens"].sum() * 2.0 + plan["output_tokens_cap"].sum() * 8.0) / 1e6
+    assert dollars == pytest.approx(by_hand) and dollars > 0 and must_ask(dollars)
+    assert "Budget cap: $5.00" in lines[-1]
+    assert not must_ask(0.0)
+
+
+# The stub's five replies (finlib.harness.stub_run.REPLIES) read by hand: the rating each states, None for the
+# refusal. Written here, not taken from the project's parser, so the accuracy below is computed independently.
+HAND_READ = {
+    '{"answer": "bullish", "reason": "Revenue growth and margin expansion support upside."}': "bullish",
+    '```json\n{"answer": "Neutral", "reason": "Valuation already reflects the guidance."}\n```': "neutral",
+    "My rating: bearish. Leverage is rising while free cash flow turns negative.": "bearish",
+    "I am not able to give investment advice on this security.": None,
+    '{"answer": "bearish", "reason": "Order intake fell for a third quarter."}': "bearish",
+}
+
+
+def _priced_folder(folder: Path, seed: int = 7) -> tuple[Path, Path, Path]:
+    """Own reports (one CSV) with a long prices file and a market file: geometric random walks, each firm's
+    return = market + noise, plus a planted drift over the 60 days after each report (up for Buy, down for Sell)."""
+    rng = np.random.default_rng(seed)
+    days = pd.bdate_range("2021-01-04", "2024-06-28")
+    market = 0.0003 + 0.011 * rng.standard_normal(len(days))
+    tickers = [f"TK{i}" for i in range(8)]
+    words = {"bullish": "Buy", "neutral": "Hold", "bearish": "Sell"}
+    reports, drift = [], {t: np.zeros(len(days)) for t in tickers}
+    for i in range(32):
+        t, rating = tickers[i % 8], ("bullish", "neutral", "bearish")[i % 3]
+        day = int(rng.integers(300, len(days) - 120))
+        drift[t][day + 1 : day + 61] += {"bullish": 0.004, "neutral": 0.0, "bearish": -0.004}[rating]
+        reports.append(
+            {
+                "report_id": f"R{i:02d}",
+                "ticker": t,
+                "date": days[day].strftime("%Y-%m-%d"),
+                "sector": "Energy" if i % 2 else "Technology",
+                "text": f"We rate {t} Holdings a {words[rating]}. Orders in quarter {i % 4 + 1} "
+                f"moved {'up' if i % 2 else 'down'} {i + 3}% and margins were {'wider' if i % 3 else 'flat'}.",
+            }
+        )
+    folder.mkdir(parents=True)
+    pd.DataFrame(reports).to_csv(folder / "reports.csv", index=False)
+    prices = [
+        pd.DataFrame(
+            {
+                "date": days,
+                "ticker": t,
+                "adj_close": 50 * np.exp(np.cumsum(market + drift[t] + 0.015 * rng.standard_normal(len(days)))),
+            }
+        )
+        for t in tickers
+    ]
+    pfile, mfile = folder.parent / "prices.csv", folder.parent / "market.csv"
+    pd.concat(prices).assign(date=lambda d: d["date"].dt.strftime("%Y-%m-%d")).to_csv(pfile, index=False)
+    pd.DataFrame({"date": days.strftime("%Y-%m-%d"), "market_close": 3000 * np.exp(np.cumsum(market))}).to_csv(
+        mfile, index=False
+    )
+    return folder, pfile, mfile
+
+
+@pytest.mark.slow
+def test_card_accuracy_with_prices_end_to_end(tmp_path, monkeypatch):
+    """Own reports + prices + market -> stages 00-04 against a stub endpoint -> the card's accuracy cell equals
+    the share of original-condition answers (read by hand) equal to the return-based label stage 01 wrote."""
+    from finlib.harness.stub_run import VariedStub
+    from finlib.pipeline.card import build_card
+    from finlib.rehearsal.stub_server import ThreadedStub
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("CARD_STUB_KEY", "stub-key")
+    folder, pfile, mfile = _priced_folder(tmp_path / "mine")
+    stub = ThreadedStub()
+    stub.stub = VariedStub()
+    root = _card_root(tmp_path)
+    req = CardRequest(
+        name="priced",
+        model="stub-llm",
+        reports=str(folder),
+        prices=str(pfile),
+        market=str(mfile),
+        base_url="",
+        api_key_env="CARD_STUB_KEY",
+        price_input_per_m=1.0,
+        price_output_per_m=2.0,
+    )
+    with stub:
+        req.base_url = stub.base_url
+        index = build_card(req, confirm=None, root=root)
+    card = json.loads((index.parent / "card.json").read_text(encoding="utf-8"))
+    cell = next(h for h in card["headline"] if h["metric"] == "accuracy" and h["condition"] == "original")
+    processed = load_run("priced", index.parent / "priced.yaml", root=root, make_dirs=False).processed_dir
+    labels = pd.read_parquet(processed / "labels.parquet").set_index("report_id")["label"]
+    assert labels.notna().sum() >= 20 and set(labels.dropna()) == {"bullish", "neutral", "bearish"}
+    pred = pd.read_parquet(processed / "predictions.parquet")
+    orig = pred[pred["condition"] == "original"]
+    assert len(orig) == 32 and orig["raw_text"].isin(list(HAND_READ)).all()
+    said = orig["raw_text"].map(HAND_READ)
+    truth = orig["report_id"].map(labels)
+    scored = truth.notna()
+    assert int(cell["n"]) == int(scored.sum())
+    assert cell["value"] == pytest.approx(float((said[scored] == truth[scored]).mean()))
+    assert "accuracy" in index.read_text(encoding="utf-8")
+
+
+def test_unpriced_endpoint_card_asks_and_spends_nothing_when_declined(tmp_path, monkeypatch):
+    """The card's own flow: the free stages, then the question (cost unknown), a no, and no call sent."""
+    from finlib.pipeline.card import build_card
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    folder, _, _ = _priced_folder(tmp_path / "mine")
+    asked: list = []
+
+    def decline(lines: list[str], dollars: float | None) -> bool:
+        asked.append((lines[-1], dollars))
+        return False
+
+    req = CardRequest(name="ep", model="my-llm", reports=str(folder), base_url="http://127.0.0.1:9/v1")
+    with pytest.raises(SystemExit, match="not confirmed; nothing spent"):
+        build_card(req, confirm=decline, root=_card_root(tmp_path))
+    assert len(asked) == 1 and asked[0][1] is None and "Cost: unknown" in asked[0][0]
+    processed = tmp_path / "repo" / "data" / "processed" / "ep"
+    assert (processed / "conditions.parquet").exists() and not (processed / "predictions.parquet").exists()
