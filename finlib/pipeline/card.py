@@ -226,13 +226,24 @@ def plan_lines(cfg: RunConfig, req: CardRequest) -> tuple[list[str], float | Non
             f"--price-output-per-m), so the dollar columns above read $0 and the budget cap (${cap:.2f}) "
             "cannot be checked: every call is counted at $0."
         )
+    n = reports_in_play(cfg, req.n_reports)
     lines = [
-        f"Card `{cfg.name}`: {req.n_reports} reports; widest 95 % half-width on a share "
-        f"±{planning_half_width(req.n_reports):.1%} before clustering by firm.",
+        f"Card `{cfg.name}`: {n} reports; widest 95 % half-width on a share "
+        f"±{planning_half_width(n):.1%} before clustering by firm.",
         plan_markdown(cfg, plan),
         budget,
     ]
     return lines, dollars
+
+
+def reports_in_play(cfg: RunConfig, requested: int) -> int:
+    """The reports the paid stage will send: those stage 02 kept in the original condition (a folder may
+    hold fewer than asked for, and reports without a readable rating leave); `requested` before stage 02."""
+    path = cfg.processed_dir / "conditions.parquet"
+    if not path.is_file():
+        return requested
+    cond = pd.read_parquet(path, columns=["report_id", "condition", "status"])
+    return int(cond.loc[(cond["condition"] == "original") & (cond["status"] == "ok"), "report_id"].nunique())
 
 
 def must_ask(dollars: float | None) -> bool:

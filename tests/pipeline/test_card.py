@@ -378,6 +378,8 @@ def test_card_accuracy_with_prices_end_to_end(tmp_path, monkeypatch):
     assert int(cell["n"]) == int(scored.sum())
     assert cell["value"] == pytest.approx(float((said[scored] == truth[scored]).mean()))
     assert "accuracy" in index.read_text(encoding="utf-8")
+    # the plan counts the folder's 32 reports, not the 200 a card asks for by default
+    assert (index.parent / "plan.md").read_text(encoding="utf-8").startswith("Card `priced`: 32 reports;")
 
 
 def test_unpriced_endpoint_card_asks_and_spends_nothing_when_declined(tmp_path, monkeypatch):
