@@ -140,7 +140,7 @@ def figure_drawers() -> dict[str, object]:
         "labels_beta_distribution": lambda cfg: labels.plot_beta_distribution(cfg, lab, METHODS[0]),
         "fig_strongsubj_removed": lambda cfg: subjectivity.removal_figure(cfg, stats),
         "fig_dpo_training": lambda cfg: _saved(cfg, train.plot_log(log, f"DPO training log: {MODELS[1]}",
-                                                                   figure_base.figure_width(cfg)), "fig_dpo_training"),
+                                                                   tables.figure_width(cfg)), "fig_dpo_training"),
         bizfin_figures.FIGURE_NAME: lambda cfg: bizfin_figures.plot_task_scores(cfg, bizfin_scores(), 0.95),
     }
 

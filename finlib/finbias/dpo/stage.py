@@ -487,8 +487,8 @@ def summary(cfg: RunConfig, result: DPOResult) -> str:
 
 def plot_training(cfg: RunConfig, res: DPOResult):
     """The per-step training curves (first model), saved as figures/<run>/fig_dpo_training.{png,pdf}."""
-    from finlib.core.tables import save_figure, skip_figure, synthetic_title
-    from finlib.finbias.figures.base import caption, figure_width
+    from finlib.core.tables import figure_width, save_figure, skip_figure, synthetic_title
+    from finlib.finbias.figures.base import caption
 
     log = res.train_log
     model = log["model"].iloc[0] if len(log) else (res.report.get("models") or ["-"])[0]

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 from finlib.core.config import RunConfig
 from finlib.core.tables import FIGURE_PADDING_IN, PRINT_COLUMN_IN, print_column, save_figure
-from finlib.core.tables import figure_width as figure_width  # every figure's width, re-exported for the style's users
 from finlib.finbias.vocab import Condition, Rating
 
 CONDITION_ORDER = (Condition.ORIGINAL, Condition.NO_RATING, Condition.NO_OPINION, Condition.FAKE_RATING)

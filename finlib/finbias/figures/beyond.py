@@ -14,13 +14,13 @@ import pandas as pd
 
 from finlib.core.artifacts import write_json
 from finlib.core.config import RunConfig
+from finlib.core.tables import figure_width
 from finlib.finbias.beyond.rating_sweep import ANSWER_ORDER, SHOWN_ORDER
 from finlib.finbias.figures.base import (
     MIN_TEXT_PT,
     RATING_COLORS,
     FigureRecord,
     figure_style,
-    figure_width,
     finish,
     label_share,
     legend_outside,

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from finlib.core.config import RunConfig
+from finlib.core.tables import figure_width
 from finlib.finbias.figures.base import (
     CONDITION_ORDER,
     MIN_TEXT_PT,
@@ -18,7 +19,6 @@ from finlib.finbias.figures.base import (
     FigureRecord,
     chars_per_line,
     figure_style,
-    figure_width,
     finish,
     panel_grid,
 )

@@ -21,6 +21,7 @@ import pandas as pd
 
 from finlib.core.artifacts import MissingArtifactError, read_frame, write_json
 from finlib.core.config import RunConfig
+from finlib.core.tables import figure_width
 from finlib.finbias.figures.base import (
     CONDITION_COLORS,
     CONDITION_HATCHES,
@@ -34,7 +35,6 @@ from finlib.finbias.figures.base import (
     chars_per_line,
     data_source,
     figure_style,
-    figure_width,
     finish,
     label_share,
     legend_outside,

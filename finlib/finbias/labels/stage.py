@@ -17,13 +17,12 @@ import numpy as np
 import pandas as pd
 
 from finlib.core.config import RunConfig
-from finlib.core.tables import skip_figure, write_table
+from finlib.core.tables import figure_width, skip_figure, write_table
 from finlib.finbias.data.stage import table3_half
 from finlib.finbias.figures.base import (
     ALTERNATIVE_GREYS,
     RATING_COLORS,
     figure_style,
-    figure_width,
     finish,
     legend_outside,
 )

@@ -586,11 +586,10 @@ def removal_figure(cfg, lexicon_stats: pd.DataFrame):
     under figures/<run>/; returns the figure for inline display."""
     import matplotlib.pyplot as plt
 
-    from finlib.core.tables import skip_figure
+    from finlib.core.tables import figure_width, skip_figure
     from finlib.finbias.figures.base import (
         ALTERNATIVE_GREYS,
         figure_style,
-        figure_width,
         finish,
         legend_outside,
         wrap_lines,

@@ -424,13 +424,12 @@ def plot_herding(cfg: RunConfig, res: ScoringResult):
     """
     import matplotlib.pyplot as plt
 
-    from finlib.core.tables import save_figure, skip_figure, synthetic_title
+    from finlib.core.tables import figure_width, save_figure, skip_figure, synthetic_title
     from finlib.finbias.figures.base import (
         MIN_TEXT_PT,
         caption,
         chars_per_line,
         figure_style,
-        figure_width,
         label_share,
         legend_row_in,
         model_colors,
