@@ -43,6 +43,8 @@ def sentence_marks(original: str, text: str | None) -> list[tuple[str, str]]:
     return out
 
 
+PAGE_HEIGHT_IN = 9.0  # Figures 2-5 fill a journal page's text height
+
 MARK_STYLE = {"same": ("#222222", ""), "removed": ("#c8423b", "[removed] "), "changed": ("#1a7f3c", "[new] ")}
 
 
@@ -89,10 +91,13 @@ def plot_conditions_example(cfg: RunConfig, conditions: pd.DataFrame, report_id:
     nrows, ncols = panel_grid(cfg, len(CONDITION_ORDER), 2)
     width = figure_width(cfg)
     wrap = chars_per_line(0.95 * width / ncols)  # a panel's share of the width, less the gap between panels
-    with figure_style():
-        fig, axes = plt.subplots(nrows, ncols, figsize=(width, 4.5 * nrows))
-        fig.subplots_adjust(left=0.01, right=0.99, top=1 - 0.6 / (4.5 * nrows), bottom=0.01, wspace=0.08,
-                            hspace=0.08 * 2 / nrows)
+    title = textwrap.wrap(f"Report {report_id} in the four conditions (analyst rating: "
+                          f"{rows.iloc[0]['analyst_rating']})", chars_per_line(width, 9))
+    with figure_style():  # a page's height whichever the column: a single column shows less text per condition
+        fig, axes = plt.subplots(nrows, ncols, figsize=(width, PAGE_HEIGHT_IN), squeeze=False)
+        top_in = 0.3 + 0.18 * len(title)  # the suptitle's 9 pt lines above the first panels' titles
+        fig.subplots_adjust(left=0.01, right=0.99, top=1 - top_in / PAGE_HEIGHT_IN, bottom=0.01, wspace=0.08,
+                            hspace=0.08 * nrows / 2)
         for ax, cond in zip(axes.ravel(), CONDITION_ORDER):
             r = rows.loc[cond.value] if cond.value in rows.index else None
             if r is None or r["status"] != "ok":
@@ -105,8 +110,7 @@ def plot_conditions_example(cfg: RunConfig, conditions: pd.DataFrame, report_id:
             extra = f" (fake: {r['fake_rating']})" if cond == Condition.FAKE_RATING else ""
             ax.set_title(f"{cond.value}{extra}", loc="left")
             _draw_text(ax, sentence_marks(original, str(r["text"])), max_chars, wrap)
-        title = f"Report {report_id} in the four conditions (analyst rating: {rows.iloc[0]['analyst_rating']})"
-        fig.suptitle("\n".join(textwrap.wrap(title, chars_per_line(width, 9))), x=0.01, ha="left")
+        fig.suptitle("\n".join(title), x=0.01, ha="left")
     rec = finish(cfg, fig, "fig_conditions_example",
                  "Fin-Bias Figures 2–5 equivalent: one report as each condition shows it; red = removed "
                  "sentence, green = new or rewritten sentence (the rating sentence), black = unchanged.")
@@ -167,7 +171,9 @@ def plot_case_study(cfg: RunConfig, predictions: pd.DataFrame, conditions: pd.Da
     _, ncols = panel_grid(cfg, 2, 2)  # context beside the answer, or above it in a single column
     ctx_chars, out_chars = (chars_per_line(0.95 * width * share) for share in ((1, 1) if ncols == 1 else (0.43, 0.57)))
     with figure_style():
-        fig, axes = plt.subplots(len(conds) * (3 - ncols), ncols, figsize=(width, 1.9 * len(conds) * (3 - ncols)),
+        # a panel holds up to 10 lines of 7 pt text (1.3 in with its title); side by side each row has room for more
+        panel_in = 1.9 if ncols == 2 else 1.5
+        fig, axes = plt.subplots(len(conds) * (3 - ncols), ncols, figsize=(width, panel_in * len(conds) * (3 - ncols)),
                                  squeeze=False, gridspec_kw={"width_ratios": [1, 1.3][:ncols]})
         for (ax_ctx, ax_out), cond in zip(axes.reshape(len(conds), 2), conds):
             r = rows[rows["condition"] == cond.value].iloc[0]

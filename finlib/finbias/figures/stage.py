@@ -41,6 +41,7 @@ from finlib.finbias.figures.base import (
     model_colors,
     model_markers,
     panel_grid,
+    single_column,
     text_color_on,
     wrap_lines,
 )
@@ -77,25 +78,29 @@ def plot_herding_heatmap(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object,
     models = sorted(h["model"].unique())
     cols = [s for s in (*SECTORS, POOLED) if s in set(h["sector"])]
     cmap = plt.get_cmap(HEATMAP_CMAP)
-    nrows, ncols = panel_grid(cfg, len(CONDITION_ORDER), 2)
+    # a single column has no room for a dozen sector columns side by side: sectors go down the side there
+    transpose = single_column(cfg)
+    down, across = (cols, models) if transpose else (models, cols)
+    row_in = 0.3 * len(cols) if transpose else 0.4 * max(len(models), 1)
     with figure_style():
-        fig, axes = plt.subplots(nrows, ncols, figsize=(figure_width(cfg), nrows * (1.6 + 0.4 * max(len(models), 1))),
-                                 squeeze=False, constrained_layout=True)
-        for col, (ax, cond) in enumerate(zip(axes.ravel(), CONDITION_ORDER)):
-            bottom_row, left_col = col >= (nrows - 1) * ncols, col % ncols == 0
+        fig, axes = plt.subplots(2, 2, figsize=(figure_width(cfg), 2 * (1.6 + row_in)), squeeze=False,
+                                 constrained_layout=True)
+        for k, (ax, cond) in enumerate(zip(axes.ravel(), CONDITION_ORDER)):
             d = h[h["condition"] == cond.value]
             val = d.pivot(index="model", columns="sector", values="value").reindex(index=models, columns=cols)
             cell_n = d.pivot(index="model", columns="sector", values="n").reindex(index=models, columns=cols).fillna(0)
+            if transpose:
+                val, cell_n = val.T, cell_n.T
             im = ax.imshow(100 * val.to_numpy(float), vmin=0, vmax=100, cmap=cmap, aspect="auto")
-            for i in range(len(models)):
-                for j in range(len(cols)):
+            for i in range(len(down)):
+                for j in range(len(across)):
                     v = val.iat[i, j]
                     label = "–" if pd.isna(v) else f"{100 * v:.0f}\nN{int(cell_n.iat[i, j])}"
                     ax.text(j, i, label, ha="center", va="center", fontsize=MIN_TEXT_PT,
                             color="#555555" if pd.isna(v) else text_color_on(cmap(float(v))))
-            ax.set_xticks(range(len(cols)), cols if bottom_row else [""] * len(cols), rotation=90)
-            ax.set_yticks(range(len(models)), models)
-            ax.tick_params(labelleft=left_col)
+            ax.set_xticks(range(len(across)), across if k >= 2 else [""] * len(across), rotation=90)
+            ax.set_yticks(range(len(down)), down)
+            ax.tick_params(labelleft=k % 2 == 0)
             ax.set_title(cond.value)
             ax.grid(False)
         fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="herding %")
@@ -103,7 +108,7 @@ def plot_herding_heatmap(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object,
     n_text = f"N per cell {int(n_range.min())}–{int(n_range.max())} answered items" if len(n_range) else "N unknown"
     rec = finish(cfg, fig, "fig_herding_heatmap",
                  "Herding score (Eq. 1: % of all N answers equal to the reference rating, an unparsed answer "
-                 f"counting as no match) by model and sector, per condition; {n_text} (N under each value; per-cell N also in the "
+                 f"counting as no match) by {'sector and model' if transpose else 'model and sector'}, per condition; {n_text} (N under each value; per-cell N also in the "
                  "tables' *_ci companions), '–' = no answers (stage 04 metrics).")
     return fig, rec
 
