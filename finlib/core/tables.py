@@ -49,6 +49,24 @@ def synthetic_title(cfg: RunConfig, title: str) -> str:
     return f"{title} (synthetic data)" if cfg.is_synthetic else title
 
 
+# journal column widths a figure prints at (`figures.width`); a figure is drawn FIGURE_PADDING_IN
+# narrower, the padding savefig's tight bounding box adds around it, so the saved image fits the column
+PRINT_COLUMN_IN = {"single": 3.5, "double": 7.2}
+FIGURE_PADDING_IN = 0.2
+
+
+def print_column(cfg: RunConfig) -> str:
+    """`figures.width` ("single" or "double"): the journal column every figure of the run is drawn for.
+    Kept in core so that every layer's figures (Fin-Bias, BizFinBench) read the one knob the same way."""
+    return str(cfg.section("figures")["width"])
+
+
+def figure_width(cfg: RunConfig) -> float:
+    """Drawing width (in) of every figure of the run: its journal column less the savefig padding, so
+    the style's 7-8 pt text prints at 7-8 pt instead of being scaled down to fit a narrower column."""
+    return PRINT_COLUMN_IN[print_column(cfg)] - FIGURE_PADDING_IN
+
+
 def literal_text(fig) -> None:
     """Every text of the figure drawn as typed: `$` pairs in a report sentence or a model name are
     not math (matplotlib's mathtext would italicise "$111 mn and a $0.84" into "111mnanda0.84")."""

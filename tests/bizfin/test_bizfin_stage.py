@@ -25,6 +25,7 @@ def bizfin_run(tmp_path, repo_root):
     root = tmp_path / "repo"
     (root / "params").mkdir(parents=True)
     params = {"seed": 7, "scoring": {"bootstrap_reps": 50, "ci": 0.95}, "bizfin": dict(defaults["bizfin"]),
+              "figures": dict(defaults["figures"]),  # its figure's width (`figures.width`)
               "inference": {"registry": "params/models.yaml", "store": "data/interim/responses.sqlite",
                             "budget_usd": 0.0, "model_cache": "data/interim/models", "progress": False,
                             "max_error_share": 0.5}}

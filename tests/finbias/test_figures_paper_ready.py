@@ -11,8 +11,10 @@ import pytest
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from colour_vision import MACHADO_2009, delta_e, worst_pair
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from test_figures import make_cfg, metrics_frame
 from test_figures_n import dpo_frame, headline_metrics
+from test_figures_print import figure_drawers
 
 from finlib.finbias.figures import base
 from finlib.finbias.figures import stage as figures
@@ -51,10 +53,17 @@ def test_accuracy_bars_carry_a_hatch_per_condition(tmp_path):
     assert set(base.CONDITION_HATCHES.values()) <= hatches
 
 
+def renderer(fig):
+    """The figure's renderer, drawn; a figure its module closed after saving gets a fresh Agg canvas."""
+    if not hasattr(fig.canvas, "get_renderer"):
+        FigureCanvasAgg(fig)
+    fig.canvas.draw()
+    return fig.canvas.get_renderer()
+
+
 def texts_at_print_size(fig, column_in: float) -> list[float]:
     """Font sizes (pt) of every visible text once the saved figure is scaled to a `column_in` column."""
-    fig.canvas.draw()
-    box = fig.get_tightbbox(fig.canvas.get_renderer())
+    box = fig.get_tightbbox(renderer(fig))
     scale = min(1.0, column_in / box.width)
     return [t.get_fontsize() * scale for t in fig.findobj(matplotlib.text.Text) if t.get_visible() and t.get_text()]
 
@@ -71,6 +80,24 @@ def test_single_column_figures_print_their_text_at_7_pt(tmp_path, draw):
     assert sizes and min(sizes) >= base.MIN_TEXT_PT - 0.05
     double, _ = draw(make_cfg(tmp_path / "d", width="double", min_sector_n=10))
     assert min(texts_at_print_size(double, 3.5)) < base.MIN_TEXT_PT  # a double-column figure shrinks there
+
+
+COLUMN_IN = {"single": 3.5, "double": 7.2}  # as the journals print them
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", sorted(COLUMN_IN))
+@pytest.mark.parametrize("name", sorted(figure_drawers()))
+def test_every_figure_is_drawn_for_the_chosen_column(tmp_path, name, width):
+    """Each figure the project draws, at each `figures.width`: drawn at its column less the savefig padding
+    (and so not at the other column's width), everything drawn inside that column, text >= 7 pt there."""
+    fig = figure_drawers()[name](make_cfg(tmp_path, width=width))
+    column = COLUMN_IN[width]
+    assert fig.get_figwidth() == pytest.approx(column - 0.2)
+    box_in = fig.get_tightbbox(renderer(fig)).width
+    assert box_in <= column, f"{name}: drawn {box_in:.2f} in wide for a {column} in column"
+    sizes = texts_at_print_size(fig, column)
+    assert sizes and min(sizes) >= base.MIN_TEXT_PT - 0.05
 
 
 def test_pdfs_and_pngs_are_byte_reproducible(tmp_path):

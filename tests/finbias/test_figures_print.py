@@ -1,5 +1,5 @@
-"""Every figure at print size: saved width within a journal column (<= 7.2 in), text >= 7 pt, no
-empty axes, text drawn literally ($, %, _, ^ and Chinese in model names and report text), heat-map
+"""Every figure at print size, for both `figures.width` columns (single 3.5 in, double 7.2 in): saved width
+that of the chosen column, text >= 7 pt once printed at it, no empty axes, text drawn literally ($, %, _, ^ and Chinese in model names and report text), heat-map
 labels readable on their cell, captions beside the image (inside it only on request), and a figure
 with no data not drawn but explained."""
 from __future__ import annotations
@@ -20,6 +20,8 @@ from matplotlib.text import Text
 from PIL import Image
 from test_figures import make_cfg
 
+from finlib.bizfin.benchmark import figures as bizfin_figures
+from finlib.bizfin.tasks import TASK_ORDER
 from finlib.core import tables
 from finlib.core.config import RunConfig
 from finlib.finbias.beyond.rating_sweep import ANSWER_ORDER, SHOWN_ORDER
@@ -39,7 +41,9 @@ pytestmark = pytest.mark.slow  # every test draws the full figure set first (a m
 ROOT = Path(__file__).resolve().parents[2]
 NASTY = "$111 mn and a $0.84 EPS, 5% up, x_1^2 — 贵州茅台"
 MODELS = ("gpt-4.1 [generate]", "通义千问 $qwen_2.5^7B$ [score]")
-MAX_WIDTH_IN, MIN_PT, DPI = 7.2, 7.0, 150
+MIN_PT, DPI = 7.0, 150
+COLUMN_IN = {"single": 3.5, "double": 7.2}  # journal column widths, as the journals print them
+TIGHT_BOX_SLACK_IN = 0.6  # a saved image may fall short of its column by savefig's trimmed margins
 CJK = any(f.name in figure_base.CJK_FAMILIES for f in font_manager.fontManager.ttflist)
 
 
@@ -79,8 +83,20 @@ def predictions_frame() -> pd.DataFrame:
                          for c, a in (("original", "bullish"), ("no_rating", "neutral"), ("fake_rating", "bearish"))])
 
 
+def bizfin_scores() -> pd.DataFrame:
+    """BizFinBench's long score table: every task and the Average for both models, N 1-3 per task."""
+    return pd.DataFrame([{"model": mm, "task": t, "rule": "official", "score": 50.0 + i, "ci_low": 40.0,
+                          "ci_high": 60.0 + i, "n_items": 1 + i % 3}
+                         for mm in MODELS for i, t in enumerate((*TASK_ORDER, "Average"))])
+
+
 def _all_figures(cfg: RunConfig) -> dict[str, object]:
     """Every figure the project draws, from small frames whose text carries $, %, _, ^ and Chinese."""
+    return {name: draw(cfg) for name, draw in figure_drawers().items()}
+
+
+def figure_drawers() -> dict[str, object]:
+    """Every figure the project draws, by name: a function of the run config returning the saved figure."""
     m = metrics_frame()
     reports = pd.DataFrame({"report_id": [f"R{i}" for i in range(30)],
                             "date": pd.to_datetime([f"{2020 + i % 3}-03-01" for i in range(30)])})
@@ -105,24 +121,27 @@ def _all_figures(cfg: RunConfig) -> dict[str, object]:
                         "rewards/accuracies": [0.5, 0.6, 0.7]})
     res = SimpleNamespace(metrics=m, plumbing=(), report={"ci": 0.95})
     return {
-        "fig_herding_heatmap": figures.plot_herding_heatmap(cfg, m)[0],
-        "fig_herding_with_without": figures.plot_with_without(cfg, m)[0],
-        "fig_accuracy_vs_analyst": figures.plot_accuracy_vs_analyst(cfg, m)[0],
-        "fig_prob_herding": figures.plot_prob_herding(cfg, m)[0],
-        "fig_fake_transitions": figures.plot_fake_transitions(cfg, trans)[0],
-        "fig_labels_by_year": figures.plot_labels_by_year(cfg, lab, reports)[0],
-        "fig_dpo_accuracy": figures.plot_dpo(cfg, dpo)[0],
-        "fig_paper_vs_ours": figures.plot_paper_vs_ours(cfg, long)[0],
-        "fig_conditions_example": figures_paper.plot_conditions_example(cfg, conditions_frame(), "R1", 1400)[0],
-        "fig_case_study": figures_paper.plot_case_study(cfg, predictions_frame(), conditions_frame())[0],
-        "beyond_response_matrix": figures_beyond.plot_response_matrix(cfg, matrix)[0],
-        "beyond_sweep_lift": figures_beyond.plot_lift(cfg, lift, 0.95)[0],
-        "beyond_noise_gap": figures_beyond.plot_noise_gap(cfg, gap, 0.95)[0],
-        "fig_herding_accuracy": scoring.plot_herding(cfg, res),
-        "labels_car_by_year": labels.plot_car_by_year(cfg, lab, reports, METHODS[0], 60),
-        "labels_beta_distribution": labels.plot_beta_distribution(cfg, lab, METHODS[0]),
-        "fig_strongsubj_removed": subjectivity.removal_figure(cfg, stats),
-        "fig_dpo_training": _saved(cfg, train.plot_log(log, f"DPO training log: {MODELS[1]}"), "fig_dpo_training"),
+        "fig_herding_heatmap": lambda cfg: figures.plot_herding_heatmap(cfg, m)[0],
+        "fig_herding_with_without": lambda cfg: figures.plot_with_without(cfg, m)[0],
+        "fig_accuracy_vs_analyst": lambda cfg: figures.plot_accuracy_vs_analyst(cfg, m)[0],
+        "fig_prob_herding": lambda cfg: figures.plot_prob_herding(cfg, m)[0],
+        "fig_fake_transitions": lambda cfg: figures.plot_fake_transitions(cfg, trans)[0],
+        "fig_labels_by_year": lambda cfg: figures.plot_labels_by_year(cfg, lab, reports)[0],
+        "fig_dpo_accuracy": lambda cfg: figures.plot_dpo(cfg, dpo)[0],
+        "fig_paper_vs_ours": lambda cfg: figures.plot_paper_vs_ours(cfg, long)[0],
+        "fig_conditions_example": lambda cfg: figures_paper.plot_conditions_example(
+            cfg, conditions_frame(), "R1", 1400)[0],
+        "fig_case_study": lambda cfg: figures_paper.plot_case_study(cfg, predictions_frame(), conditions_frame())[0],
+        "beyond_response_matrix": lambda cfg: figures_beyond.plot_response_matrix(cfg, matrix)[0],
+        "beyond_sweep_lift": lambda cfg: figures_beyond.plot_lift(cfg, lift, 0.95)[0],
+        "beyond_noise_gap": lambda cfg: figures_beyond.plot_noise_gap(cfg, gap, 0.95)[0],
+        "fig_herding_accuracy": lambda cfg: scoring.plot_herding(cfg, res),
+        "labels_car_by_year": lambda cfg: labels.plot_car_by_year(cfg, lab, reports, METHODS[0], 60),
+        "labels_beta_distribution": lambda cfg: labels.plot_beta_distribution(cfg, lab, METHODS[0]),
+        "fig_strongsubj_removed": lambda cfg: subjectivity.removal_figure(cfg, stats),
+        "fig_dpo_training": lambda cfg: _saved(cfg, train.plot_log(log, f"DPO training log: {MODELS[1]}",
+                                                                   tables.figure_width(cfg)), "fig_dpo_training"),
+        bizfin_figures.FIGURE_NAME: lambda cfg: bizfin_figures.plot_task_scores(cfg, bizfin_scores(), 0.95),
     }
 
 
@@ -152,29 +171,48 @@ def empty_axes(fig) -> list[str]:
     return out
 
 
-@pytest.fixture(scope="module")
-def drawn(tmp_path_factory):
-    cfg = make_cfg(tmp_path_factory.mktemp("figs"))
+@pytest.fixture(scope="module", params=sorted(COLUMN_IN))
+def drawn(request, tmp_path_factory):
+    cfg = make_cfg(tmp_path_factory.mktemp(f"figs_{request.param}"), width=request.param)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         figs = _all_figures(cfg)
     return cfg, figs, [str(w.message) for w in caught]
 
 
-def test_every_figure_fits_a_column_with_print_size_text(drawn):
+def printed_sizes(fig, saved_width_in: float, column_in: float) -> list[tuple[str, float]]:
+    """(text, pt) of every visible text once the saved image is printed at `column_in` (scaled down
+    only when wider than the column, as a journal does)."""
+    scale = min(1.0, column_in / saved_width_in)
+    return [(t.get_text()[:30], t.get_fontsize() * scale) for t in fig.findobj(Text)
+            if t.get_visible() and t.get_text().strip()]
+
+
+def test_every_figure_fits_its_column_with_print_size_text(drawn):
     cfg, figs, _ = drawn
-    assert len(figs) == 18
+    column = COLUMN_IN[cfg.section("figures")["width"]]
+    assert len(figs) == 19
     failures = []
     for name, fig in figs.items():
         png = cfg.figures_dir / f"{name}.png"
         width_in = Image.open(png).size[0] / DPI
-        if width_in > MAX_WIDTH_IN:
-            failures.append(f"{name}: {width_in:.2f} in wide")
-        if small_texts(fig):
-            failures.append(f"{name}: text under {MIN_PT} pt: {small_texts(fig)[:3]}")
+        if not column - TIGHT_BOX_SLACK_IN <= width_in <= column:
+            failures.append(f"{name}: {width_in:.2f} in wide for a {column} in column")
+        small = [(t, pt) for t, pt in printed_sizes(fig, width_in, column) if pt < MIN_PT - 1e-6]
+        if small:
+            failures.append(f"{name}: text under {MIN_PT} pt printed at {column} in: {small[:3]}")
         if empty_axes(fig):
             failures.append(f"{name}: empty axes {empty_axes(fig)}")
     assert not failures, "\n".join(failures)
+
+
+def test_the_print_size_check_catches_a_figure_drawn_for_the_wrong_column(tmp_path):
+    """Seeded fault: a figure drawn at the double width but printed in a single column halves its text."""
+    cfg = make_cfg(tmp_path, width="double")
+    fig = figure_drawers()["fig_prob_herding"](cfg)
+    width_in = Image.open(cfg.figures_dir / "fig_prob_herding.png").size[0] / DPI
+    assert width_in > COLUMN_IN["single"]
+    assert min(pt for _, pt in printed_sizes(fig, width_in, COLUMN_IN["single"])) < MIN_PT
 
 
 def test_text_is_drawn_literally_and_chinese_has_glyphs(drawn):

@@ -3,7 +3,8 @@ bootstrap interval and the number of items it rests on (a task scored on one ite
 and the figure must say so at a glance).
 
 bizfin may not import finbias (same layer), so the few style settings it shares with the Fin-Bias
-figures (text >= 7 pt at print size, double column) are repeated here as plain matplotlib rc values.
+figures (text >= 7 pt at print size) are repeated here as plain matplotlib rc values; its width is the
+run's `figures.width` column, read through `finlib.core.tables.figure_width` like every Fin-Bias figure.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pandas as pd
 
 from finlib.bizfin.tasks import TASK_ORDER
 from finlib.core.config import RunConfig
-from finlib.core.tables import save_figure
+from finlib.core.tables import figure_width, print_column, save_figure
 
 FIGURE_NAME = "bizfin_task_scores"
 STYLE = {
@@ -32,7 +33,6 @@ STYLE = {
 }
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 MODEL_COLORS = ("#332288", "#44aa99", "#882255", "#999933", "#88ccee", "#ddcc77", "#117733")  # Paul Tol "muted"
-DOUBLE_COLUMN_IN = 7.0
 
 
 def official_scores(long: pd.DataFrame) -> pd.DataFrame:
@@ -54,7 +54,7 @@ def plot_task_scores(cfg: RunConfig, long: pd.DataFrame, ci: float):
     models = sorted(d["model"].unique())
     n = d.groupby("task")["n_items"].agg(["min", "max"])
     with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(DOUBLE_COLUMN_IN, 3.0), layout="constrained")
+        fig, ax = plt.subplots(figsize=(figure_width(cfg), 3.0), layout="constrained")
         width = 0.7 / max(len(models), 1)
         for i, m in enumerate(models):
             g = d[d["model"] == m].set_index("task").reindex(tasks)
@@ -77,7 +77,12 @@ def plot_task_scores(cfg: RunConfig, long: pd.DataFrame, ci: float):
         ax.set_xticks(range(len(tasks)), labels, rotation=45, ha="right")
         ax.set_ylim(-5, 105)
         ax.set_ylabel(f"score % (official rule, {100 * ci:g} % CI)")
-        ax.legend(loc="lower left", bbox_to_anchor=(0, 1.02), ncol=min(len(models), 4), frameon=False)
+        ax.legend(
+            loc="lower left",
+            bbox_to_anchor=(0, 1.02),
+            ncol=min(len(models), 1 if print_column(cfg) == "single" else 4),
+            frameon=False,
+        )
     per_task = d.loc[d["task"] != "Average", "n_items"]
     lo, hi = int(per_task.min()), int(per_task.max())
     save_figure(

@@ -487,7 +487,7 @@ def summary(cfg: RunConfig, result: DPOResult) -> str:
 
 def plot_training(cfg: RunConfig, res: DPOResult):
     """The per-step training curves (first model), saved as figures/<run>/fig_dpo_training.{png,pdf}."""
-    from finlib.core.tables import save_figure, skip_figure, synthetic_title
+    from finlib.core.tables import figure_width, save_figure, skip_figure, synthetic_title
     from finlib.finbias.figures.base import caption
 
     log = res.train_log
@@ -496,7 +496,7 @@ def plot_training(cfg: RunConfig, res: DPOResult):
         skip_figure(cfg, "fig_dpo_training", f"no DPO training step logged for {model}")
         return None
     title = synthetic_title(cfg, f"DPO training log: {model} ({res.report.get('dtype', {}).get(model, '-')})")
-    fig = tr.plot_log(log[log["model"] == model], title)
+    fig = tr.plot_log(log[log["model"] == model], title, figure_width(cfg))
     save_figure(cfg, fig, "fig_dpo_training", caption=caption(
         cfg, f"DPO training of {model}: loss, reward margin and reward accuracy per optimiser step (stage 05)."))
     return fig

@@ -370,17 +370,22 @@ def rating_margin_share(margins: pd.DataFrame, level: float = 0.95) -> MarginSha
     return MarginShare(mean, max(0.0, mean - half), min(1.0, mean + half), n)
 
 
-def plot_log(log: pd.DataFrame, title: str):
-    """Loss, reward margin and reward accuracy per step (one figure, three panels)."""
+def plot_log(log: pd.DataFrame, title: str, width_in: float):
+    """Loss, reward margin and reward accuracy per step (one figure, three panels): side by side at a
+    double column's width, stacked in a narrower one so that tick labels keep their print size."""
+    import textwrap
+
     import matplotlib.pyplot as plt
 
-    from finlib.finbias.figures.base import DOUBLE_COLUMN_IN, figure_style
+    from finlib.finbias.figures.base import DOUBLE_COLUMN_IN, chars_per_line, figure_style
 
     if log.empty:
         raise LookupError("no training steps logged")
+    nrows, ncols = (1, 3) if width_in >= DOUBLE_COLUMN_IN else (3, 1)
     with figure_style():
-        fig, axes = plt.subplots(1, 3, figsize=(DOUBLE_COLUMN_IN, 2.6))
-        for ax, col in zip(axes, ["loss", "rewards/margins", "rewards/accuracies"]):
+        fig, axes = plt.subplots(nrows, ncols, figsize=(width_in, 2.6 * nrows), squeeze=False)
+        title = "\n".join(textwrap.wrap(title, chars_per_line(width_in, 9)))
+        for ax, col in zip(axes.ravel(), ["loss", "rewards/margins", "rewards/accuracies"]):
             ax.plot(log["step"], log[col], marker="o", color="#333333")
             ax.set_title(col)
             ax.set_xlabel("step")

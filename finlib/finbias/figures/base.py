@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from finlib.core.config import RunConfig
-from finlib.core.tables import save_figure
+from finlib.core.tables import FIGURE_PADDING_IN, PRINT_COLUMN_IN, print_column, save_figure
 from finlib.finbias.vocab import Condition, Rating
 
 CONDITION_ORDER = (Condition.ORIGINAL, Condition.NO_RATING, Condition.NO_OPINION, Condition.FAKE_RATING)
@@ -39,9 +39,9 @@ ALTERNATIVE_GREYS = ("#3b3b3b", "#b8b8b8", "#7a7a7a")
 HEATMAP_CMAP = "viridis"
 
 # journal column widths are 3.5 in (single) and 7.2 in (double); figures are drawn 0.2 in narrower,
-# the padding savefig's tight bounding box adds around them
-SINGLE_COLUMN_IN = 3.3
-DOUBLE_COLUMN_IN = 7.0
+# the padding savefig's tight bounding box adds around them (finlib.core.tables: BizFinBench reads them too)
+SINGLE_COLUMN_IN = PRINT_COLUMN_IN["single"] - FIGURE_PADDING_IN
+DOUBLE_COLUMN_IN = PRINT_COLUMN_IN["double"] - FIGURE_PADDING_IN
 MIN_TEXT_PT = 7          # smallest text at print size
 CJK_FAMILIES = ("WenQuanYi Micro Hei", "WenQuanYi Zen Hei", "Noto Sans CJK SC", "Noto Sans CJK JP",
                 "Source Han Sans SC", "SimHei", "Microsoft YaHei")
@@ -54,6 +54,39 @@ STYLE = {
     "pdf.fonttype": 42,
     "text.parse_math": False,  # "$111 mn and a $0.84" is text, not math
 }
+
+
+def single_column(cfg: RunConfig) -> bool:
+    """True when the run draws for a single journal column: multi-panel figures then stack their
+    panels in one column instead of side by side, so no panel's text shrinks below MIN_TEXT_PT."""
+    return print_column(cfg) == "single"
+
+
+def panel_grid(cfg: RunConfig, panels: int, max_cols: int) -> tuple[int, int]:
+    """(rows, columns) for `panels` panels: up to `max_cols` side by side in a double column, one
+    column in a single column (a 3.3 in figure has no room for two panels' tick labels)."""
+    ncols = 1 if single_column(cfg) else max(1, min(panels, max_cols))
+    return -(-panels // ncols), ncols
+
+
+def chars_per_line(width_in: float, fontsize: float = MIN_TEXT_PT) -> int:
+    """How many characters of `fontsize` text fit across `width_in` inches (DejaVu Sans runs up to about
+    0.6 em per character in report prose): the wrap width of titles and text panels, so none runs past
+    the figure."""
+    return max(10, int(width_in * 72 / (0.6 * fontsize)))
+
+
+def wrap_lines(text: str, width_in: float, fontsize: float = MIN_TEXT_PT) -> str:
+    """`text` with each of its lines wrapped to `width_in` inches: a tick label or legend entry (a long
+    model name, "model: bullish -> bearish (N=4)") that would push a single-column figure past its column."""
+    return "\n".join(part for line in text.split("\n")
+                     for part in (textwrap.wrap(line, chars_per_line(width_in, fontsize)) or [""]))
+
+
+def label_share(fig) -> float:
+    """The width (in) a tick-label column or a legend entry may take: two fifths of the figure, so the
+    axes keep the rest whichever column the figure is drawn for."""
+    return 0.4 * fig.get_figwidth()
 
 
 def model_colors(models) -> dict[str, str]:
@@ -81,6 +114,8 @@ def legend_outside(ax, ncol: int | None = None, **kwargs):
     if not handles:
         return None
     ncol = ncol or min(len(handles), 4)
+    while ncol > 1 and legend_row_in(labels, ncol) > 0.6 * ax.figure.get_figwidth():
+        ncol -= 1  # it starts at the axes' left edge, which tick labels may push up to label_share to the right
     legend = ax.legend(handles, labels, loc="lower left", bbox_to_anchor=(0, 1.02), borderaxespad=0,
                        ncol=ncol, **kwargs)
     for loc in ("left", "center", "right"):  # a title moves up above the legend
@@ -88,6 +123,13 @@ def legend_outside(ax, ncol: int | None = None, **kwargs):
         if title:
             ax.set_title(title, loc=loc, pad=6 + 1.5 * MIN_TEXT_PT * -(-len(handles) // ncol))
     return legend
+
+
+def legend_row_in(labels: list[str], ncol: int, fontsize: float = MIN_TEXT_PT) -> float:
+    """Upper estimate of the width (in) of a legend laid out in `ncol` columns: every column as wide as the
+    longest entry line plus the handle and gaps (about 4 em), at `fontsize` and 0.6 em per character."""
+    longest = max((len(line) for label in labels for line in label.split("\n")), default=0)
+    return ncol * (0.6 * fontsize * longest + 4 * fontsize) / 72
 
 
 def font_families() -> list[str]:
@@ -161,7 +203,7 @@ def finish(cfg: RunConfig, fig, name: str, text: str) -> FigureRecord:
     if caption_in_image(cfg):
         box = fig.get_tightbbox(fig.canvas.get_renderer())  # below everything drawn (rotated tick labels)
         left, bottom = box.x0 / fig.get_figwidth(), box.y0 / fig.get_figheight()
-        width_chars = int(fig.get_figwidth() * 72 / (0.55 * MIN_TEXT_PT))
+        width_chars = chars_per_line(fig.get_figwidth())
         fig.text(min(left, 0.01), min(bottom, 0.0) - 0.02, "\n".join(textwrap.wrap(cap, width_chars)), ha="left",
                  va="top", fontsize=MIN_TEXT_PT, color="#333333")
     paths = save_figure(cfg, fig, name, caption=cap)

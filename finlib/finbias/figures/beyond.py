@@ -14,16 +14,19 @@ import pandas as pd
 
 from finlib.core.artifacts import write_json
 from finlib.core.config import RunConfig
+from finlib.core.tables import figure_width
 from finlib.finbias.beyond.rating_sweep import ANSWER_ORDER, SHOWN_ORDER
 from finlib.finbias.figures.base import (
-    DOUBLE_COLUMN_IN,
     MIN_TEXT_PT,
     RATING_COLORS,
     FigureRecord,
     figure_style,
     finish,
+    label_share,
     legend_outside,
+    panel_grid,
     text_color_on,
+    wrap_lines,
 )
 from finlib.finbias.vocab import POOLED
 
@@ -35,11 +38,10 @@ def plot_response_matrix(cfg: RunConfig, matrix: pd.DataFrame) -> tuple[object, 
     import matplotlib.pyplot as plt
 
     models = sorted(matrix["model"].unique())
-    ncols = min(len(models), 2)
-    nrows = -(-len(models) // ncols)
+    nrows, ncols = panel_grid(cfg, len(models), 2)
     cmap = plt.get_cmap("Blues")
     with figure_style():
-        fig, axes = plt.subplots(nrows, ncols, figsize=(DOUBLE_COLUMN_IN if ncols > 1 else 3.5, 2.8 * nrows),
+        fig, axes = plt.subplots(nrows, ncols, figsize=(figure_width(cfg), 2.8 * nrows),
                                  squeeze=False)
         for ax in axes.ravel()[len(models):]:
             ax.remove()
@@ -73,14 +75,15 @@ def plot_lift(cfg: RunConfig, lift: pd.DataFrame, ci: float) -> tuple[object, Fi
     models = sorted(d["model"].unique())
     hatches = ("", "//", "..", "xx", "\\\\", "++")
     with figure_style():
-        fig, ax = plt.subplots(figsize=(5.5, 2.8))
+        fig, ax = plt.subplots(figsize=(figure_width(cfg), 2.8))
         width = 0.8 / max(len(models), 1)
         for i, model in enumerate(models):
             m = d[d["model"] == model].set_index("shown").reindex(SHOWN_ORDER[1:])
             x = np.arange(3) + (i - (len(models) - 1) / 2) * width
             err = np.vstack([m["lift"] - m["ci_low"], m["ci_high"] - m["lift"]]).clip(min=0)
             ax.bar(x, 100 * m["lift"], width, color=[RATING_COLORS[r] for r in SHOWN_ORDER[1:]], alpha=0.85,
-                   edgecolor="black", linewidth=0.4, label=model, hatch=hatches[i % len(hatches)])
+                   edgecolor="black", linewidth=0.4, label=wrap_lines(model, label_share(fig)),
+                   hatch=hatches[i % len(hatches)])
             ax.errorbar(x, 100 * m["lift"], yerr=100 * np.nan_to_num(err), fmt="none", ecolor="black", capsize=3)
         ax.axhline(0, color="black", linewidth=0.6)
         ax.set_xticks(range(3), [f"shown {r}" for r in SHOWN_ORDER[1:]])
@@ -99,14 +102,15 @@ def plot_noise_gap(cfg: RunConfig, compare: pd.DataFrame, ci: float) -> tuple[ob
 
     d = compare.reset_index(drop=True)
     with figure_style():
-        fig, ax = plt.subplots(figsize=(6, 0.45 * len(d) + 1.2))
+        fig, ax = plt.subplots(figsize=(figure_width(cfg), 0.45 * len(d) + 1.2))
         y = np.arange(len(d))
         ax.barh(y, 2 * d["noise_pm_pp"], left=-d["noise_pm_pp"], color="#dddddd", label="single-draw noise band")
         err = np.vstack([d["gap_pp"] - d["ci_low_pp"], d["ci_high_pp"] - d["gap_pp"]]).clip(min=0)
         ax.errorbar(d["gap_pp"], y, xerr=np.nan_to_num(err), fmt="o", color="#333333", capsize=3,
                     label="k-draw gap")
         ax.plot(d["single_draw_gap_pp"], y, "x", color="#888888", label="single-draw gap (draw 0)")
-        ax.set_yticks(y, [f"{r.model}: {r.paper_table} {r.outcome}" for r in d.itertuples()])
+        ax.set_yticks(y, [wrap_lines(f"{r.model}: {r.paper_table} {r.outcome}", label_share(fig))
+                          for r in d.itertuples()])
         ax.axvline(0, color="black", linewidth=0.6)
         ax.set_xlabel("gap between conditions (points)")
         legend_outside(ax, ncol=2)

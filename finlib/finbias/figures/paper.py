@@ -11,14 +11,16 @@ import numpy as np
 import pandas as pd
 
 from finlib.core.config import RunConfig
+from finlib.core.tables import figure_width
 from finlib.finbias.figures.base import (
     CONDITION_ORDER,
-    DOUBLE_COLUMN_IN,
     MIN_TEXT_PT,
     RATING_COLORS,
     FigureRecord,
+    chars_per_line,
     figure_style,
     finish,
+    panel_grid,
 )
 from finlib.finbias.sentences import split_sentences
 from finlib.finbias.vocab import Condition
@@ -41,10 +43,12 @@ def sentence_marks(original: str, text: str | None) -> list[tuple[str, str]]:
     return out
 
 
+PAGE_HEIGHT_IN = 9.0  # Figures 2-5 fill a journal page's text height
+
 MARK_STYLE = {"same": ("#222222", ""), "removed": ("#c8423b", "[removed] "), "changed": ("#1a7f3c", "[new] ")}
 
 
-def _draw_text(ax, marks: list[tuple[str, str]], max_chars: int, width: int = 56) -> None:
+def _draw_text(ax, marks: list[tuple[str, str]], max_chars: int, width: int) -> None:
     """Sentences line by line at print size; the line step follows the panel's height in points."""
     ax.set_axis_off()
     bbox = ax.get_position()
@@ -84,23 +88,29 @@ def plot_conditions_example(cfg: RunConfig, conditions: pd.DataFrame, report_id:
 
     rows = conditions[conditions["report_id"].astype(str) == report_id].set_index("condition")
     original = str(rows.loc[Condition.ORIGINAL.value, "text"])
-    with figure_style():
-        fig, axes = plt.subplots(2, 2, figsize=(DOUBLE_COLUMN_IN, 9.0))
-        fig.subplots_adjust(left=0.01, right=0.99, top=0.93, bottom=0.01, wspace=0.08, hspace=0.08)
+    nrows, ncols = panel_grid(cfg, len(CONDITION_ORDER), 2)
+    width = figure_width(cfg)
+    wrap = chars_per_line(0.95 * width / ncols)  # a panel's share of the width, less the gap between panels
+    title = textwrap.wrap(f"Report {report_id} in the four conditions (analyst rating: "
+                          f"{rows.iloc[0]['analyst_rating']})", chars_per_line(width, 9))
+    with figure_style():  # a page's height whichever the column: a single column shows less text per condition
+        fig, axes = plt.subplots(nrows, ncols, figsize=(width, PAGE_HEIGHT_IN), squeeze=False)
+        top_in = 0.3 + 0.18 * len(title)  # the suptitle's 9 pt lines above the first panels' titles
+        fig.subplots_adjust(left=0.01, right=0.99, top=1 - top_in / PAGE_HEIGHT_IN, bottom=0.01, wspace=0.08,
+                            hspace=0.08 * nrows / 2)
         for ax, cond in zip(axes.ravel(), CONDITION_ORDER):
             r = rows.loc[cond.value] if cond.value in rows.index else None
             if r is None or r["status"] != "ok":
                 reason = "not built" if r is None else f"skipped: {r['skip_reason']}"
                 ax.set_axis_off()
                 ax.set_title(cond.value, loc="left")
-                ax.text(0.0, 0.97, "\n".join(textwrap.wrap(reason, 55)[:12]), va="top", fontsize=MIN_TEXT_PT,
+                ax.text(0.0, 0.97, "\n".join(textwrap.wrap(reason, wrap)[:12]), va="top", fontsize=MIN_TEXT_PT,
                         color="#a33", transform=ax.transAxes)
                 continue
             extra = f" (fake: {r['fake_rating']})" if cond == Condition.FAKE_RATING else ""
             ax.set_title(f"{cond.value}{extra}", loc="left")
-            _draw_text(ax, sentence_marks(original, str(r["text"])), max_chars)
-        fig.suptitle(f"Report {report_id} in the four conditions (analyst rating: "
-                     f"{rows.iloc[0]['analyst_rating']})", x=0.01, ha="left")
+            _draw_text(ax, sentence_marks(original, str(r["text"])), max_chars, wrap)
+        fig.suptitle("\n".join(title), x=0.01, ha="left")
     rec = finish(cfg, fig, "fig_conditions_example",
                  "Fin-Bias Figures 2–5 equivalent: one report as each condition shows it; red = removed "
                  "sentence, green = new or rewritten sentence (the rating sentence), black = unchanged.")
@@ -157,23 +167,28 @@ def plot_case_study(cfg: RunConfig, predictions: pd.DataFrame, conditions: pd.Da
     ctx = conditions[conditions["report_id"].astype(str) == rid].set_index("condition")
     conds = [c for c in (Condition.ORIGINAL, Condition.NO_RATING, Condition.FAKE_RATING)
              if c.value in set(rows["condition"])]
+    width = figure_width(cfg)
+    _, ncols = panel_grid(cfg, 2, 2)  # context beside the answer, or above it in a single column
+    ctx_chars, out_chars = (chars_per_line(0.95 * width * share) for share in ((1, 1) if ncols == 1 else (0.43, 0.57)))
     with figure_style():
-        fig, axes = plt.subplots(len(conds), 2, figsize=(DOUBLE_COLUMN_IN, 1.9 * len(conds)), squeeze=False,
-                                 gridspec_kw={"width_ratios": [1, 1.3]})
-        for (ax_ctx, ax_out), cond in zip(axes, conds):
+        # a panel holds up to 10 lines of 7 pt text (1.3 in with its title); side by side each row has room for more
+        panel_in = 1.9 if ncols == 2 else 1.5
+        fig, axes = plt.subplots(len(conds) * (3 - ncols), ncols, figsize=(width, panel_in * len(conds) * (3 - ncols)),
+                                 squeeze=False, gridspec_kw={"width_ratios": [1, 1.3][:ncols]})
+        for (ax_ctx, ax_out), cond in zip(axes.reshape(len(conds), 2), conds):
             r = rows[rows["condition"] == cond.value].iloc[0]
             first = split_sentences(str(ctx.loc[cond.value, "text"]))[:2] if cond.value in ctx.index else []
             reason, answer = reason_and_answer(r["raw_text"])
             ax_ctx.set_axis_off()
             ax_ctx.set_title(f"context: {cond.value} (first sentences)", loc="left")
-            ax_ctx.text(0, 0.95, "\n".join(textwrap.wrap(" ".join(first), 48)[:9]), va="top", fontsize=MIN_TEXT_PT,
+            ax_ctx.text(0, 0.95, "\n".join(textwrap.wrap(" ".join(first), ctx_chars)[:9]), va="top", fontsize=MIN_TEXT_PT,
                         transform=ax_ctx.transAxes)
             ax_out.set_axis_off()
             ax_out.set_title(f"{m} answer: {answer}", loc="left", color=RATING_COLORS.get(answer, "black"))
-            ax_out.text(0, 0.95, "\n".join(textwrap.wrap(reason, 62)[:10]), va="top", fontsize=MIN_TEXT_PT,
+            ax_out.text(0, 0.95, "\n".join(textwrap.wrap(reason, out_chars)[:10]), va="top", fontsize=MIN_TEXT_PT,
                         transform=ax_out.transAxes)
-        fig.suptitle(f"Case study: {m} on report {rid} (analyst rating {ctx.iloc[0]['analyst_rating']})",
-                     x=0.01, ha="left")
+        title = f"Case study: {m} on report {rid} (analyst rating {ctx.iloc[0]['analyst_rating']})"
+        fig.suptitle("\n".join(textwrap.wrap(title, chars_per_line(width, 9))), x=0.01, ha="left")
         fig.tight_layout()
     rec = finish(cfg, fig, "fig_case_study",
                  f"Fin-Bias Figures 6–9 equivalent: {m}'s stored chain-of-thought answers (reason, answer) "

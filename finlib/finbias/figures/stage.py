@@ -21,25 +21,29 @@ import pandas as pd
 
 from finlib.core.artifacts import MissingArtifactError, read_frame, write_json
 from finlib.core.config import RunConfig
+from finlib.core.tables import figure_width
 from finlib.finbias.figures.base import (
     CONDITION_COLORS,
     CONDITION_HATCHES,
     CONDITION_MARKERS,
     CONDITION_ORDER,
-    DOUBLE_COLUMN_IN,
     HEATMAP_CMAP,
     MIN_TEXT_PT,
     RATING_COLORS,
-    SINGLE_COLUMN_IN,
     VARIANT_COLORS,
     FigureRecord,
+    chars_per_line,
     data_source,
     figure_style,
     finish,
+    label_share,
     legend_outside,
     model_colors,
     model_markers,
+    panel_grid,
+    single_column,
     text_color_on,
+    wrap_lines,
 )
 from finlib.finbias.scoring.metrics import ACCURACY, HERDING
 from finlib.finbias.vocab import POOLED, SECTORS, Condition, Rating
@@ -74,23 +78,29 @@ def plot_herding_heatmap(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object,
     models = sorted(h["model"].unique())
     cols = [s for s in (*SECTORS, POOLED) if s in set(h["sector"])]
     cmap = plt.get_cmap(HEATMAP_CMAP)
+    # a single column has no room for a dozen sector columns side by side: sectors go down the side there
+    transpose = single_column(cfg)
+    down, across = (cols, models) if transpose else (models, cols)
+    row_in = 0.3 * len(cols) if transpose else 0.4 * max(len(models), 1)
     with figure_style():
-        fig, axes = plt.subplots(2, 2, figsize=(DOUBLE_COLUMN_IN, 2 * (1.6 + 0.4 * max(len(models), 1))),
-                                 squeeze=False, constrained_layout=True)
-        for col, (ax, cond) in enumerate(zip(axes.ravel(), CONDITION_ORDER)):
+        fig, axes = plt.subplots(2, 2, figsize=(figure_width(cfg), 2 * (1.6 + row_in)), squeeze=False,
+                                 constrained_layout=True)
+        for k, (ax, cond) in enumerate(zip(axes.ravel(), CONDITION_ORDER)):
             d = h[h["condition"] == cond.value]
             val = d.pivot(index="model", columns="sector", values="value").reindex(index=models, columns=cols)
             cell_n = d.pivot(index="model", columns="sector", values="n").reindex(index=models, columns=cols).fillna(0)
+            if transpose:
+                val, cell_n = val.T, cell_n.T
             im = ax.imshow(100 * val.to_numpy(float), vmin=0, vmax=100, cmap=cmap, aspect="auto")
-            for i in range(len(models)):
-                for j in range(len(cols)):
+            for i in range(len(down)):
+                for j in range(len(across)):
                     v = val.iat[i, j]
                     label = "–" if pd.isna(v) else f"{100 * v:.0f}\nN{int(cell_n.iat[i, j])}"
                     ax.text(j, i, label, ha="center", va="center", fontsize=MIN_TEXT_PT,
                             color="#555555" if pd.isna(v) else text_color_on(cmap(float(v))))
-            ax.set_xticks(range(len(cols)), cols if col >= 2 else [""] * len(cols), rotation=90)
-            ax.set_yticks(range(len(models)), models)
-            ax.tick_params(labelleft=col % 2 == 0)
+            ax.set_xticks(range(len(across)), across if k >= 2 else [""] * len(across), rotation=90)
+            ax.set_yticks(range(len(down)), down)
+            ax.tick_params(labelleft=k % 2 == 0)
             ax.set_title(cond.value)
             ax.grid(False)
         fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="herding %")
@@ -98,7 +108,7 @@ def plot_herding_heatmap(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object,
     n_text = f"N per cell {int(n_range.min())}–{int(n_range.max())} answered items" if len(n_range) else "N unknown"
     rec = finish(cfg, fig, "fig_herding_heatmap",
                  "Herding score (Eq. 1: % of all N answers equal to the reference rating, an unparsed answer "
-                 f"counting as no match) by model and sector, per condition; {n_text} (N under each value; per-cell N also in the "
+                 f"counting as no match) by {'sector and model' if transpose else 'model and sector'}, per condition; {n_text} (N under each value; per-cell N also in the "
                  "tables' *_ci companions), '–' = no answers (stage 04 metrics).")
     return fig, rec
 
@@ -118,12 +128,6 @@ def min_sector_n(cfg: RunConfig) -> int:
     """`figures.min_sector_n`: the fewest answers a sector's rate may rest on and still be drawn; below
     it an interval is too wide (or, at N = 1-2, degenerate) for a reader to see at a glance."""
     return int(figures_params(cfg)["min_sector_n"])
-
-
-def column_width(cfg: RunConfig) -> float:
-    """Drawing width (in) for `figures.width`: single or double journal column, so that the 7-8 pt text
-    of the style prints at 7-8 pt instead of being scaled down to fit a narrower column."""
-    return SINGLE_COLUMN_IN if figures_params(cfg)["width"] == "single" else DOUBLE_COLUMN_IN
 
 
 def with_without_rows(h: pd.DataFrame, threshold: int) -> tuple[list[tuple[str, str]], int]:
@@ -161,7 +165,7 @@ def plot_with_without(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object, Fi
     with figure_style():
         if not rows:
             raise LookupError("no herding value for original or no_rating in metrics.parquet")
-        fig, ax = plt.subplots(figsize=(column_width(cfg), 1.2 + 0.3 * len(rows)), layout="constrained")
+        fig, ax = plt.subplots(figsize=(figure_width(cfg), 1.2 + 0.3 * len(rows)), layout="constrained")
         labels = []
         for y, (m, s) in enumerate(rows):
             d = h[(h["model"] == m) & (h["sector"] == s)]
@@ -177,11 +181,11 @@ def plot_with_without(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object, Fi
                 err = _interval(p.to_frame().T)
                 ax.errorbar(100 * p["value"], y, xerr=err, fmt=CONDITION_MARKERS[cond], ms=5 if s == POOLED else 4,
                             capsize=2, color=CONDITION_COLORS[cond], label=cond if y == 0 else None)
-        ax.set_yticks(range(len(rows)), labels)
+        ax.set_yticks(range(len(rows)), [wrap_lines(label, label_share(fig)) for label in labels])
         for tick, (_, s) in zip(ax.get_yticklabels(), rows):
             tick.set_fontweight("bold" if s == POOLED else "normal")
         ax.invert_yaxis()
-        ax.set_xlabel(f"herding % ({ci_level(cfg)} cluster-bootstrap CI)")
+        ax.set_xlabel(wrap_lines(f"herding % ({ci_level(cfg)} cluster-bootstrap CI)", 0.6 * figure_width(cfg)))
         ax.set_xlim(-2, 102)
         legend_outside(ax)
     n = h[h["sector"] == POOLED]["n"].dropna()
@@ -206,12 +210,12 @@ def plot_fake_transitions(cfg: RunConfig, transitions: pd.DataFrame) -> tuple[ob
     n = t.groupby("group")["n"].sum()
     order = [c for c in RATING_COLORS if c in wide.columns]
     with figure_style():
-        fig, ax = plt.subplots(figsize=(DOUBLE_COLUMN_IN, 1.2 + 0.25 * len(wide)), layout="constrained")
+        fig, ax = plt.subplots(figsize=(figure_width(cfg), 1.2 + 0.25 * len(wide)), layout="constrained")
         left = np.zeros(len(wide))
         for ans in order:
             ax.barh(range(len(wide)), 100 * wide[ans], left=left, color=RATING_COLORS[ans], label=ans)
             left += 100 * wide[ans].to_numpy()
-        ax.set_yticks(range(len(wide)), [f"{g} (N={int(n[g])})" for g in wide.index])
+        ax.set_yticks(range(len(wide)), [wrap_lines(f"{g} (N={int(n[g])})", label_share(fig)) for g in wide.index])
         ax.invert_yaxis()
         ax.set_xlabel("% of answers")
         legend_outside(ax)
@@ -233,7 +237,7 @@ def plot_accuracy_vs_analyst(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[obj
         raise LookupError("no pooled accuracy value in metrics.parquet (no labelled, answered item)")
     width = 0.8 / len(CONDITION_ORDER)
     with figure_style():
-        fig, ax = plt.subplots(figsize=(DOUBLE_COLUMN_IN, 3.2), layout="constrained")
+        fig, ax = plt.subplots(figsize=(figure_width(cfg), 3.2), layout="constrained")
         if not analyst.empty:
             a = analyst.iloc[0]
             ax.axhspan(100 * a["ci_low"], 100 * a["ci_high"], color="#cccccc", alpha=0.5, lw=0)
@@ -268,7 +272,8 @@ def plot_labels_by_year(cfg: RunConfig, labels: pd.DataFrame, reports: pd.DataFr
     if not years:
         raise LookupError("no labelled report with a CAR (stage 01 excluded every report)")
     with figure_style():
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(DOUBLE_COLUMN_IN, 3.2))
+        nrows, ncols = panel_grid(cfg, 2, 2)
+        fig, (a1, a2) = plt.subplots(nrows, ncols, figsize=(figure_width(cfg), 3.2 * nrows))
         if years:
             a1.boxplot([100 * df.loc[df.year == y, "car"] for y in years], positions=range(len(years)),
                        widths=0.5, showfliers=True)
@@ -305,11 +310,11 @@ def plot_prob_herding(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object, Fi
     conds = [c.value for c in CONDITION_ORDER]
     colors, markers = model_colors(p["model"].unique()), model_markers(p["model"].unique())
     with figure_style():
-        fig, ax = plt.subplots(figsize=(DOUBLE_COLUMN_IN * 0.75, 3.0))
+        fig, ax = plt.subplots(figsize=(figure_width(cfg), 3.0), layout="constrained")
         for m, d in p.groupby("model"):
             d = d.set_index("condition").reindex(conds)
             ax.errorbar(range(len(conds)), 100 * d["value"], yerr=np.nan_to_num(_interval(d)), marker=markers[m],
-                        capsize=3, label=f"{m} ({n_by_condition(p, m)})", color=colors[m])
+                        capsize=3, label=wrap_lines(f"{m} ({n_by_condition(p, m)})", label_share(fig)), color=colors[m])
         ax.set_xticks(range(len(conds)), conds)
         ax.set_ylabel(f"mean p(reference rating) % ({ci_level(cfg)} CI)")
         ax.set_ylim(0, 100)
@@ -350,9 +355,8 @@ def plot_dpo(cfg: RunConfig, dpo: pd.DataFrame) -> tuple[object, FigureRecord]:
     panels = dpo_panels(dpo[dpo["accuracy"].notna()], threshold)
     if not panels:
         raise LookupError("stage 05 scored no item (N = 0): no DPO accuracy to draw")
-    ncols = min(len(panels), 2)
-    nrows = -(-len(panels) // ncols)
-    width = column_width(cfg)
+    nrows, ncols = panel_grid(cfg, len(panels), 2)
+    width = figure_width(cfg)
     with figure_style():
         fig, axes = plt.subplots(nrows, ncols, figsize=(width, 2.6 * nrows), squeeze=False, sharey=True)
         for ax in axes.ravel()[len(panels):]:
@@ -395,11 +399,10 @@ def plot_paper_vs_ours(cfg: RunConfig, long: pd.DataFrame) -> tuple[object, Figu
     if m.empty:
         raise LookupError("no row of our run matches a published row (models/tasks differ from the papers')")
     tables = sorted(m["table"].unique())
-    ncols = min(len(tables), 3)
-    nrows = -(-len(tables) // ncols)
+    nrows, ncols = panel_grid(cfg, len(tables), 3)
     markers = ("o", "s", "^", "D", "v", "P", "X")
     with figure_style():
-        fig, axes = plt.subplots(nrows, ncols, figsize=(DOUBLE_COLUMN_IN, 2.6 * nrows + 0.4), squeeze=False)
+        fig, axes = plt.subplots(nrows, ncols, figsize=(figure_width(cfg), 2.6 * nrows + 0.4), squeeze=False)
         for ax in axes.ravel()[len(tables):]:
             ax.remove()
         for ax, t in zip(axes.ravel(), tables):
@@ -415,7 +418,8 @@ def plot_paper_vs_ours(cfg: RunConfig, long: pd.DataFrame) -> tuple[object, Figu
             ax.set_ylabel("ours")
             legend_outside(ax, ncol=1)
         if cfg.is_synthetic:
-            fig.suptitle("\n".join(textwrap.wrap(NOT_COMPARABLE, 110)), fontsize=MIN_TEXT_PT, color="#c8423b")
+            fig.suptitle("\n".join(textwrap.wrap(NOT_COMPARABLE, chars_per_line(figure_width(cfg)))),
+                         fontsize=MIN_TEXT_PT, color="#c8423b")
         fig.tight_layout()
     rec = finish(cfg, fig, "fig_paper_vs_ours",
                  "Paper vs ours: every cell where our run has the published row (same model via the registry's "

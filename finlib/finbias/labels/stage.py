@@ -17,13 +17,11 @@ import numpy as np
 import pandas as pd
 
 from finlib.core.config import RunConfig
-from finlib.core.tables import skip_figure, write_table
+from finlib.core.tables import figure_width, skip_figure, write_table
 from finlib.finbias.data.stage import table3_half
 from finlib.finbias.figures.base import (
     ALTERNATIVE_GREYS,
-    DOUBLE_COLUMN_IN,
     RATING_COLORS,
-    SINGLE_COLUMN_IN,
     figure_style,
     finish,
     legend_outside,
@@ -424,7 +422,7 @@ def plot_car_by_year(cfg, labels: pd.DataFrame, reports: pd.DataFrame, primary: 
         skip_figure(cfg, "labels_car_by_year", "no report has a CAR (every report excluded)")
         return None
     with figure_style():
-        fig, ax = plt.subplots(figsize=(DOUBLE_COLUMN_IN, 3.4))
+        fig, ax = plt.subplots(figsize=(figure_width(cfg), 3.4), layout="constrained")
         ax.boxplot([df.loc[df.year == y, "car"] for y in years], positions=range(len(years)), widths=0.5,
                    showfliers=False)
         jitter = np.random.default_rng(0).uniform(-0.15, 0.15, len(df))
@@ -453,7 +451,7 @@ def plot_beta_distribution(cfg, labels: pd.DataFrame, primary: str):
         skip_figure(cfg, "labels_beta_distribution", "no market beta estimated (every report excluded)")
         return None
     with figure_style():
-        fig, ax = plt.subplots(figsize=(SINGLE_COLUMN_IN * 1.5, 3.0))
+        fig, ax = plt.subplots(figsize=(figure_width(cfg), 3.0), layout="constrained")
         for (m, b), color in zip(betas.items(), ALTERNATIVE_GREYS):
             if len(b):
                 ax.hist(b, bins=min(40, max(5, len(b) // 3)), alpha=0.6, color=color, label=f"{m} (n={len(b)})")

@@ -586,20 +586,26 @@ def removal_figure(cfg, lexicon_stats: pd.DataFrame):
     under figures/<run>/; returns the figure for inline display."""
     import matplotlib.pyplot as plt
 
-    from finlib.core.tables import skip_figure
-    from finlib.finbias.figures.base import ALTERNATIVE_GREYS, SINGLE_COLUMN_IN, figure_style, finish, legend_outside
+    from finlib.core.tables import figure_width, skip_figure
+    from finlib.finbias.figures.base import (
+        ALTERNATIVE_GREYS,
+        figure_style,
+        finish,
+        legend_outside,
+        wrap_lines,
+    )
 
     ok = lexicon_stats[lexicon_stats["status"] == "ok"]
     if not len(ok):
         skip_figure(cfg, "fig_strongsubj_removed", "no report filtered (no no_opinion text built)")
         return None
     with figure_style():
-        fig, ax = plt.subplots(figsize=(SINGLE_COLUMN_IN * 1.5, 3.0))
+        fig, ax = plt.subplots(figsize=(figure_width(cfg), 3.0))
         for (policy, g), color in zip(ok.groupby("policy", sort=False), ALTERNATIVE_GREYS):
             ax.hist(g["share_words_removed"].astype(float) * 100, bins=20, alpha=0.6, color=color,
                     label=f"mpqa_pos: {policy}")
         legend_outside(ax, ncol=2)
-        ax.set_xlabel("words removed by the strongsubj filter (% of no_rating text)")
+        ax.set_xlabel(wrap_lines("words removed by the strongsubj filter (% of no_rating text)", 0.8 * figure_width(cfg)))
         ax.set_ylabel("reports")
         fig.tight_layout()
     finish(cfg, fig, "fig_strongsubj_removed",

@@ -424,8 +424,18 @@ def plot_herding(cfg: RunConfig, res: ScoringResult):
     """
     import matplotlib.pyplot as plt
 
-    from finlib.core.tables import save_figure, skip_figure, synthetic_title
-    from finlib.finbias.figures.base import DOUBLE_COLUMN_IN, MIN_TEXT_PT, caption, figure_style, model_colors
+    from finlib.core.tables import figure_width, save_figure, skip_figure, synthetic_title
+    from finlib.finbias.figures.base import (
+        MIN_TEXT_PT,
+        caption,
+        chars_per_line,
+        figure_style,
+        label_share,
+        legend_row_in,
+        model_colors,
+        panel_grid,
+        wrap_lines,
+    )
 
     m = res.metrics[(res.metrics["sector"] == POOLED) & res.metrics["metric"].isin([HERDING, ACCURACY])
                     & (res.metrics["model"] != "Analyst")]
@@ -440,7 +450,9 @@ def plot_herding(cfg: RunConfig, res: ScoringResult):
         which = "" if set(res.plumbing) >= set(models) else f" ({', '.join(res.plumbing)})"
         title += f" — plumbing model{which}: not a research result"
     with figure_style():
-        fig, axes = plt.subplots(1, 2, figsize=(DOUBLE_COLUMN_IN, 3.4), sharey=True)
+        nrows, ncols = panel_grid(cfg, 2, 2)
+        fig, axes = plt.subplots(nrows, ncols, figsize=(figure_width(cfg), 3.4 * nrows), sharey=True, squeeze=False)
+        axes = axes.ravel()
         width = 0.8 / max(len(models), 1)
         for ax, metric in zip(axes, [HERDING, ACCURACY]):
             for i, model in enumerate(models):
@@ -457,9 +469,15 @@ def plot_herding(cfg: RunConfig, res: ScoringResult):
             ax.set_title(f"{metric.removesuffix('_all')} (Eq. 1, pooled, {ci_percent(res.report['ci'])} % CI)")
             ax.set_ylabel("%")
         handles, labels = axes[0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="lower center", ncol=min(len(handles), 3), bbox_to_anchor=(0.5, 0.0))
-        fig.suptitle("\n".join(textwrap.wrap(title, 100)), fontsize=MIN_TEXT_PT + 1)
-        fig.tight_layout(rect=(0, 0.1 + 0.05 * (len(handles) > 3), 1, 1))
+        labels = [wrap_lines(label, label_share(fig)) for label in labels]
+        ncol = min(len(handles), 3)
+        while ncol > 1 and legend_row_in(labels, ncol) > fig.get_figwidth():  # never wider than the figure
+            ncol -= 1
+        fig.legend(handles, labels, loc="lower center", ncol=ncol, bbox_to_anchor=(0.5, 0.0))
+        fig.suptitle("\n".join(textwrap.wrap(title, chars_per_line(figure_width(cfg), MIN_TEXT_PT + 1))),
+                     fontsize=MIN_TEXT_PT + 1)
+        legend_in = 0.15 * sum(label.count("\n") + 1 for label in labels[::ncol]) + 0.1  # 7 pt lines + gap
+        fig.tight_layout(rect=(0, legend_in / fig.get_figheight(), 1, 1))
     save_figure(cfg, fig, "fig_herding_accuracy", caption=caption(
         cfg, "Pooled herding and accuracy per condition and model (Eq. 1 over all N answered items, an unparsed "
              f"answer counting as no match) with {ci_percent(res.report['ci'])} % cluster-bootstrap intervals; N on "
