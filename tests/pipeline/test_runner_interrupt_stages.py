@@ -241,7 +241,7 @@ def test_kill_9_during_local_scoring_then_the_rerun_completes_and_keeps_every_st
 # ---------------------------------------------------------------------------------------------
 
 DPO = "from finlib.core.config import load_run\nfrom finlib.finbias.dpo.stage import run\nrun(load_run(run_name, params_file))\n"
-FIRMS, PER_FIRM = 10, 4
+FIRMS, PER_FIRM = 6, 4
 SECTORS = ["Technology", "Energy", "Utilities"]
 
 
@@ -259,7 +259,7 @@ def _corpus(cfg) -> None:
                     "ticker": f"T{f:02d}",
                     "company": f"Firm {f}",
                     "sector": SECTORS[f % 3],
-                    "date": pd.Timestamp("2019-01-07") + pd.Timedelta(days=70 * k + 9 * f),
+                    "date": pd.Timestamp("2019-01-07") + pd.Timedelta(days=200 * k + 9 * f),
                     "text": f"We rate Firm {f} a Buy. {facts} We think the outlook is excellent.",
                     "analyst_rating": "bullish",
                 }
@@ -347,7 +347,7 @@ def _into_training(repo: Path, proc: subprocess.Popen, cpu_s: float = 4.0) -> No
 
 
 ADAPTER = Path("runs") / "drill" / "dpo" / "smollm2-135m" / "adapter"
-TRAINING = "max_steps: 40, batch_size: 1, max_train_pairs: 4, eval_reports: 1"
+TRAINING = "split_cutoff: '2021-01-01', max_steps: 6, batch_size: 1, max_train_pairs: 4, eval_reports: 1"
 
 
 @pytest.mark.slow  # two runner processes; SmolLM2 trained and evaluated by the rerun
@@ -433,7 +433,7 @@ def test_ctrl_c_during_the_teachers_calls_exits_130_and_the_rerun_sends_only_the
             tmp_path,
             repo_root,
             model_cache,
-            "teacher: stub-teacher, max_train_pairs: null, max_steps: 1, batch_size: 1, eval_reports: 1",
+            "teacher: stub-teacher, split_cutoff: '2021-01-01', max_train_pairs: null, max_steps: 1, batch_size: 1",
             registry=record,
         )
         proc = _runner(repo, "05", stub.base_url)
