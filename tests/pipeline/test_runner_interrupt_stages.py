@@ -44,6 +44,13 @@ def model_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("models")
 
 
+def _condition_row(report_id: str, cond: str, text: str) -> dict:
+    """One stage-02 row of a bullish report in one condition (the drills' corpora rate every report Buy)."""
+    return {"item_id": f"{report_id}:{cond}", "report_id": report_id, "condition": cond, "text": text,
+            "analyst_rating": "bullish", "fake_rating": None, "reference_rating": "bullish", "status": "ok",
+            "skip_reason": None}
+
+
 def _conditions() -> pd.DataFrame:
     """Stage 02's conditions for N_REPORTS reports, two conditions each, texts as a broker writes them."""
     rows = []
@@ -52,19 +59,7 @@ def _conditions() -> pd.DataFrame:
             ("original", f"We rate Firm {i} a Buy. Revenue rose {i % 9 + 2}% on higher volumes."),
             ("no_rating", f"Revenue of Firm {i} rose {i % 9 + 2}% on higher volumes."),
         ):
-            rows.append(
-                {
-                    "item_id": f"R{i:03d}:{cond}",
-                    "report_id": f"R{i:03d}",
-                    "condition": cond,
-                    "text": text,
-                    "analyst_rating": "bullish",
-                    "fake_rating": None,
-                    "reference_rating": "bullish",
-                    "status": "ok",
-                    "skip_reason": None,
-                }
-            )
+            rows.append(_condition_row(f"R{i:03d}", cond, text))
     return pd.DataFrame(rows)
 
 
@@ -265,19 +260,7 @@ def _corpus(cfg) -> None:
                 }
             )
             for cond, text in (("original", reports[-1]["text"]), ("no_opinion", facts)):
-                conditions.append(
-                    {
-                        "item_id": f"{rid}:{cond}",
-                        "report_id": rid,
-                        "condition": cond,
-                        "text": text,
-                        "analyst_rating": "bullish",
-                        "fake_rating": None,
-                        "reference_rating": "bullish",
-                        "status": "ok",
-                        "skip_reason": None,
-                    }
-                )
+                conditions.append(_condition_row(rid, cond, text))
     frame = pd.DataFrame(reports)
     write_frame(cfg, "reports", frame)
     write_frame(
