@@ -4,11 +4,13 @@ Generic on purpose: both papers' parsers (Fin-Bias ratings in `finlib.finbias.an
 scorers and judges in `finlib.bizfin`) read replies through these functions, so a reply with a
 `<think>` block or a fenced, single-quoted JSON object is read the same way by every stage.
 """
+
 from __future__ import annotations
 
 import ast
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 MAX_PARSE_CHARS = 20_000  # model replies are short; bounding the work keeps hostile input cheap
@@ -36,15 +38,15 @@ def strip_think(text: str) -> str:
         c = _THINK_CLOSE.search(text, o.end())
         if c is None:
             break
-        kept.append(text[pos:o.start()])
+        kept.append(text[pos : o.start()])
         pos = c.end()
     t = "".join(kept) + text[pos:]
     closes = list(_THINK_CLOSE.finditer(t))
     if closes:  # an answer after a stray closing tag: keep what follows the last one
-        t = t[closes[-1].end():]
+        t = t[closes[-1].end() :]
     opened = _THINK_OPEN.search(t)
     if opened:
-        t = t[:opened.start()]
+        t = t[: opened.start()]
     return t.strip()
 
 
@@ -97,7 +99,7 @@ def find_json_objects(text: str, max_starts: int | None = MAX_JSON_STARTS) -> li
         except (ValueError, RecursionError):  # RecursionError: hostile nesting, not an answer
             block_end = braces.close(i)
             if block_end is not None:
-                obj, end = _repaired(text[i:block_end + 1]), block_end + 1
+                obj, end = _repaired(text[i : block_end + 1]), block_end + 1
         if isinstance(obj, dict):
             out.append(obj)
             i = text.find("{", end)
@@ -125,7 +127,7 @@ def whole_text_objects(text: str) -> list[dict]:
         if close is None:
             m = _OBJECT_START.search(text, i + 1)
             continue
-        block = text[i:close + 1]
+        block = text[i : close + 1]
         work_left -= 2 * len(block)
         if work_left < 0:
             break
@@ -155,26 +157,46 @@ def _repaired(block: str) -> Any:
 def _escape_raw_breaks(block: str) -> str:
     """Raw line breaks and tabs inside quoted strings written as escapes, so a Python-dict reply
     with a multi-line 'reason' still reads (literal_eval rejects a raw newline in a string)."""
-    out, quote, esc = [], None, False
-    for ch in block:
-        if quote:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == quote:
-                quote = None
-            elif ch in "\n\r\t":
-                ch = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}[ch]
-        elif ch in "\"'":
-            quote = ch
-        out.append(ch)
-    return "".join(out)
+    return "".join(_RAW_BREAK.sub(_escaped, block[a:b]) if quoted else block[a:b] for a, b, quoted in _segments(block))
+
+
+_QUOTE_CHAR = re.compile(r"[\"']")
+# A quoted string from its opening quote: escaped pairs, the other quote kind and any other character,
+# up to the same quote unescaped, or to the end of the scanned range (an unclosed string, a lone "\" last).
+_STRING = re.compile(r"""(["'])(?:[^"'\\]|\\.|(?!\1)["'])*(?:\1|\\?\Z)""", re.DOTALL)
+_RAW_BREAK = re.compile(r"\\.|[\n\r\t]", re.DOTALL)  # an escaped pair (kept) or a raw break (escaped)
+_BREAK_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(m: re.Match) -> str:
+    return _BREAK_ESCAPES.get(m.group(), m.group())
+
+
+def _segments(text: str, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, int, bool]]:
+    """`text[start:stop]` as consecutive (from, to, quoted) pieces: a quoted piece is one string literal of
+    either quote kind, delimiters included, backslash escapes honoured inside it (outside a string a
+    backslash escapes nothing); a string the range ends inside runs to `stop`. The one quote scanner of
+    the module: `_escape_raw_breaks` rewrites inside the quoted pieces, `_Braces` counts outside them."""
+    stop = len(text) if stop is None else stop
+    pos = start
+    while pos < stop:
+        q = _QUOTE_CHAR.search(text, pos, stop)
+        if q is None:
+            yield pos, stop, False
+            return
+        if q.start() > pos:
+            yield pos, q.start(), False
+        m = _STRING.match(text, q.start(), stop)
+        yield q.start(), m.end(), True
+        pos = m.end()
 
 
 def _literal(block: str) -> Any:
     block = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", re.sub(r"\bnull\b", "None", block)))
     return ast.literal_eval(block)
+
+
+_BRACE = re.compile(r"[{}]")
 
 
 class _Braces:
@@ -191,21 +213,14 @@ class _Braces:
         text = self.text
         stop = len(text) if self.limit is None else min(len(text), start + self.limit)
         opened: list[int] = []
-        quote, esc = None, False
-        for j in range(start, stop):
-            ch = text[j]
-            if quote:
-                if esc:
-                    esc = False
-                elif ch == "\\":
-                    esc = True
-                elif ch == quote:
-                    quote = None
-            elif ch in "\"'":
-                quote = ch
-            elif ch == "{":
-                opened.append(j)
-            elif ch == "}":
+        for a, b, quoted in _segments(text, start, stop):
+            if quoted:
+                continue
+            for m in _BRACE.finditer(text, a, b):
+                j = m.start()
+                if text[j] == "{":
+                    opened.append(j)
+                    continue
                 self.known.setdefault(opened.pop(), j)
                 if not opened:
                     return j
