@@ -14,7 +14,10 @@ answers that stop at the token limit, rate limits) only show at that shape. The 
    preflight included), then the HTTP report and `make plan` for the same params;
 4. checks the result (`rehearsal_checks`): every table of both papers has every row filled, every
    figure exists, no report was cut or left unsent, every prompt was recognised as a generated
-   report, stage 01's label of every report equals the planted label truth (the `labels:` rule run
+   report, stage 02 found every report's rating statement by the rule its layout calls for, removed it
+   leaving every other byte and wrote fakes that read back as the new rating at the planted slots
+   (finlib.rehearsal.statements; provider front pages from finlib.finbias.data.provider_layouts among them),
+   stage 01's label of every report equals the planted label truth (the `labels:` rule run
    on the generator's own prices over the days after the day it dated the report and planted its
    drift, finlib.finbias.data.synth_planted.planted_labels: shares no code with stage 01), and every
    cell of Fin-Bias Tables 4-7 (each model, sector, Average and condition, the Analyst rows too) lies
@@ -381,6 +384,19 @@ def finbias_cell_problems(cfg: RunConfig, profiles: dict, planted: pd.DataFrame,
     return problems
 
 
+def statement_problems(cfg: RunConfig, planted: pd.DataFrame, out: dict[str, Any]) -> list[str]:
+    """Stage 02 on every generated report against its planted statement (finlib.rehearsal.statements: the
+    rule, removal byte for byte, fakes read back at the planted slots). Fills `out["statements"]`."""
+    from finlib.core.artifacts import read_frame
+    from finlib.rehearsal.statements import statement_check
+
+    texts = pd.read_parquet(_synthetic_files(cfg)["reports"], columns=["report_id", "text"])
+    result = statement_check(planted, texts.set_index("report_id")["text"], read_frame(cfg, "rating_statements"),
+                             read_frame(cfg, "conditions"))
+    out["statements"] = result["counts"]
+    return result["problems"]
+
+
 def rehearsal_checks(cfg: RunConfig, profiles: dict, planted: pd.DataFrame | None = None,
                      books: dict[str, dict] | None = None) -> dict[str, Any]:
     """Every check of a finished rehearsal (see the module docstring); `ok` is their conjunction."""
@@ -423,6 +439,8 @@ def rehearsal_checks(cfg: RunConfig, profiles: dict, planted: pd.DataFrame | Non
                          "truncated_outputs": int(inf_report.get("truncated_outputs", 0))}
         if cut or any(not_sent.values()):
             out["problems"].append(f"reports cut: {cut}; reports not sent for their length: {not_sent}")
+    if ("02" in stages or not stages) and planted is not None:
+        out["problems"] += statement_problems(cfg, planted, out)
     if ("04" in stages or not stages) and planted is not None:
         out["problems"] += finbias_cell_problems(cfg, profiles, planted, float(rp["cell_alpha"]), out, books)
     figs = sorted(p.name for p in cfg.figures_dir.glob("*.png"))
@@ -448,6 +466,10 @@ def write_outcome(cfg: RunConfig, outcome: dict) -> Path:
         lines += ["", f"Labels: {lab['differ']} of {lab['reports']} stage 01 labels and {lab['car_off']} CARs differ "
                   f"from the planted label truth (largest CAR gap {lab['car_max_gap']}; corr(CAR, planted drift) "
                   f"{lab['corr_car_planted_drift']})."]
+    st = outcome["checks"].get("statements")
+    if st:
+        lines += ["", "Stage 02 against the planted rating statements (reports, rule, removals and fakes checked): "
+                  + ", ".join(f"{k} {v}" for k, v in sorted(st.items())) + "."]
     if iv:
         lines += ["", f"Intervals: median printed width / firm-clustered closed form {iv['median_width_ratio']:.3f} over "
                   f"{iv['intervals']} intervals (allowed log gap {iv['log_tolerance']:.3f}); "

@@ -290,9 +290,11 @@ def test_truth_records_the_planted_rating_as_written(section):
 
 
 def test_messy_share_lays_out_broker_text_and_records_it():
-    """A quarter of the reports in broker layouts; their planted rating line is the first sentence and the
-    rating the extractor reads is the planted one; the other reports are the same text as without the mix."""
+    """A quarter of the reports in broker layouts, about half of them provider front pages; a skeleton's planted
+    rating line is the first sentence, a front page's planted head opens the report, and the rating read is the
+    planted one; the other reports are the same text as without the mix."""
     from finlib.finbias.perturb.ratings import extract_analyst_rating
+    from finlib.finbias.perturb.statement import find_rating_statement
     from finlib.finbias.sentences import first_sentence
 
     base = {"n_reports": 200, "n_firms": 15, "rating_wording": "scales", "layout": "structured",
@@ -300,9 +302,15 @@ def test_messy_share_lays_out_broker_text_and_records_it():
     mixed = generate_market({**base, "messy_share": 0.25}, 9)
     plain = generate_market(base, 9)
     t = mixed.truth.merge(mixed.reports[["report_id", "text"]], on="report_id")
-    messy = t["report_layout"].str.startswith("messy:")
+    provider = t["report_layout"].str.startswith("provider:")
+    messy = t["report_layout"].str.startswith("messy:") | provider
     assert 0.15 < messy.mean() < 0.35 and t.loc[messy, "report_layout"].nunique() > 10
+    assert 0.25 < provider.sum() / messy.sum() < 0.75
     for rec in t.itertuples():
+        assert rec.text.startswith(rec.rating_sentence)
+        if rec.report_layout.startswith("provider:"):
+            assert find_rating_statement(rec.text).rating.value == rec.planted_rating
+            continue
         assert first_sentence(rec.text) == rec.rating_sentence
         assert extract_analyst_rating(rec.text).value == rec.planted_rating
     same = plain.reports.set_index("report_id")["text"]

@@ -17,7 +17,12 @@ real sell-side reports have and the generator's other templates lack:
   fields of `finlib.finbias.data.synth.PlantedRating`), so checks compare with what was written, never with
   the project's extractor.
 
-The rehearsal mixes these layouts and sentences into the synthetic market (`data.synthetic.messy_share`).
+* `provider_reports()`: reports laid out as research providers print a front page (title lines, header
+  blocks, CFRA / Morningstar / Zacks boxes, tables, disclaimers, page furniture before the rating;
+  `finlib.finbias.data.provider_layouts`), every layout x rating, with the planted statement record.
+
+The rehearsal mixes these layouts and sentences into the synthetic market (`data.synthetic.messy_share`:
+half of that share as skeletons under a rating sentence, half as provider front pages).
 Everything is deterministic: the corpus is a function of its arguments.
 """
 from __future__ import annotations
@@ -28,7 +33,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from finlib.finbias.vocab import RATING_SCALES, Rating, is_cjk
+from finlib.finbias.data import provider_layouts
+from finlib.finbias.vocab import RATING_SCALES, RATINGS, Rating, is_cjk
 
 CASES = ("as_written", "upper", "lower", "title")
 _RANK = {Rating.BEARISH: 0, Rating.NEUTRAL: 1, Rating.BULLISH: 2}
@@ -298,4 +304,31 @@ def messy_reports(first: Sequence[FirstSentence] | None = None, english_only: bo
         rows.append({"report_id": f"MESSY{k:04d}", "text": text, "planted_rating": fs.rating.value,
                      "rating_sentence": line, "rating_term": fs.term, "previous_rating_term": fs.previous,
                      "report_layout": f"messy:{sk.name}", "scale": fs.scale, "case": fs.case})
+    return pd.DataFrame(rows)
+
+
+def _draws(seed: int) -> Callable[[int], int]:
+    """`pick(n)`: an index below n from a fixed linear congruential stream (a report's draws, no global state)."""
+    state = [seed]
+
+    def pick(n: int) -> int:
+        state[0] = (state[0] * 1103515245 + 12345) % 2**31
+        return (state[0] >> 8) % n
+
+    return pick
+
+
+def provider_reports(per_layout: int = 6) -> pd.DataFrame:
+    """`per_layout` reports per provider layout (`provider_layouts.LAYOUTS`), cycling the ratings, each with a
+    deterministic draw of words and points and the body sentences in paragraphs. Columns: report_id, text,
+    planted_rating, report_layout, rule, and `plant` (the `provider_layouts.ProviderPlant`)."""
+    rows = []
+    for li in range(len(provider_layouts.LAYOUTS)):
+        for k in range(per_layout):
+            pick = _draws(li * 7919 + k * 104729)
+            company, ticker, _ = COMPANIES[(li + k) % len(COMPANIES)]
+            body = [BODY_SENTENCES[(li + k + j) % len(BODY_SENTENCES)] for j in range(6 + k % 5)]
+            text, plant = provider_layouts.provider_report(RATINGS[k % 3], body, pick, company, ticker, layout=li)
+            rows.append({"report_id": f"PROV{li:02d}{k:02d}", "text": text, "planted_rating": plant.rating.value,
+                         "report_layout": plant.layout, "rule": plant.rule, "plant": plant})
     return pd.DataFrame(rows)

@@ -36,7 +36,7 @@ from scipy.stats import norm
 
 from finlib.core.config import ConfigError
 from finlib.core.params import SyntheticSection, raise_errors, schema_errors
-from finlib.finbias.data import messy_corpus
+from finlib.finbias.data import messy_corpus, provider_layouts
 from finlib.finbias.data.synth_corpus import bullet_block, scale_first_sentence_planted, table_block
 from finlib.finbias.vocab import SECTORS, Rating
 
@@ -478,7 +478,9 @@ class PlantedRating:
       generator wraps it after a comma) - the first sentence under the structural sentence rule;
     - ``rating_term``: the current-rating term as written in that text ("BUY", "Market Perform");
     - ``previous_rating_term``: an upgrade's or downgrade's previous term as written, else None;
-    - ``report_layout``: `prose`, `structured`, or `messy:<skeleton>` (finlib.finbias.data.messy_corpus).
+    - ``report_layout``: `prose`, `structured`, `messy:<skeleton>` (finlib.finbias.data.messy_corpus) or
+      `provider:<layout>` (finlib.finbias.data.provider_layouts: then ``rating_sentence`` is the front matter up
+      to the statement and its separator, and the body record's `statement` holds the statement's record).
     """
 
     planted_rating: str
@@ -561,19 +563,25 @@ def render_report_planted(row: Any, firm: Any, date: pd.Timestamp, p: SynthParam
             out.append(blocks[i + 1])
     body = {"pieces": pieces, "factual": factual, "opinions": opinions}
     if p.messy_share > 0 and d.u() < p.messy_share:  # drawn last: the other reports' text does not change
-        text, planted = messy_report(Rating(row.rating), [s for para in paragraphs[1:] for s in para], ctx, d)
-        return text, planted, {**body, "pieces": [s for para in paragraphs[1:] for s in para]}
+        text, planted, extra = messy_report(Rating(row.rating), [s for para in paragraphs[1:] for s in para], ctx, d)
+        return text, planted, {**body, "pieces": [s for para in paragraphs[1:] for s in para], **extra}
     return "\n\n".join(out), PlantedRating(str(Rating(row.rating).value), first, term, previous, p.layout), body
 
 
-def messy_report(rating: Rating, body: list[str], ctx: dict, d: _Draw) -> tuple[str, PlantedRating]:
-    """The report's body sentences laid out by a broker skeleton under a broker rating sentence
-    (finlib.finbias.data.messy_corpus), and the record of what was planted."""
+def messy_report(rating: Rating, body: list[str], ctx: dict, d: _Draw) -> tuple[str, PlantedRating, dict]:
+    """The report's body sentences laid out as broker text (finlib.finbias.data.messy_corpus): half under a
+    broker rating sentence by a skeleton, half as a research provider's front page
+    (finlib.finbias.data.provider_layouts); the record of what was planted, and the provider layout's
+    statement record (`statement`, None for a skeleton)."""
     pick = lambda n: int(d.u() * n)  # noqa: E731 - an index below n from the report's own draws
+    if pick(2) == 0:
+        text, plant = provider_layouts.provider_report(rating, body, pick, ctx["company"], ctx["ticker"])
+        planted = PlantedRating(rating.value, text[: plant.keep_from], plant.term, plant.previous, plant.layout)
+        return text, planted, {"statement": plant}
     fs = messy_corpus.draw_first_sentence(rating, pick, ctx["company"], ctx["ticker"])
     skeleton = messy_corpus.SKELETONS[pick(len(messy_corpus.SKELETONS))]
     text, line = messy_corpus.lay_out(skeleton, fs.text, body, pick=pick)
-    return text, PlantedRating(rating.value, line, fs.term, fs.previous, f"messy:{skeleton.name}")
+    return text, PlantedRating(rating.value, line, fs.term, fs.previous, f"messy:{skeleton.name}"), {}
 
 
 # ---------------------------------------------------------------- entry points

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from finlib.finbias.data import messy_corpus, synth, synth_corpus, synth_planted
+from finlib.finbias.data import messy_corpus, provider_layouts, synth, synth_corpus, synth_planted
 from finlib.finbias.data.synth import RAW_FILES, SynthParams, generate_market, write_market
 
 
@@ -22,7 +22,7 @@ def market_fingerprint(section: dict[str, Any] | None, seed: int) -> str:
     written files depend on: an edited generator never reuses files an older one wrote)."""
     p = SynthParams.from_section(section)
     code = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in (synth, synth_corpus, messy_corpus,
-                                                                             synth_planted))).hexdigest()
+                                                                             provider_layouts, synth_planted))).hexdigest()
     blob = json.dumps({"params": asdict(p), "seed": int(seed), "code": code}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 

@@ -33,14 +33,20 @@ import numpy as np
 import pandas as pd
 from scipy.stats import norm
 
+from finlib.finbias.data import provider_layouts
 from finlib.finbias.vocab import POOLED, RATINGS, Rating, rating_of
 
+# Where the rating statement stands and what stage 02 must leave (`statement_fields`): the rule a front-matter
+# reader names, the statement's span, the first byte removal keeps, the front matter before it and the
+# separator after it (normalised), and for a provider layout the statement as literal pieces around its slots.
+STATEMENT_FIELDS = ("rule", "statement_start", "statement_end", "keep_from", "front", "gap", "statement_pieces",
+                    "slot_kinds")
 KEY_CHARS = 64        # a sentence is found by its first KEY_CHARS characters (whitespace collapsed)
 ANCHORS = 8           # factual sentences per report kept to recognise it
 BODY_KEYS = 12        # body sentences (in order) kept to find where the first sentence ended
 VIEW_CUT = 0.6        # own view: bearish below -VIEW_CUT, bullish above +VIEW_CUT
 PLANTED_FIELDS = ("report_id", "sector", "analyst_rating", "signal", "tone", "first_sentence", "term_start",
-                  "term_end", "after_key", "body_keys", "anchors", "opinion_keys")
+                  "term_end", "after_key", "body_keys", "anchors", "opinion_keys", *STATEMENT_FIELDS)
 _EDGE = re.compile(r"^[^\w]+|[^\w]+$")
 _ARTICLE = re.compile(r"^(?:a|an|the)\s+", re.I)
 
@@ -77,7 +83,22 @@ def planted_record(text: str, planted, body: dict[str, list[str]]) -> dict:
                           if text.startswith(planted.rating_sentence) else ""),
             "body_keys": [sentence_key(s) for s in body["pieces"][:BODY_KEYS]],
             "anchors": [sentence_key(s) for s in body["factual"] if len(normalize(s)) >= KEY_CHARS][:ANCHORS],
-            "opinion_keys": sorted({sentence_key(s) for s in body["opinions"]})}
+            "opinion_keys": sorted({sentence_key(s) for s in body["opinions"]}),
+            **statement_fields(text, planted, body.get("statement"))}
+
+
+def statement_fields(text: str, planted, plant: provider_layouts.ProviderPlant | None) -> dict:
+    """`STATEMENT_FIELDS` of one report, from what the generator wrote: a provider layout's own record, else
+    the rating sentence opening the report (the authors' protocol: rule first_sentence), removal keeping
+    everything after it and the whitespace that follows."""
+    if plant is None:
+        end = len(planted.rating_sentence)
+        keep = end + len(text[end:]) - len(text[end:].lstrip())
+        return {"rule": "first_sentence", "statement_start": 0, "statement_end": end, "keep_from": keep,
+                "front": "", "gap": "", "statement_pieces": [], "slot_kinds": []}
+    return {"rule": plant.rule, "statement_start": plant.start, "statement_end": plant.end, "keep_from": plant.keep_from,
+            "front": normalize(text[: plant.start]), "gap": normalize(text[plant.end : plant.keep_from]),
+            "statement_pieces": list(plant.pieces), "slot_kinds": list(plant.kinds)}
 
 
 @dataclass(frozen=True)
@@ -139,7 +160,7 @@ class PlantedIndex:
         missing = [c for c in PLANTED_FIELDS if c not in planted.columns]
         if missing:
             raise ValueError(f"planted records lack columns {missing}")
-        lists = ("body_keys", "anchors", "opinion_keys")  # parquet gives arrays back: plain lists here
+        lists = ("body_keys", "anchors", "opinion_keys", "statement_pieces", "slot_kinds")  # parquet gives arrays back: plain lists here
         self.rows = {str(r["report_id"]): {**r, **{k: list(r[k]) for k in lists}} for r in planted.to_dict("records")}
         owners: dict[str, set[str]] = {}
         for rid, r in self.rows.items():
@@ -189,10 +210,24 @@ class PlantedIndex:
             return Reading(rid, analyst, "analyst", opinions)
         if not head:
             return Reading(rid, None, "none", opinions)
+        if len(r["slot_kinds"]):  # a provider layout: the statement read at its planted slots
+            return Reading(rid, *_provider_shown(r, head), opinions)
         shown = shown_in_head(first, (int(r["term_start"]), int(r["term_end"])), head)
         if shown is None and not _terms_in(head.split(" ")):  # what precedes the body names no rating at all
             return Reading(rid, None, "none", opinions)
         return Reading(rid, shown, "rewritten" if shown is not None else "unreadable", opinions)
+
+
+def _provider_shown(r: dict, head: str) -> tuple[Rating | None, str]:
+    """What a provider layout's head shows once its front matter and separator are set apart: the rating its
+    planted slots read (`provider_layouts.read_statement`), none when no rating word is left."""
+    rest = head[len(r["front"]) :].strip() if head.startswith(r["front"]) else head
+    if r["gap"] and rest.endswith(r["gap"]):
+        rest = rest[: -len(r["gap"])].strip()
+    shown, _ = provider_layouts.read_statement(rest, [normalize(p) for p in r["statement_pieces"]], r["slot_kinds"])
+    if shown is None and not _terms_in(head.split(" ")):
+        return None, "none"
+    return shown, "rewritten" if shown is not None else "unreadable"
 
 
 # ---------------------------------------------------------------- the closed-form truth

@@ -29,7 +29,7 @@ words, provider points and move verb inside the statement (`finlib.finbias.pertu
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 
 from finlib.finbias.perturb import provider_scales as ps
@@ -179,6 +179,10 @@ def field_mentions(value: str, label: str, reading: RatingReading) -> list[Ratin
     or star glyphs are read on the scale the label names."""
     # "#5-Strong Sell": the hyphen after the point joins no words (same length, so the offsets hold)
     mentions = find_rating_mentions(re.sub(r"^(#?[ \t]*[1-5])[-\u2010\u2011]", r"\1 ", value), reading.scales)
+    # a field's whole value is a rating slot: "Rating: Reduce" is the rating, as "We rate it Reduce" is
+    mentions = [
+        replace(m, role="current") if m.role == "not_a_rating" and m.surface == value.strip() else m for m in mentions
+    ]
     scale = _LABELS.get(" ".join(label.lower().split()))
     if scale is None:
         return mentions
