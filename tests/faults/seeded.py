@@ -364,6 +364,19 @@ FAULTS: tuple[Fault, ...] = (
         "BizFinBench Table 6: mean query tokens computed as the median",
         (f"{TRUTHS}::test_bizfin_table6_min_max_mean_and_count_of_query_tokens",),
     ),
+    # ------------------------------------------------------------ stage 02's rating statement (Tables 4-7 conditions)
+    Fault(
+        "rating_statement_in_first_unit_only",
+        "finlib.finbias.perturb.statement",
+        "units = list(islice(iter_sentence_spans(text), max(1, reading.front_matter_units)))",
+        "units = list(islice(iter_sentence_spans(text), 1))",
+        "Fin-Bias Tables 4-7 conditions: the rating statement looked for in the first sentence unit only, so "
+        "reports whose front page opens with a title, header block or provider box leave every condition",
+        (
+            "tests/rehearsal/test_statement_check.py::test_a_correct_stage02_passes_on_provider_pages",
+            "tests/finbias/test_provider_layouts.py::test_stage02_finds_removes_and_fakes_every_layout_and_rating",
+        ),
+    ),
 )
 
 
