@@ -222,6 +222,18 @@ LAYOUTS: tuple[tuple[str, str, str], ...] = (
         "first_sentence",
         "[[We reiterate our {word} rating on {company} ({ticker}) with a ${target} target.]] {body}",
     ),
+    (
+        "crlf_header_nbsp",
+        "rating_field",
+        "{COMPANY} ({ticker})\r\n{date}\r\n\r\n[[Investment\u00a0Rating:\u00a0{word}]]\r\nPrice\u00a0target: ${target}\r\n"
+        "\r\n{body}",
+    ),
+    (
+        "crlf_soft_wrap_sentence",
+        "front_matter_sentence",
+        "{company} ({ticker})\r\nResults review\r\n\r\n[[We {verb} {company} to {word} from {prev} on the back of\r\n"
+        "better pricing\u00a0\u2011 and lower costs.]]\r\n\r\n{body}",
+    ),
     ("first_sentence_move", "first_sentence", "[[We {verb} {company} ({ticker}) to {word} from {prev}.]]\n\n{body}"),
 )
 _SLOT = re.compile(r"\{(" + "|".join(SLOT_KINDS) + r")\}")
@@ -277,7 +289,7 @@ def _fill(
         return _stars(_point("cfra" if kind == "cfra_glyphs" else "morningstar", rating, pick))
     if kind == "prev":
         assert prev is not None, "a move needs a previous rating"
-        return point.setdefault("prev_word", WORDS[prev][pick(len(WORDS[prev]))].title())  # type: ignore[return-value]
+        return point.setdefault("prev_word", WORDS[prev][pick(len(WORDS[prev]))].title())
     if kind == "valuation":
         return next(w for w, r in SCALES["valuation"].items() if r is rating)
     assert prev is not None, "a move verb needs a previous rating"
