@@ -21,9 +21,12 @@ from finlib.core.artifacts import read_frame, read_json
 from finlib.core.tables import read_table_csv
 from finlib.finbias import conditions as condition_table
 from finlib.finbias.conditions import ConditionRecord, ReportContext, Variant, condition_declared
+from finlib.finbias.vocab import CONDITIONS, Condition
 from finlib.llm.store import Result
 
 TOY = "first_half"
+# Fin-Bias Tables 4-7 and Figures: original, no_rating, no_opinion, then fake_rating
+CONDITION_ORDER_OF_TABLES = (Condition.ORIGINAL, Condition.NO_RATING, Condition.NO_OPINION, Condition.FAKE_RATING)
 RATING_WORDS = ("bullish", "neutral", "bearish")
 
 
@@ -210,5 +213,7 @@ def test_the_paper_s_records_say_what_the_paper_s_tables_read():
         "no_rating": "without rating",
         "fake_rating": "fake rating shown",
     }
+    assert condition_table.names(paper_only=True) == tuple(c.value for c in CONDITION_ORDER_OF_TABLES)
+    assert {r.name for r in condition_table.declared()} == {c.value for c in CONDITIONS}  # the closed vocabulary
     frame = pd.DataFrame({"name": list(refs)})
     assert frame["name"].map(condition_table.color).nunique() == 4

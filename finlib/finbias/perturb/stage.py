@@ -10,6 +10,9 @@
 - no_opinion:  the no_rating text minus every sentence that contains an MPQA strongsubj word
                (`finlib.finbias.perturb.subjectivity`; the lexicon's POS honoured by default, `perturb.mpqa_pos`).
 
+Each condition is a record of the condition table (`finlib.finbias.conditions`: its transform, its place,
+its herding reference); the stage writes every declared record's rows, a declared study condition too.
+
 Rating extraction and the fake-rating rewrite live in `finlib.finbias.perturb.ratings` (stage 00 and the
 rating sweep use them too); callers import them from there.
 

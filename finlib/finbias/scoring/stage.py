@@ -309,7 +309,7 @@ def write_tables(cfg: RunConfig, res: ScoringResult) -> None:
                 "and mean per-report KL divergence between conditions' label distributions", float_format="{:.4f}")
     write_table(cfg, "table_conditions", conditions_table(res.metrics),
                 "Pooled herding and accuracy (Eq. 1 over all N answered items, %) per model and declared condition, "
-                "the conditions in the condition table's order (finlib.finbias.conditions), N in brackets; '–' = "
+                "the conditions in the condition table's order (finlib.finbias.conditions), N in parentheses; '–' = "
                 "no answered item")
     write_table(cfg, "table_confusion", res.confusion,
                 "Confusion matrices: return-based label (rows) x answer, over parsed answers; n = rows with "
