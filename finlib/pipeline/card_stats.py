@@ -10,9 +10,11 @@ import numpy as np
 import pandas as pd
 
 from finlib.core.tables import paper_table
+from finlib.finbias.conditions import CardLabels
 from finlib.finbias.vocab import POOLED, SECTORS
 
-CONDITIONS = {"original": "with rating", "no_rating": "without rating", "fake_rating": "fake rating shown"}
+# condition -> its label on the card: the records of the condition table with a `card_label`
+CONDITIONS = CardLabels()
 PUBLISHED_N = 8868  # Fin-Bias Table 2 total: every published model answered every report
 
 

@@ -27,7 +27,8 @@ import numpy as np
 import pandas as pd
 
 from finlib.core.config import RunConfig
-from finlib.finbias.vocab import CONDITIONS, Condition
+from finlib.finbias import conditions as condition_table
+from finlib.finbias.vocab import Condition
 from finlib.llm.registry import ModelSpec, run_registry, select_models
 
 HF_HOST, YAHOO_HOST = ("huggingface.co", 443), ("query1.finance.yahoo.com", 443)
@@ -81,19 +82,19 @@ def condition_texts(cfg: RunConfig, sample: int, seed: int) -> tuple[dict[str, l
     if not path.is_file():
         synthetic = (cfg.params.get("data", {}).get("synthetic") or {}).get("n_reports")
         n = int(synthetic) if cfg.is_synthetic and synthetic else int(plan_params(cfg)["corpus_reports"])
-        fake = 2 if cfg.params.get("perturb", {}).get("fake_rating") == "both" else 1
-        counts = {c.value: n * (fake if c == Condition.FAKE_RATING else 1) for c in CONDITIONS}
+        fake_mode = cfg.params.get("perturb", {}).get("fake_rating")
+        counts = {r.name: n * r.variants(fake_mode) for r in condition_table.declared()}
         where = (f"the synthetic corpus size (data.synthetic.n_reports = {n}), stage 02 not run" if cfg.is_synthetic
                  and synthetic else "published corpus size (Fin-Bias §3), stage 02 not run")
         return {}, counts, where
     cond = pd.read_parquet(path)
     ok = cond[cond["status"] == "ok"]
     texts, counts = {}, {}
-    for c in CONDITIONS:
-        rows = ok[ok["condition"] == c.value]
-        counts[c.value] = len(rows)
+    for c in (r.name for r in condition_table.declared()):
+        rows = ok[ok["condition"] == c]
+        counts[c] = len(rows)
         take = rows.sample(n=min(sample, len(rows)), random_state=seed) if len(rows) else rows
-        texts[c.value] = take["text"].astype(str).tolist()
+        texts[c] = take["text"].astype(str).tolist()
     return texts, counts, f"this run's stage 02 conditions ({len(ok)} ok rows)"
 
 
@@ -235,12 +236,12 @@ def extension_counts(cfg: RunConfig, spec: ModelSpec, counts: dict[str, int]) ->
                                "report_id"].nunique())
     draw_n = n_rep if inf.get("samples_reports") is None else min(int(inf["samples_reports"]), n_rep)
     per_call = 1 if spec.backend == "local" and inf.get("mode") == "score" else k
-    new_texts = 3 - 1 - (2 if pert.get("fake_rating") == "both" else 1)
+    new_texts = 3 - 1 - condition_table.rows_per_report(Condition.FAKE_RATING.value, pert.get("fake_rating"))
     out = {}
     if sweep_n and new_texts:
         out["sweep_<rating> (new texts)"] = sweep_n * new_texts * per_call
     if per_call > 1 and n_rep:
-        paper = sum(counts.get(c.value, 0) for c in CONDITIONS)
+        paper = sum(counts.get(r.name, 0) for r in condition_table.declared())
         out[f"draws 2..{k} (paper conditions)"] = round((k - 1) * paper * max(draw_n, sweep_n) / n_rep)
     return out
 

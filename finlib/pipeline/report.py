@@ -36,6 +36,7 @@ HEADLINE_TABLES = (
     ("table5_herding_fake", "Fin-Bias Table 5 — herding towards a fake rating"),
     ("table6_accuracy_with_without", "Fin-Bias Table 6 — accuracy with / without the rating"),
     ("table7_accuracy_no_opinion", "Fin-Bias Table 7 — accuracy with opinions removed"),
+    ("table_conditions", "Fin-Bias — herding and accuracy in every declared condition"),
     ("table8_accuracy_dpo", "Fin-Bias Table 8 — accuracy after DPO"),
     ("bizfin_table3", "BizFinBench Table 3 — scores per task"),
     ("bizfin_table4_judge", "BizFinBench Table 4 — judges against reference scores"),

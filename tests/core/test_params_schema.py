@@ -199,9 +199,9 @@ def test_the_prompt_version_literal_is_the_prompt_registry():
 
 def test_closed_vocabularies_are_the_code_s_own():
     """Literals the schema declares for choices the stages define (text_cleaning: tests/finbias/test_data.py)."""
+    from finlib.finbias.conditions import FAKE_MODES
     from finlib.finbias.data.synth_corpus import LAYOUTS, RATING_WORDINGS
     from finlib.finbias.perturb.lexicon import POS_POLICIES
-    from finlib.finbias.perturb.stage import FAKE_MODES
 
     def literal(model: type[BaseModel], key: str) -> set:
         ann = model.model_fields[key].annotation

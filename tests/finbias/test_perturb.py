@@ -159,6 +159,7 @@ def test_fake_reads_back_and_only_first_sentence_changes(sentence: str) -> None:
 
 # ---- the stage artifact ----------------------------------------------------------------------
 
+from finlib.finbias.conditions import fake_ratings_for  # noqa: E402
 from finlib.finbias.perturb import stage as perturb_stage  # noqa: E402
 from finlib.finbias.perturb.lexicon import Lexicon, parse_tff  # noqa: E402
 from finlib.finbias.perturb.stage import (  # noqa: E402
@@ -167,7 +168,6 @@ from finlib.finbias.perturb.stage import (  # noqa: E402
     build_conditions,
     conditions_summary,
     example_html,
-    fake_ratings_for,
     validate_conditions,
 )
 

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from finlib.core.artifacts import read_frame, read_json, write_frame
+from finlib.finbias import conditions
 from finlib.finbias.data import messy_corpus
 from finlib.finbias.perturb import ratings
 from finlib.finbias.perturb import stage as perturb
@@ -39,7 +40,7 @@ def test_a_report_whose_fake_cannot_be_written_is_set_aside_not_fatal(monkeypatc
             raise ValueError("seeded: no fake for this report")
         return real(text, new)
 
-    monkeypatch.setattr(perturb, "rewrite_report_rating", broken)
+    monkeypatch.setattr(conditions, "rewrite_report_rating", broken)
     res = build_conditions(REPORTS, seed=3, mode="one", policy="ignore")
     rows = res.conditions[res.conditions["report_id"] == "B"]
     assert (rows["status"] == "skipped").all() and rows["skip_reason"].str.startswith(SET_ASIDE).all()
@@ -51,7 +52,7 @@ def test_a_report_whose_fake_cannot_be_written_is_set_aside_not_fatal(monkeypatc
 
 def test_a_report_failing_a_validation_check_is_set_aside_with_the_check(monkeypatch):
     real = ratings.rewrite_report_rating
-    monkeypatch.setattr(perturb, "rewrite_report_rating",  # seeded: report A's fake changes nothing
+    monkeypatch.setattr(conditions, "rewrite_report_rating",  # seeded: report A's fake changes nothing
                         lambda text, new, **_: (text, "plain") if text.startswith("We rate Acme") else real(text, new))
     res = build_conditions(REPORTS, seed=3, mode="one", policy="ignore")
     assert list(res.set_aside["report_id"]) == ["A"]
@@ -80,7 +81,7 @@ def test_stage_writes_the_set_aside_artifact_and_fails_past_the_gate(tmp_run, mo
     assert read_json(tmp_run, "perturb_report")["set_aside"]["max_share"] == 0.01
     assert res.report["first_sentences_differing_from_punkt"] == 1  # report C's rating line
     real = ratings.rewrite_report_rating
-    monkeypatch.setattr(perturb, "rewrite_report_rating", lambda text, new, **_: (_ for _ in ()).throw(
+    monkeypatch.setattr(conditions, "rewrite_report_rating", lambda text, new, **_: (_ for _ in ()).throw(
         ValueError("seeded")) if text.startswith("We rate Gamma") else real(text, new))
     with pytest.raises(perturb.SetAsideGateError):
         perturb.run(tmp_run)

@@ -8,15 +8,38 @@ example and case-study figures) so that both import it and neither imports the o
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from finlib.core.config import RunConfig
 from finlib.core.tables import FIGURE_PADDING_IN, PRINT_COLUMN_IN, print_column, save_figure
-from finlib.finbias.vocab import Condition, Rating
+from finlib.finbias import conditions as condition_table
+from finlib.finbias.vocab import Rating
 
-CONDITION_ORDER = (Condition.ORIGINAL, Condition.NO_RATING, Condition.NO_OPINION, Condition.FAKE_RATING)
+
+def condition_order() -> tuple[str, ...]:
+    """The declared conditions in their place in the figures (`finlib.finbias.conditions`), read when a
+    figure is drawn, so a condition declared by a study is drawn too."""
+    return condition_table.names()
+
+
+class ConditionStyle(Mapping[str, str]):
+    """Condition -> one attribute of its record (colour, marker or hatch), read from the condition table at
+    each access: the palette has no copy of its own to fall out of step with the table."""
+
+    def __init__(self, attribute: str) -> None:
+        self.attribute = attribute
+
+    def __getitem__(self, name: str) -> str:
+        return getattr(condition_table.record(name), self.attribute)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(condition_table.names())
+
+    def __len__(self) -> int:
+        return len(condition_table.names())
+
 
 # ---- one palette: each colour means one thing in every figure --------------------------------
 # ratings (answers, labels, shown ratings) and conditions take the saturated hues; models take a
@@ -24,12 +47,12 @@ CONDITION_ORDER = (Condition.ORIGINAL, Condition.NO_RATING, Condition.NO_OPINION
 # base/DPO variants two neutrals, so blue never means "a model" in one figure and "original" in another.
 RATING_COLORS = {Rating.BULLISH.value: "#2a9d55", Rating.NEUTRAL.value: "#8c8c8c", Rating.BEARISH.value: "#c8423b",
                  "unparsed": "#e0b040"}
-# conditions: navy, orange, sky blue, dark red -- apart by CIELAB Delta E >= 40 for normal vision and as
-# protanopes, deuteranopes and tritanopes see them (Machado et al. 2009; tests/finbias/colour_vision.py)
-CONDITION_COLORS = {"original": "#14325c", "no_rating": "#e69f00", "no_opinion": "#56b4e9", "fake_rating": "#b2182b"}
+# conditions: each record's colour, marker and hatch (finlib.finbias.conditions; the paper's four: navy, orange,
+# sky blue, dark red, apart by CIELAB Delta E >= 40 for every colour vision, tests/finbias/colour_vision.py)
+CONDITION_COLORS = ConditionStyle("color")
 # every condition also has its own marker and hatch, so no reading depends on telling two hues apart
-CONDITION_MARKERS = {"original": "o", "no_rating": "s", "no_opinion": "^", "fake_rating": "D"}
-CONDITION_HATCHES = {"original": "", "no_rating": "////", "no_opinion": "....", "fake_rating": "xxxx"}
+CONDITION_MARKERS = ConditionStyle("marker")
+CONDITION_HATCHES = ConditionStyle("hatch")
 MODEL_COLORS = ("#332288", "#44aa99", "#88ccee", "#999933", "#882255", "#ddcc77", "#117733")
 MODEL_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 VARIANT_COLORS = {"base": "#b8b8b8", "dpo": "#3b3b3b"}

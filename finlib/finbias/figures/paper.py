@@ -13,11 +13,11 @@ import pandas as pd
 from finlib.core.config import RunConfig
 from finlib.core.tables import figure_width
 from finlib.finbias.figures.base import (
-    CONDITION_ORDER,
     MIN_TEXT_PT,
     RATING_COLORS,
     FigureRecord,
     chars_per_line,
+    condition_order,
     figure_style,
     finish,
     panel_grid,
@@ -88,27 +88,31 @@ def plot_conditions_example(cfg: RunConfig, conditions: pd.DataFrame, report_id:
 
     rows = conditions[conditions["report_id"].astype(str) == report_id].set_index("condition")
     original = str(rows.loc[Condition.ORIGINAL.value, "text"])
-    nrows, ncols = panel_grid(cfg, len(CONDITION_ORDER), 2)
+    order = condition_order()
+    nrows, ncols = panel_grid(cfg, len(order), 2)
     width = figure_width(cfg)
     wrap = chars_per_line(0.95 * width / ncols)  # a panel's share of the width, less the gap between panels
-    title = textwrap.wrap(f"Report {report_id} in the four conditions (analyst rating: "
+    how_many = "the four" if len(order) == 4 else f"the {len(order)}"
+    title = textwrap.wrap(f"Report {report_id} in {how_many} conditions (analyst rating: "
                           f"{rows.iloc[0]['analyst_rating']})", chars_per_line(width, 9))
     with figure_style():  # a page's height whichever the column: a single column shows less text per condition
         fig, axes = plt.subplots(nrows, ncols, figsize=(width, PAGE_HEIGHT_IN), squeeze=False)
         top_in = 0.3 + 0.18 * len(title)  # the suptitle's 9 pt lines above the first panels' titles
         fig.subplots_adjust(left=0.01, right=0.99, top=1 - top_in / PAGE_HEIGHT_IN, bottom=0.01, wspace=0.08,
                             hspace=0.08 * nrows / 2)
-        for ax, cond in zip(axes.ravel(), CONDITION_ORDER):
-            r = rows.loc[cond.value] if cond.value in rows.index else None
+        for ax in axes.ravel()[len(order):]:
+            ax.set_axis_off()
+        for ax, cond in zip(axes.ravel(), order):
+            r = rows.loc[cond] if cond in rows.index else None
             if r is None or r["status"] != "ok":
                 reason = "not built" if r is None else f"skipped: {r['skip_reason']}"
                 ax.set_axis_off()
-                ax.set_title(cond.value, loc="left")
+                ax.set_title(cond, loc="left")
                 ax.text(0.0, 0.97, "\n".join(textwrap.wrap(reason, wrap)[:12]), va="top", fontsize=MIN_TEXT_PT,
                         color="#a33", transform=ax.transAxes)
                 continue
-            extra = f" (fake: {r['fake_rating']})" if cond == Condition.FAKE_RATING else ""
-            ax.set_title(f"{cond.value}{extra}", loc="left")
+            extra = f" (fake: {r['fake_rating']})" if cond == Condition.FAKE_RATING.value else ""
+            ax.set_title(f"{cond}{extra}", loc="left")
             _draw_text(ax, sentence_marks(original, str(r["text"])), max_chars, wrap)
         fig.suptitle("\n".join(title), x=0.01, ha="left")
     rec = finish(cfg, fig, "fig_conditions_example",

@@ -26,13 +26,13 @@ from finlib.finbias.figures.base import (
     CONDITION_COLORS,
     CONDITION_HATCHES,
     CONDITION_MARKERS,
-    CONDITION_ORDER,
     HEATMAP_CMAP,
     MIN_TEXT_PT,
     RATING_COLORS,
     VARIANT_COLORS,
     FigureRecord,
     chars_per_line,
+    condition_order,
     data_source,
     figure_style,
     finish,
@@ -83,10 +83,14 @@ def plot_herding_heatmap(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object,
     down, across = (cols, models) if transpose else (models, cols)
     row_in = 0.3 * len(cols) if transpose else 0.4 * max(len(models), 1)
     with figure_style():
-        fig, axes = plt.subplots(2, 2, figsize=(figure_width(cfg), 2 * (1.6 + row_in)), squeeze=False,
-                                 constrained_layout=True)
-        for k, (ax, cond) in enumerate(zip(axes.ravel(), CONDITION_ORDER)):
-            d = h[h["condition"] == cond.value]
+        order = condition_order()
+        rows_of_panels = (len(order) + 1) // 2
+        fig, axes = plt.subplots(rows_of_panels, 2, figsize=(figure_width(cfg), rows_of_panels * (1.6 + row_in)),
+                                 squeeze=False, constrained_layout=True)
+        for ax in axes.ravel()[len(order):]:
+            ax.set_axis_off()
+        for k, (ax, cond) in enumerate(zip(axes.ravel(), order)):
+            d = h[h["condition"] == cond]
             val = d.pivot(index="model", columns="sector", values="value").reindex(index=models, columns=cols)
             cell_n = d.pivot(index="model", columns="sector", values="n").reindex(index=models, columns=cols).fillna(0)
             if transpose:
@@ -98,10 +102,10 @@ def plot_herding_heatmap(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object,
                     label = "–" if pd.isna(v) else f"{100 * v:.0f}\nN{int(cell_n.iat[i, j])}"
                     ax.text(j, i, label, ha="center", va="center", fontsize=MIN_TEXT_PT,
                             color="#555555" if pd.isna(v) else text_color_on(cmap(float(v))))
-            ax.set_xticks(range(len(across)), across if k >= 2 else [""] * len(across), rotation=90)
+            ax.set_xticks(range(len(across)), across if k >= len(order) - 2 else [""] * len(across), rotation=90)
             ax.set_yticks(range(len(down)), down)
             ax.tick_params(labelleft=k % 2 == 0)
-            ax.set_title(cond.value)
+            ax.set_title(cond)
             ax.grid(False)
         fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="herding %")
     n_range = h["n"].dropna()
@@ -114,10 +118,9 @@ def plot_herding_heatmap(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object,
 
 
 def n_by_condition(rates: pd.DataFrame, model: str) -> str:
-    """"N 40/38/40/39": the answers each condition's pooled rate of `model` rests on, in CONDITION_ORDER."""
+    """"N 40/38/40/39": the answers each condition's pooled rate of `model` rests on, in `condition_order`."""
     d = rates[(rates["model"] == model) & (rates["sector"] == POOLED)].set_index("condition")["n"]
-    return "N " + "/".join(str(int(d[c.value])) if c.value in d.index and pd.notna(d[c.value]) else "0"
-                           for c in CONDITION_ORDER)
+    return "N " + "/".join(str(int(d[c])) if c in d.index and pd.notna(d[c]) else "0" for c in condition_order())
 
 
 def _interval(d: pd.DataFrame) -> np.ndarray:
@@ -235,7 +238,8 @@ def plot_accuracy_vs_analyst(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[obj
     models = sorted(acc["model"].unique())
     if acc["value"].notna().sum() == 0:
         raise LookupError("no pooled accuracy value in metrics.parquet (no labelled, answered item)")
-    width = 0.8 / len(CONDITION_ORDER)
+    order = condition_order()
+    width = 0.8 / len(order)
     with figure_style():
         fig, ax = plt.subplots(figsize=(figure_width(cfg), 3.2), layout="constrained")
         if not analyst.empty:
@@ -243,12 +247,12 @@ def plot_accuracy_vs_analyst(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[obj
             ax.axhspan(100 * a["ci_low"], 100 * a["ci_high"], color="#cccccc", alpha=0.5, lw=0)
             ax.axhline(100 * a["value"], color="black", lw=1, ls="--",
                        label=f"analyst {100 * a['value']:.1f} % (N={int(a['n']) if pd.notna(a['n']) else '?'})")
-        for i, cond in enumerate(CONDITION_ORDER):
-            d = acc[acc["condition"] == cond.value].set_index("model").reindex(models)
-            x = np.arange(len(models)) + (i - 1.5) * width
+        for i, cond in enumerate(order):
+            d = acc[acc["condition"] == cond].set_index("model").reindex(models)
+            x = np.arange(len(models)) + (i - (len(order) - 1) / 2) * width
             ax.bar(x, 100 * d["value"], width, yerr=np.nan_to_num(_interval(d)), capsize=2,
-                   color=CONDITION_COLORS[cond.value], hatch=CONDITION_HATCHES[cond.value], edgecolor="white",
-                   label=cond.value)
+                   color=CONDITION_COLORS[cond], hatch=CONDITION_HATCHES[cond], edgecolor="white",
+                   label=cond)
         ax.axhline(100 / 3, color="#888888", lw=0.8, ls=":", label="chance (1/3)")
         ax.set_xticks(range(len(models)), [f"{m}\n{n_by_condition(acc, m)}" for m in models], rotation=15)
         ax.set_ylabel(f"accuracy % (pooled, {ci_level(cfg)} CI)")
@@ -257,7 +261,7 @@ def plot_accuracy_vs_analyst(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[obj
     rec = finish(cfg, fig, "fig_accuracy_vs_analyst",
                  "Accuracy against the return-based labels, pooled over sectors, per model and condition, with "
                  f"{ci_level(cfg)} cluster-bootstrap intervals; under each model, N per condition "
-                 f"({'/'.join(c.value for c in CONDITION_ORDER)}); dashed line and band: the analysts' own rating "
+                 f"({'/'.join(order)}); dashed line and band: the analysts' own rating "
                  "and its interval.")
     return fig, rec
 
@@ -307,7 +311,7 @@ def plot_prob_herding(cfg: RunConfig, metrics: pd.DataFrame) -> tuple[object, Fi
     p = p[p["value"].notna()]
     if p.empty:
         raise LookupError("no label-scored model in this run (prob_herding needs inference.mode: score)")
-    conds = [c.value for c in CONDITION_ORDER]
+    conds = list(condition_order())
     colors, markers = model_colors(p["model"].unique()), model_markers(p["model"].unique())
     with figure_style():
         fig, ax = plt.subplots(figsize=(figure_width(cfg), 3.0), layout="constrained")

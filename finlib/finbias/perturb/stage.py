@@ -10,6 +10,9 @@
 - no_opinion:  the no_rating text minus every sentence that contains an MPQA strongsubj word
                (`finlib.finbias.perturb.subjectivity`; the lexicon's POS honoured by default, `perturb.mpqa_pos`).
 
+Each condition is a record of the condition table (`finlib.finbias.conditions`: its transform, its place,
+its herding reference); the stage writes every declared record's rows, a declared study condition too.
+
 Rating extraction and the fake-rating rewrite live in `finlib.finbias.perturb.ratings` (stage 00 and the
 rating sweep use them too); callers import them from there.
 
@@ -33,7 +36,6 @@ every comparison on the same set of reports. The stage stops when their share pa
 from __future__ import annotations
 
 import html
-import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -47,6 +49,13 @@ import pandas as pd
 from finlib.core.artifacts import TEXT_ROW_GROUP, read_frame, require_columns, write_frame, write_json
 from finlib.core.config import RunConfig
 from finlib.core.tables import synthetic_title
+from finlib.finbias import conditions as condition_table
+from finlib.finbias.conditions import (
+    ReportContext,
+    StreamTools,
+    Variant,
+    reference_is_shown,
+)
 from finlib.finbias.perturb import subjectivity
 from finlib.finbias.perturb.lexicon import (
     MPQA_MD5,
@@ -84,12 +93,12 @@ from finlib.finbias.sentences import (
     split_sentences,
 )
 from finlib.finbias.vocab import (
-    CONDITIONS,
-    RATINGS,
     SWEEP_CONDITIONS,
     Condition,
     Rating,
 )
+
+SWEEP_VALUES = tuple(c.value for c in SWEEP_CONDITIONS.values())
 
 
 def remove_rating_sentence(text: str) -> str:
@@ -109,37 +118,22 @@ CONDITION_COLUMNS = ("item_id", "report_id", "condition", "text", "analyst_ratin
                      "reference_rating", "status", "skip_reason")
 SKIP_NO_RATING = ("first sentence states no analyst rating: report left out of every condition, "
                   "so that all conditions compare the same reports")
-SKIP_EMPTY_NO_RATING = "report has no sentence besides the rating sentence"
-SKIP_ALL_SUBJECTIVE = "every sentence after the rating sentence contains an MPQA strongsubj word"
 SET_ASIDE = "set aside: "   # + the reason: a report whose conditions could not be written or failed a check
 SET_ASIDE_COLUMNS = ("report_id", "step", "reason")
 DEFAULT_MAX_SET_ASIDE_SHARE = 0.01
-FAKE_MODES = ("one", "both")
 SECTION = "perturb"
 TAG_CHUNK = 256  # reports per tagging stream (spaCy batches sentences across the reports of a chunk)
 
 
-def fake_ratings_for(report_id: str, rating: Rating, seed: int, mode: str) -> list[Rating]:
-    """The fake rating(s) for one report: a seeded draw of one of the two others, or both.
-
-    The generator is seeded by (run seed, CRC32 of the report id), so a report's fake does
-    not depend on which other reports are in the run or on their order. ``mode`` ("one" or
-    "both", FAKE_MODES) is validated once, by ``perturb_params``.
-    """
-    others = [r for r in RATINGS if r is not Rating(rating)]
-    if mode == "both":
-        return others
-    rng = np.random.default_rng([int(seed), zlib.crc32(str(report_id).encode("utf-8"))])
-    return [others[int(rng.integers(len(others)))]]
-
-
-def _row(report_id: str, condition: Condition, text: str | None, analyst: Rating | None,
+def _row(report_id: str, condition: Condition | str, text: str | None, analyst: Rating | None,
          fake: Rating | None = None, skip: str | None = None, item_suffix: str = "") -> dict:
-    # fake_rating and the sweep: the reference is the rating shown (the `fake` argument)
-    reference = fake if condition is Condition.FAKE_RATING or condition in SWEEP_CONDITIONS.values() else analyst
+    # the record says whether herding reads the rating shown (fake_rating, the sweep: the `fake` argument)
+    name = str(condition)
+    shown = reference_is_shown(name, SWEEP_VALUES)
+    reference = fake if shown else analyst
     return {
-        "item_id": f"{report_id}:{condition.value}{item_suffix}", "report_id": report_id,
-        "condition": condition.value, "text": None if skip else text,
+        "item_id": f"{report_id}:{name}{item_suffix}", "report_id": report_id,
+        "condition": name, "text": None if skip else text,
         "analyst_rating": None if analyst is None else analyst.value,
         "fake_rating": None if fake is None else fake.value,
         "reference_rating": None if reference is None else reference.value,
@@ -154,33 +148,39 @@ def reading_from_params(params: dict) -> RatingReading:
 
 def report_conditions(report_id: str, text: str, seed: int, mode: str, kinds: Counter | None = None,
                       reading: RatingReading = DEFAULT_READING, statements: list[dict] | None = None
-                      ) -> tuple[list[dict], Rating | None, str]:
-    """The original / no_rating / fake_rating rows of one report (ok or skipped with a reason), its
-    analyst rating and its no_rating text; no_opinion comes from ``no_opinion_row``. ``kinds``
-    counts the fake-rating rewrites by kind (`finlib.finbias.perturb.ratings.REWRITE_KINDS`); the rating
-    statement (`finlib.finbias.perturb.statement`: where, by which rule) is appended to ``statements``."""
+                      ) -> tuple[list[dict], ReportContext | None]:
+    """The rows of one report in every declared condition written report by report
+    (`finlib.finbias.conditions`: ok or skipped with a reason), and the report's context for the streamed
+    ones (None: no readable rating, every condition skipped here). ``kinds`` counts the rewrites by kind
+    (`finlib.finbias.perturb.ratings.REWRITE_KINDS`); the rating statement (`finlib.finbias.perturb.statement`:
+    where, by which rule) is appended to ``statements``."""
     st = find_rating_statement(text, reading)
     if statements is not None:
         statements.append(statement_record(report_id, st))
     rating = st.rating
     if rating is None:
-        return [_row(report_id, c, None, None, skip=SKIP_NO_RATING) for c in CONDITIONS], None, ""
-    rows = [_row(report_id, Condition.ORIGINAL, text, rating)]
-    rest = remove_statement(text, st)
-    rows.append(_row(report_id, Condition.NO_RATING, rest, rating, skip=None if rest.strip() else SKIP_EMPTY_NO_RATING))
-    for fake in fake_ratings_for(report_id, rating, seed, mode):
-        suffix = f":{fake.value}" if mode == "both" else ""
-        faked, kind = rewrite_report_rating(text, fake, reading=reading)
-        if kinds is not None:
-            kinds[kind] += 1
-        rows.append(_row(report_id, Condition.FAKE_RATING, faked, rating, fake, item_suffix=suffix))
-    return rows, rating, rest
+        return skipped_rows(report_id, None, SKIP_NO_RATING), None
+    ctx = ReportContext(report_id, text, rating, st, remove_statement(text, st), seed, mode, reading)
+    rows = []
+    for rec in condition_table.declared():
+        if not rec.streamed:
+            rows += variant_rows(ctx, rec.name, rec.transform(ctx), kinds)
+    return rows, ctx
 
 
-def rewrite_report_rating(text: str, new: Rating, reading: RatingReading = DEFAULT_READING) -> tuple[str, str]:
-    """The report with its rating statement rewritten to state `new`, and the kind of rewrite: every byte
-    outside the statement unchanged (`finlib.finbias.perturb.statement.rewrite_statement`)."""
-    return rewrite_statement(text, find_rating_statement(text, reading), new, reading)
+def skipped_rows(report_id: str, rating: Rating | None, reason: str) -> list[dict]:
+    """One skipped row per declared condition (a report without a readable rating, or set aside)."""
+    return [_row(report_id, rec.name, None, rating, skip=reason) for rec in condition_table.declared()]
+
+
+def variant_rows(ctx: ReportContext, name: str, variants: list[Variant], kinds: Counter | None) -> list[dict]:
+    """The rows of a transform's variants of one report; each rewrite's kind is counted in ``kinds``."""
+    rows = []
+    for v in variants:
+        if v.kind is not None and kinds is not None:
+            kinds[v.kind] += 1
+        rows.append(_row(ctx.report_id, name, v.text, ctx.rating, v.shown, skip=v.skip, item_suffix=v.suffix))
+    return rows
 
 
 STATEMENT_COLUMNS = ("report_id", "rule", "unit", "rating", "start", "end", "detail")
@@ -196,7 +196,7 @@ def statement_record(report_id: str, st: RatingStatement) -> dict:
 def sweep_rows(report_id: str, text: str, rating: Rating, reading: RatingReading = DEFAULT_READING) -> list[dict]:
     """The rating sweep of one report (finlib.finbias.beyond.rating_sweep): the report shown with each of
     the three ratings, rewritten like fake_rating (the analyst's own phrasing: `replace_rating` =
-    `finlib.finbias.perturb.ratings.rewrite_report_rating`, so a sweep row equals its fake_rating twin);
+    `finlib.finbias.conditions.rewrite_report_rating`, so a sweep row equals its fake_rating twin);
     the sweep of the analyst's own rating is the original text. `fake_rating` holds the shown rating."""
     st = find_rating_statement(text, reading)
     return [_row(report_id, cond, text if shown is rating else rewrite_statement(text, st, shown, reading)[0],
@@ -211,13 +211,6 @@ def sweep_report_ids(reports: pd.DataFrame, n: int | None, reading: RatingReadin
     rated = sorted(str(r) for r, t in zip(reports["report_id"], reports["text"])
                    if isinstance(t, str) and find_rating_statement(t, reading).rating is not None)
     return set(rated if n is None else rated[:n])
-
-
-def no_opinion_row(report_id: str, rating: Rating, rest: str, filtered: str | None) -> dict:
-    """The no_opinion row: `filtered` is the strongsubj filter's output (None only for an empty `rest`)."""
-    if not rest.strip() or filtered is None:
-        return _row(report_id, Condition.NO_OPINION, None, rating, skip=SKIP_EMPTY_NO_RATING)
-    return _row(report_id, Condition.NO_OPINION, filtered, rating, skip=None if filtered.strip() else SKIP_ALL_SUBJECTIVE)
 
 
 @dataclass
@@ -280,7 +273,7 @@ def build_conditions(reports: pd.DataFrame, seed: int, mode: str = "one", lexico
                                        reading, statements)
             rows.extend(r_rows)
             pending.append(item)
-        rows.extend(no_opinion_rows(pending, filt, tally))
+        rows.extend(streamed_rows(pending, StreamTools(filt, tally), kinds))
     conditions = pd.DataFrame(rows, columns=list(CONDITION_COLUMNS)).astype("str")  # None stays missing
     checks = None
     if validate:
@@ -311,9 +304,9 @@ def statements_summary(table: pd.DataFrame, reading: RatingReading) -> dict:
 def report_rows(i: int, rec, source: str, seed: int, mode: str, kinds: Counter, aside: list[dict],
                 sweep_ids: set[str], join: bool, reading: RatingReading = DEFAULT_READING,
                 statements: list[dict] | None = None) -> tuple[list[dict], tuple]:
-    """One report's original / no_rating / fake_rating (and sweep) rows, and what its no_opinion row
-    needs: (report_id, rating, no_rating text, skip reason of an unrated report). A report whose
-    conditions cannot be written is set aside (appended to ``aside``): one report never stops the
+    """One report's rows in every condition written report by report (and the sweep), and what the
+    streamed conditions need: (report_id, context or None, skip reason of a report without one). A report
+    whose conditions cannot be written is set aside (appended to ``aside``): one report never stops the
     corpus. A stage-00 `analyst_rating` that differs from what the extractor reads now is an error
     (stale artifacts), naming the row and report."""
     rid, text = str(rec.report_id), rec.text
@@ -321,36 +314,31 @@ def report_rows(i: int, rec, source: str, seed: int, mode: str, kinds: Counter, 
         raise ValueError(f"{source}: row {i} (report_id {rid!r}), field 'text': empty or missing")
     text = join_lines(text) if join else text
     try:
-        r_rows, rating, rest = report_conditions(rid, text, seed, mode, kinds, reading, statements)
-        sweep = sweep_rows(rid, text, rating, reading) if rating is not None and rid in sweep_ids else []
+        r_rows, ctx = report_conditions(rid, text, seed, mode, kinds, reading, statements)
+        sweep = sweep_rows(rid, text, ctx.rating, reading) if ctx is not None and rid in sweep_ids else []
     except ValueError as exc:  # set aside with the reason
-        rating = find_rating_statement(text, reading).rating
         reason = f"conditions could not be written: {exc}"
         aside.append({"report_id": rid, "step": "writing conditions", "reason": reason})
-        r_rows = [_row(rid, c, None, rating, skip=SET_ASIDE + reason) for c in CONDITIONS]
-        sweep, rating, rest = [], None, ""
+        r_rows = skipped_rows(rid, find_rating_statement(text, reading).rating, SET_ASIDE + reason)
+        sweep, ctx = [], None
     if hasattr(rec, "analyst_rating"):
         given = rec.analyst_rating if isinstance(rec.analyst_rating, str) else None
         if given != r_rows[0]["analyst_rating"]:
             raise ValueError(f"{source}: row {i} (report_id {rid!r}), field 'analyst_rating': stage 00 "
                              f"says {given!r} but the rating statement reads "
                              f"{r_rows[0]['analyst_rating']!r}; rerun stage 00")
-    return r_rows + sweep, (rid, rating, rest, r_rows[-1]["skip_reason"] if rating is None else None)
+    return r_rows + sweep, (rid, ctx, r_rows[-1]["skip_reason"] if ctx is None else None)
 
 
-def no_opinion_rows(pending: list[tuple], filt: SubjectivityFilter, tally: subjectivity.TriggerTally) -> list[dict]:
-    """The no_opinion rows of a chunk of reports (``report_rows``' second values), filtered in one
-    stream so the tagger sees long batches; every report's removals go to ``tally``."""
-    todo = [rest for _, rating, rest, _ in pending if rating is not None and rest.strip()]
-    results = iter(filt.run(todo) if todo else [])
+def streamed_rows(pending: list[tuple], tools: StreamTools, kinds: Counter | None = None) -> list[dict]:
+    """The rows of the streamed conditions (`ConditionRecord.streamed`: no_opinion) for a chunk of reports
+    (``report_rows``' second values), each condition's transform reading the whole chunk at once."""
     rows: list[dict] = []
-    for rid, rating, rest, skipped in pending:
-        res = next(results) if rating is not None and rest.strip() else None
-        reason = skipped
-        if rating is not None:
-            rows.append(no_opinion_row(rid, rating, rest, None if res is None else res[0]))
-            reason = rows[-1]["skip_reason"]
-        tally.add(rid, None if res is None else res[1], reason)
+    for rec in condition_table.declared():
+        if rec.streamed:
+            for (_, ctx, _), variants in zip(pending, rec.transform(pending, tools)):
+                if ctx is not None:
+                    rows += variant_rows(ctx, rec.name, variants, kinds)
     return rows
 
 
@@ -471,7 +459,7 @@ def stage_report(conditions: pd.DataFrame, lexicon: Lexicon | None, mode: str, n
 def perturb_params(cfg: RunConfig) -> dict:
     """The `perturb:` section, checked by the params schema (`finlib.core.params.PerturbSection`: every
     key present, unknown keys refused -- `fake_ratings:` would otherwise mean `one` --, the fake-rating
-    mode and the MPQA POS policy among FAKE_MODES and POS_POLICIES, a test keeps those equal)."""
+    mode and the MPQA POS policy among `finlib.finbias.conditions.FAKE_MODES` and POS_POLICIES, a test keeps those equal)."""
     return cfg.section("perturb")
 
 
@@ -761,14 +749,15 @@ def raise_on_failures(checks: pd.DataFrame) -> None:
 def conditions_summary(conditions: pd.DataFrame) -> pd.DataFrame:
     """Per condition: items ok / skipped, mean words and characters of the ok texts."""
     rows = []
-    for cond in (*CONDITIONS, *SWEEP_CONDITIONS.values()):
-        g = conditions[conditions["condition"] == cond.value]
-        if cond not in CONDITIONS and g.empty:  # the sweep is listed only when the run has it
+    declared = [rec.name for rec in condition_table.declared()]
+    for cond in (*declared, *SWEEP_VALUES):
+        g = conditions[conditions["condition"] == cond]
+        if cond not in declared and g.empty:  # the sweep is listed only when the run has it
             continue
         ok = g[g["status"] == "ok"]
         words = word_counts(ok["text"])  # len(lexicon.TOKEN.findall(text)) per text, without building the tokens
         reasons = g.loc[g["status"] == "skipped", "skip_reason"].value_counts()
-        rows.append({"condition": cond.value, "items_ok": len(ok), "items_skipped": int(len(g) - len(ok)),
+        rows.append({"condition": cond, "items_ok": len(ok), "items_skipped": int(len(g) - len(ok)),
                      "mean_words": float(words.mean()) if len(ok) else np.nan,
                      "mean_chars": float(ok["text"].str.len().mean()) if len(ok) else np.nan,
                      "skip_reasons": "; ".join(f"{r} ({n})" for r, n in reasons.items()) or ""})

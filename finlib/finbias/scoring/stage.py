@@ -23,6 +23,7 @@ import pandas as pd
 from finlib.core.artifacts import read_frame, require_columns, write_frame, write_json
 from finlib.core.config import RunConfig
 from finlib.core.tables import write_table
+from finlib.finbias import conditions as condition_table
 from finlib.finbias.answers import condition_texts, parse_predictions
 from finlib.finbias.scoring.metrics import (
     ACCURACY,
@@ -306,9 +307,32 @@ def write_tables(cfg: RunConfig, res: ScoringResult) -> None:
     write_table(cfg, "table_prob_herding_kl", extra,
                 "Beyond the paper (label-scored models): mean probability on the reference rating per condition, "
                 "and mean per-report KL divergence between conditions' label distributions", float_format="{:.4f}")
+    write_table(cfg, "table_conditions", conditions_table(res.metrics),
+                "Pooled herding and accuracy (Eq. 1 over all N answered items, %) per model and declared condition, "
+                "the conditions in the condition table's order (finlib.finbias.conditions), N in parentheses; '–' = "
+                "no answered item")
     write_table(cfg, "table_confusion", res.confusion,
                 "Confusion matrices: return-based label (rows) x answer, over parsed answers; n = rows with "
                 "that label, parse_rate = share of them parsed")
+
+
+def conditions_table(metrics: pd.DataFrame) -> pd.DataFrame:
+    """One row per model and metric (herding, accuracy), one column per declared condition in its place
+    (`finlib.finbias.conditions`), headed by its label: the pooled rate in % with its N. Every declared
+    condition gets its column, so a condition no model answered shows as '–' instead of vanishing."""
+    m = metrics[(metrics["sector"] == POOLED) & metrics["metric"].isin([HERDING, ACCURACY])
+                & (metrics["model"] != "Analyst")]
+    recs = condition_table.in_table_order()
+    rows = []
+    for (model, metric), g in m.groupby(["model", "metric"], sort=True):
+        cells = g.set_index("condition")
+        row = {"Model": model, "Metric": metric}
+        for rec in recs:
+            c = cells.loc[rec.name] if rec.name in cells.index else None
+            ok = c is not None and pd.notna(c["value"])
+            row[rec.label] = f"{100 * c['value']:.1f} (N={int(c['n'])})" if ok else "–"
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["Model", "Metric", *(r.label for r in recs)])
 
 
 def ci_percent(ci: float) -> str:
@@ -346,7 +370,7 @@ def plumbing_summary(rows: pd.DataFrame, model: str) -> pd.DataFrame:
                                      mean_p_bullish=("p_bullish", "mean"))
     parsed = g[g["parsed"]]
     out["share_bullish"] = (parsed["answer"] == Rating.BULLISH.value).groupby(parsed["condition"]).mean()
-    order = [c.value for c in CONDITIONS_ORDER]
+    order = list(condition_table.names())
     return out.reindex([c for c in order if c in out.index] + [c for c in out.index if c not in order])
 
 
@@ -444,7 +468,7 @@ def plot_herding(cfg: RunConfig, res: ScoringResult):
         return None
     models = sorted(m["model"].unique())
     colors = model_colors(models)
-    conds = [c.value for c in CONDITIONS_ORDER]
+    conds = list(condition_table.names())
     title = synthetic_title(cfg, "Herding and accuracy by condition (N = answered items; unparsed = no match)")
     if res.plumbing:  # name them only when some bars are not plumbing models
         which = "" if set(res.plumbing) >= set(models) else f" ({', '.join(res.plumbing)})"
@@ -484,5 +508,3 @@ def plot_herding(cfg: RunConfig, res: ScoringResult):
              "each bar (stage 04)."))
     return fig
 
-
-CONDITIONS_ORDER = (Condition.ORIGINAL, Condition.NO_RATING, Condition.NO_OPINION, Condition.FAKE_RATING)

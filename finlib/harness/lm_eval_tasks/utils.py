@@ -15,6 +15,7 @@ from __future__ import annotations
 import datasets
 
 from finlib.bizfin.tasks import TASKS
+from finlib.finbias.conditions import names as condition_names
 from finlib.finbias.prompts import PROMPT_VERSION, build_messages
 from finlib.harness.bizfin_rows import family_scores, item_record, load_items, rule_row
 from finlib.harness.finbias_rows import herding_statistics, read_run, report_samples
@@ -71,7 +72,7 @@ def _finbias_stat(name: str):
     return aggregate
 
 
-CONDITIONS = ("original", "no_rating", "no_opinion", "fake_rating")
+CONDITIONS = condition_names(paper_only=True)  # the paper's four, in the condition table's order
 FINBIAS_METRICS = (
     *(f"herding/{c}" for c in CONDITIONS),
     *(f"accuracy/{c}" for c in CONDITIONS),
