@@ -64,3 +64,13 @@ def check_tasks(tasks: list[str], where: str = "bizfin.tasks") -> list[str]:
     if len(set(tasks)) != len(tasks):
         raise ValueError(f"{where}: duplicate tasks in {tasks}")
     return list(tasks)
+
+
+def task_names() -> tuple[str, ...]:
+    """The names `bizfin.tasks` may hold (`finlib.core.params.VOCABULARIES`: checked at params load)."""
+    return tuple(TASKS)
+
+
+def judge_task_names() -> tuple[str, ...]:
+    """The judge-scored task names (`bizfin.iterajudge.tasks` and `calibration_tasks` draw from them)."""
+    return tuple(a for a, t in TASKS.items() if t.kind == "judge")
