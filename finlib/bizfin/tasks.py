@@ -81,38 +81,112 @@ def _accuracy(abbrev, name, stem, dims, table6, scorer, rule, **kw) -> TaskRecor
 
 
 def _judge(abbrev, name, stem, dims, rubric, reader, script, **kw) -> TaskRecord:
-    return TaskRecord(abbrev, name, stem, "judge", dims, abbrev, rubric=rubric, verdict_reader=reader, script=script,
-                      **kw)
+    return TaskRecord(
+        abbrev, name, stem, "judge", dims, abbrev, rubric=rubric, verdict_reader=reader, script=script, **kw
+    )
 
 
-TASKS: dict[str, TaskRecord] = {t.abbrev: check_record(t) for t in (
-    _accuracy("AEA", "Anomalous Event Attribution", "Anomalous_Event_Attribution",
-              ("Causal consistency", "Information relevance", "Noise resistance"), "AEA",
-              scorers.score_aea, published.aea, gold_check=scorers.parse_gold_indices, script="eval_AEA.py"),
-    _accuracy("FNC", "Financial Numerical Computation", "Financial_Numerical_Computation",
-              ("Computational accuracy", "Unit consistency"), "FNC", scorers.score_fnc, published.fnc,
-              script="eval_financial_calculation.py"),
-    _accuracy("FTR", "Financial Time Reasoning", "Financial_Time_Reasoning", ("Temporal reasoning correctness",),
-              "FTR", scorers.score_ftr, published.ftr, script="eval_financial_timereason.py"),
-    _judge("FTU", "Financial Tool Usage", "Financial_Tool_Usage",
-           ("Tool selection appropriateness", "Parameter input accuracy", "Multi-tool coordination"),
-           FTU_RUBRIC, published.ftu_verdict, "eval_multi_tools_use.py", judge_view=published.ftu_judge_view),
-    _judge("FQA", "Financial Knowledge QA", "Financial_Knowledge_QA",
-           ("Question comprehension", "Knowledge coverage", "Answer accuracy"), FQA_RUBRIC, published.fqa_verdict,
-           "eval_financial_encyclopedia.py", verdict_n=published.fqa_verdict_n, zero_verdict_outside_n=True),
-    _judge("FDD", "Financial Data Description", "Financial_Data_Description", ("Trend accuracy", "Data consistency"),
-           FDD_RUBRIC, published.fdd_verdict, "eval_financial_description.py", verdict_n=published.fdd_verdict_n),
-    _accuracy("ER", "Emotion Recognition", "Emotion_Recognition",
-              ("Emotion classification accuracy", "Implicit information extraction"), "ER", scorers.score_er,
-              published.er, gold_check=scorers.er_gold, script="eval_financial_sentiment.py"),
-    _accuracy("SP", "Stock Price Prediction", "Stock_Price_Prediction", ("Trend judgment", "Causal reasoning"), "SP",
-              scorers.score_sp, published.sp, script="eval_stock_prediction.py"),
-    # Table 2 prints 435 FNER items, Table 6 and the published file 433: counts are checked against both.
-    _accuracy("FNER", "Financial Named Entity Recognition", "Financial_Named_Entity_Recognition",
-              ("Recognition accuracy", "Entity classification correctness"), "NER", scorers.score_fner,
-              published.fner, gold_check=scorers.fner_gold, unscorable=scorers.fner_unscorable,
-              script="eval_fin_ner.py"),
-)}
+TASKS: dict[str, TaskRecord] = {
+    t.abbrev: check_record(t)
+    for t in (
+        _accuracy(
+            "AEA",
+            "Anomalous Event Attribution",
+            "Anomalous_Event_Attribution",
+            ("Causal consistency", "Information relevance", "Noise resistance"),
+            "AEA",
+            scorers.score_aea,
+            published.aea,
+            gold_check=scorers.parse_gold_indices,
+            script="eval_AEA.py",
+        ),
+        _accuracy(
+            "FNC",
+            "Financial Numerical Computation",
+            "Financial_Numerical_Computation",
+            ("Computational accuracy", "Unit consistency"),
+            "FNC",
+            scorers.score_fnc,
+            published.fnc,
+            script="eval_financial_calculation.py",
+        ),
+        _accuracy(
+            "FTR",
+            "Financial Time Reasoning",
+            "Financial_Time_Reasoning",
+            ("Temporal reasoning correctness",),
+            "FTR",
+            scorers.score_ftr,
+            published.ftr,
+            script="eval_financial_timereason.py",
+        ),
+        _judge(
+            "FTU",
+            "Financial Tool Usage",
+            "Financial_Tool_Usage",
+            ("Tool selection appropriateness", "Parameter input accuracy", "Multi-tool coordination"),
+            FTU_RUBRIC,
+            published.ftu_verdict,
+            "eval_multi_tools_use.py",
+            judge_view=published.ftu_judge_view,
+        ),
+        _judge(
+            "FQA",
+            "Financial Knowledge QA",
+            "Financial_Knowledge_QA",
+            ("Question comprehension", "Knowledge coverage", "Answer accuracy"),
+            FQA_RUBRIC,
+            published.fqa_verdict,
+            "eval_financial_encyclopedia.py",
+            verdict_n=published.fqa_verdict_n,
+            zero_verdict_outside_n=True,
+        ),
+        _judge(
+            "FDD",
+            "Financial Data Description",
+            "Financial_Data_Description",
+            ("Trend accuracy", "Data consistency"),
+            FDD_RUBRIC,
+            published.fdd_verdict,
+            "eval_financial_description.py",
+            verdict_n=published.fdd_verdict_n,
+        ),
+        _accuracy(
+            "ER",
+            "Emotion Recognition",
+            "Emotion_Recognition",
+            ("Emotion classification accuracy", "Implicit information extraction"),
+            "ER",
+            scorers.score_er,
+            published.er,
+            gold_check=scorers.er_gold,
+            script="eval_financial_sentiment.py",
+        ),
+        _accuracy(
+            "SP",
+            "Stock Price Prediction",
+            "Stock_Price_Prediction",
+            ("Trend judgment", "Causal reasoning"),
+            "SP",
+            scorers.score_sp,
+            published.sp,
+            script="eval_stock_prediction.py",
+        ),
+        # Table 2 prints 435 FNER items, Table 6 and the published file 433: counts are checked against both.
+        _accuracy(
+            "FNER",
+            "Financial Named Entity Recognition",
+            "Financial_Named_Entity_Recognition",
+            ("Recognition accuracy", "Entity classification correctness"),
+            "NER",
+            scorers.score_fner,
+            published.fner,
+            gold_check=scorers.fner_gold,
+            unscorable=scorers.fner_unscorable,
+            script="eval_fin_ner.py",
+        ),
+    )
+}
 
 # The paper's nine families in Table 3's order (the paper's Average is their plain mean).
 TASK_ORDER: tuple[str, ...] = tuple(a for a, t in TASKS.items() if t.paper)
