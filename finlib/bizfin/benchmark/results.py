@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from finlib.bizfin.data import BizFinItem
-from finlib.bizfin.tasks import TASK_ORDER, TASKS, task_order
+from finlib.bizfin.tasks import TASK_ORDER, TASKS, judge_task_names, task_order
 from finlib.core.stats import bootstrap_ci, mean_over_groups, ratio
 from finlib.core.tables import paper_table
 
@@ -165,7 +165,8 @@ def scoring_error_note(report: dict) -> str:
 
 
 def missing_average_note(long: pd.DataFrame) -> str:
-    """The Average is over all nine tasks: where tasks are missing it is "—" and they are named."""
+    """The Average is over the paper's nine tasks (and any other declared task scored): where tasks are
+    missing it is "—" and they are named."""
     miss = long[(long["task"] == "Average") & long["missing_tasks"].astype(str).str.len().gt(0)]
     return "".join(f" Average of {r.model} ({r.rule}): — (no score for {r.missing_tasks})."
                    for r in miss.drop_duplicates(["model", "missing_tasks"]).itertuples())
@@ -180,7 +181,8 @@ def not_answered_note(long: pd.DataFrame) -> str:
 def table3_caption(report: dict, long: pd.DataFrame, items: pd.DataFrame | None = None) -> str:
     """Caption naming the rule revision, the judge and its rubric, the sources per task, the items not
     answered, official AEA values above 1, and the plumbing caveat."""
-    return (f"BizFinBench Table 3: score (%) per task and plain-mean Average; judge-scored tasks (FTU, FQA, FDD) "
+    return (f"BizFinBench Table 3: score (%) per task and plain-mean Average; judge-scored tasks "
+            f"({', '.join(judge_task_names())}) "
             f"by the vanilla LLM-as-judge {report.get('judge')}. " + rules_caption(report)
             + not_answered_note(long) + missing_average_note(long) + out_of_budget_note(report)
             + scoring_error_note(report) + " "

@@ -19,7 +19,7 @@ from finlib.bizfin.data import BizFinItem, check_counts, load_format_samples, lo
 from finlib.bizfin.official import official_label
 from finlib.bizfin.prompts import BIZFIN_ANSWER_VERSION
 from finlib.bizfin.scorers import ItemScore
-from finlib.bizfin.tasks import TASKS, check_tasks, official_unscorable, task_info
+from finlib.bizfin.tasks import TASKS, check_tasks, judge_task_names, official_unscorable, task_info
 from finlib.core.artifacts import write_frame, write_json
 from finlib.core.config import ConfigError, RunConfig
 from finlib.llm.engine import ChatItem, chat
@@ -518,7 +518,7 @@ def item_view(run: BizFinRun, width: int = 140) -> pd.DataFrame:
 def summary(cfg: RunConfig, result: BizFinRun) -> str:
     """What the numbers are: the judge, the sources, and the plumbing caveat, in one paragraph."""
     r = result.report
-    lines = [f"**Models:** {', '.join(r['models'])}; **judge (FTU/FQA/FDD):** {r['judge']} (vanilla LLM-as-judge; "
+    lines = [f"**Models:** {', '.join(r['models'])}; **judge ({'/'.join(judge_task_names())}):** {r['judge']} (vanilla LLM-as-judge; "
              f"the paper used GPT-4o)."]
     if r["tasks_from_files"]:
         lines.append(f"**Real benchmark files:** {', '.join(r['tasks_from_files'])} — only "
