@@ -6,6 +6,7 @@ and run end to end on the smoke params: stage 07 -> Table 3 -> figure -> HTML re
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -14,7 +15,9 @@ import pytest
 from llm_helpers import api_record, write_registry
 
 from finlib.bizfin import scorers
-from finlib.bizfin.tasks import TASKS, TaskRecord, check_record
+from finlib.bizfin.data import load_format_samples
+from finlib.bizfin.official import PublishedScriptError
+from finlib.bizfin.tasks import TASK_ORDER, TASKS, TaskRecord, check_record
 from finlib.core.config import ConfigError, load_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,3 +150,27 @@ def test_a_toy_task_declared_in_one_record_runs_through_stage_07_table_3_the_fig
     assert figure.stat().st_size > 0
     index = build_report(cfg).read_text(encoding="utf-8")
     assert "TOY" in index and FIGURE_NAME in index
+
+
+@pytest.mark.parametrize("task", [t for t in TASK_ORDER if TASKS[t].kind == "accuracy"])
+def test_each_record_scorers_official_column_is_its_published_rule(task):
+    """The differential test holds `official_rule` to the authors' script; the stage's official column comes
+    from `scorer`: on every format sample and replies of every shape (right, wrong, adversarial) the two agree,
+    NaN exactly where the rule gives no score or raises."""
+    from official_replies import answer_replies, fner_replies, shaped
+
+    rec = TASKS[task]
+    for item in load_format_samples([task])[task]:
+        if task == "FNER":
+            replies = [r for _, r in fner_replies(item.gold, False)]
+        elif task in ("FNC", "FTR"):
+            replies = [r for _, r in answer_replies(item.gold, False)]
+        else:
+            replies = [r for _, r in shaped({"result": [item.gold], "涨跌情况": item.gold}, "result", item.gold, False)]
+        for reply in [*replies, "", "不知道", '{"answer": "bullish"}']:
+            try:
+                want = rec.official_rule(item.gold, reply)
+            except PublishedScriptError:
+                want = None
+            got = rec.scorer(item.gold, reply, item.question).official
+            assert (math.isnan(got) and want is None) or got == want, (task, item.line, reply[:60], got, want)
