@@ -14,31 +14,27 @@ from collections.abc import Callable
 from typing import Any
 
 from finlib.bizfin.data import BizFinItem, parse_record
-from finlib.bizfin.scorers import ACCURACY_SCORERS, ItemScore
+from finlib.bizfin.scorers import ItemScore
 from finlib.bizfin.tasks import TASKS, task_info
 
 DEFAULT_JUDGE_SCALE = (0, 100)
-FTU_USER_MARKER = "下面是用户的输入和历史对话信息："
 
 
 def judge_input(item: BizFinItem, prediction: str, item_id: str | None = None, verbatim: bool = False):
     """What the judge sees: the question, the answer (reasoning blocks stripped), the task's rubric
-    dimensions in the authors' order, and the gold text as reference when the task has one. FTU's judge
-    sees what the authors' `data_preprocess` extracts: the user segment of the query and the reply's
-    `Actions` as a list of {Action: ActionInput} (`finlib.bizfin.official.ftu_judge_input`). `verbatim`
+    dimensions in the authors' order, and the gold text as reference when the task has one. A task record
+    with a `judge_view` shows what it extracts instead (FTU: the user segment of the query and the reply's
+    `Actions`, as the authors' `data_preprocess` does, `finlib.bizfin.official.ftu_judge_view`). `verbatim`
     (the published rubric): the reply as written, `<think>` included, as the authors' `data_preprocess`
     passes it."""
     from finlib.bizfin.iterajudge.judge import JudgeInput
     from finlib.bizfin.iterajudge.rubrics import dimensions_for
-    from finlib.bizfin.official import ftu_judge_input
     from finlib.llm.replies import strip_think
 
     question, answer = item.question, (prediction or "") if verbatim else strip_think(prediction or "")
-    if item.task == "FTU":
-        segment, actions = ftu_judge_input(item.question, prediction or "")
-        answer = str(actions)
-        if FTU_USER_MARKER in item.question:   # a query without the published markers is shown whole
-            question = segment
+    view = task_info(item.task).judge_view
+    if view is not None:
+        question, answer = view(item.question, prediction or "")
     return JudgeInput(id=item_id or item.id, task=item.task, question=question, answer=answer,
                       dimensions=dimensions_for(item.task), reference=item.gold or None)
 
@@ -77,7 +73,7 @@ def score_item_detail(task: str, item: BizFinItem | dict[str, Any], prediction: 
         s = unit_score(res.score, scale) if res.status == "ok" else math.nan
         return ItemScore(s, s, res.status == "ok", None if res.score is None else str(res.score),
                          "" if res.status == "ok" else f"judge {res.status}: {res.note}")
-    return ACCURACY_SCORERS[task](item.gold, prediction, item.question)   # gold validated at load time
+    return info.scorer(item.gold, prediction, item.question)   # gold validated at load time
 
 
 def score_item(task: str, item: BizFinItem | dict[str, Any], prediction: str | None,

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from finlib.bizfin.official import SCRIPTS
+from finlib.bizfin.tasks import TASKS
 
 _CODE = Path("benchmark_code") / "BizFinBench"
 _README_COMMIT = re.compile(r"commit\s+`?([0-9a-f]{7,40})`?", re.IGNORECASE)
@@ -131,7 +131,7 @@ class AuthorsCode:
 
     def __init__(self, root: Path | str, judge: Callable[[list[str]], list[str]] | None = None):
         self.root = Path(root).resolve()
-        missing = [s for s in SCRIPTS.values() if not (self.root / _CODE / s).is_file()]
+        missing = [t.script for t in TASKS.values() if t.script and not (self.root / _CODE / t.script).is_file()]
         if missing or not (self.root / "utils" / "JsonPaser.py").is_file():
             raise AuthorsCodeError(f"{self.root}: not a checkout of the published BizFinBench evaluation code "
                                    f"(missing {', '.join(missing) or 'utils/JsonPaser.py'})")
@@ -182,7 +182,7 @@ class AuthorsCode:
                     script: str | None = None) -> list[ScriptScore]:
         """Per-item scores of one task's replies under its published script (batched; a batch the
         script raises on is rescored item by item)."""
-        script = script or SCRIPTS[task]
+        script = script or TASKS[task].script
         records = [_record(g, r) for g, r in zip(golds, replies, strict=True)]
         try:
             return self._score_batch(script, records)
@@ -211,7 +211,7 @@ class AuthorsCode:
 
     def judge_prompts(self, task: str, queries: list[str], replies: list[str]) -> list[str]:
         """The judge prompt of every reply as the script's `data_preprocess` writes it."""
-        rows = self._preprocessed(SCRIPTS[task], queries, replies)
+        rows = self._preprocessed(TASKS[task].script, queries, replies)
         return [r.get("instruction") or r["query"] for r in rows]
 
     def iterajudge_prompts(self, queries: list[str], replies: list[str]) -> list[str]:
@@ -244,7 +244,7 @@ class AuthorsCode:
         with tempfile.TemporaryDirectory(prefix="bizfin-official-") as tmp:
             path = Path(tmp) / "verdicts.jsonl"
             _write_jsonl(path, [{"predict_result": v} for v in verdicts])
-            return float(self._evaluate(SCRIPTS[task], path)["acc"])
+            return float(self._evaluate(TASKS[task].script, path)["acc"])
 
     def _one_verdict(self, task: str, verdict: str) -> ScriptScore:
         """One verdict's score; for an FDD verdict scored 0, its N count measured by running it beside a
@@ -267,7 +267,7 @@ def _check_verdict_mean(task: str, batch_acc: float, scores: list[ScriptScore]) 
     mean = sum(s.score * s.n for s in kept) / n if n else 0.0
     want = batch_acc / 100 if task == "FTU" else batch_acc
     if not math.isclose(mean, want, rel_tol=1e-9, abs_tol=1e-9):
-        raise AuthorsCodeError(f"{SCRIPTS[task]}: per-item verdict scores weighted by their N average {mean!r}, the "
+        raise AuthorsCodeError(f"{TASKS[task].script}: per-item verdict scores weighted by their N average {mean!r}, the "
                                f"script's batch mean is {want!r}")
 
 

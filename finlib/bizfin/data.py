@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from finlib.bizfin.scorers import GOLD_CHECKS
 from finlib.bizfin.tasks import TASKS, task_info
 from finlib.core.tables import paper_table
 
@@ -148,7 +147,7 @@ def parse_record(rec, task: str, line: int, path: Path | str, source: str) -> Bi
     gold = _text_of(msg.get("content", ""), path, line, "choices[0].message.content")
     if task_info(task).kind == "accuracy" and not gold.strip():
         raise _fail(path, line, "choices[0].message.content", f"{task} is scored against a gold answer, which is empty")
-    check = GOLD_CHECKS.get(task)
+    check = task_info(task).gold_check
     if check is not None:
         try:
             check(gold)
@@ -263,11 +262,17 @@ def load_huggingface(tasks: list[str], repo: str = HF_DATASET, revision: str | N
 
 
 def load_format_samples(tasks: list[str]) -> dict[str, list[BizFinItem]]:
-    """The few items per task written for this repository in the published format (Chinese).
-    They test the pipeline; they are a format sample, not the benchmark."""
+    """The few items per task written for this repository in the published format (Chinese): the file
+    its record names (`samples`), else the package's `format_samples/sample_<abbrev>.jsonl`. They test the
+    pipeline; they are a format sample, not the benchmark."""
     out = {}
     root = resources.files("finlib.bizfin") / "format_samples"
     for t in tasks:
+        declared = task_info(t).samples
+        if declared is not None:
+            if Path(declared).is_file():
+                out[t] = read_jsonl(declared, t, source="format_sample")
+            continue
         ref = root / f"sample_{t}.jsonl"  # by abbreviation: never named like the published files
         if ref.is_file():
             out[t] = read_jsonl(f"finlib/bizfin/format_samples/{ref.name}", t, source="format_sample",
@@ -285,7 +290,10 @@ def check_counts(items: dict[str, list[BizFinItem]]) -> pd.DataFrame:
         info = TASKS[t]
         n, dups = len(its), len(getattr(its, "duplicates", []))
         source = its[0].source if its else "none"
-        paper2, paper6 = int(t2[t]), int(t6[info.table6_name])
+        if not info.paper:  # a declared task the paper does not print: no count to match
+            paper2 = paper6 = None
+        else:
+            paper2, paper6 = int(t2[t]), int(t6[info.table6_name])
         rows.append({"task": t, "source": source, "items": n, "duplicate_lines_excluded": dups,
                      "control_characters_removed": int(getattr(its, "control_cleaned", 0)),
                      "table2": paper2, "table6": paper6,

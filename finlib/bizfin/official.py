@@ -10,7 +10,7 @@ What "exactly" means here: the same reading of the reply, the same gold reading,
 comparison, the same denominator — including the published code's quirks (no `<think>` stripping,
 strict JSON, AEA's `int()` truncation, ER's unreadable answer scored correct, SP's and FQA's
 exclusions from N). Where the published script itself raises on a reply (its whole run would stop),
-`score` raises `PublishedScriptError` here too; stage 07 shows such an item as not scorable under the
+the rule function raises `PublishedScriptError` here too; stage 07 shows such an item as not scorable under the
 official rule (counted), never as a guess.
 
 Every function takes the gold text (`choices[0].message.content[0].text` of the published record)
@@ -22,20 +22,15 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 PUBLISHED_COMMIT = "6d2a4a6"
 PUBLISHED_REPOSITORY = "HiThink-Research/BizFinBench"
 # The published configuration routes FNER to the FTR script; eval_fin_ner.py is the scorer written for
-# FNER. Which one the paper's Table 3 used is not stated: the official column uses eval_fin_ner.py;
-# `score(..., fner_script="eval_financial_timereason.py")` runs the configured one (`FNER_SCRIPTS` names both).
-SCRIPTS: dict[str, str] = {
-    "AEA": "eval_AEA.py", "FNC": "eval_financial_calculation.py", "FTR": "eval_financial_timereason.py",
-    "ER": "eval_financial_sentiment.py", "SP": "eval_stock_prediction.py", "FNER": "eval_fin_ner.py",
-    "FDD": "eval_financial_description.py", "FQA": "eval_financial_encyclopedia.py", "FTU": "eval_multi_tools_use.py",
-}
+# FNER. Which one the paper's Table 3 used is not stated: the official column uses eval_fin_ner.py (FNER's
+# task record, `finlib.bizfin.tasks`, names it); `FNER_SCRIPTS` names both. Each task record names its
+# script and its rule function below.
 FNER_SCRIPTS = ("eval_fin_ner.py", "eval_financial_timereason.py")
 
 
@@ -250,18 +245,6 @@ def fner(gold: str, reply: str) -> float | None:
     return hits / len(std) if std else 0.0
 
 
-RULE_SCORERS: dict[str, Callable[[str, str], float | None]] = {
-    "AEA": aea, "FNC": fnc, "FTR": ftr, "ER": er, "SP": sp, "FNER": fner,
-}
-
-
-def score(task: str, gold: str, reply: str, fner_script: str = "eval_fin_ner.py") -> float | None:
-    """One reply's official score (None: outside N); raises PublishedScriptError where the script does."""
-    if task == "FNER" and fner_script == "eval_financial_timereason.py":
-        return ftr(gold, reply)
-    return RULE_SCORERS[task](gold, reply)
-
-
 # ------------------------------------------------------------------ judge verdicts
 
 _JSON_FENCE = re.compile(r"```json\s*({.*?})\s*```", re.DOTALL)
@@ -296,16 +279,6 @@ def fdd_verdict_n(verdict: str) -> int:
         int(parsed["评分分数"])
     except Exception:  # noqa: BLE001
         return 2
-    return 1
-
-
-def verdict_n(task: str, verdict: str) -> int:
-    """How many times the published judge script counts one verdict in its denominator (FQA: 1 for a
-    total above 0, else 0; FTU: 1; FDD: `fdd_verdict_n`)."""
-    if task == "FDD":
-        return fdd_verdict_n(verdict)
-    if task == "FQA":
-        return 0 if fqa_verdict(verdict) is None else 1
     return 1
 
 
@@ -344,8 +317,9 @@ def ftu_verdict(verdict: str) -> float | None:
     return int(m.group(1)) / 100 if m else 0.0
 
 
-VERDICT_READERS: dict[str, Callable[[str], float | None]] = {"FDD": fdd_verdict, "FQA": fqa_verdict,
-                                                             "FTU": ftu_verdict}
+def fqa_verdict_n(verdict: str) -> int:
+    """How many times eval_financial_encyclopedia.py counts this verdict in N: 1 for a total above 0, else 0."""
+    return 0 if fqa_verdict(verdict) is None else 1
 
 
 # ------------------------------------------------------------------ FTU judge input (data_preprocess)
@@ -382,7 +356,12 @@ def ftu_judge_input(query: str, reply: str) -> tuple[str, Any]:
     return question, actions
 
 
-__all__ = ["PUBLISHED_COMMIT", "SCRIPTS", "FNER_SCRIPTS", "PublishedScriptError", "official_label", "paser_json",
-           "score", "RULE_SCORERS", "VERDICT_READERS", "fdd_verdict", "fdd_verdict_n", "fqa_verdict", "ftu_verdict",
-           "verdict_n",
-           "ftu_judge_input"]
+def ftu_judge_view(query: str, reply: str) -> tuple[str, str]:
+    """What the FTU judge is shown (the authors' `data_preprocess`): the user segment of the query (a
+    query without the published markers whole) and the reply's `Actions` as a list of {Action: ActionInput}."""
+    segment, actions = ftu_judge_input(query, reply)
+    return (segment if _FTU_START in query else query), str(actions)
+
+
+__all__ = ["PUBLISHED_COMMIT", "FNER_SCRIPTS", "PublishedScriptError", "official_label", "paser_json", "fdd_verdict",
+           "fdd_verdict_n", "fqa_verdict", "fqa_verdict_n", "ftu_verdict", "ftu_judge_input", "ftu_judge_view"]

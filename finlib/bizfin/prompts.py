@@ -44,8 +44,8 @@ class JudgeRubric:
         raise KeyError(f"{self.task}: no rubric dimension {name!r}; known: {self.names()}")
 
 
-JUDGE_RUBRICS: dict[str, JudgeRubric] = {r.task: r for r in (
-    JudgeRubric(
+# One rubric per judge task; its task record (`finlib.bizfin.tasks`) names it.
+FDD_RUBRIC = JudgeRubric(
         "FDD", "你在评估一段金融数据描述是否准确。",
         (("数据一致性", "回答里引用的每个数值都要能在问题给出的数据里找到，且对应正确的指标和日期；"
                    "不能把一个指标的数值安到另一个指标上，不能写错时间，也不能改动数字"
@@ -55,32 +55,23 @@ JUDGE_RUBRICS: dict[str, JudgeRubric] = {r.task: r for r in (
                    "问题中缺失或为空的数据不能说成0。")),
         "只能给100、60或0分：100分 = 趋势和数值都正确、表述通顺、没有编造；"
         "60分 = 趋势正确，但有数值写错；0分 = 趋势描述错误（只要趋势错就是0分）。",
-        "authors' FDD judge and revision prompts (structure), our wording"),
-    JudgeRubric(
+        "authors' FDD judge and revision prompts (structure), our wording")
+FTU_RUBRIC = JudgeRubric(
         "FTU", "你在评估一个规划智能体为回答用户问题而选择和调用金融工具的能力。",
         (("工具选择", "所选工具是否适合解决用户的问题，有没有用错工具、漏掉必需的工具或调用多余的工具（30分）。"),
          ("参数准确性", "每次调用的参数是否符合该工具对参数的要求：必填参数齐全，代码、指标、时间范围等取值正确（20分）。"),
          ("方案有效性", "多个工具的组合与先后顺序能否真正解决用户的问题、达成其目标（50分）。")),
         "满分100分，由三项相加：工具选择30分、参数准确性20分、方案有效性50分；"
         "只有完全符合全部标准时才给100分。",
-        "authors' FTU judge prompt (structure), our wording"),
-    JudgeRubric(
+        "authors' FTU judge prompt (structure), our wording")
+FQA_RUBRIC = JudgeRubric(
         "FQA", "你在评估一个金融知识问答的回答。",
         (("准确性", "概念、公式、计算和结论是否符合金融领域的标准知识，有没有错误（权重40%）。"),
          ("完整性", "是否回答了问题的全部要求，给出必要的背景、推理过程和支持细节（权重30%）。"),
          ("分析深度", "是否从多个角度分析、考虑主要影响因素，而不只是表面描述（权重20%）。"),
          ("清晰度", "表达是否简洁、有条理、术语使用准确（权重10%）。")),
         "每项按0到100评分，总分 = 准确性×0.4 + 完整性×0.3 + 分析深度×0.2 + 清晰度×0.1，取整数。",
-        "authors' FQA judge prompt (structure), our wording"),
-)}
-
-
-def judge_rubric(task: str) -> JudgeRubric:
-    """The rubric of a judge task; an unknown task is an error naming the known ones."""
-    try:
-        return JUDGE_RUBRICS[task]
-    except KeyError:
-        raise KeyError(f"no judge rubric for task {task!r}; known: {sorted(JUDGE_RUBRICS)}") from None
+        "authors' FQA judge prompt (structure), our wording")
 
 
 _JUDGE_FORMAT = ('请给出{lo}到{hi}之间的整数分数。只输出一个JSON对象，不要输出其他内容，格式为：'
@@ -113,11 +104,11 @@ def _numbered(rubric: JudgeRubric, names: tuple[str, ...] | list[str]) -> str:
     return "\n".join(f"{i}. {n}：{rubric.check(n)}" for i, n in enumerate(names, 1))
 
 
-def build_vanilla_judge_messages(task: str, question: str, answer: str, dimensions: tuple[str, ...] | list[str],
+def build_vanilla_judge_messages(rubric: JudgeRubric, question: str, answer: str, dimensions: tuple[str, ...] | list[str],
                                  score_range: tuple[int, int], reference: str | None = None) -> list[dict[str, str]]:
     """One user turn: the plain LLM-as-a-judge with the task's rubric (Table 3's FTU/FQA/FDD and
     Table 4's baseline); a reference answer is shown when the task has one."""
-    r = judge_rubric(task)
+    r = rubric
     ref = "" if reference is None else JUDGE_REFERENCE_BLOCK.format(reference=reference)
     text = JUDGE_VANILLA_PROMPT.format(intro=r.intro, dimensions=_numbered(r, dimensions), scale=r.scale,
                                        question=question, answer=answer, reference=ref,
@@ -125,18 +116,18 @@ def build_vanilla_judge_messages(task: str, question: str, answer: str, dimensio
     return [{"role": "user", "content": text}]
 
 
-def build_refine_messages(task: str, question: str, answer: str, dimension: str) -> list[dict[str, str]]:
+def build_refine_messages(rubric: JudgeRubric, question: str, answer: str, dimension: str) -> list[dict[str, str]]:
     """One IteraJudge refinement step, Eq. 1: y_k = refine(y_{k-1} || P(e_k, q)); q in every step."""
     text = JUDGE_REFINE_PROMPT.format(question=question, answer=answer, dimension=dimension,
-                                      check=judge_rubric(task).check(dimension))
+                                      check=rubric.check(dimension))
     return [{"role": "user", "content": text}]
 
 
-def build_contrastive_judge_messages(task: str, question: str, answer: str, refined: str,
+def build_contrastive_judge_messages(rubric: JudgeRubric, question: str, answer: str, refined: str,
                                      dimensions: tuple[str, ...] | list[str],
                                      score_range: tuple[int, int]) -> list[dict[str, str]]:
     """IteraJudge's judge call, Eq. 2: score(y) = judge(q, y, y_K, E)."""
-    r = judge_rubric(task)
+    r = rubric
     text = JUDGE_CONTRASTIVE_PROMPT.format(intro=r.intro, dimensions=_numbered(r, dimensions), scale=r.scale,
                                            question=question, answer=answer, refined=refined,
                                            lo=score_range[0], hi=score_range[1])

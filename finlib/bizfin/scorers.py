@@ -54,10 +54,14 @@ class ItemScore:
     note: str = ""
 
 
-def official_value(task: str, gold: str, text: str, fner_script: str = "eval_fin_ner.py") -> tuple[float, str]:
-    """(official score, note) of one reply: NaN with the reason where the published script gives none."""
+OfficialRule = Callable[[str, str], float | None]
+
+
+def official_value(rule: OfficialRule, gold: str, text: str) -> tuple[float, str]:
+    """(official score, note) of one reply under a published rule (`finlib.bizfin.official`: gold, reply ->
+    score or None outside N): NaN with the reason where the published script gives none."""
     try:
-        v = published.score(task, gold, text, fner_script)
+        v = rule(gold, text)
     except published.PublishedScriptError as exc:
         return math.nan, f"official: {exc}"
     return (math.nan, "official: outside the published N") if v is None else (float(v), "")
@@ -198,9 +202,9 @@ def answers_match(gold: str, pred: Any, unit: str | None = None) -> bool:
 # ------------------------------------------------------------------ FNC, FTR
 
 
-def _score_answer_field(task: str, gold: str, text: str, question: str) -> ItemScore:
+def _score_answer_field(rule: OfficialRule, gold: str, text: str, question: str) -> ItemScore:
     """FNC and FTR: ours reads the JSON answer field and compares it with `answers_match`."""
-    official, note = official_value(task, gold, text)
+    official, note = official_value(rule, gold, text)
     found, value = answer_field(text)
     ours = float(found and answers_match(gold, value, question_unit(question)))
     notes = [n for n in (note, "" if found else "no JSON answer field") if n]
@@ -208,11 +212,11 @@ def _score_answer_field(task: str, gold: str, text: str, question: str) -> ItemS
 
 
 def score_fnc(gold: str, text: str, question: str = "") -> ItemScore:
-    return _score_answer_field("FNC", gold, text, question)
+    return _score_answer_field(published.fnc, gold, text, question)
 
 
 def score_ftr(gold: str, text: str, question: str = "") -> ItemScore:
-    return _score_answer_field("FTR", gold, text, question)
+    return _score_answer_field(published.ftr, gold, text, question)
 
 
 # ------------------------------------------------------------------ AEA
@@ -251,9 +255,9 @@ def _first(text: str, read: Callable[[dict], Any]) -> Any:
     return None
 
 
-def _with_official(task: str, gold: str, text: str, ours: float, parsed: bool, answer: str | None,
+def _with_official(rule: OfficialRule, gold: str, text: str, ours: float, parsed: bool, answer: str | None,
                    note: str = "") -> ItemScore:
-    official, onote = official_value(task, gold, text)
+    official, onote = official_value(rule, gold, text)
     return ItemScore(official, ours, parsed, answer, "; ".join(n for n in (onote, note) if n))
 
 
@@ -261,7 +265,7 @@ def score_aea(gold: str, text: str, question: str = "") -> ItemScore:
     gold_idx = parse_gold_indices(gold)
     pred = _ints(_first(text, _aea_predicted))
     ours = float(pred is not None and set(pred) == set(gold_idx))
-    return _with_official("AEA", gold, text, ours, pred is not None,
+    return _with_official(published.aea, gold, text, ours, pred is not None,
                           None if pred is None else str(sorted(set(pred))),
                           "" if pred is not None else "no index list under the published keys")
 
@@ -281,9 +285,9 @@ def score_er(gold: str, text: str, question: str = "") -> ItemScore:
             bare = None
         pred = bare if isinstance(bare, list) else None
     if pred is None or not all(isinstance(x, str) for x in pred):
-        return _with_official("ER", gold, text, 0.0, False, None, "no emotion list of labels")
+        return _with_official(published.er, gold, text, 0.0, False, None, "no emotion list of labels")
     ok = float(set(pred) == gold_set)
-    return _with_official("ER", gold, text, ok, True, json.dumps(pred, ensure_ascii=False))
+    return _with_official(published.er, gold, text, ok, True, json.dumps(pred, ensure_ascii=False))
 
 
 # ------------------------------------------------------------------ SP
@@ -295,7 +299,7 @@ def score_sp(gold: str, text: str, question: str = "") -> ItemScore:
     """The trend label under `涨跌情况` (first object holding a text label) equals the gold label."""
     value = _first(text, lambda o: o.get(SP_KEY) if isinstance(o.get(SP_KEY), str) and o[SP_KEY].strip() else None)
     ok = float(value is not None and value.strip() == gold.strip())
-    return _with_official("SP", gold, text, ok, value is not None, value,
+    return _with_official(published.sp, gold, text, ok, value is not None, value,
                           "" if value is not None else f"no '{SP_KEY}' field")
 
 
@@ -330,27 +334,22 @@ def score_fner(gold: str, text: str, question: str = "") -> ItemScore:
     gold_ents = gold_entities(gold)
     pred = _first(text, _entities)
     if pred is None:
-        return _with_official("FNER", gold, text, 0.0, False, None, "no 'results' entity list")
+        return _with_official(published.fner, gold, text, 0.0, False, None, "no 'results' entity list")
     alias = lambda es: [(TYPE_ALIASES.get(t, t), x) for t, x in es]  # noqa: E731
     hits = _hits(alias(gold_ents), alias(pred))
     denom = len(gold_ents) + len(pred)
     ours = 2 * hits / denom if denom else 1.0
-    return _with_official("FNER", gold, text, ours, True, f"{len(pred)} entities, {hits} hits")
+    return _with_official(published.fner, gold, text, ours, True, f"{len(pred)} entities, {hits} hits")
 
 
-ACCURACY_SCORERS: dict[str, Callable[..., ItemScore]] = {
-    "AEA": score_aea, "FNC": score_fnc, "FTR": score_ftr, "ER": score_er, "SP": score_sp, "FNER": score_fner,
-}
-
-
-def _er_gold(gold: str) -> list:
+def er_gold(gold: str) -> list:
     labels = json.loads(gold)
     if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
         raise ValueError("expected a JSON list of emotion labels")
     return labels
 
 
-def _fner_gold(gold: str) -> list:
+def fner_gold(gold: str) -> list:
     groups = json.loads(gold)
     if not isinstance(groups, list) or not all(isinstance(g, dict) and all(isinstance(v, list) for v in g.values())
                                                for g in groups):
@@ -358,14 +357,18 @@ def _fner_gold(gold: str) -> list:
     return gold_entities(gold)
 
 
-# Gold readers run at load time, so a malformed gold answer is a data error naming file and line,
-# never a scoring crash (or a silent 0) in the middle of a run.
-GOLD_CHECKS: dict[str, Callable[[str], Any]] = {"AEA": parse_gold_indices, "ER": _er_gold, "FNER": _fner_gold}
+def fner_unscorable(gold: str) -> str | None:
+    """Why the published FNER rule can never score this gold 1 (None when it can): reported per task in the
+    stage report so the official numbers can be read with their ceiling."""
+    return None if gold_entities(gold) else "no gold entity: the official score is 0 whatever the answer"
 
 
-def official_unscorable(task: str, gold: str) -> str | None:
-    """Why the published rule can never score this gold 1 (None when it can): reported per task
-    in the stage report so the official numbers can be read with their ceiling."""
-    if task == "FNER" and not gold_entities(gold):
-        return "no gold entity: the official score is 0 whatever the answer"
-    return None
+def rule_pair(official: OfficialRule, tolerant: Callable[[str, str, str], tuple[float, bool, str | None, str]]):
+    """A task record's scorer from its two readings: the published rule (gold, reply -> score or None) and
+    the tolerant one (gold, reply, question -> (ours, parsed, answer, note)); both columns of one item."""
+
+    def score(gold: str, text: str, question: str = "") -> ItemScore:
+        ours, parsed, answer, note = tolerant(gold, text, question)
+        return _with_official(official, gold, text, ours, parsed, answer, note)
+
+    return score

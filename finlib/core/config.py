@@ -292,10 +292,10 @@ def registry_names(path: Path) -> set[str]:
 def check_params(params: dict, files: list[Path], root: Path) -> None:
     """The merged params of `files` (the run's file first, then what it extends) against the schema
     and the model registry: ONE ConfigError lists every problem (type, range, missing or unknown key,
-    a rule between keys, a model name the registry lacks), naming the file, each key and its value."""
-    from finlib.core.params import model_name_errors, model_names_used, raise_errors, schema_errors
+    a rule between keys, a model name the registry lacks, a name outside a closed vocabulary), naming the file, each key and its value."""
+    from finlib.core.params import model_name_errors, model_names_used, raise_errors, schema_errors, vocabulary_errors
 
-    errors = schema_errors(params)
+    errors = schema_errors(params) + vocabulary_errors(params)
     inference = params.get("inference") if isinstance(params.get("inference"), dict) else {}
     registry = inference.get("registry") if isinstance(inference.get("registry"), str) else "params/models.yaml"
     rfile = Path(registry) if Path(registry).is_absolute() else root / registry

@@ -602,6 +602,46 @@ def empty_model_lists(params: dict, stages: Iterable[str]) -> list[str]:
     return out
 
 
+# Closed vocabularies: dotted params key -> "module:function" returning the names that key may hold.
+# The names live with the package that declares them (BizFinBench's task records, `finlib.bizfin.tasks`)
+# and are read at load by their module's name, as the runner's stage table names stage modules: core
+# keeps no copy of them and imports nothing above it. `load_run` refuses a name outside the vocabulary
+# (or one listed twice) with the schema's errors, before any stage runs.
+VOCABULARIES: dict[str, str] = {
+    "bizfin.tasks": "finlib.bizfin.tasks:task_names",
+    "bizfin.iterajudge.tasks": "finlib.bizfin.tasks:judge_task_names",
+    "bizfin.iterajudge.calibration_tasks": "finlib.bizfin.tasks:judge_task_names",
+}
+
+
+def vocabulary(dotted: str) -> tuple[str, ...]:
+    """The names params key `dotted` may hold (its declaring module imported by name)."""
+    import importlib
+
+    module, _, function = VOCABULARIES[dotted].partition(":")
+    return tuple(getattr(importlib.import_module(module), function)())
+
+
+def vocabulary_errors(params: dict, keys: Iterable[str] = tuple(VOCABULARIES)) -> list[str]:
+    """One line per params list of `keys` holding a name outside its vocabulary or a name twice, naming the
+    key, the names and the known ones (a value of the wrong type is left to the schema)."""
+    out = []
+    for dotted in keys:
+        value: Any = params
+        for part in dotted.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            continue
+        known = vocabulary(dotted)
+        unknown = [v for v in value if v not in known]
+        if unknown:
+            out.append(f"{dotted}: unknown name(s) {unknown}; known: {', '.join(known)}")
+        twice = sorted({v for v in value if value.count(v) > 1})
+        if twice:
+            out.append(f"{dotted}: listed more than once: {twice}")
+    return out
+
+
 def model_names_used(params: dict, keys: Iterable[str] = MODEL_NAME_KEYS) -> dict[str, list[str]]:
     """Dotted key -> the registry names it holds (absent and null keys are left out; a value of the
     wrong type gives no names: the schema reports it)."""

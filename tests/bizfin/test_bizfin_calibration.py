@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from finlib.bizfin.iterajudge import calibration as C
-from finlib.bizfin.prompts import judge_rubric
+from finlib.bizfin.tasks import judge_rubric
 from finlib.llm import engine
 from finlib.llm.store import ResponseStore, Result
 from finlib.rehearsal.stub_server import stub_spec

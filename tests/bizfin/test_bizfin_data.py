@@ -17,8 +17,7 @@ from finlib.bizfin.data import (
     read_jsonl,
 )
 from finlib.bizfin.iterajudge.judge import JudgeResult
-from finlib.bizfin.prompts import judge_rubric
-from finlib.bizfin.tasks import JUDGE_TASKS, TASK_ORDER, TASKS, check_tasks
+from finlib.bizfin.tasks import JUDGE_TASKS, TASK_ORDER, TASKS, check_tasks, judge_rubric
 
 
 def line(user="问题", gold="1", system=None, **extra) -> str:
@@ -159,7 +158,7 @@ def test_real_files_load_and_match_paper_counts(shared_data):
 def test_real_gold_answers_score_one(shared_data):
     """Oracle: every real FNC/FTR gold, given back as the JSON answer, scores 1 under our rule; the
     official FTR rule cannot read the golds it flags as unscorable."""
-    from finlib.bizfin.scorers import official_unscorable
+    from finlib.bizfin.tasks import official_unscorable
 
     folder = shared_data / "bizfinbench"
     if not folder.is_dir():

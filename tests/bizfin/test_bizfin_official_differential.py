@@ -15,6 +15,7 @@ from official_replies import answer_replies, fdd_verdicts, fner_replies, fqa_ver
 
 from finlib.bizfin import official
 from finlib.bizfin.authors_code import AuthorsCode, ScriptScore
+from finlib.bizfin.tasks import task_info
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = (ROOT / ".." / "shared" / "reference" / "bizfinbench-eval").resolve()
@@ -39,7 +40,7 @@ def golds(task: str) -> list[str]:
 
 def ours(task: str, gold: str, reply: str, script: str | None = None) -> tuple:
     try:
-        fn = official.ftr if script == "eval_financial_timereason.py" else official.RULE_SCORERS[task]
+        fn = official.ftr if script == "eval_financial_timereason.py" else task_info(task).official_rule
         return ("score", fn(gold, reply))
     except official.PublishedScriptError:
         return ("raises",)
@@ -83,10 +84,11 @@ def test_judge_verdicts_agree_with_the_authors_scripts(authors, task, make):
     cases = [v for i in range(n_items) for _, v in make(i)]
     unique = sorted(set(cases))                      # one script run per distinct verdict text
     got = dict(zip(unique, authors.score_verdicts(task, unique), strict=True))
-    reader = official.VERDICT_READERS[task]
+    reader = task_info(task).verdict_reader
+    count = task_info(task).verdict_n
     # the score and how many times the script counts the verdict in N (FDD: twice for a JSON verdict without a score)
-    bad = [(v[:80], reader(v), official.verdict_n(task, v), got[v].score, got[v].n) for v in unique
-           if (reader(v), official.verdict_n(task, v) if got[v].score is not None else 0) != (got[v].score, got[v].n)]
+    bad = [(v[:80], reader(v), count(v), got[v].score, got[v].n) for v in unique
+           if (reader(v), count(v) if got[v].score is not None else 0) != (got[v].score, got[v].n)]
     assert len(cases) >= 2 * 5 * n_items and not bad, bad[:3]
 
 

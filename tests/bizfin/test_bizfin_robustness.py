@@ -4,16 +4,18 @@ a reply that ran out of budget while reasoning, task files split as the authors 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from finlib.bizfin import scorers
+from finlib.bizfin import official, scorers
 from finlib.bizfin.authors_code import AuthorsCode
 from finlib.bizfin.benchmark import stage
 from finlib.bizfin.data import load_format_samples
+from finlib.bizfin.tasks import TASKS
 
 ROOT = Path(__file__).resolve().parents[2]
 # ../shared beside the clone (or beside the folder holding a git worktree of it)
@@ -65,14 +67,14 @@ def test_a_reply_whose_scoring_raises_costs_its_item_only(monkeypatch):
     from finlib.bizfin.benchmark.results import scoring_error_note
 
     asked = {"FNC": load_format_samples(["FNC"])["FNC"][:2]}
-    real = scorers.ACCURACY_SCORERS["FNC"]
+    real = TASKS["FNC"].scorer
 
     def flaky(gold, text, question=""):
         if "boom" in text:
             raise RecursionError("maximum recursion depth exceeded")
         return real(gold, text, question)
 
-    monkeypatch.setitem(scorers.ACCURACY_SCORERS, "FNC", flaky)
+    monkeypatch.setitem(TASKS, "FNC", dataclasses.replace(TASKS["FNC"], scorer=flaky))
     gold = asked["FNC"][1].gold
     rows = pd.DataFrame(
         stage.score_model("m", asked, _answers(asked, ["boom", f'{{"answer": "{gold}"}}']), None, (0, 100)),
@@ -162,16 +164,16 @@ FDD_VERDICTS = [
 
 
 def test_fdd_n_counts_are_the_published_scripts_by_hand():
-    from finlib.bizfin.official import fdd_verdict, verdict_n
+    from finlib.bizfin.official import fdd_verdict, fdd_verdict_n
 
-    assert [verdict_n("FDD", v) for v in FDD_VERDICTS] == [1, 1, 2, 2, 2, 1, 1]
+    assert [fdd_verdict_n(v) for v in FDD_VERDICTS] == [1, 1, 2, 2, 2, 1, 1]
     # the script's mean: (100 + 60) / (1 + 1 + 2 + 2 + 2 + 1 + 1) / 100 = 0.16 (each verdict once: 0.2286)
-    assert sum(fdd_verdict(v) * verdict_n("FDD", v) for v in FDD_VERDICTS) / 10 == pytest.approx(0.16)
+    assert sum(fdd_verdict(v) * fdd_verdict_n(v) for v in FDD_VERDICTS) / 10 == pytest.approx(0.16)
 
 
 def test_table3_official_fdd_uses_the_published_n():
     from finlib.bizfin.benchmark.results import task_scores
-    from finlib.bizfin.official import fdd_verdict, verdict_n
+    from finlib.bizfin.official import fdd_verdict, fdd_verdict_n
 
     rows = [
         {
@@ -182,7 +184,7 @@ def test_table3_official_fdd_uses_the_published_n():
             "judge_status": "ok",
             "status": "ok",
             "official": fdd_verdict(v),
-            "official_n": verdict_n("FDD", v),
+            "official_n": fdd_verdict_n(v),
             "ours": 0.5,
         }
         for v in FDD_VERDICTS
@@ -207,10 +209,10 @@ def test_stage_records_the_published_n_of_each_verdict():
 
 def test_fdd_official_column_equals_the_authors_batch_mean(authors):
     """The verbatim path: per-item scores with their N counts, checked against one run of the whole batch."""
-    from finlib.bizfin.official import fdd_verdict, verdict_n
+    from finlib.bizfin.official import fdd_verdict, fdd_verdict_n
 
     got = authors.score_verdicts("FDD", FDD_VERDICTS)
-    assert [(g.score, g.n) for g in got] == [(fdd_verdict(v), verdict_n("FDD", v)) for v in FDD_VERDICTS]
+    assert [(g.score, g.n) for g in got] == [(fdd_verdict(v), fdd_verdict_n(v)) for v in FDD_VERDICTS]
     assert authors._verdict_acc("FDD", FDD_VERDICTS) == pytest.approx(0.16)
 
 
@@ -300,7 +302,7 @@ def test_running_out_of_budget_while_reasoning_is_one_status(content, finish, tm
     items = pd.DataFrame(stage.score_model("m", asked, answers, None, (0, 100)), columns=stage.ITEM_COLUMNS)
     spent = items.iloc[0]
     assert spent["status"] == stage.OUT_OF_BUDGET and math.isnan(spent["ours"]) and not spent["parsed"]
-    assert spent["official"] == scorers.official_value("FNC", asked["FNC"][0].gold, row["raw_text"])[0]
+    assert spent["official"] == scorers.official_value(official.fnc, asked["FNC"][0].gold, row["raw_text"])[0]
     assert stage.out_of_budget_counts(items) == {"m": 1}
     assert stage.answer_status(items) == {"answered": 1, "not_answered": 1}
     long = task_scores(items, reps=20, seed=1).set_index(["rule", "task"])
@@ -347,7 +349,7 @@ def test_hostile_replies_score_under_both_rules_as_the_authors_scripts_do(author
     official column equals the authors' script run verbatim on the same reply (or both raise)."""
     item = load_format_samples([task])[task][0]
     reply = HOSTILE[name]
-    s = scorers.ACCURACY_SCORERS[task](item.gold, reply, item.question)
+    s = TASKS[task].scorer(item.gold, reply, item.question)
     assert s.ours in (0.0, 1.0) or 0.0 <= s.ours <= 1.0
     theirs = authors.score_rules(task, [item.gold], [reply])[0]
     if "raises" in theirs.error:

@@ -8,7 +8,8 @@ import pytest
 
 from finlib.bizfin.iterajudge import judge as J
 from finlib.bizfin.iterajudge.rubrics import PUBLISHED, RubricError, Rubrics, check_rubrics_dir, read_template
-from finlib.bizfin.prompts import JUDGE_RUBRICS, JUDGE_VANILLA_VERSION
+from finlib.bizfin.prompts import JUDGE_VANILLA_VERSION
+from finlib.bizfin.tasks import JUDGE_TASKS, judge_rubric
 from finlib.llm import engine
 from finlib.llm.store import ResponseStore, Result
 from finlib.rehearsal.stub_server import stub_spec
@@ -83,7 +84,7 @@ def test_published_prompts_used_verbatim_and_their_verdicts_read(rubrics_dir, tm
     monkeypatch.setattr(engine, "send_pending", fake)
     rub = Rubrics.from_dir(rubrics_dir)
     assert str(rubrics_dir) in rub.label()
-    ins = [J.JudgeInput(t, t, f"问题{t}", f"回答{t}", JUDGE_RUBRICS[t].names()) for t in ("FDD", "FTU", "FQA")]
+    ins = [J.JudgeInput(t, t, f"问题{t}", f"回答{t}", judge_rubric(t).names()) for t in ("FDD", "FTU", "FQA")]
     with ResponseStore(tmp_path / "s.sqlite") as store:
         res = J.judge_batch(stub_spec(), store, ins, method="vanilla", rubrics=rub, progress=False)
         assert [r.score for r in res] == [60.0, 85.0, 87.2] and all(r.status == "ok" for r in res)
@@ -102,7 +103,7 @@ def test_published_prompts_used_verbatim_and_their_verdicts_read(rubrics_dir, tm
 
 
 def test_ours_by_default_and_versions_differ(rubrics_dir):
-    inp = J.JudgeInput("x", "FDD", "q", "a", JUDGE_RUBRICS["FDD"].names())
+    inp = J.JudgeInput("x", "FDD", "q", "a", judge_rubric("FDD").names())
     msgs, version, fmt = Rubrics().vanilla(inp, (0, 100))
     assert version == JUDGE_VANILLA_VERSION and fmt == "json" and "100、60或0" in msgs[0]["content"]
     _, published_version, published_fmt = Rubrics.from_dir(rubrics_dir).vanilla(inp, (0, 100))
@@ -131,8 +132,8 @@ def test_published_verdicts_that_cannot_be_read_are_invalid(fmt, reply):
 
 
 def test_every_published_template_has_a_rubric_of_ours():
-    assert set(PUBLISHED) <= set(JUDGE_RUBRICS)
+    assert set(PUBLISHED) <= set(JUDGE_TASKS)
     for task, roles in PUBLISHED.items():
         for role in roles:
             if role.startswith("refine:"):
-                assert role.split(":", 1)[1] in JUDGE_RUBRICS[task].names()
+                assert role.split(":", 1)[1] in judge_rubric(task).names()

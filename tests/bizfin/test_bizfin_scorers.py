@@ -9,9 +9,7 @@ import math
 import pytest
 
 from finlib.bizfin.scorers import (
-    ACCURACY_SCORERS,
     answers_match,
-    official_unscorable,
     parse_date,
     parse_number,
     parse_quantity,
@@ -23,6 +21,7 @@ from finlib.bizfin.scorers import (
     score_ftr,
     score_sp,
 )
+from finlib.bizfin.tasks import TASKS, official_unscorable
 
 
 def js(**kw) -> str:
@@ -261,7 +260,7 @@ MULTILINE = {
 def test_multiline_cot_scores_like_its_one_line_form_under_ours(task):
     gold, multi = MULTILINE[task]
     one_line = multi.replace("\n", " ")
-    a, b = ACCURACY_SCORERS[task](gold, multi), ACCURACY_SCORERS[task](gold, one_line)
+    a, b = TASKS[task].scorer(gold, multi), TASKS[task].scorer(gold, one_line)
     assert (a.ours, a.parsed) == (b.ours, b.parsed) == (1.0, True)
     assert b.official == 1.0
 
@@ -270,7 +269,7 @@ def test_multiline_cot_scores_like_its_one_line_form_under_ours(task):
 def test_think_block_is_removed_for_ours(task):
     gold, answer = MULTILINE[task]
     decoy = '<think>{"answer": 9, "相关新闻序号": [2], "result": ["后悔"], "涨跌情况": "下跌", "results": []}</think>'
-    s = ACCURACY_SCORERS[task](gold, decoy + answer.replace("\n", " "))
+    s = TASKS[task].scorer(gold, decoy + answer.replace("\n", " "))
     assert s.ours == 1.0
 
 
@@ -278,5 +277,5 @@ def test_think_block_is_removed_for_ours(task):
 def test_replies_are_read_whole(task):
     """A 30,000-character reasoning before the answer: ours still finds it (no length cut)."""
     gold, answer = MULTILINE[task]
-    s = ACCURACY_SCORERS[task](gold, "分析。" * 10_000 + answer.replace("\n", " "))
+    s = TASKS[task].scorer(gold, "分析。" * 10_000 + answer.replace("\n", " "))
     assert s.ours == 1.0 and s.parsed

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from finlib.bizfin.tasks import TASK_ORDER
+from finlib.bizfin.tasks import TASK_ORDER, task_order
 from finlib.core.config import RunConfig
 from finlib.core.tables import figure_width, print_column, save_figure
 
@@ -38,7 +38,7 @@ MODEL_COLORS = ("#332288", "#44aa99", "#882255", "#999933", "#88ccee", "#ddcc77"
 def official_scores(long: pd.DataFrame) -> pd.DataFrame:
     """The official rule's per-task and Average rows that have a score, in the paper's task order."""
     d = long[(long["rule"] == "official") & long["score"].notna()]
-    order = {t: i for i, t in enumerate((*TASK_ORDER, "Average"))}
+    order = {t: i for i, t in enumerate((*task_order(), "Average"))}
     return d.assign(_o=d["task"].map(order)).sort_values(["_o", "model"]).drop(columns="_o")
 
 
@@ -85,6 +85,8 @@ def plot_task_scores(cfg: RunConfig, long: pd.DataFrame, ci: float):
         )
     per_task = d.loc[d["task"] != "Average", "n_items"]
     lo, hi = int(per_task.min()), int(per_task.max())
+    k = len(set(TASK_ORDER) | set(d["task"]) - {"Average"})   # the paper's nine and any other declared task scored
+    averaged = "nine" if k == len(TASK_ORDER) else str(k)
     save_figure(
         cfg,
         fig,
@@ -92,7 +94,7 @@ def plot_task_scores(cfg: RunConfig, long: pd.DataFrame, ci: float):
         caption=(
             f"BizFinBench Table 3 as a figure: each model's score per task under the official rule, with its "
             f"{100 * ci:g} % bootstrap interval over items; N under each task is the items it rests on ({lo}–{hi} here: "
-            "a task on one item scores 0 or 100). Average: the plain mean over the nine tasks (stage 07)."
+            f"a task on one item scores 0 or 100). Average: the plain mean over the {averaged} tasks (stage 07)."
         ),
     )
     plt.close(fig)

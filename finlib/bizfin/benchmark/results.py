@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from finlib.bizfin.data import BizFinItem
-from finlib.bizfin.tasks import TASK_ORDER, TASKS
+from finlib.bizfin.tasks import TASK_ORDER, TASKS, judge_task_names, task_order
 from finlib.core.stats import bootstrap_ci, mean_over_groups, ratio
 from finlib.core.tables import paper_table
 
@@ -54,7 +54,7 @@ def task_scores(items: pd.DataFrame, reps: int, seed: int, ci: float = 0.95) -> 
 
 def _model_rows(g: pd.DataFrame, model: str, rule: str, reps: int, seed: int, ci: float) -> list[dict]:
     rows = []
-    tasks = [t for t in TASK_ORDER if t in set(g["task"])]
+    tasks = [t for t in task_order() if t in set(g["task"])]
     blocks, weights = [], []
     for t in tasks:
         gt = g[g["task"] == t]
@@ -79,16 +79,16 @@ def _model_rows(g: pd.DataFrame, model: str, rule: str, reps: int, seed: int, ci
 
 def average_row(model: str, rule: str, tasks: list[str], blocks: list[np.ndarray], reps: int, seed: int,
                 ci: float, weights: list[np.ndarray] | None = None) -> dict:
-    """Plain mean over the nine tasks, with an interval from resampling all items jointly; NaN ("—" in
-    the tables) with the missing tasks named when any task has no score (a mean over fewer tasks is a
-    different statistic, never shown as the Average)."""
+    """Plain mean over the paper's nine tasks and any other declared task the run scored, with an interval
+    from resampling all items jointly; NaN ("—" in the tables) with the missing tasks named when any of the
+    nine has no score (a mean over fewer tasks is a different statistic, never shown as the Average)."""
     missing = [t for t in TASK_ORDER if t not in tasks]
     missing += [t for t, b in zip(tasks, blocks) if not np.isfinite(b).any()]
     if missing:
         return {"model": model, "rule": rule, "task": "Average", "source": "", "n_items": sum(len(b) for b in blocks),
                 "not_answered": np.nan, "n_scored": int(sum(np.isfinite(b).sum() for b in blocks)),
                 "parse_rate": np.nan, "judge_invalid": 0, "score": np.nan, "ci_low": np.nan, "ci_high": np.nan,
-                "missing_tasks": ", ".join(t for t in TASK_ORDER if t in missing)}
+                "missing_tasks": ", ".join(t for t in task_order() if t in missing)}
     k = len(blocks)
     n = sum(len(b) for b in blocks)
     sums = np.zeros((n, 2 * k))
@@ -106,15 +106,17 @@ def average_row(model: str, rule: str, tasks: list[str], blocks: list[np.ndarray
 
 
 def table3(long: pd.DataFrame) -> pd.DataFrame:
-    """Wide Table 3: our models (official rule, then ours) and the paper's 25 rows below them."""
+    """Wide Table 3: our models (official rule, then ours) and the paper's 25 rows below them; a declared
+    task the paper does not print gets its column after the nine (empty in the paper's rows)."""
+    columns = [*TASK_ORDER, *(t for t in task_order() if t not in TASK_ORDER and t in set(long["task"]))]
     ours = long.pivot_table(index=["model", "rule"], columns="task", values="score", sort=False)
-    ours = ours.reindex(columns=[t for t in (*TASK_ORDER, "Average") if t in ours.columns]).reset_index()
+    ours = ours.reindex(columns=[t for t in (*columns, "Average") if t in ours.columns]).reset_index()
     ours.insert(0, "row", "this run")
     ours = ours.merge(items_per_task(long), on=["model", "rule"], how="left")
     paper = paper_table("bizfin_table3").rename(columns={"group": "rule"})
     paper["rule"] = "paper (" + paper["rule"] + ")"
     paper.insert(0, "row", "paper Table 3")
-    return pd.concat([ours, paper], ignore_index=True)[["row", "model", "rule", "N per task", *TASK_ORDER, "Average"]]
+    return pd.concat([ours, paper], ignore_index=True)[["row", "model", "rule", "N per task", *columns, "Average"]]
 
 
 def items_per_task(long: pd.DataFrame) -> pd.DataFrame:
@@ -163,7 +165,8 @@ def scoring_error_note(report: dict) -> str:
 
 
 def missing_average_note(long: pd.DataFrame) -> str:
-    """The Average is over all nine tasks: where tasks are missing it is "—" and they are named."""
+    """The Average is over the paper's nine tasks (and any other declared task scored): where tasks are
+    missing it is "—" and they are named."""
     miss = long[(long["task"] == "Average") & long["missing_tasks"].astype(str).str.len().gt(0)]
     return "".join(f" Average of {r.model} ({r.rule}): — (no score for {r.missing_tasks})."
                    for r in miss.drop_duplicates(["model", "missing_tasks"]).itertuples())
@@ -178,7 +181,8 @@ def not_answered_note(long: pd.DataFrame) -> str:
 def table3_caption(report: dict, long: pd.DataFrame, items: pd.DataFrame | None = None) -> str:
     """Caption naming the rule revision, the judge and its rubric, the sources per task, the items not
     answered, official AEA values above 1, and the plumbing caveat."""
-    return (f"BizFinBench Table 3: score (%) per task and plain-mean Average; judge-scored tasks (FTU, FQA, FDD) "
+    return (f"BizFinBench Table 3: score (%) per task and plain-mean Average; judge-scored tasks "
+            f"({', '.join(judge_task_names())}) "
             f"by the vanilla LLM-as-judge {report.get('judge')}. " + rules_caption(report)
             + not_answered_note(long) + missing_average_note(long) + out_of_budget_note(report)
             + scoring_error_note(report) + " "
@@ -212,18 +216,25 @@ def load_tokenizer(spec, cache_root: Path):
 
 def token_lengths(items: dict[str, list[BizFinItem]], count_tokens) -> pd.DataFrame:
     """Table 6 for the items present: min / max / mean query tokens and count per task, the
-    paper's values beside. `count_tokens(list[str]) -> list[int]`."""
+    paper's values beside (none for a declared task the paper does not print). `count_tokens(list[str]) ->
+    list[int]`."""
     paper = paper_table("bizfin_table6").set_index("dataset")
+    absent = pd.Series({"min": np.nan, "max": np.nan, "avg": np.nan, "count": np.nan})
     rows = []
-    for t in TASK_ORDER:
+    for t in task_order():
         if t not in items or not items[t]:
             continue
         n = np.asarray(count_tokens([it.query_text() for it in items[t]]))
-        p = paper.loc[TASKS[t].table6_name]
+        p = paper.loc[TASKS[t].table6_name] if TASKS[t].paper else absent
         rows.append({"task": t, "source": items[t][0].source, "min": int(n.min()), "max": int(n.max()),
-                     "avg": float(n.mean()), "count": len(n), "paper_min": int(p["min"]), "paper_max": int(p["max"]),
-                     "paper_avg": float(p["avg"]), "paper_count": int(p["count"])})
+                     "avg": float(n.mean()), "count": len(n), "paper_min": _paper_int(p["min"]),
+                     "paper_max": _paper_int(p["max"]), "paper_avg": float(p["avg"]), "paper_count": _paper_int(p["count"])})
     return pd.DataFrame(rows)
+
+
+def _paper_int(value) -> int | None:
+    """A Table 6 count as printed (None where the paper prints no row for the task)."""
+    return None if pd.isna(value) else int(value)
 
 
 def hf_counter(tokenizer):

@@ -16,10 +16,10 @@ import pandas as pd
 
 from finlib.bizfin import score_item_detail, unit_score
 from finlib.bizfin.data import BizFinItem, check_counts, load_format_samples, load_huggingface, load_local
-from finlib.bizfin.official import VERDICT_READERS, official_label, verdict_n
+from finlib.bizfin.official import official_label
 from finlib.bizfin.prompts import BIZFIN_ANSWER_VERSION
-from finlib.bizfin.scorers import ItemScore, official_unscorable
-from finlib.bizfin.tasks import TASKS, check_tasks, task_info
+from finlib.bizfin.scorers import ItemScore
+from finlib.bizfin.tasks import TASKS, check_tasks, judge_task_names, official_unscorable, task_info
 from finlib.core.artifacts import write_frame, write_json
 from finlib.core.config import ConfigError, RunConfig
 from finlib.llm.engine import ChatItem, chat
@@ -167,15 +167,17 @@ def _judge_fn(judge_spec: ModelSpec, store, p: dict, budget, inf: dict, cfg: Run
 
 def official_judge_score(task: str, res, published_rubric: bool, scale: tuple[int, int]) -> float:
     """The official column of a judged answer. Under the published rubric: the published script's reading
-    of the raw verdict (FDD, FTU: an unreadable verdict is 0 inside N; FQA: a total not above 0 is left out
-    of N). Under our rubric (no published verdict to read): our reading with that same N rule."""
+    of the raw verdict (the task record's `verdict_reader`; FDD, FTU: an unreadable verdict is 0 inside N;
+    FQA: a total not above 0 is left out of N). Under our rubric (no published verdict to read): our reading
+    with that same N rule (`zero_verdict_outside_n`)."""
+    info = task_info(task)
     if res.status == "not_answered":
         return math.nan
     if published_rubric:
-        v = VERDICT_READERS[task](res.raw_text or "")
+        v = info.verdict_reader(res.raw_text or "")
         return math.nan if v is None else float(v)
     s = unit_score(res.score, scale) if res.status == "ok" else 0.0
-    if task == "FQA" and not s > 0:
+    if info.zero_verdict_outside_n and not s > 0:
         return math.nan
     return s
 
@@ -213,7 +215,7 @@ def official_n(task: str, official: float, verdict: str | None, published_rubric
     if not math.isfinite(official):
         return 0
     if TASKS[task].kind == "judge" and published_rubric:
-        return verdict_n(task, verdict or "")
+        return TASKS[task].verdict_n(verdict or "")
     return 1
 
 
@@ -367,8 +369,8 @@ def ask_models(cfg: RunConfig, p: dict, asked: dict, specs: list[ModelSpec], jud
     with ResponseStore(cfg.path(inf["store"])) as store:
         judge_fn = _judge_fn(judge_spec, store, p, budget, inf, cfg) if judge_spec else None
         for spec in specs:
-            items = [ChatItem(it.id, it.chat_messages(spec.supports_system), BIZFIN_ANSWER_VERSION)
-                     for its in asked.values() for it in its]
+            items = [ChatItem(it.id, it.chat_messages(spec.supports_system), TASKS[t].answer_version)
+                     for t, its in asked.items() for it in its]
             answers, cause = _answers_or_failure(spec, items, store, p, budget, inf, cfg,
                                                  f"{spec.name} answers {len(asked)} tasks")
             if cause:
@@ -516,7 +518,7 @@ def item_view(run: BizFinRun, width: int = 140) -> pd.DataFrame:
 def summary(cfg: RunConfig, result: BizFinRun) -> str:
     """What the numbers are: the judge, the sources, and the plumbing caveat, in one paragraph."""
     r = result.report
-    lines = [f"**Models:** {', '.join(r['models'])}; **judge (FTU/FQA/FDD):** {r['judge']} (vanilla LLM-as-judge; "
+    lines = [f"**Models:** {', '.join(r['models'])}; **judge ({'/'.join(judge_task_names())}):** {r['judge']} (vanilla LLM-as-judge; "
              f"the paper used GPT-4o)."]
     if r["tasks_from_files"]:
         lines.append(f"**Real benchmark files:** {', '.join(r['tasks_from_files'])} — only "

@@ -1,4 +1,4 @@
-"""Which judge rubric a run uses: ours (`finlib.bizfin.prompts.JUDGE_RUBRICS`, the published structure in
+"""Which judge rubric a run uses: ours (each judge task record's `rubric`, `finlib.bizfin.tasks`; the published structure in
 our words) or the authors' prompt files used verbatim from a local checkout of their repository
 (`bizfin.rubrics_dir`).
 
@@ -25,8 +25,8 @@ from finlib.bizfin.prompts import (
     build_refine_messages,
     build_vanilla_judge_messages,
     fill_published_template,
-    judge_rubric,
 )
+from finlib.bizfin.tasks import judge_rubric
 
 _CODE = "benchmark_code/BizFinBench"
 # task -> role -> (file, variable); FDD's refiners in the authors' order, keyed by our dimension name.
@@ -113,7 +113,7 @@ class Rubrics:
         """(messages, store version, verdict format) of the vanilla judge call."""
         tpl = self.published.get(inp.task, {}).get("vanilla")
         if tpl is None:
-            return (build_vanilla_judge_messages(inp.task, inp.question, inp.answer, inp.dimensions, score_range,
+            return (build_vanilla_judge_messages(judge_rubric(inp.task), inp.question, inp.answer, inp.dimensions, score_range,
                                                  inp.reference), JUDGE_VANILLA_VERSION, "json")
         # the fields each published data_preprocess fills, in its order (FTU: get_prompt's question, answer)
         fields = ({"question": inp.question, "answer": inp.answer} if inp.task == "FTU"
@@ -124,14 +124,14 @@ class Rubrics:
         """(messages, store version) of one refinement step."""
         tpl = self.published.get(inp.task, {}).get(f"refine:{dimension}")
         if tpl is None:
-            return build_refine_messages(inp.task, inp.question, current, dimension), JUDGE_REFINE_VERSION
+            return build_refine_messages(judge_rubric(inp.task), inp.question, current, dimension), JUDGE_REFINE_VERSION
         return fill_published_template(tpl, {"question": inp.question, "answer": current}), _version("refine", tpl)
 
     def contrastive(self, inp, refined: str, score_range: tuple[int, int]) -> tuple[list[dict[str, str]], str, str]:
         """(messages, store version, verdict format) of IteraJudge's judge call."""
         tpl = self.published.get(inp.task, {}).get("contrastive")
         if tpl is None:
-            return (build_contrastive_judge_messages(inp.task, inp.question, inp.answer, refined, inp.dimensions,
+            return (build_contrastive_judge_messages(judge_rubric(inp.task), inp.question, inp.answer, refined, inp.dimensions,
                                                      score_range), JUDGE_CONTRASTIVE_VERSION, "json")
         fields = {"question": inp.question, "answer": inp.answer, "ref_answer": refined}
         return fill_published_template(tpl, fields), _version("contrastive", tpl), PUBLISHED_FORMATS[inp.task]

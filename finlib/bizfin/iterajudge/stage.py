@@ -26,7 +26,7 @@ from finlib.bizfin.iterajudge.judge import (
 )
 from finlib.bizfin.official import official_label
 from finlib.bizfin.prompts import JUDGE_CONTRASTIVE_VERSION, JUDGE_REFINE_VERSION, JUDGE_VANILLA_VERSION
-from finlib.bizfin.tasks import JUDGE_TASKS, check_tasks
+from finlib.bizfin.tasks import check_tasks, judge_task_names
 from finlib.core.artifacts import MissingArtifactError, read_frame, write_frame, write_json
 from finlib.core.compare import write_comparison
 from finlib.core.config import ConfigError, RunConfig
@@ -62,9 +62,10 @@ def iterajudge_params(cfg: RunConfig) -> dict:
     key present, the score range, at least one judge), then against the judge tasks and reference sets."""
     p = cfg.section("bizfin")["iterajudge"]
     where = f"{cfg.params_file}: bizfin.iterajudge"
-    bad = [t for t in [*p["tasks"], *p["calibration_tasks"]] if t not in JUDGE_TASKS]
+    judged = judge_task_names()
+    bad = [t for t in [*p["tasks"], *p["calibration_tasks"]] if t not in judged]
     if bad:
-        raise ConfigError(f"{where}: {bad} are not judge-scored tasks (judge tasks: {list(JUDGE_TASKS)})")
+        raise ConfigError(f"{where}: {bad} are not judge-scored tasks (judge tasks: {list(judged)})")
     check_tasks(list(p["tasks"]), "bizfin.iterajudge.tasks")
     bad = [t for t in p["calibration_tasks"] if t not in cal.RULES]
     if bad:
