@@ -91,8 +91,8 @@ def child_04(n_reports: int, reps: int) -> dict:
     t0, c0 = time.perf_counter(), _cpu_s()
     res = scoring.score_all(f["predictions"], f["conditions"], f["labels"], f["reports"], reps=reps, seed=0)
     wall = time.perf_counter() - t0
-    n = len(f["predictions"])
-    return {"answers": n, "wall_s": wall, "cpu_s": _cpu_s() - c0, "parse_s": sum(parse_s),
+    n, cpu = len(f["predictions"]), _cpu_s() - c0
+    return {"answers": n, "wall_s": wall, "cpu_s": cpu, "answers_per_cpu_s": n / cpu, "parse_s": sum(parse_s),
             "parse_cpu_s": sum(parse_cpu), "answers_per_cpu_s_parse": n / sum(parse_cpu),
             "rss_inputs_mb": rss_inputs, "peak_rss_mb": _vm_kb("VmHWM") / 1024, "metric_rows": len(res.metrics)}
 
@@ -158,8 +158,9 @@ def child_03(n_requests: int, base_url: str) -> dict:
                              "raw_text": [stored[k]["raw_text"] for k in keys]})
         parse_predictions(pred)
         wall = time.perf_counter() - t0
-    return {"requests": n_requests, "ok": state["ok"], "wall_s": wall, "cpu_s": _cpu_s() - c0, "answers_per_s": n_requests / wall,
-            "peak_rss_mb": _rss_mb()}
+    cpu = _cpu_s() - c0
+    return {"requests": n_requests, "ok": state["ok"], "wall_s": wall, "cpu_s": cpu, "answers_per_s": n_requests / wall,
+            "answers_per_cpu_s": n_requests / cpu, "peak_rss_mb": _rss_mb()}
 
 
 def _run_child(variant: str, args: list[str], base_dir: Path) -> dict:

@@ -91,3 +91,32 @@ def test_condition_texts_reads_like_the_dict_of_string_texts():
     assert dict(texts) == oracle == {"a": "w", "c": "z"}
     assert texts.get("b") is None and texts.get("missing") is None and len(texts) == 2
     assert answers.condition_texts(cond.drop(columns="text")) == {}
+
+
+def _chunked(values: list) -> pd.arrays.ArrowExtensionArray:
+    """An Arrow string column in several chunks (stage 03's parts joined), one of them empty."""
+    import pyarrow as pa
+
+    cut = [0, 3, 3, len(values) // 2, len(values)]
+    parts = [pa.array(values[a:b], type=pa.large_string()) for a, b in zip(cut, cut[1:])]
+    return pd.arrays.ArrowExtensionArray(pa.chunked_array(parts, type=pa.large_string()))
+
+
+@pytest.mark.parametrize("storage", ["object", "str", "string[pyarrow]", "chunked arrow"])
+def test_parse_predictions_reads_every_reply_column_storage_alike(storage):
+    """Replies stored as objects, as pandas' default strings, as Arrow strings or as an Arrow column of
+    several chunks read as the same Python values (a missing reply as no reply), row by row."""
+    df, contexts = _fixture(3)
+    texts = [t if isinstance(t, str) else None for t in df["raw_text"]]
+    column = (_chunked(texts) if storage == "chunked arrow"
+              else pd.array(texts, dtype=object if storage == "object" else storage))
+    typed = df.assign(raw_text=pd.Series(column, index=df.index))
+    assert [t if isinstance(t, str) else None for t in typed["raw_text"]] == texts
+    out = parse_predictions(typed, contexts)
+    for i, text in enumerate(texts):
+        if df.loc[i, "status"] != "ok":
+            assert out.loc[i, "parse_note"] == "not_answered"
+            continue
+        reader = read_cut_reply if df.loc[i, "truncated_output"] else parse_rating_detail
+        r, note = reader(text, contexts.get(df.loc[i, "item_id"]))
+        assert (out.loc[i, "answer"], out.loc[i, "parse_note"]) == (None if r is None else r.value, note), text

@@ -120,7 +120,8 @@ def _skip_map(skipped: pd.DataFrame, rows: pd.DataFrame, partial: bool = False) 
     out: dict[tuple[str, str], str] = {}
     if skipped is None or skipped.empty:
         return out
-    scored = set(zip(rows["model"], rows["condition"]))
+    # distinct pairs first: a set over every row walks each scored answer in Python, once per table
+    scored = set(rows[["model", "condition"]].drop_duplicates().itertuples(index=False, name=None))
     for (model, cond), g in skipped.groupby(["model", "condition"]):
         if ((model, cond) in scored) == partial:
             out[(model, cond)] = "; ".join(f"{r} ({n})" for r, n in zip(g["reason"], g["n"]))
@@ -228,7 +229,7 @@ def build_table(spec: TableSpec, metrics: pd.DataFrame, tests: pd.DataFrame, row
     partial = _skip_map(skipped, rows, partial=True)
     unanswered = _not_answered_map(not_answered)
     paper = paper_rows(spec)
-    models = sorted(m for m in set(rows["model"]) | {m for m, _ in skip} if m != "Analyst")
+    models = sorted(m for m in set(rows["model"].unique()) | {m for m, _ in skip} if m != "Analyst")
     if spec.analyst_row:
         models.append("Analyst")
     ident = {m: _row_identity(m, paper_names, paper) for m in models}
