@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from finlib.core.config import read_yaml_mapping
+from finlib.llm.backends import BACKENDS, backend_named, backend_of
 
-BACKENDS = ("openai", "local", "llamacpp")  # llamacpp: a GGUF served here by llama.cpp (finlib/llm/llamacpp.py)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -144,7 +144,8 @@ def validate_record(rec: Any, path: Path, index: int) -> ModelSpec:
     if isinstance(rec.get("paper_name"), str) and not rec["paper_name"].strip():
         raise _fail(path, where, "paper_name", "empty (omit it or give the row name printed in the paper)")
     if rec["backend"] not in BACKENDS:
-        raise _fail(path, where, "backend", f"must be one of {BACKENDS}, got {rec['backend']!r}")
+        raise _fail(path, where, "backend", f"must be one of {tuple(BACKENDS)}, got {rec['backend']!r}")
+    backend = backend_named(rec["backend"])
     if rec["context_length"] <= 0:
         raise _fail(path, where, "context_length", "must be positive")
     for key in ("price_input_per_m", "price_output_per_m", "rpm", "tpm"):
@@ -156,7 +157,7 @@ def validate_record(rec: Any, path: Path, index: int) -> ModelSpec:
     for key in ("breaker_failures", "breaker_grace_s", "stall_s", "reasoning_tokens"):
         if rec.get(key, 0) < 0:
             raise _fail(path, where, key, "must be >= 0")
-    if rec.get("dtype") is not None and (rec["backend"] != "openai" or rec["dtype"] not in VLLM_DTYPES):
+    if rec.get("dtype") is not None and (not backend.http_endpoint or rec["dtype"] not in VLLM_DTYPES):
         raise _fail(path, where, "dtype", f"a vLLM-served (backend openai) record's --dtype, one of {VLLM_DTYPES}; "
                     f"got {rec['dtype']!r} on backend {rec['backend']!r} (local torch models: inference.dtype)")
     if rec.get("timeout_s", 1) <= 0:
@@ -173,46 +174,18 @@ def validate_record(rec: Any, path: Path, index: int) -> ModelSpec:
             raise _fail(path, where, f"sampling.{key}", f"invalid value {v!r}")
     if rec.get("max_tokens_param", "max_tokens") not in ("max_tokens", "max_completion_tokens"):
         raise _fail(path, where, "max_tokens_param", "must be max_tokens or max_completion_tokens")
-    if rec["backend"] == "openai":
-        url = rec.get("base_url")
-        if not url or not re.match(r"^https?://", url):
-            raise _fail(path, where, "base_url", f"an http(s) URL is required for backend openai, got {url!r}")
+    problem = backend.check(rec)
+    if problem is not None:
+        raise _fail(path, where, *problem)
+    if backend.needs_key_env:
         if "api_key_env" not in rec:
             raise _fail(path, where, "api_key_env", "missing (the NAME of the env var, or null for a keyless server)")
         env = rec["api_key_env"]
         if env is not None and not _ENV_NAME.match(env):
             raise _fail(path, where, "api_key_env", f"must be an environment variable NAME, got {env[:4]!r}...")
-    elif rec["backend"] == "llamacpp":
-        _check_llamacpp(rec, path, where)
-    else:
-        has_gguf = bool(rec.get("gguf_package") and rec.get("gguf_file"))
-        if not has_gguf and not rec.get("hf_path"):
-            raise _fail(path, where, "gguf_package/gguf_file/hf_path",
-                        "a local model needs gguf_package + gguf_file, or hf_path (a folder or hub id)")
     if isinstance(rec.get("gguf_parts"), list):
         rec = {**rec, "gguf_parts": tuple(rec["gguf_parts"])}
     return ModelSpec(**{k: (float(v) if k.startswith("price") or k in ("timeout_s", "breaker_grace_s", "stall_s") else v) for k, v in rec.items()})
-
-
-def _check_llamacpp(rec: dict, path: Path, where: str) -> None:
-    """A llama.cpp-served GGUF: one file in a package, or chunks in pinned packages + the joined
-    file's SHA-256 (anonymous uploads are trusted only by hash); the URL is made at run time."""
-    if rec.get("base_url"):
-        raise _fail(path, where, "base_url", "a llamacpp model is served by finlib on a free local port: omit it "
-                    "(for a server you run yourself use backend openai with its base_url)")
-    if not rec.get("gguf_file"):
-        raise _fail(path, where, "gguf_file", "missing (the GGUF file name)")
-    parts = rec.get("gguf_parts")
-    if parts is not None:
-        if not parts or not all(isinstance(p, str) and re.match(r"^[A-Za-z0-9._-]+==[A-Za-z0-9._+-]+$", p)
-                                for p in parts):
-            raise _fail(path, where, "gguf_parts", "a non-empty list of pinned pip requirements 'name==version'")
-        if not re.match(r"^[0-9a-f]{64}$", rec.get("gguf_sha256") or ""):
-            raise _fail(path, where, "gguf_sha256", "64 lowercase hex digits required with gguf_parts")
-    elif not rec.get("gguf_package"):
-        raise _fail(path, where, "gguf_package/gguf_parts", "a llamacpp model needs gguf_package or gguf_parts")
-    if rec.get("threads") is not None and rec["threads"] < 1:
-        raise _fail(path, where, "threads", "must be >= 1 or null")
 
 
 def load_registry(path: Path) -> dict[str, ModelSpec]:
@@ -277,7 +250,7 @@ def apply_endpoints(registry: dict[str, ModelSpec], endpoints: dict | None = Non
                 over[f] = None if (f == "api_key_env" and env.lower() in ("null", "none")) else env
         if not over:
             continue
-        if spec.backend != "openai":
+        if not backend_of(spec).http_endpoint:
             raise RegistryError(f"{source}.{name}: backend {spec.backend} has no endpoint to set (only openai records)")
         rec = {**dataclasses.asdict(spec), **over}
         rec["gguf_parts"] = list(rec["gguf_parts"]) if rec.get("gguf_parts") else rec.get("gguf_parts")
@@ -311,7 +284,7 @@ def vllm_command(spec: ModelSpec) -> str:
     """
     from urllib.parse import urlparse
 
-    if spec.backend != "openai" or not spec.base_url:
+    if not backend_of(spec).http_endpoint or not spec.base_url:
         raise RegistryError(f"model '{spec.name}' is not served over HTTP (backend {spec.backend})")
     port = urlparse(spec.base_url).port or 8000
     extra = VLLM_EXTRA_FLAGS.get(spec.model_id, "")

@@ -94,12 +94,13 @@ def predict_test_items(cfg, spec, items: pd.DataFrame, store, name: str, gen_ids
     from finlib.finbias.dpo.train import chat_template_kwargs
     from finlib.finbias.inference.stage import _rows, inference_params, plan_requests, to_frame
     from finlib.finbias.prompts import build_messages
+    from finlib.llm.backends import backend_of
     from finlib.llm.engine import engine_key, send_pending
     from finlib.llm.local_backend import LocalModel
     from finlib.llm.progress import Progress
     from finlib.llm.store import make_key
 
-    if spec.backend != "local":
+    if not backend_of(spec).trains:
         raise ValueError(f"dpo evaluation: model {spec.name!r} has backend {spec.backend!r}; the tuned model is "
                          "evaluated with the local backend (serve adapters with vLLM --enable-lora for API runs)")
     from finlib.llm.precision import resolve_dtype
