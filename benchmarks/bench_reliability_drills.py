@@ -32,7 +32,7 @@ from results import ROOT, machine, write_result
 
 sys.path.insert(0, str(ROOT))
 from finlib.llm.openai_backend import CircuitOpen, reset_breakers, run_openai
-from finlib.llm.registry import ModelSpec
+from finlib.llm.spec import ModelSpec
 from finlib.llm.store import Request, ResponseStore, make_key
 from finlib.rehearsal.stub_server import StalledServer, ThreadedStub, stub_spec
 

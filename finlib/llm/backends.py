@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from finlib.llm.progress import Progress
-    from finlib.llm.registry import ModelSpec
+    from finlib.llm.spec import ModelSpec
     from finlib.llm.store import Request, ResponseStore
 
 DEFAULT_MODEL_CACHE = Path("data/interim/models")  # params inference.model_cache (callers pass theirs)
@@ -177,7 +177,7 @@ def _send_openai(spec: ModelSpec, pending: Iterable[Request], store: ResponseSto
             progress=opts.progress,
         )
         return
-    from finlib.llm.engine import run_coroutine
+    from finlib.llm.loop import run_coroutine
     from finlib.llm.openai_backend import run_openai
 
     run_coroutine(run_openai(spec, pending, store, budget=opts.budget, progress=opts.progress))
@@ -268,8 +268,8 @@ LOCAL = register_backend(
 def _send_llamacpp(spec: ModelSpec, pending: Iterable[Request], store: ResponseStore, opts: SendOptions) -> None:
     """A llama.cpp server on a free local port (one per process, reused), then sent exactly like a
     vLLM record, through the openai backend with the server's slots as its concurrency."""
-    from finlib.llm.engine import run_coroutine
     from finlib.llm.llamacpp import ensure_server, served_spec
+    from finlib.llm.loop import run_coroutine
     from finlib.llm.openai_backend import run_openai
 
     url = ensure_server(spec, Path(opts.model_cache or DEFAULT_MODEL_CACHE), Path(opts.log_dir or DEFAULT_LOG_DIR))

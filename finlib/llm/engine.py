@@ -7,8 +7,6 @@ content, resumable after a crash, cost-counted against the run's budget and neve
 """
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +16,7 @@ import pandas as pd
 
 from finlib.llm.backends import SendOptions, backend_of
 from finlib.llm.progress import Progress
-from finlib.llm.registry import ModelSpec
+from finlib.llm.spec import ModelSpec
 from finlib.llm.store import Request, ResponseStore, make_key
 
 CHAT_COLUMNS = ["id", "model", "status", "raw_text", "error", "input_tokens", "output_tokens", "reasoning_tokens",
@@ -45,72 +43,6 @@ def engine_key(spec: ModelSpec, dtype: str | None = None, adapter_sha256: str | 
     between 1 and 2 threads, float32's by rounding only), a llama.cpp GGUF's pinned hash, and a
     LoRA adapter's content hash. None for remote servers, whose model id names the weights."""
     return backend_of(spec).engine_key(spec, dtype, adapter_sha256, threads)
-
-
-def run_coroutine(coro):
-    """asyncio.run, also from inside Jupyter (whose kernel already runs an event loop): then the
-    coroutine gets its own loop in a worker thread."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        from finlib.llm.interrupt import STOP
-
-        STOP.clear()
-        return asyncio.run(coro)
-    return run_in_thread(coro)
-
-
-class _LoopThread:
-    """`asyncio.run(coro)` in a daemon thread: a process whose senders were interrupted exits
-    without waiting for calls still held by a stalled server (a pool thread is joined at exit)."""
-
-    def __init__(self, coro) -> None:
-        self._done = threading.Event()
-        self._outcome: dict[str, Any] = {}
-        threading.Thread(target=self._run, args=(coro,), name="finlib-senders", daemon=True).start()
-
-    def _run(self, coro) -> None:
-        try:
-            self._outcome["value"] = asyncio.run(coro)
-        except BaseException as exc:  # noqa: BLE001 -- handed to the waiting thread as is
-            self._outcome["error"] = exc
-        finally:
-            self._done.set()
-
-    def result(self):
-        """Wait for the loop (interruptible: a Ctrl-C lands between short waits) and return its value."""
-        while not self._done.wait(0.1):
-            pass
-        if "error" in self._outcome:
-            raise self._outcome["error"]
-        return self._outcome["value"]
-
-
-def run_in_thread(coro):
-    """Run `coro` on its own event loop in a worker thread. A KeyboardInterrupt in this thread
-    (Ctrl-C, a kernel interrupt) sets `interrupt.STOP`: the senders start nothing new, store what is
-    in flight as it finishes (within `openai_backend.STOP_GRACE_S`) and raise `Interrupted` with the
-    count; a second one stops waiting at once."""
-    from finlib.llm.interrupt import STOP, Interrupted
-
-    STOP.clear()  # a new call: an earlier interrupt is over
-    loop_thread = _LoopThread(coro)
-    try:
-        return loop_thread.result()
-    except Interrupted:
-        raise
-    except KeyboardInterrupt:
-        STOP.set()
-    try:
-        result = loop_thread.result()  # the calls in flight finish and are stored; nothing new starts
-    except KeyboardInterrupt as exc:  # Interrupted from the senders, or a second Ctrl-C: stop waiting
-        if not isinstance(exc, Interrupted):
-            raise Interrupted("interrupted twice: stopped waiting for the calls in flight (answers that "
-                              "arrive are still stored). Rerun the same command to resume.") from None
-        raise
-    del result
-    raise Interrupted("interrupted after the calls had finished (all stored). Rerun the same command to go "
-                      "on from the next step.")
 
 
 def send_pending(spec: ModelSpec, pending: Iterable[Request], store: ResponseStore, *, budget=None,

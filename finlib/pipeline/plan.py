@@ -29,7 +29,8 @@ import pandas as pd
 from finlib.core.config import RunConfig
 from finlib.finbias.vocab import CONDITIONS, Condition
 from finlib.llm.backends import backend_of
-from finlib.llm.registry import ModelSpec, run_registry, select_models
+from finlib.llm.registry import run_registry, select_models
+from finlib.llm.spec import ModelSpec
 
 HF_HOST, YAHOO_HOST = ("huggingface.co", 443), ("query1.finance.yahoo.com", 443)
 

@@ -16,7 +16,7 @@ from llm_helpers import make_request as req
 
 from finlib.llm import openai_backend
 from finlib.llm.openai_backend import Budget, BudgetExceeded, RateLimiter, backoff_s, redact, request_kwargs, run_openai
-from finlib.llm.registry import MissingKeyError
+from finlib.llm.spec import MissingKeyError
 from finlib.llm.store import ResponseStore
 from finlib.rehearsal.stub_server import ThreadedStub
 

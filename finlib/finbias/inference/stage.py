@@ -58,7 +58,8 @@ from finlib.llm.backends import backend_of
 from finlib.llm.context import CONTEXT_REFUSED, fits, not_fit_reason, output_room
 from finlib.llm.engine import engine_key, send_pending
 from finlib.llm.progress import Progress
-from finlib.llm.registry import ModelSpec, run_registry, select_models
+from finlib.llm.registry import run_registry, select_models
+from finlib.llm.spec import ModelSpec
 from finlib.llm.store import Request, ResponseStore, make_key
 
 CALL_COLUMNS = ["item_id", "report_id", "condition", "model", "mode", "raw_text", "p_bullish", "p_neutral",
