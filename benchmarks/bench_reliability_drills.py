@@ -116,7 +116,7 @@ SENDER = textwrap.dedent("""
     import sys
     sys.path.insert(0, sys.argv[1])
     from bench_reliability_drills import requests, spec_for
-    from finlib.llm.engine import run_in_thread
+    from finlib.llm.loop import run_in_thread
     from finlib.llm.openai_backend import run_openai
     from finlib.llm.store import ResponseStore
     spec = spec_for(sys.argv[2], stall_s=0.0)
