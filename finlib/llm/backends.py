@@ -70,6 +70,9 @@ class Backend(Protocol):
     def gguf_path(self, spec: ModelSpec, cache_root: Path) -> Path | None:
         """The record's GGUF file (a tokenizer source), or None when it names none."""
 
+    def open_model(self, spec: ModelSpec, cache_root: Path, **options: Any) -> Any:
+        """The model loaded in this process (an `in_process` backend); an error for any other."""
+
 
 @dataclass(frozen=True)
 class BackendRecord:
