@@ -33,7 +33,7 @@ from results import ROOT, machine, write_result
 
 sys.path.insert(0, str(ROOT))
 
-from finlib.llm.registry import ModelSpec
+from finlib.llm.spec import ModelSpec
 from finlib.llm.store import Request, ResponseStore, Result, make_key
 from finlib.rehearsal.stub_server import stub_spec
 

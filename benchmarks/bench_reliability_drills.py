@@ -32,7 +32,7 @@ from results import ROOT, machine, write_result
 
 sys.path.insert(0, str(ROOT))
 from finlib.llm.openai_backend import CircuitOpen, reset_breakers, run_openai
-from finlib.llm.registry import ModelSpec
+from finlib.llm.spec import ModelSpec
 from finlib.llm.store import Request, ResponseStore, make_key
 from finlib.rehearsal.stub_server import StalledServer, ThreadedStub, stub_spec
 
@@ -116,7 +116,7 @@ SENDER = textwrap.dedent("""
     import sys
     sys.path.insert(0, sys.argv[1])
     from bench_reliability_drills import requests, spec_for
-    from finlib.llm.engine import run_in_thread
+    from finlib.llm.loop import run_in_thread
     from finlib.llm.openai_backend import run_openai
     from finlib.llm.store import ResponseStore
     spec = spec_for(sys.argv[2], stall_s=0.0)

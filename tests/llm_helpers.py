@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from finlib.llm.registry import ModelSpec
+from finlib.llm.spec import ModelSpec
 from finlib.llm.store import Request, make_key
 from finlib.rehearsal.stub_server import stub_spec
 

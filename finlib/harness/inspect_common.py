@@ -16,7 +16,8 @@ from inspect_ai.model import (
 )
 from inspect_ai.util import LimitExceededError
 
-from finlib.llm.registry import ModelSpec, load_registry
+from finlib.llm.registry import load_registry
+from finlib.llm.spec import ModelSpec
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from finlib.core.artifacts import write_jsonl
 from finlib.llm.openai_backend import Budget, BudgetExceeded, redact, request_kwargs, result_from_completion
-from finlib.llm.registry import ModelSpec
+from finlib.llm.spec import ModelSpec
 from finlib.llm.store import Request, ResponseStore, Result
 
 ENDPOINT = "/v1/chat/completions"

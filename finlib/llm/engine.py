@@ -1,14 +1,12 @@
 """One way to send chat requests to any registry model through the response store.
 
 Stage 03 (Fin-Bias conditions), stage 05 (DPO teacher), stage 07 (BizFinBench answers and judges)
-and IteraJudge all call models; they all go through `send_pending` (the backend switch) and,
+and IteraJudge all call models; they all go through `send_pending` (the model's backend record sends) and,
 for plain chat work, `chat` (messages in -> stored answers out). So every call is cached by
 content, resumable after a crash, cost-counted against the run's budget and never sent twice.
 """
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,12 +14,11 @@ from typing import Any
 
 import pandas as pd
 
+from finlib.llm.backends import SendOptions, backend_of
 from finlib.llm.progress import Progress
-from finlib.llm.registry import ModelSpec
+from finlib.llm.spec import ModelSpec
 from finlib.llm.store import Request, ResponseStore, make_key
 
-DEFAULT_MODEL_CACHE = Path("data/interim/models")  # params inference.model_cache (callers pass theirs)
-DEFAULT_LOG_DIR = Path("runs/llamacpp")           # stages pass runs/<run>/
 CHAT_COLUMNS = ["id", "model", "status", "raw_text", "error", "input_tokens", "output_tokens", "reasoning_tokens",
                 "cost_usd", "latency_s", "truncated_output", "cache_key", "cached"]
 
@@ -36,97 +33,16 @@ class ChatItem:
     prompt_version: str
 
 
-REDUCED_PRECISION = ("bfloat16", "float16")
-
-
 def engine_key(spec: ModelSpec, dtype: str | None = None, adapter_sha256: str | None = None,
                threads: int | None = None) -> dict | None:
     """What besides messages and sampling fixes a self-hosted model's output (part of its store
-    key): the weight source (and dtype for torch models; in bfloat16 / float16 also the CPU threads
-    it computes with, `precision.compute_threads(threads)` for the params' `threads` (null: torch's), since the kernels' split of a reduction changes its rounding: label
-    probabilities moved by up to 0.025 between 1 and 2 threads, float32's by rounding only). None for
-    remote servers, whose model id names the weights."""
-    if spec.backend == "openai":
-        return None
-    if spec.backend == "llamacpp":  # the pinned hash names the weights; llama.cpp has no dtype choice
-        return {"gguf_file": spec.gguf_file, "gguf_sha256": spec.gguf_sha256,
-                "gguf_package": spec.gguf_package, "runtime": "llama.cpp"}
-    engine = {"gguf_package": spec.gguf_package, "gguf_file": spec.gguf_file, "hf_path": spec.hf_path}
-    if spec.backend == "local":
-        engine["dtype"] = dtype
-        if dtype in REDUCED_PRECISION:
-            from finlib.llm.precision import compute_threads
-
-            engine["cpu_threads"] = compute_threads(threads)
-    if adapter_sha256:  # a LoRA adapter on top (stage 05's DPO model): its content hash names the weights
-        engine["adapter_sha256"] = adapter_sha256
-    return engine
-
-
-def run_coroutine(coro):
-    """asyncio.run, also from inside Jupyter (whose kernel already runs an event loop): then the
-    coroutine gets its own loop in a worker thread."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        from finlib.llm.interrupt import STOP
-
-        STOP.clear()
-        return asyncio.run(coro)
-    return run_in_thread(coro)
-
-
-class _LoopThread:
-    """`asyncio.run(coro)` in a daemon thread: a process whose senders were interrupted exits
-    without waiting for calls still held by a stalled server (a pool thread is joined at exit)."""
-
-    def __init__(self, coro) -> None:
-        self._done = threading.Event()
-        self._outcome: dict[str, Any] = {}
-        threading.Thread(target=self._run, args=(coro,), name="finlib-senders", daemon=True).start()
-
-    def _run(self, coro) -> None:
-        try:
-            self._outcome["value"] = asyncio.run(coro)
-        except BaseException as exc:  # noqa: BLE001 -- handed to the waiting thread as is
-            self._outcome["error"] = exc
-        finally:
-            self._done.set()
-
-    def result(self):
-        """Wait for the loop (interruptible: a Ctrl-C lands between short waits) and return its value."""
-        while not self._done.wait(0.1):
-            pass
-        if "error" in self._outcome:
-            raise self._outcome["error"]
-        return self._outcome["value"]
-
-
-def run_in_thread(coro):
-    """Run `coro` on its own event loop in a worker thread. A KeyboardInterrupt in this thread
-    (Ctrl-C, a kernel interrupt) sets `interrupt.STOP`: the senders start nothing new, store what is
-    in flight as it finishes (within `openai_backend.STOP_GRACE_S`) and raise `Interrupted` with the
-    count; a second one stops waiting at once."""
-    from finlib.llm.interrupt import STOP, Interrupted
-
-    STOP.clear()  # a new call: an earlier interrupt is over
-    loop_thread = _LoopThread(coro)
-    try:
-        return loop_thread.result()
-    except Interrupted:
-        raise
-    except KeyboardInterrupt:
-        STOP.set()
-    try:
-        result = loop_thread.result()  # the calls in flight finish and are stored; nothing new starts
-    except KeyboardInterrupt as exc:  # Interrupted from the senders, or a second Ctrl-C: stop waiting
-        if not isinstance(exc, Interrupted):
-            raise Interrupted("interrupted twice: stopped waiting for the calls in flight (answers that "
-                              "arrive are still stored). Rerun the same command to resume.") from None
-        raise
-    del result
-    raise Interrupted("interrupted after the calls had finished (all stored). Rerun the same command to go "
-                      "on from the next step.")
+    key), as its backend declares it (`backends.BackendRecord.engine_key`): a torch model's weight
+    source and dtype (in bfloat16 / float16 also the CPU threads it computes with,
+    `precision.compute_threads(threads)` for the params' `threads` (null: torch's), since the
+    kernels' split of a reduction changes its rounding: label probabilities moved by up to 0.025
+    between 1 and 2 threads, float32's by rounding only), a llama.cpp GGUF's pinned hash, and a
+    LoRA adapter's content hash. None for remote servers, whose model id names the weights."""
+    return backend_of(spec).engine_key(spec, dtype, adapter_sha256, threads)
 
 
 def send_pending(spec: ModelSpec, pending: Iterable[Request], store: ResponseStore, *, budget=None,
@@ -135,38 +51,20 @@ def send_pending(spec: ModelSpec, pending: Iterable[Request], store: ResponseSto
                  log_dir: Path | None = None) -> None:
     """Send requests not yet answered to the model's backend; results land in `store`.
 
-    The single backend switch of the project: local torch (`local_model`), the OpenAI Batch API,
-    or live OpenAI-compatible chat completions (API models, vLLM, llama.cpp servers).
-    `model_cache` (where self-hosted weights are unpacked) and `log_dir` (server logs) are for
-    self-hosted servers started here: a `llamacpp` record gets a llama.cpp server on a free local
-    port (one per process, reused, see `llamacpp.ensure_server`) and is then sent exactly like a
-    vLLM record, through the openai backend with the server's slots as its concurrency.
-    The live senders take `pending` one request at a time (an iterator builds each request's
-    messages only when it is sent); the local and Batch API senders need a list.
+    The model's backend record (`finlib.llm.backends`) sends: local torch (`local_model`), the
+    OpenAI Batch API (`batch`), or live OpenAI-compatible chat completions (API models, vLLM,
+    llama.cpp servers). `model_cache` (where self-hosted weights are unpacked) and `log_dir`
+    (server logs) are for self-hosted servers started here: a `llamacpp` record gets a llama.cpp
+    server on a free local port (one per process, reused, see `llamacpp.ensure_server`) and is
+    then sent exactly like a vLLM record, through the openai backend with the server's slots as
+    its concurrency. The live senders take `pending` one request at a time (an iterator builds
+    each request's messages only when it is sent); in-process and Batch API senders need a list.
     """
     if not pending:
         return
-    if spec.backend == "local":
-        from finlib.llm.local_backend import run_local
-
-        if local_model is None:
-            raise ValueError(f"model {spec.name!r}: the local backend needs a loaded LocalModel")
-        run_local(local_model, pending, store, progress)
-    elif spec.backend == "llamacpp":
-        from finlib.llm.llamacpp import ensure_server, served_spec
-        from finlib.llm.openai_backend import run_openai
-
-        url = ensure_server(spec, Path(model_cache or DEFAULT_MODEL_CACHE), Path(log_dir or DEFAULT_LOG_DIR))
-        run_coroutine(run_openai(served_spec(spec, url), pending, store, budget=budget, progress=progress))
-    elif batch:
-        from finlib.llm.batch_api import run_batch
-
-        run_batch(spec, pending, store, Path(batch_dir or "data/interim/batches"), interval_s=float(batch_poll_s),
-                  budget=budget, progress=progress)
-    else:
-        from finlib.llm.openai_backend import run_openai
-
-        run_coroutine(run_openai(spec, pending, store, budget=budget, progress=progress))
+    backend_of(spec).send(spec, pending, store, SendOptions(
+        budget=budget, progress=progress, local_model=local_model, batch=batch, batch_dir=batch_dir,
+        batch_poll_s=batch_poll_s, model_cache=model_cache, log_dir=log_dir))
 
 
 def chat_requests(spec: ModelSpec, items: Iterable[ChatItem], max_new_tokens: int,

@@ -1,11 +1,11 @@
 """Ctrl-C while model calls are being sent: stop spending, keep what is stored.
 
-A Jupyter kernel runs the senders' event loop in a worker thread (`engine.run_coroutine`), so the
+A Jupyter kernel runs the senders' event loop in a worker thread (`loop.run_coroutine`), so the
 KeyboardInterrupt a kernel interrupt raises lands in the main thread, not in the loop: without a
 signal the loop would go on sending every pending call. `STOP` is that signal, process-wide and
 thread-safe: once set, no worker takes a new request or starts a new attempt, backoff waits end at
 once, and the calls in flight are stored as they finish; the sender then raises `Interrupted`
-saying how many calls were in flight. A new `run_coroutine` clears it (the user ran a cell again).
+saying how many calls were in flight. A new `loop.run_coroutine` clears it (the user ran a cell again).
 """
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from finlib.llm.registry import ModelSpec
+from finlib.llm.spec import ModelSpec
 from finlib.llm.store import Request, Result
 
 

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 
 from finlib.llm.context import CONTEXT_REFUSED, is_context_refusal, room_from_error
 from finlib.llm.interrupt import STOP, Interrupted, ThreadsafeEvent, resume_hint
-from finlib.llm.registry import ModelSpec
+from finlib.llm.spec import ModelSpec
 from finlib.llm.store import Request, ResponseStore, Result, run_owner
 
 RETRY_STATUS = {408, 409, 429}

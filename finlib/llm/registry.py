@@ -9,90 +9,19 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from finlib.core.config import read_yaml_mapping
+from finlib.llm.backends import BACKENDS, backend_named, backend_of
+from finlib.llm.spec import ModelSpec
 
-BACKENDS = ("openai", "local", "llamacpp")  # llamacpp: a GGUF served here by llama.cpp (finlib/llm/llamacpp.py)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 class RegistryError(ValueError):
     """A malformed registry record; the message names the file, the record and the field."""
-
-
-class MissingKeyError(RuntimeError):
-    """The environment variable named by a record's `api_key_env` is unset or empty."""
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """One model: where it runs, how to call it, what it costs."""
-
-    name: str
-    backend: str
-    model_id: str
-    supports_system: bool
-    context_length: int
-    price_input_per_m: float
-    price_output_per_m: float
-    sampling: dict = field(default_factory=dict)
-    concurrency: int = 1
-    rpm: int = 0
-    tpm: int = 0
-    max_attempts: int = 6
-    timeout_s: float = 120.0
-    max_tokens_param: str = "max_tokens"
-    base_url: str | None = None
-    api_key_env: str | None = None
-    gguf_package: str | None = None
-    gguf_file: str | None = None
-    hf_path: str | None = None
-    paper_name: str | None = None   # the row name in Fin-Bias Tables 4-7 (e.g. "GPT-5" for gpt-5.1)
-    plumbing: bool = False          # a pipeline-test model whose numbers are not research results
-    gguf_parts: tuple[str, ...] | None = None  # llamacpp: GGUF split across packages (pip pins, in order)
-    gguf_sha256: str | None = None  # llamacpp: SHA-256 of the (joined) GGUF file, verified before serving
-    threads: int | None = None      # llamacpp: server threads (None = every core llama.cpp sees)
-    thinks: bool = False            # reasons by default (<think> or hidden reasoning tokens) before answering
-    max_new_tokens: int = 4096      # output-token limit for this model (the authors' code: 4096 for API/vLLM)
-    # circuit breaker (finlib.llm.openai_backend.Breaker, one per endpoint and process): stop after this many
-    # consecutive attempts failing in one kind waiting cannot heal (401/403, DNS, quota, unknown model,
-    # timeout; refused, 5xx, 429 without Retry-After once the streak lasted breaker_grace_s); 0 = never
-    breaker_failures: int = 10
-    breaker_grace_s: float = 20.0   # refused / 5xx / 429 must also have lasted this long (a restart heals)
-    # a stalled endpoint (accepts, never answers): no response to any call in flight for this long and no
-    # answer to a GET /models probe either stops the model, whatever timeout_s is; 0 = off
-    stall_s: float = 30.0
-    sends_sampling: bool = True     # false: temperature/top_p are never sent (OpenAI o-series refuse any but 1)
-    reasoning_tokens: int = 0       # output tokens a thinker may spend reasoning, added to a stage's answer
-                                    # budget (max_completion_tokens counts hidden reasoning; a vLLM thinker's
-                                    # <think> block counts against max_tokens): its thinking budget
-    # vLLM-served records: the precision the weights are served at (`vllm serve --dtype`), as the authors
-    # ran them (run_vllm.py: "half", "bfloat16" for gemma-2); None = vLLM's own choice (the config's dtype)
-    dtype: str | None = None
-
-    @property
-    def accepts_temperature(self) -> bool:
-        return self.sends_sampling
-
-    def cost(self, input_tokens: int, output_tokens: int, discount: float = 1.0) -> float:
-        """USD for one call (discount 0.5 for the Batch API)."""
-        return discount * (input_tokens * self.price_input_per_m + output_tokens * self.price_output_per_m) / 1e6
-
-    def api_key(self) -> str:
-        """The key from the environment; a keyless server (api_key_env null) gets a placeholder."""
-        if self.api_key_env is None:
-            return "EMPTY"
-        value = os.environ.get(self.api_key_env, "")
-        if not value:
-            raise MissingKeyError(
-                f"model '{self.name}' needs an API key in the environment variable "
-                f"{self.api_key_env} (unset or empty). Export it; never put keys in params files."
-            )
-        return value
 
 
 _TYPES: dict[str, tuple[type, ...]] = {
@@ -144,7 +73,8 @@ def validate_record(rec: Any, path: Path, index: int) -> ModelSpec:
     if isinstance(rec.get("paper_name"), str) and not rec["paper_name"].strip():
         raise _fail(path, where, "paper_name", "empty (omit it or give the row name printed in the paper)")
     if rec["backend"] not in BACKENDS:
-        raise _fail(path, where, "backend", f"must be one of {BACKENDS}, got {rec['backend']!r}")
+        raise _fail(path, where, "backend", f"must be one of {tuple(BACKENDS)}, got {rec['backend']!r}")
+    backend = backend_named(rec["backend"])
     if rec["context_length"] <= 0:
         raise _fail(path, where, "context_length", "must be positive")
     for key in ("price_input_per_m", "price_output_per_m", "rpm", "tpm"):
@@ -156,7 +86,7 @@ def validate_record(rec: Any, path: Path, index: int) -> ModelSpec:
     for key in ("breaker_failures", "breaker_grace_s", "stall_s", "reasoning_tokens"):
         if rec.get(key, 0) < 0:
             raise _fail(path, where, key, "must be >= 0")
-    if rec.get("dtype") is not None and (rec["backend"] != "openai" or rec["dtype"] not in VLLM_DTYPES):
+    if rec.get("dtype") is not None and (not backend.http_endpoint or rec["dtype"] not in VLLM_DTYPES):
         raise _fail(path, where, "dtype", f"a vLLM-served (backend openai) record's --dtype, one of {VLLM_DTYPES}; "
                     f"got {rec['dtype']!r} on backend {rec['backend']!r} (local torch models: inference.dtype)")
     if rec.get("timeout_s", 1) <= 0:
@@ -173,46 +103,18 @@ def validate_record(rec: Any, path: Path, index: int) -> ModelSpec:
             raise _fail(path, where, f"sampling.{key}", f"invalid value {v!r}")
     if rec.get("max_tokens_param", "max_tokens") not in ("max_tokens", "max_completion_tokens"):
         raise _fail(path, where, "max_tokens_param", "must be max_tokens or max_completion_tokens")
-    if rec["backend"] == "openai":
-        url = rec.get("base_url")
-        if not url or not re.match(r"^https?://", url):
-            raise _fail(path, where, "base_url", f"an http(s) URL is required for backend openai, got {url!r}")
+    problem = backend.check(rec)
+    if problem is not None:
+        raise _fail(path, where, *problem)
+    if backend.needs_key_env:
         if "api_key_env" not in rec:
             raise _fail(path, where, "api_key_env", "missing (the NAME of the env var, or null for a keyless server)")
         env = rec["api_key_env"]
         if env is not None and not _ENV_NAME.match(env):
             raise _fail(path, where, "api_key_env", f"must be an environment variable NAME, got {env[:4]!r}...")
-    elif rec["backend"] == "llamacpp":
-        _check_llamacpp(rec, path, where)
-    else:
-        has_gguf = bool(rec.get("gguf_package") and rec.get("gguf_file"))
-        if not has_gguf and not rec.get("hf_path"):
-            raise _fail(path, where, "gguf_package/gguf_file/hf_path",
-                        "a local model needs gguf_package + gguf_file, or hf_path (a folder or hub id)")
     if isinstance(rec.get("gguf_parts"), list):
         rec = {**rec, "gguf_parts": tuple(rec["gguf_parts"])}
     return ModelSpec(**{k: (float(v) if k.startswith("price") or k in ("timeout_s", "breaker_grace_s", "stall_s") else v) for k, v in rec.items()})
-
-
-def _check_llamacpp(rec: dict, path: Path, where: str) -> None:
-    """A llama.cpp-served GGUF: one file in a package, or chunks in pinned packages + the joined
-    file's SHA-256 (anonymous uploads are trusted only by hash); the URL is made at run time."""
-    if rec.get("base_url"):
-        raise _fail(path, where, "base_url", "a llamacpp model is served by finlib on a free local port: omit it "
-                    "(for a server you run yourself use backend openai with its base_url)")
-    if not rec.get("gguf_file"):
-        raise _fail(path, where, "gguf_file", "missing (the GGUF file name)")
-    parts = rec.get("gguf_parts")
-    if parts is not None:
-        if not parts or not all(isinstance(p, str) and re.match(r"^[A-Za-z0-9._-]+==[A-Za-z0-9._+-]+$", p)
-                                for p in parts):
-            raise _fail(path, where, "gguf_parts", "a non-empty list of pinned pip requirements 'name==version'")
-        if not re.match(r"^[0-9a-f]{64}$", rec.get("gguf_sha256") or ""):
-            raise _fail(path, where, "gguf_sha256", "64 lowercase hex digits required with gguf_parts")
-    elif not rec.get("gguf_package"):
-        raise _fail(path, where, "gguf_package/gguf_parts", "a llamacpp model needs gguf_package or gguf_parts")
-    if rec.get("threads") is not None and rec["threads"] < 1:
-        raise _fail(path, where, "threads", "must be >= 1 or null")
 
 
 def load_registry(path: Path) -> dict[str, ModelSpec]:
@@ -277,7 +179,7 @@ def apply_endpoints(registry: dict[str, ModelSpec], endpoints: dict | None = Non
                 over[f] = None if (f == "api_key_env" and env.lower() in ("null", "none")) else env
         if not over:
             continue
-        if spec.backend != "openai":
+        if not backend_of(spec).http_endpoint:
             raise RegistryError(f"{source}.{name}: backend {spec.backend} has no endpoint to set (only openai records)")
         rec = {**dataclasses.asdict(spec), **over}
         rec["gguf_parts"] = list(rec["gguf_parts"]) if rec.get("gguf_parts") else rec.get("gguf_parts")
@@ -311,7 +213,7 @@ def vllm_command(spec: ModelSpec) -> str:
     """
     from urllib.parse import urlparse
 
-    if spec.backend != "openai" or not spec.base_url:
+    if not backend_of(spec).http_endpoint or not spec.base_url:
         raise RegistryError(f"model '{spec.name}' is not served over HTTP (backend {spec.backend})")
     port = urlparse(spec.base_url).port or 8000
     extra = VLLM_EXTRA_FLAGS.get(spec.model_id, "")

@@ -29,7 +29,9 @@ import pandas as pd
 from finlib.core.config import RunConfig
 from finlib.finbias import conditions as condition_table
 from finlib.finbias.vocab import Condition
-from finlib.llm.registry import ModelSpec, run_registry, select_models
+from finlib.llm.backends import backend_of
+from finlib.llm.registry import run_registry, select_models
+from finlib.llm.spec import ModelSpec
 
 HF_HOST, YAHOO_HOST = ("huggingface.co", 443), ("query1.finance.yahoo.com", 443)
 
@@ -120,9 +122,6 @@ def output_cap(cfg: RunConfig, spec: ModelSpec) -> int:
     return int(getattr(spec, "max_new_tokens", None) or 4096)
 
 
-LOCAL_BACKENDS = ("local", "llamacpp")
-
-
 @dataclass(frozen=True)
 class Throughput:
     """Tokens (prompt + answer) per second a model sustained in a finished stage 03, on this machine."""
@@ -167,7 +166,7 @@ def wall_hours(requests: int, tokens: float, spec: ModelSpec, latency_s: float,
                throughput: Throughput | None = None) -> tuple[float, str]:
     """Hours to send `requests` carrying `tokens` under the record's limits; says which limit binds. A local
     model (in-process or llama.cpp) with a measured throughput: its tokens over that rate."""
-    if throughput is not None and spec.backend in LOCAL_BACKENDS:
+    if throughput is not None and backend_of(spec).self_hosted:
         return tokens / throughput.tokens_per_s / 3600, throughput.source
     cands = {"concurrency x latency": requests * latency_s / max(spec.concurrency, 1) / 3600}
     if spec.rpm:
@@ -193,9 +192,9 @@ def model_plan(cfg: RunConfig, spec: ModelSpec, texts: dict[str, list[str]], cou
     measured = answers.get(spec.name)
     answer = min(measured[0], cap) if measured else min(float(p["answer_tokens"]), cap)
     answer_src = f"measured (n={measured[1]})" if measured else "plan.answer_tokens"
-    if spec.backend == "local" and inf.get("mode") == "score":  # one forward pass, no output tokens
+    if backend_of(spec).scores_labels and inf.get("mode") == "score":  # one forward pass, no output tokens
         answer, cap, answer_src = 0.0, 0, "label scoring (no output; the generate subset is not planned)"
-    discount = 0.5 if inf.get("batch") and spec.backend == "openai" else 1.0
+    discount = 0.5 if inf.get("batch") and backend_of(spec).batch_api else 1.0
     rows = []
     for cond, n in counts.items():
         sample = texts.get(cond)
@@ -235,7 +234,7 @@ def extension_counts(cfg: RunConfig, spec: ModelSpec, counts: dict[str, int]) ->
         sweep_n = int(cond.loc[cond["condition"].str.startswith("sweep_") & (cond["status"] == "ok"),
                                "report_id"].nunique())
     draw_n = n_rep if inf.get("samples_reports") is None else min(int(inf["samples_reports"]), n_rep)
-    per_call = 1 if spec.backend == "local" and inf.get("mode") == "score" else k
+    per_call = 1 if backend_of(spec).scores_labels and inf.get("mode") == "score" else k
     new_texts = 3 - 1 - condition_table.rows_per_report(Condition.FAKE_RATING.value, pert.get("fake_rating"))
     out = {}
     if sweep_n and new_texts:
@@ -249,7 +248,7 @@ def extension_counts(cfg: RunConfig, spec: ModelSpec, counts: dict[str, int]) ->
 def generator_counts(spec: ModelSpec, counts: dict[str, int], generator_reports: int | None) -> dict[str, int]:
     """Requests per condition for one model: a llama.cpp generator answers every condition of the first
     `inference.generator_reports` reports only (stage 03's subset_reports), every other model all."""
-    if spec.backend != "llamacpp" or generator_reports is None:
+    if not backend_of(spec).subset_generator or generator_reports is None:
         return counts
     return {c: min(n, int(generator_reports)) for c, n in counts.items()}
 
@@ -419,7 +418,7 @@ def preflight(cfg: RunConfig, can_reach: Callable[[str, int], bool] | None = Non
     list_models = list_models or served_models
     servers: dict[tuple[str, int], list[ModelSpec]] = {}
     for s in specs:
-        if s.backend == "openai" and s.base_url:
+        if backend_of(s).http_endpoint and s.base_url:
             u = urlparse(s.base_url)
             servers.setdefault((u.hostname or "", u.port or (443 if u.scheme == "https" else 80)), []).append(s)
     for (host, port), group in servers.items():

@@ -316,7 +316,7 @@ class StalledServer:
 def stub_spec(base_url: str = "http://127.0.0.1:1/v1", **fields):
     """The registry record of a free model served by this stub (tests, benchmarks); `fields`
     override any ModelSpec field (concurrency, attempts, timeout, prices, key variable)."""
-    from finlib.llm.registry import ModelSpec
+    from finlib.llm.spec import ModelSpec
 
     return ModelSpec(**{"name": "stub", "backend": "openai", "model_id": "stub-model", "supports_system": True,
                         "context_length": 8192, "price_input_per_m": 0.0, "price_output_per_m": 0.0,

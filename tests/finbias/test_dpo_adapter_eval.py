@@ -30,7 +30,7 @@ def tiny(tmp_path_factory):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from finlib.llm.registry import ModelSpec
+    from finlib.llm.spec import ModelSpec
 
     root = tmp_path_factory.mktemp("tiny")
     path = write_tiny_lm(root / "model")

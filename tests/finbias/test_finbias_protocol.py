@@ -11,7 +11,8 @@ import pytest
 
 from finlib.core.config import ConfigError
 from finlib.finbias.inference.stage import inference_params, max_new_tokens_for, plan_requests
-from finlib.llm.registry import ModelSpec, load_registry
+from finlib.llm.registry import load_registry
+from finlib.llm.spec import ModelSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 API = ModelSpec(name="api", backend="openai", model_id="m", supports_system=False, context_length=8192,

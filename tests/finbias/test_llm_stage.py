@@ -25,7 +25,7 @@ from finlib.finbias.inference.stage import (
 )
 from finlib.finbias.inference.stage import run as run_inference
 from finlib.llm.progress import QUIET_INTERVAL_S, TTY_INTERVAL_S, Progress
-from finlib.llm.registry import ModelSpec
+from finlib.llm.spec import ModelSpec
 
 LOCAL = ModelSpec(name="smol", backend="local", model_id="smol", supports_system=True, context_length=8192,
                   price_input_per_m=0.0, price_output_per_m=0.0, sampling={"temperature": 1.0, "top_p": 1.0},

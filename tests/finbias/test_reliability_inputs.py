@@ -172,7 +172,8 @@ def test_registry_record_without_its_key_variable(tmp_path, monkeypatch):
     import yaml
     from llm_helpers import api_record
 
-    from finlib.llm.registry import MissingKeyError, RegistryError, load_registry
+    from finlib.llm.registry import RegistryError, load_registry
+    from finlib.llm.spec import MissingKeyError
 
     rec = api_record("m", "http://127.0.0.1:1/v1", "RELIABILITY_UNSET_KEY")
     p = tmp_path / "models.yaml"

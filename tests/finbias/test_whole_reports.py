@@ -8,7 +8,7 @@ import pytest
 
 from finlib.finbias.inference.stage import plan_requests
 from finlib.llm.context import MIN_OUTPUT_TOKENS, SAFETY_TOKENS
-from finlib.llm.registry import ModelSpec
+from finlib.llm.spec import ModelSpec
 
 SPEC = ModelSpec(name="llama8k", backend="openai", model_id="m", supports_system=True, context_length=8192,
                  price_input_per_m=0.0, price_output_per_m=0.0, sampling={"temperature": 1.0, "top_p": 1.0},

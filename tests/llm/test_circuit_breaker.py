@@ -231,7 +231,7 @@ DRILL_GOAL_S, DRILL_GOAL_CALLS = 60.0, 50
 def _registry_default_spec(base_url: str):
     """The stub's record with the registry's defaults (ModelSpec: 6 attempts, 120 s timeout, breaker
     after 10 in a row, 20 s grace) and an API record's concurrency (16, as in params/models.yaml)."""
-    from finlib.llm.registry import ModelSpec
+    from finlib.llm.spec import ModelSpec
 
     defaults = {f.name: f.default for f in dataclasses.fields(ModelSpec)
                 if f.name in ("max_attempts", "timeout_s", "breaker_failures", "breaker_grace_s")}

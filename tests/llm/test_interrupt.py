@@ -13,8 +13,8 @@ import time
 import pytest
 from llm_helpers import STUB_SPEC, make_request
 
-from finlib.llm.engine import run_in_thread
 from finlib.llm.interrupt import Interrupted
+from finlib.llm.loop import run_in_thread
 from finlib.llm.openai_backend import run_openai
 from finlib.llm.store import ResponseStore
 from finlib.rehearsal.stub_server import ThreadedStub

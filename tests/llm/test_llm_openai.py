@@ -16,7 +16,7 @@ from llm_helpers import make_request as req
 
 from finlib.llm import openai_backend
 from finlib.llm.openai_backend import Budget, BudgetExceeded, RateLimiter, backoff_s, redact, request_kwargs, run_openai
-from finlib.llm.registry import MissingKeyError
+from finlib.llm.spec import MissingKeyError
 from finlib.llm.store import ResponseStore
 from finlib.rehearsal.stub_server import ThreadedStub
 
@@ -143,7 +143,7 @@ def test_redact_removes_keys():
 
 def test_stage_can_run_async_backend_inside_a_running_loop():
     """Jupyter kernels already run an event loop; the stage must still be able to send."""
-    from finlib.llm.engine import run_coroutine
+    from finlib.llm.loop import run_coroutine
 
     async def answer():
         await asyncio.sleep(0)

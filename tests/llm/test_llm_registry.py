@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from finlib.llm.registry import MissingKeyError, RegistryError, load_registry, select_models
+from finlib.llm.registry import RegistryError, load_registry, select_models
+from finlib.llm.spec import MissingKeyError
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPER_MODELS = 19  # Fin-Bias Section 4.1 / Tables 4-7

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from finlib.llm import local_backend as lb
-from finlib.llm.registry import ModelSpec
+from finlib.llm.spec import ModelSpec
 
 FILES = ("config.json", "model.safetensors", "tokenizer.json")
 

@@ -73,7 +73,7 @@ SENDER = textwrap.dedent("""
     import dataclasses, sys
     sys.path.insert(0, sys.argv[1])
     from llm_helpers import STUB_SPEC, make_request
-    from finlib.llm.engine import run_in_thread
+    from finlib.llm.loop import run_in_thread
     from finlib.llm.openai_backend import run_openai
     from finlib.llm.store import ResponseStore
     spec = dataclasses.replace(STUB_SPEC, base_url=sys.argv[2], concurrency=4, timeout_s=120.0, stall_s=0.0)

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 N = 40
 FORWARD_WITHIN_S = 1.0  # runner -> kernel -> senders stopped, on a loaded machine
 SENDER = f"""import os
-from finlib.llm.engine import run_coroutine
+from finlib.llm.loop import run_coroutine
 from finlib.llm.openai_backend import run_openai
 from finlib.llm.store import Request, ResponseStore, make_key
 from finlib.rehearsal.stub_server import stub_spec

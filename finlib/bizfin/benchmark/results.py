@@ -197,17 +197,12 @@ def load_tokenizer(spec, cache_root: Path):
     cached = Path(cache_root) / "tokenizers" / spec.name
     if (cached / "tokenizer.json").is_file():
         return AutoTokenizer.from_pretrained(cached)
-    if spec.backend == "llamacpp":
-        from finlib.llm.llamacpp import gguf_path
+    from finlib.llm.backends import backend_of
 
-        path = gguf_path(spec, cache_root)
-    elif spec.gguf_package and spec.gguf_file:
-        from finlib.llm.local_backend import gguf_dir
-
-        path = gguf_dir(spec.gguf_package) / spec.gguf_file
-    elif spec.hf_path:
+    path = backend_of(spec).gguf_path(spec, cache_root)  # the backend's own GGUF, else a packaged one
+    if path is None and spec.hf_path:
         return AutoTokenizer.from_pretrained(spec.hf_path)
-    else:
+    if path is None:
         raise ValueError(f"bizfin.table6_model: model {spec.name!r} has no GGUF file or hf_path to take a tokenizer from")
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     tok.save_pretrained(cached)

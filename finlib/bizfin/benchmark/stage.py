@@ -23,8 +23,9 @@ from finlib.bizfin.tasks import TASKS, check_tasks, judge_task_names, official_u
 from finlib.core.artifacts import write_frame, write_json
 from finlib.core.config import ConfigError, RunConfig
 from finlib.llm.engine import ChatItem, chat
-from finlib.llm.registry import ModelSpec, run_registry, select_models
+from finlib.llm.registry import run_registry, select_models
 from finlib.llm.replies import cut_in_think, strip_think
+from finlib.llm.spec import ModelSpec
 
 SECTION = "bizfin"
 ITEM_COLUMNS = ["model", "task", "kind", "item_id", "source", "status", "parsed", "official", "official_n", "ours",
@@ -302,7 +303,7 @@ def _answers_or_failure(spec: ModelSpec, items, store, p: dict, budget, inf: dic
     """(answers, None), or (rows marking every item not answered, the cause) when the model's endpoint is
     dead (wrong key, missing key, wrong URL): that model stops, the others go on."""
     from finlib.llm.openai_backend import BudgetExceeded, CircuitOpen
-    from finlib.llm.registry import MissingKeyError
+    from finlib.llm.spec import MissingKeyError
 
     try:
         return chat(spec, items, store, max_new_tokens=max_new_tokens_for(spec, p), budget=budget,

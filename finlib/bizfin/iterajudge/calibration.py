@@ -33,7 +33,7 @@ from finlib.bizfin.data import file_lines
 from finlib.bizfin.iterajudge.judge import JudgeInput, judge_batch, results_frame
 from finlib.bizfin.iterajudge.rubrics import dimensions_for
 from finlib.core.tables import paper_table
-from finlib.llm.registry import ModelSpec
+from finlib.llm.spec import ModelSpec
 
 # The rule that scores the reference answers follows the rubric the judges are given (ours and the
 # published one say the same for these two tasks), so a judge that applies that rubric perfectly ranks

@@ -28,8 +28,8 @@ import pandas as pd
 from finlib.bizfin.iterajudge.rubrics import Rubrics
 from finlib.llm import engine
 from finlib.llm.engine import ChatItem
-from finlib.llm.registry import ModelSpec
 from finlib.llm.replies import read_json_objects, strip_think
+from finlib.llm.spec import ModelSpec
 from finlib.llm.store import ResponseStore
 
 METHODS = ("vanilla", "iterajudge")

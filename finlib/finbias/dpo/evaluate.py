@@ -94,22 +94,23 @@ def predict_test_items(cfg, spec, items: pd.DataFrame, store, name: str, gen_ids
     from finlib.finbias.dpo.train import chat_template_kwargs
     from finlib.finbias.inference.stage import _rows, inference_params, plan_requests, to_frame
     from finlib.finbias.prompts import build_messages
+    from finlib.llm.backends import backend_of
     from finlib.llm.engine import engine_key, send_pending
-    from finlib.llm.local_backend import LocalModel
     from finlib.llm.progress import Progress
     from finlib.llm.store import make_key
 
-    if spec.backend != "local":
+    if not backend_of(spec).trains:
         raise ValueError(f"dpo evaluation: model {spec.name!r} has backend {spec.backend!r}; the tuned model is "
                          "evaluated with the local backend (serve adapters with vLLM --enable-lora for API runs)")
     from finlib.llm.precision import resolve_dtype
 
     inf = inference_params(cfg)
     inf = {**inf, "dtype": resolve_dtype(inf["dtype"], inf["device"])[0], "constrained_json": []}  # as stage 03
-    model = LocalModel(spec, cfg.path(inf["model_cache"]), dtype=inf["dtype"], batch_size=inf["batch_size"],
-                       score_batch_size=inf["score_batch_size"], max_batch_tokens=inf["max_batch_tokens"],
-                       seed=cfg.seed, threads=inf["threads"], device=inf["device"], adapter=adapter, labels=FINBIAS_LABELS,
-                       chat_template_kwargs=chat_template_kwargs(spec))
+    model = backend_of(spec).open_model(
+        spec, cfg.path(inf["model_cache"]), dtype=inf["dtype"], batch_size=inf["batch_size"],
+        score_batch_size=inf["score_batch_size"], max_batch_tokens=inf["max_batch_tokens"], seed=cfg.seed,
+        threads=inf["threads"], device=inf["device"], adapter=adapter, labels=FINBIAS_LABELS,
+        chat_template_kwargs=chat_template_kwargs(spec))
     overhead = model.n_tokens(model.prompt_text(build_messages("", spec.supports_system, inf["prompt_version"]),
                                                 "score"))
     requests = plan_requests(items, spec, lambda row: (["generate"] if str(row["report_id"]) in gen_ids else [])

@@ -21,6 +21,7 @@ import os
 from dataclasses import dataclass, field
 
 from finlib.core.config import ConfigError, RunConfig
+from finlib.llm.backends import backend_of
 from finlib.llm.precision import MIXED, launch_dtype
 
 
@@ -257,7 +258,7 @@ def _weights_path(cfg: RunConfig, spec) -> str:
     hub path."""
     from finlib.finbias.dpo import stage as st
 
-    if spec.backend == "local":
+    if backend_of(spec).in_process:
         return st.weights_path(spec, cfg.path(st._inference(cfg)["model_cache"]))
     return spec.hf_path or spec.model_id
 

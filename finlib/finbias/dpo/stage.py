@@ -28,6 +28,7 @@ from finlib.finbias.dpo import evaluate as ev
 from finlib.finbias.dpo import train as tr
 from finlib.finbias.dpo import triplets as tp
 from finlib.finbias.prompts import FINBIAS_LABELS
+from finlib.llm.backends import LOCAL, backend_of
 
 PARTS = ("triplets", "train", "evaluate")
 SECTION = "dpo"
@@ -85,11 +86,10 @@ def make_teacher(cfg: RunConfig, dp: dict, store):
     inf = _inference(cfg)
     spec = _spec(cfg, dp["teacher"])
     local = None
-    if spec.backend == "local":
-        from finlib.llm.local_backend import LocalModel
-
-        local = LocalModel(spec, cfg.path(inf["model_cache"]), dtype=inf["dtype"], batch_size=inf["batch_size"],
-                           seed=cfg.seed, threads=inf["threads"], device=inf["device"], labels=FINBIAS_LABELS)
+    backend = backend_of(spec)
+    if backend.in_process:
+        local = backend.open_model(spec, cfg.path(inf["model_cache"]), dtype=inf["dtype"], batch_size=inf["batch_size"],
+                                   seed=cfg.seed, threads=inf["threads"], device=inf["device"], labels=FINBIAS_LABELS)
     teach = tp.model_teacher(spec, store, max_new_tokens=dp["teacher_max_new_tokens"],
                              budget=Budget(float(inf["budget_usd"])), progress=bool(inf["progress"]),
                              model_cache=cfg.path(inf["model_cache"]), log_dir=cfg.run_dir, local_model=local,
@@ -149,7 +149,7 @@ def weights_path(spec, cache_root: Path) -> str:
     as stage 03 does), or the record's `hf_path` / Hugging Face id (online, or a local folder)."""
     from finlib.llm.local_backend import ensure_cache
 
-    return str(ensure_cache(spec, cache_root) if spec.backend == "local" else (spec.hf_path or spec.model_id))
+    return str(ensure_cache(spec, cache_root) if backend_of(spec).in_process else (spec.hf_path or spec.model_id))
 
 
 def load_tokenizer(path: str, name: str):
@@ -300,9 +300,9 @@ def train(cfg: RunConfig, dp: dict, model_name: str) -> tr.TrainResult:
 def as_local(spec):
     """The record evaluated with the local transformers backend: an API/vLLM record of an open model
     loads its `hf_path` or Hugging Face id (generation and label scoring on the GPU machine)."""
-    if spec.backend == "local":
+    if backend_of(spec).trains:
         return spec
-    return dataclasses.replace(spec, backend="local", hf_path=spec.hf_path or spec.model_id)
+    return dataclasses.replace(spec, backend=LOCAL.name, hf_path=spec.hf_path or spec.model_id)
 
 
 EVAL_FILES = ("predictions", "metrics", "paired_tests")

@@ -54,10 +54,12 @@ from finlib.finbias.prompts import (
     finbias_response_format,
     truncate_text,
 )
+from finlib.llm.backends import backend_of
 from finlib.llm.context import CONTEXT_REFUSED, fits, not_fit_reason, output_room
 from finlib.llm.engine import engine_key, send_pending
 from finlib.llm.progress import Progress
-from finlib.llm.registry import ModelSpec, run_registry, select_models
+from finlib.llm.registry import run_registry, select_models
+from finlib.llm.spec import ModelSpec
 from finlib.llm.store import Request, ResponseStore, make_key
 
 CALL_COLUMNS = ["item_id", "report_id", "condition", "model", "mode", "raw_text", "p_bullish", "p_neutral",
@@ -138,9 +140,15 @@ def max_new_tokens_for(spec: ModelSpec, inf: dict) -> int:
     return spec.max_new_tokens if inf["max_new_tokens"] == "registry" else int(inf["max_new_tokens"])
 
 
+def primary_mode(spec: ModelSpec, inf: dict) -> str:
+    """The mode a model answers every row in: `inference.mode` for a backend that scores labels,
+    else "generate"."""
+    return inf["mode"] if backend_of(spec).scores_labels else "generate"
+
+
 def engine_of(spec: ModelSpec, inf: dict) -> dict | None:
     """The store-key engine fields of a model under this run's params (see `engine.engine_key`)."""
-    return engine_key(spec, inf["dtype"], threads=inf["threads"] if spec.backend == "local" else None)
+    return engine_key(spec, inf["dtype"], threads=inf["threads"] if backend_of(spec).in_process else None)
 
 
 def prompt_for(text: str, spec: ModelSpec, inf: dict, n_tokens: Callable[[str], int],
@@ -209,7 +217,7 @@ def plan_requests(ok: pd.DataFrame, spec: ModelSpec, modes_for: Callable[[Mappin
     number in `max_input_tokens` is a named CPU-time cap of the embedded run: longer texts are cut
     from the end (first sentence kept) and flagged `truncated`. `keep_messages=False` plans keys
     only (messages None: `with_messages` builds them again for the calls that are sent)."""
-    engine = engine_of(spec, inf)
+    engine, backend = engine_of(spec, inf), backend_of(spec)
     version = inf["prompt_version"]
     max_new = max_new_tokens_for(spec, inf)
     cap = inf["max_input_tokens"]
@@ -233,7 +241,7 @@ def plan_requests(ok: pd.DataFrame, spec: ModelSpec, modes_for: Callable[[Mappin
                     params["response_format"] = finbias_response_format()
             for sample in range(samples_for(row, mode) if samples_for else 1):
                 p = dict(params)
-                if sample and spec.backend == "local":  # torch generation is seeded: a draw needs its own seed
+                if sample and backend.in_process:  # in-process generation is seeded: a draw needs its own seed
                     p["seed"] = int(sample)
                 key = make_key(spec.backend, spec.model_id, messages, p, version, mode, engine, sample=sample)
                 out.append(Request(key=key, model=spec.name, backend=spec.backend, mode=mode,
@@ -243,7 +251,7 @@ def plan_requests(ok: pd.DataFrame, spec: ModelSpec, modes_for: Callable[[Mappin
                                          "condition": row["condition"], "sample": sample,
                                          "output_room": room if mode == "generate" else None,
                                          "context_refused": not_fit_reason(spec.context_length, prompt_tokens)
-                                         if mode == "generate" and over and spec.backend == "local" else None}))
+                                         if mode == "generate" and over and backend.in_process else None}))
     return out
 
 
@@ -299,7 +307,7 @@ def _run_model(cfg: RunConfig, spec: ModelSpec, texts: ArtifactTexts, inf: dict,
     empty for a model outside `inference.extension_models`). The conditions are read a row group
     at a time (`texts`): the plan keeps keys, and messages are built as the sender takes them."""
     t0 = time.perf_counter()
-    primary = inf["mode"] if spec.backend == "local" else "generate"
+    primary = primary_mode(spec, inf)
 
     def modes_for(row: Mapping) -> list[str]:
         if only_ids is not None and str(row["report_id"]) not in only_ids:
@@ -324,7 +332,7 @@ def _run_model(cfg: RunConfig, spec: ModelSpec, texts: ArtifactTexts, inf: dict,
     pending = [r for r in unique if r.key not in answered and not r.meta.get("context_refused")]
     if pending:
         todo: Iterable[Request] = with_messages(pending, texts, spec, inf, n_tokens, overhead)
-        if spec.backend == "local" or inf["batch"]:  # these senders order or file the whole list
+        if backend_of(spec).in_process or inf["batch"]:  # these senders order or file the whole list
             todo = list(todo)
         progress = Progress(len(pending), desc=f"{spec.name} {'/'.join(sorted({r.mode for r in pending}))}",
                             disable=not inf["progress"])
@@ -345,13 +353,12 @@ def model_and_counter(cfg: RunConfig, spec: ModelSpec, inf: dict) -> tuple[Any, 
     """(the loaded local model or None, its token count of a text, the prompt's overhead in tokens,
     how the tokens were counted): a local model counts with its own tokenizer, a server-backed one
     with `server_token_counter`."""
-    if spec.backend != "local":
+    backend = backend_of(spec)
+    if not backend.in_process:
         return (None, *server_token_counter(spec, inf))
-    from finlib.llm.local_backend import LocalModel
-
-    model = LocalModel(spec, cfg.path(inf["model_cache"]), dtype=inf["dtype"], batch_size=inf["batch_size"],
-                       score_batch_size=inf["score_batch_size"], max_batch_tokens=inf["max_batch_tokens"],
-                       seed=cfg.seed, threads=inf["threads"], device=inf["device"], labels=FINBIAS_LABELS)
+    model = backend.open_model(spec, cfg.path(inf["model_cache"]), dtype=inf["dtype"], batch_size=inf["batch_size"],
+                               score_batch_size=inf["score_batch_size"], max_batch_tokens=inf["max_batch_tokens"],
+                               seed=cfg.seed, threads=inf["threads"], device=inf["device"], labels=FINBIAS_LABELS)
     overhead = model.n_tokens(model.prompt_text(build_messages("", spec.supports_system, inf["prompt_version"]),
                                                 "score"))
     return model, model.n_tokens, overhead, "model_tokenizer (local)"
@@ -365,8 +372,7 @@ def model_report(spec: ModelSpec, inf: dict, primary: str, only_ids: set[str] | 
     masses = [s["label_mass"] for s in stored.values() if s["mode"] == "score" and s["label_mass"] is not None]
     return {
         "backend": spec.backend, "model_id": spec.model_id, "primary_mode": primary,
-        "via": {"local": "local", "llamacpp": "llama.cpp server (chat_completions)"}.get(
-            spec.backend, "batch_api" if inf["batch"] else "chat_completions"),
+        "via": "batch_api" if inf["batch"] and backend_of(spec).batch_api else backend_of(spec).via,
         "reports": None if only_ids is None else len(only_ids),
         "constrained_json": spec.name in inf["constrained_json"],
         "requests": len(requests), "unique_keys": len(unique), "cached": len(answered), "sent": len(pending),
@@ -394,7 +400,7 @@ def skipped_rows(skipped: pd.DataFrame, specs: list[ModelSpec], inf: dict,
     model that answers a subset of reports, the skipped rows of those reports)."""
     rows = []
     for spec in specs:
-        mode = inf["mode"] if spec.backend == "local" else "generate"
+        mode = primary_mode(spec, inf)
         only = (subsets or {}).get(spec.name)
         for _, r in skipped.iterrows():
             if only is not None and str(r["report_id"]) not in only:
@@ -476,7 +482,7 @@ def resolve_precision(cfg: RunConfig, inf: dict, specs: list[ModelSpec]) -> tupl
     wins) when a local torch model runs; recorded for the manifest (runs/<run>/precision.json) with the
     CPU threads computed with. The resolved dtype (and, in reduced precision, the threads) is what store
     keys name."""
-    if not any(s.backend == "local" for s in specs):
+    if not any(backend_of(s).in_process for s in specs):
         return inf, None
     from finlib.llm.precision import compute_threads, record_choice, resolve_dtype
 
@@ -490,12 +496,12 @@ def subset_reports(ok: pd.DataFrame, specs: list[ModelSpec], inf: dict) -> dict[
     """Per model, the reports it answers: llama.cpp-served generators answer every condition of
     the first `inference.generator_reports` reports (null = all); every other model all reports.
     Constrained JSON is refused for any model not served by llama.cpp (never the paper's models)."""
-    wrong = [s.name for s in specs if s.name in inf["constrained_json"] and s.backend != "llamacpp"]
+    wrong = [s.name for s in specs if s.name in inf["constrained_json"] and not backend_of(s).constrained_json]
     if wrong:
         raise ConfigError(f"inference.constrained_json: {wrong} are not llamacpp records; constrained decoding is "
                           "a named option for the embedded llama.cpp generator only, never for the paper's models")
     n = inf["generator_reports"]
-    return {s.name: generate_subset_ids(ok, n) if s.backend == "llamacpp" and n is not None else None
+    return {s.name: generate_subset_ids(ok, n) if backend_of(s).subset_generator and n is not None else None
             for s in specs}
 
 
