@@ -710,11 +710,43 @@ def test_label_shares_by_year_by_hand():
     labels_2020 = ["bearish", "neutral", "neutral", None]  # 3 labelled events: small
     ids = [f"A{i}" for i in range(10)] + [f"B{i}" for i in range(4)]
     labels = pd.DataFrame({"report_id": ids, "label": labels_2021 + labels_2020}, index=range(100, 114))
-    reports = pd.DataFrame(
-        {"report_id": ids[::-1], "date": pd.to_datetime(["2020-05-04"] * 4 + ["2021-03-01"] * 10)}
-    )
+    reports = pd.DataFrame({"report_id": ids[::-1], "date": pd.to_datetime(["2020-05-04"] * 4 + ["2021-03-01"] * 10)})
     got = L.label_shares_by_year(labels, reports)
     assert list(got["year"]) == [2020, 2021]
     assert got[["n", "bearish", "neutral", "bullish"]].to_numpy().tolist() == [[3, 1, 2, 0], [10, 3, 4, 3]]
     assert got.loc[0, "share_neutral"] == pytest.approx(200 / 3) and got.loc[1, "share_bullish"] == 30.0
     assert got["small_year"].tolist() == [True, False]
+
+
+def test_car_by_year_by_hand():
+    """Years in sorted order whatever the frame's order; per year the CARs' count, mean, sd, quantiles
+    and extremes (numpy's, computed here), and the largest bearish and smallest bullish CAR (the
+    realised bucket boundaries); a report without a CAR left out."""
+    cars = {2021: [0.05, -0.02, 0.01, 0.03], 2019: [-0.04, 0.02, 0.0]}
+    labs = {2021: ["bullish", "bearish", "neutral", "bullish"], 2019: ["bearish", "bullish", "neutral"]}
+    dates = {2021: "2021-02-01", 2019: "2019-05-06"}
+    rows = [(f"{y}-{i}", c, lab, dates[y]) for y in (2021, 2019) for i, (c, lab) in enumerate(zip(cars[y], labs[y]))]
+    rows.append(("none", np.nan, None, "2019-06-03"))
+    frame = pd.DataFrame(rows, columns=["report_id", "car", "label", "date"])
+    got = L.car_by_year(
+        frame[["report_id", "car", "label"]],
+        frame[["report_id", "date"]].assign(date=lambda d: pd.to_datetime(d["date"])),
+    )
+    assert list(got["year"]) == [2019, 2021]
+    got = got.set_index("year")
+    for year, x in cars.items():
+        x = np.array(x)
+        want = {
+            "n": len(x),
+            "mean": x.mean(),
+            "std": x.std(ddof=1),
+            "min": x.min(),
+            "p25": np.quantile(x, 0.25),
+            "median": np.median(x),
+            "p75": np.quantile(x, 0.75),
+            "max": x.max(),
+        }
+        for col, v in want.items():
+            assert got.loc[year, col] == pytest.approx(v, abs=1e-15), (year, col)
+    assert got.loc[2021, "bearish_max"] == pytest.approx(-0.02) and got.loc[2021, "bullish_min"] == pytest.approx(0.03)
+    assert got.loc[2019, "bearish_max"] == pytest.approx(-0.04) and got.loc[2019, "bullish_min"] == pytest.approx(0.02)

@@ -742,3 +742,20 @@ def test_intervals_follow_the_seed():
 
     assert interval(1) == interval(1)
     assert interval(1) != interval(2)
+
+
+def test_kl_metrics_cover_the_label_scored_model_only(result):
+    """Called directly (the module's fixture ran stage 04 once, before this test): KL rows exist for the
+    label-scored model "sc" only, pooled over r1, r2, r3, r5 as scipy's entropy gives it."""
+    from finlib.finbias.scoring.metrics import kl_metrics
+
+    kl = kl_metrics(result.rows, reps=10, seed=1, ci=0.95)
+    assert set(kl["model"]) == {"sc"}
+    pairs = [
+        ((0.6, 0.3, 0.1), (0.5, 0.25, 0.25)),
+        ((0.2, 0.2, 0.6), (0.5, 0.25, 0.25)),
+        ((0.4, 0.4, 0.2), (0.2, 0.6, 0.2)),
+        ((0.1, 0.8, 0.1), (0.3, 0.3, 0.4)),
+    ]
+    pooled = kl[(kl["condition"] == "original||no_rating") & (kl["sector"] == scoring.POOLED)]
+    assert pooled["value"].iloc[0] == pytest.approx(np.mean([entropy(p, q) for p, q in pairs]))
