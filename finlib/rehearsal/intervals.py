@@ -16,7 +16,12 @@ one recomputes them from what the simulated servers replied:
   of intervals (`width_tolerance`);
 * p-values: exact McNemar from the discordant pairs by scipy's binomial test, Holm's step-down across
   the models by statsmodels, the `*`/`**`/`***` thresholds written out here; each compared with the
-  paired-test table and with the marker printed after each pooled cell of Tables 4-7.
+  paired-test table and with the marker printed after each pooled cell of Tables 4-7;
+* Stuart-Maxwell (the answer-shift rows of the paired-test table): the 3 x 3 table of both parsed
+  answers, the statistic d' V^+ d written out here with the Moore-Penrose inverse of the full
+  covariance (the discordant-pair Laplacian; its rank is the df, so no category is dropped by hand as
+  stage 04 does), p from scipy's chi-square, Holm across the models by statsmodels; n_pairs,
+  statistic, df, p and Holm p compared with the table.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.stats import binomtest, norm
+from scipy.stats import binomtest, chi2, norm
 
 from finlib.finbias.vocab import POOLED
 
@@ -48,6 +53,13 @@ MARKED_TABLES: dict[str, tuple[tuple[str, ...], str, str]] = {
     "table6_accuracy_with_without": (("original", "no_rating"), "accuracy", "accuracy_with_vs_without"),
     "table7_accuracy_no_opinion": (("no_opinion",), "accuracy", "accuracy_no_opinion_vs_no_rating"),
 }
+# Stuart-Maxwell tests recomputed: name -> (condition a, condition b); stated here, not read from stage 04
+STUART_MAXWELL_TESTS: dict[str, tuple[str, str]] = {
+    "answer_shift_with_vs_without": ("original", "no_rating"),
+    "answer_shift_no_opinion_vs_no_rating": ("no_opinion", "no_rating"),
+    "answer_shift_fake_vs_original": ("fake_rating", "original"),
+}
+CATEGORIES = ("bullish", "neutral", "bearish")
 P_RTOL = 2e-3  # the paired-test table prints 4 significant digits
 
 
@@ -63,8 +75,9 @@ def reply_answer(text: object) -> str | None:
     return answer if isinstance(answer, str) else None
 
 
-def scored_items(pred: pd.DataFrame, fake: pd.Series, analyst: pd.Series, labels: pd.Series,
-                 ticker: pd.Series) -> pd.DataFrame:
+def scored_items(
+    pred: pd.DataFrame, fake: pd.Series, analyst: pd.Series, labels: pd.Series, ticker: pd.Series
+) -> pd.DataFrame:
     """One row per answered item: model, condition, item_id, report_id, ticker, answer, the herding
     reference (the fake rating for the fake condition, else the analyst's) and the planted label."""
     d = pred[pred["answered"].astype(bool)].copy()
@@ -132,8 +145,18 @@ def mcnemar_recomputed(items: pd.DataFrame) -> pd.DataFrame:
             only_a, only_b = int((p["hit_a"] & ~p["hit_b"]).sum()), int((~p["hit_a"] & p["hit_b"]).sum())
             pval = binomtest(only_a, only_a + only_b, 0.5).pvalue if only_a + only_b else 1.0
             diff, se, n = clustered((p["hit_a"].astype(float) - p["hit_b"]).to_numpy(), p["ticker"].to_numpy())
-            rows.append({"test": test, "model": model, "n_pairs": n, "only_a": only_a, "only_b": only_b,
-                         "pvalue": float(pval), "diff": diff, "se": se})
+            rows.append(
+                {
+                    "test": test,
+                    "model": model,
+                    "n_pairs": n,
+                    "only_a": only_a,
+                    "only_b": only_b,
+                    "pvalue": float(pval),
+                    "diff": diff,
+                    "se": se,
+                }
+            )
     out = pd.DataFrame(rows)
     if out.empty:
         return out
@@ -142,6 +165,62 @@ def mcnemar_recomputed(items: pd.DataFrame) -> pd.DataFrame:
         out.loc[idx, "p_holm"] = multipletests(out.loc[idx, "pvalue"].to_numpy(), method="holm")[1]
     out["marker"] = out["p_holm"].map(significance)
     return out
+
+
+def stuart_maxwell_by_hand(a: list[str], b: list[str]) -> tuple[float, float, float]:
+    """(statistic, df, p) of the Stuart-Maxwell test of marginal homogeneity of paired 3-class answers.
+
+    d_i = n_i. - n_.i (row minus column margin), V_ii = n_i. + n_.i - 2 n_ii, V_ij = -(n_ij + n_ji);
+    the statistic is d' V^+ d with the Moore-Penrose inverse and df = rank V (k - 1 when every
+    category changes place with another, fewer when some never do). No change at all: (0, 0, 1).
+    Why not statsmodels' SquareTable: stage 04 calls it, so it cannot check itself."""
+    idx = {c: i for i, c in enumerate(CATEGORIES)}
+    n = np.zeros((len(CATEGORIES), len(CATEGORIES)))
+    np.add.at(n, ([idx[x] for x in a], [idx[y] for y in b]), 1.0)
+    d = n.sum(axis=1) - n.sum(axis=0)
+    v = -(n + n.T)
+    np.fill_diagonal(v, n.sum(axis=1) + n.sum(axis=0) - 2 * np.diag(n))
+    df = int(np.linalg.matrix_rank(v))
+    if df == 0:
+        return 0.0, 0.0, 1.0
+    stat = float(d @ np.linalg.pinv(v) @ d)
+    return stat, float(df), float(chi2.sf(stat, df))
+
+
+def _holm_by_test(out: pd.DataFrame) -> pd.DataFrame:
+    """Holm across the models of each test (statsmodels; NaN p-values are no test), and the marker."""
+    from statsmodels.stats.multitest import multipletests
+
+    out["p_holm"] = np.nan
+    for _, idx in out.groupby("test").groups.items():
+        p = out.loc[idx, "pvalue"]
+        ok = p.notna()
+        if ok.any():
+            out.loc[p.index[ok], "p_holm"] = multipletests(p[ok].to_numpy(), method="holm")[1]
+    out["marker"] = out["p_holm"].map(significance)
+    return out
+
+
+def stuart_maxwell_recomputed(items: pd.DataFrame) -> pd.DataFrame:
+    """Every pooled Stuart-Maxwell test per model over the pairs whose two answers are both read from
+    the replies: n_pairs, statistic, df, p (scipy) and Holm across the models (statsmodels)."""
+    rows = []
+    for test, (ca, cb) in STUART_MAXWELL_TESTS.items():
+        for model in sorted(items["model"].unique()):
+            a = items[(items["model"] == model) & (items["condition"] == ca)]
+            b = items[(items["model"] == model) & (items["condition"] == cb)]
+            p = a.merge(b[["report_id", "answer"]], on="report_id", suffixes=("_a", "_b"))
+            if not len(p):
+                continue
+            p = p[p["answer_a"].isin(CATEGORIES) & p["answer_b"].isin(CATEGORIES)]
+            stat, df, pval = (
+                stuart_maxwell_by_hand(list(p["answer_a"]), list(p["answer_b"])) if len(p) else (np.nan, np.nan, np.nan)
+            )
+            rows.append(
+                {"test": test, "model": model, "n_pairs": int(len(p)), "statistic": stat, "df": df, "pvalue": pval}
+            )
+    out = pd.DataFrame(rows)
+    return _holm_by_test(out) if len(out) else out
 
 
 def _close(a: float, b: float) -> bool:
@@ -154,17 +233,61 @@ def paired_test_problems(ours: pd.DataFrame, recomputed: pd.DataFrame) -> list[s
     both = recomputed.merge(mine, on=["test", "model"], how="left", suffixes=("", "_ours"))
     bad = []
     for r in both.itertuples():
-        fields = [f for f, ok in (("only_a", r.only_a == r.only_a_ours), ("only_b", r.only_b == r.only_b_ours),
-                                  ("pvalue", _close(r.pvalue, r.pvalue_ours)),
-                                  ("p_holm", _close(r.p_holm, r.p_holm_ours)),
-                                  ("marker", r.marker == ("" if pd.isna(r.marker_ours) else str(r.marker_ours))))
-                  if not ok]
+        fields = [
+            f
+            for f, ok in (
+                ("only_a", r.only_a == r.only_a_ours),
+                ("only_b", r.only_b == r.only_b_ours),
+                ("pvalue", _close(r.pvalue, r.pvalue_ours)),
+                ("p_holm", _close(r.p_holm, r.p_holm_ours)),
+                ("marker", r.marker == ("" if pd.isna(r.marker_ours) else str(r.marker_ours))),
+            )
+            if not ok
+        ]
         if fields:
-            bad.append(f"{r.test} {r.model}: {', '.join(fields)} (recomputed only_a {r.only_a}, only_b {r.only_b}, "
-                       f"p {r.pvalue:.4g}, Holm {r.p_holm:.4g} '{r.marker}'; table {r.only_a_ours}, {r.only_b_ours}, "
-                       f"{r.pvalue_ours}, {r.p_holm_ours} '{r.marker_ours}')")
-    return [f"{len(bad)} of {len(both)} pooled McNemar tests differ from their recomputation: " + "; ".join(bad[:6])] \
-        if bad else []
+            bad.append(
+                f"{r.test} {r.model}: {', '.join(fields)} (recomputed only_a {r.only_a}, only_b {r.only_b}, "
+                f"p {r.pvalue:.4g}, Holm {r.p_holm:.4g} '{r.marker}'; table {r.only_a_ours}, {r.only_b_ours}, "
+                f"{r.pvalue_ours}, {r.p_holm_ours} '{r.marker_ours}')"
+            )
+    return (
+        [f"{len(bad)} of {len(both)} pooled McNemar tests differ from their recomputation: " + "; ".join(bad[:6])]
+        if bad
+        else []
+    )
+
+
+def _same(a: float, b: float) -> bool:
+    """Equal to the printed digits, or both missing (a test without parsed pairs)."""
+    return bool(np.isclose(float(a), float(b), rtol=P_RTOL, atol=1e-12, equal_nan=True))
+
+
+def stuart_maxwell_problems(ours: pd.DataFrame, recomputed: pd.DataFrame) -> list[str]:
+    """The paired-test table's pooled Stuart-Maxwell rows against the recomputed n_pairs, statistic, df,
+    p and Holm p; a recomputed test missing from the table is a difference too."""
+    mine = ours[(ours["sector"] == POOLED) & ours["test"].isin(list(STUART_MAXWELL_TESTS))]
+    both = recomputed.merge(mine, on=["test", "model"], how="left", suffixes=("", "_ours"))
+    bad = []
+    for r in both.itertuples():
+        fields = [
+            f
+            for f in ("n_pairs", "df", "statistic", "pvalue", "p_holm")
+            if not _same(getattr(r, f), getattr(r, f"{f}_ours"))
+        ]
+        if fields:
+            bad.append(
+                f"{r.test} {r.model}: {', '.join(fields)} (recomputed n {r.n_pairs}, statistic "
+                f"{r.statistic:.4g}, df {r.df}, p {r.pvalue:.4g}, Holm {r.p_holm:.4g}; table "
+                f"{r.n_pairs_ours}, {r.statistic_ours}, {r.df_ours}, {r.pvalue_ours}, {r.p_holm_ours})"
+            )
+    return (
+        [
+            f"{len(bad)} of {len(both)} pooled Stuart-Maxwell tests differ from their recomputation: "
+            + "; ".join(bad[:6])
+        ]
+        if bad
+        else []
+    )
 
 
 def _printed(cell: str) -> tuple[list[float], str]:
@@ -204,8 +327,16 @@ def printed_cells(tables: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.Dat
             model = str(rec["Registry name"])
             markers.append({"table": table, "model": model, "test": test, "marker": _printed(rec["Average"])[1]})
             for cond, (lo, hi) in zip(conds, _intervals(rec[ci_col])):
-                intervals.append({"model": model, "condition": cond, "metric": metric, "table": table,
-                                  "ci_low": lo / 100, "ci_high": hi / 100})
+                intervals.append(
+                    {
+                        "model": model,
+                        "condition": cond,
+                        "metric": metric,
+                        "table": table,
+                        "ci_low": lo / 100,
+                        "ci_high": hi / 100,
+                    }
+                )
     return pd.DataFrame(intervals), pd.DataFrame(markers)
 
 
@@ -222,8 +353,9 @@ def width_tolerance(level: float, reps: int, intervals: int) -> float:
     return float(3 * 1.2533 * one / np.sqrt(max(intervals, 1)) + 0.05)
 
 
-def interval_widths(printed: pd.DataFrame, cells: pd.DataFrame, tests: pd.DataFrame, recomputed: pd.DataFrame,
-                    level: float) -> pd.DataFrame:
+def interval_widths(
+    printed: pd.DataFrame, cells: pd.DataFrame, tests: pd.DataFrame, recomputed: pd.DataFrame, level: float
+) -> pd.DataFrame:
     """Every printed pooled interval (Tables 4-7) and paired difference's interval (the paired-test
     table) with its width and the closed-form one, 2 z SE."""
     z = float(norm.isf((1.0 - level) / 2.0))
@@ -231,8 +363,14 @@ def interval_widths(printed: pd.DataFrame, cells: pd.DataFrame, tests: pd.DataFr
     c = c.assign(kind="cell", width=c["ci_high"] - c["ci_low"], expected=2 * z * c["se"])
     mine = tests[(tests["sector"] == POOLED) & tests["test"].isin(list(MCNEMAR_TESTS))]
     d = recomputed.merge(mine[["test", "model", "diff_ci_low", "diff_ci_high"]], on=["test", "model"], how="inner")
-    d = d.assign(kind="paired difference", condition=d["test"], metric="diff", table="table_paired_tests",
-                 width=d["diff_ci_high"] - d["diff_ci_low"], expected=2 * z * d["se"])
+    d = d.assign(
+        kind="paired difference",
+        condition=d["test"],
+        metric="diff",
+        table="table_paired_tests",
+        width=d["diff_ci_high"] - d["diff_ci_low"],
+        expected=2 * z * d["se"],
+    )
     cols = ["kind", "table", "model", "condition", "metric", "width", "expected"]
     out = pd.concat([c[cols], d[cols]], ignore_index=True)
     return out[(out["expected"] > 0) & out["width"].notna()].assign(ratio=lambda f: f["width"] / f["expected"])
@@ -246,18 +384,24 @@ def interval_problems(widths: pd.DataFrame, level: float, reps: int) -> tuple[di
     if not len(widths):
         return summary, ["no printed interval to compare with its firm-clustered closed form"]
     if not abs(np.log(med)) <= tol:
-        return summary, [f"printed {100 * level:g} % intervals are {med:.3f} x the width of the firm-clustered "
-                         f"closed form (median over {len(widths)}; allowed exp(+-{tol:.3f}))"]
+        return summary, [
+            f"printed {100 * level:g} % intervals are {med:.3f} x the width of the firm-clustered "
+            f"closed form (median over {len(widths)}; allowed exp(+-{tol:.3f}))"
+        ]
     return summary, []
 
 
 def marker_problems(markers: pd.DataFrame, recomputed: pd.DataFrame) -> list[str]:
     """The marker after each pooled cell of Tables 4-7 against the recomputed Holm marker."""
-    m = markers.merge(recomputed[["test", "model", "marker"]], on=["test", "model"], how="left",
-                      suffixes=("", "_recomputed"))
+    m = markers.merge(
+        recomputed[["test", "model", "marker"]], on=["test", "model"], how="left", suffixes=("", "_recomputed")
+    )
     m["marker_recomputed"] = m["marker_recomputed"].fillna("")
     bad = m[m["marker"] != m["marker_recomputed"]]
-    shown = "; ".join(f"{r.table} {r.model}: printed '{r.marker}', recomputed '{r.marker_recomputed}'"
-                      for r in bad.head(6).itertuples())
-    return [f"{len(bad)} of {len(m)} printed markers differ from the recomputed Holm markers: {shown}"] if len(bad) \
-        else []
+    shown = "; ".join(
+        f"{r.table} {r.model}: printed '{r.marker}', recomputed '{r.marker_recomputed}'"
+        for r in bad.head(6).itertuples()
+    )
+    return (
+        [f"{len(bad)} of {len(m)} printed markers differ from the recomputed Holm markers: {shown}"] if len(bad) else []
+    )

@@ -24,9 +24,10 @@ answers that stop at the token limit, rate limits) only show at that shape. The 
    within its tolerance of the planted truth (`table_cells`): the closed form the generator's records,
    the planted labels and the planted propensities give, Eq. 1 over every answered item, read from
    the written tables -- not from stage 04's metrics; and every printed pooled interval, McNemar
-   count, p-value, Holm p-value and marker agrees with its recomputation from the servers' replies
-   (finlib.rehearsal.intervals: firm-clustered closed-form widths, scipy's binomial test,
-   statsmodels' Holm).
+   count, p-value, Holm p-value and marker, and every pooled Stuart-Maxwell statistic, df, p-value and
+   Holm p-value, agrees with its recomputation from the servers' replies (finlib.rehearsal.intervals:
+   firm-clustered closed-form widths, scipy's binomial test, Stuart-Maxwell written out with scipy's
+   chi-square, statsmodels' Holm).
 
 The outcome goes to runs/<run>/rehearsal.{json,md}; the exit code is non-zero when a check fails.
 """
@@ -342,7 +343,7 @@ def table_rows(path: Path, expected: list[str]) -> dict[str, Any]:
 def interval_and_test_problems(cfg: RunConfig, planted: pd.DataFrame, labels: pd.DataFrame,
                                out: dict[str, Any]) -> list[str]:
     """The printed pooled intervals, McNemar counts, p-values, Holm p-values and markers of Tables 4-7 and
-    the paired-test table against their recomputation from the servers' replies
+    the paired-test table (McNemar and Stuart-Maxwell rows) against their recomputation from the servers' replies
     (finlib.rehearsal.intervals). Fills `out["intervals"]`."""
     from finlib.core.artifacts import read_frame
     from finlib.rehearsal import intervals as iv
@@ -359,9 +360,12 @@ def interval_and_test_problems(cfg: RunConfig, planted: pd.DataFrame, labels: pd
     printed, markers = iv.printed_cells({t: read_table_csv(cfg.tables_dir / f"{t}.csv") for t in iv.MARKED_TABLES})
     widths = iv.interval_widths(printed, iv.cell_errors(items), tests, recomputed, level)
     summary, problems = iv.interval_problems(widths, level, reps)
+    shifts = iv.stuart_maxwell_recomputed(items)
     out["intervals"] = {**summary, "mcnemar": recomputed.round(6).replace({np.nan: None}).to_dict(orient="records"),
+                        "stuart_maxwell": shifts.round(6).replace({np.nan: None}).to_dict(orient="records"),
                         "widths": widths.round(5).to_dict(orient="records")}
-    return problems + iv.paired_test_problems(tests, recomputed) + iv.marker_problems(markers, recomputed)
+    return (problems + iv.paired_test_problems(tests, recomputed) + iv.marker_problems(markers, recomputed)
+            + iv.stuart_maxwell_problems(tests, shifts))
 
 
 def finbias_cell_problems(cfg: RunConfig, profiles: dict, planted: pd.DataFrame, alpha: float,
@@ -474,7 +478,8 @@ def write_outcome(cfg: RunConfig, outcome: dict) -> Path:
     if iv:
         lines += ["", f"Intervals: median printed width / firm-clustered closed form {iv['median_width_ratio']:.3f} over "
                   f"{iv['intervals']} intervals (allowed log gap {iv['log_tolerance']:.3f}); "
-                  f"{len(iv['mcnemar'])} pooled McNemar tests recomputed."]
+                  f"{len(iv['mcnemar'])} pooled McNemar and {len(iv.get('stuart_maxwell', []))} Stuart-Maxwell "
+                  "tests recomputed."]
     cells = pd.DataFrame(outcome["checks"].get("cells", []))
     if len(cells):
         pooled = cells[cells["sector"] == POOLED]

@@ -34,6 +34,8 @@ class Fault:
 
 
 TRUTHS = "tests/faults/test_fidelity_truths.py"
+INTERVALS = "tests/rehearsal/test_intervals.py"
+REHEARSAL_FAULTS = "tests/rehearsal/test_rehearsal_faults.py"
 STATS = "finlib.core.stats"
 METRICS = "finlib.finbias.scoring.metrics"
 MARKET = "finlib.finbias.labels.market_model"
@@ -133,6 +135,27 @@ FAULTS: tuple[Fault, ...] = (
         'method="bhapkar"',
         "Fin-Bias stage 04 answer-shift tests (beside Tables 4-7): Bhapkar's statistic instead of Stuart-Maxwell's",
         ("tests/core/test_stats.py::test_stuart_maxwell_hand_example",),
+    ),
+    Fault(
+        "stuart_maxwell_is_bowker_symmetry",
+        STATS,
+        '.homogeneity(method="stuart_maxwell")',
+        ".symmetry()",
+        "Fin-Bias stage 04 answer-shift tests (paired-test table beside Tables 4-7): Bowker's test of symmetry "
+        "(df 3) instead of Stuart-Maxwell's marginal homogeneity (df 2); the rehearsal's recomputation must see it",
+        (
+            f"{INTERVALS}::test_the_check_agrees_with_stage_04s_answer_shift_rows",
+            f"{REHEARSAL_FAULTS}::test_a_correct_run_passes",
+        ),
+    ),
+    Fault(
+        "stuart_maxwell_pvalue_one_df_too_many",
+        STATS,
+        "return StuartMaxwellResult(len(a), stat, int(res.df), float(res.pvalue))",
+        'return StuartMaxwellResult(len(a), stat, int(res.df), float(__import__("scipy.stats").stats.chi2.sf(stat, res.df + 1)))',
+        "Fin-Bias stage 04 answer-shift p-values (paired-test table beside Tables 4-7): chi-square with k instead of "
+        "k - 1 degrees of freedom; the rehearsal's recomputation must see it",
+        (f"{REHEARSAL_FAULTS}::test_a_correct_run_passes",),
     ),
     # ------------------------------------------------------------ Eq. 1 and the cells (Tables 2, 4-6)
     Fault(

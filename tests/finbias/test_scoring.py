@@ -3,6 +3,7 @@
 Five reports, two generate-mode answers per condition written as text, one label-scored model
 with hand-picked probabilities; no_opinion is skipped (lexicon unavailable).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -37,55 +38,129 @@ REPORTS = [
 ]
 FAKES = {"r1": "neutral", "r2": "bullish", "r3": "bearish", "r4": "neutral"}
 GEN = {  # model "gen", free text
-    "original": {"r1": '{"answer": "bullish"}', "r2": "Answer: Bearish", "r3": "bullish or neutral",
-                 "r4": '{"answer": "Buy"}', "r5": "Neutral."},
-    "no_rating": {"r1": "Bearish", "r2": '{"answer": "bearish"}', "r3": "my rating is **neutral**",
-                  "r4": "I cannot tell.", "r5": "Answer: bullish"},
-    "fake_rating": {"r1": '{"answer": "neutral"}', "r2": "Bearish", "r3": "Final answer: bearish",
-                    "r4": '{"reason": "The outlook'},
+    "original": {
+        "r1": '{"answer": "bullish"}',
+        "r2": "Answer: Bearish",
+        "r3": "bullish or neutral",
+        "r4": '{"answer": "Buy"}',
+        "r5": "Neutral.",
+    },
+    "no_rating": {
+        "r1": "Bearish",
+        "r2": '{"answer": "bearish"}',
+        "r3": "my rating is **neutral**",
+        "r4": "I cannot tell.",
+        "r5": "Answer: bullish",
+    },
+    "fake_rating": {
+        "r1": '{"answer": "neutral"}',
+        "r2": "Bearish",
+        "r3": "Final answer: bearish",
+        "r4": '{"reason": "The outlook',
+    },
 }
 SCORE = {  # model "sc", label probabilities (bullish, neutral, bearish); None = inference error
-    "original": {"r1": (0.6, 0.3, 0.1), "r2": (0.2, 0.2, 0.6), "r3": (0.4, 0.4, 0.2),
-                 "r4": (0.5, 0.3, 0.2), "r5": (0.1, 0.8, 0.1)},
-    "no_rating": {"r1": (0.5, 0.25, 0.25), "r2": (0.5, 0.25, 0.25), "r3": (0.2, 0.6, 0.2),
-                  "r4": None, "r5": (0.3, 0.3, 0.4)},
+    "original": {
+        "r1": (0.6, 0.3, 0.1),
+        "r2": (0.2, 0.2, 0.6),
+        "r3": (0.4, 0.4, 0.2),
+        "r4": (0.5, 0.3, 0.2),
+        "r5": (0.1, 0.8, 0.1),
+    },
+    "no_rating": {
+        "r1": (0.5, 0.25, 0.25),
+        "r2": (0.5, 0.25, 0.25),
+        "r3": (0.2, 0.6, 0.2),
+        "r4": None,
+        "r5": (0.3, 0.3, 0.4),
+    },
 }
 
 
 def frames():
-    reports = pd.DataFrame([{"report_id": r, "ticker": t, "company": t, "sector": s, "analyst_rating": a}
-                            for r, t, s, a, _ in REPORTS])
-    labels = pd.DataFrame([{"report_id": r, "label": lab, "car": 0.0, "excluded_reason": None}
-                           for r, *_, lab in REPORTS])
+    reports = pd.DataFrame(
+        [{"report_id": r, "ticker": t, "company": t, "sector": s, "analyst_rating": a} for r, t, s, a, _ in REPORTS]
+    )
+    labels = pd.DataFrame(
+        [{"report_id": r, "label": lab, "car": 0.0, "excluded_reason": None} for r, *_, lab in REPORTS]
+    )
     cond = []
     for r, _, _, a, _ in REPORTS:
         for c in ("original", "no_rating", "no_opinion"):
-            cond.append({"item_id": f"{r}:{c}", "report_id": r, "condition": c, "text": "t",
-                         "analyst_rating": a, "fake_rating": None, "reference_rating": a,
-                         "status": "skipped" if c == "no_opinion" else "ok",
-                         "skip_reason": "lexicon unavailable" if c == "no_opinion" else None})
+            cond.append(
+                {
+                    "item_id": f"{r}:{c}",
+                    "report_id": r,
+                    "condition": c,
+                    "text": "t",
+                    "analyst_rating": a,
+                    "fake_rating": None,
+                    "reference_rating": a,
+                    "status": "skipped" if c == "no_opinion" else "ok",
+                    "skip_reason": "lexicon unavailable" if c == "no_opinion" else None,
+                }
+            )
         if r in FAKES:
-            cond.append({"item_id": f"{r}:fake_rating", "report_id": r, "condition": "fake_rating", "text": "t",
-                         "analyst_rating": a, "fake_rating": FAKES[r], "reference_rating": FAKES[r],
-                         "status": "ok", "skip_reason": None})
+            cond.append(
+                {
+                    "item_id": f"{r}:fake_rating",
+                    "report_id": r,
+                    "condition": "fake_rating",
+                    "text": "t",
+                    "analyst_rating": a,
+                    "fake_rating": FAKES[r],
+                    "reference_rating": FAKES[r],
+                    "status": "ok",
+                    "skip_reason": None,
+                }
+            )
     conditions = pd.DataFrame(cond)
     preds = []
-    base = {"input_tokens": 1, "output_tokens": 1, "cost_usd": 0.0, "latency_s": 0.0, "truncated": False,
-            "cache_key": "k"}
+    base = {
+        "input_tokens": 1,
+        "output_tokens": 1,
+        "cost_usd": 0.0,
+        "latency_s": 0.0,
+        "truncated": False,
+        "cache_key": "k",
+    }
     for row in cond:
         c, r = row["condition"], row["report_id"]
         skipped = row["status"] == "skipped"
-        preds.append({**base, "item_id": row["item_id"], "report_id": r, "condition": c, "model": "gen",
-                      "mode": "generate", "raw_text": None if skipped else GEN[c][r],
-                      "p_bullish": NAN, "p_neutral": NAN, "p_bearish": NAN,
-                      "status": "skipped" if skipped else "ok", "error": None})
+        preds.append(
+            {
+                **base,
+                "item_id": row["item_id"],
+                "report_id": r,
+                "condition": c,
+                "model": "gen",
+                "mode": "generate",
+                "raw_text": None if skipped else GEN[c][r],
+                "p_bullish": NAN,
+                "p_neutral": NAN,
+                "p_bearish": NAN,
+                "status": "skipped" if skipped else "ok",
+                "error": None,
+            }
+        )
         if c in SCORE:
             p = SCORE[c][r]
-            preds.append({**base, "item_id": row["item_id"], "report_id": r, "condition": c, "model": "sc",
-                          "mode": "score", "raw_text": None,
-                          "p_bullish": NAN if p is None else p[0], "p_neutral": NAN if p is None else p[1],
-                          "p_bearish": NAN if p is None else p[2],
-                          "status": "error" if p is None else "ok", "error": "timeout" if p is None else None})
+            preds.append(
+                {
+                    **base,
+                    "item_id": row["item_id"],
+                    "report_id": r,
+                    "condition": c,
+                    "model": "sc",
+                    "mode": "score",
+                    "raw_text": None,
+                    "p_bullish": NAN if p is None else p[0],
+                    "p_neutral": NAN if p is None else p[1],
+                    "p_bearish": NAN if p is None else p[2],
+                    "status": "error" if p is None else "ok",
+                    "error": "timeout" if p is None else None,
+                }
+            )
     return pd.DataFrame(preds), conditions, labels, reports
 
 
@@ -107,11 +182,22 @@ def value(res, model, cond, metric, sector=scoring.POOLED, col="value"):
 def primitive_rows(ans: list, ref: list, model: str = "m") -> pd.DataFrame:
     """Rows in the shape `metrics_long` reads, one firm per row, all in one sector."""
     n = len(ans)
-    return pd.DataFrame({"model": model, "condition": "original", "mode": "generate",
-                         "ticker": [f"T{i}" for i in range(n)], "sector": "Energy",
-                         "answer": pd.Series(ans, dtype=object), "parsed": pd.Series(ans, dtype=object).notna(),
-                         "reference_rating": pd.Series(ref, dtype=object), "label": pd.Series(ref, dtype=object),
-                         "p_bullish": NAN, "p_neutral": NAN, "p_bearish": NAN})
+    return pd.DataFrame(
+        {
+            "model": model,
+            "condition": "original",
+            "mode": "generate",
+            "ticker": [f"T{i}" for i in range(n)],
+            "sector": "Energy",
+            "answer": pd.Series(ans, dtype=object),
+            "parsed": pd.Series(ans, dtype=object).notna(),
+            "reference_rating": pd.Series(ref, dtype=object),
+            "label": pd.Series(ref, dtype=object),
+            "p_bullish": NAN,
+            "p_neutral": NAN,
+            "p_bearish": NAN,
+        }
+    )
 
 
 def pooled(rows: pd.DataFrame, metric: str) -> float:
@@ -122,12 +208,12 @@ def pooled(rows: pd.DataFrame, metric: str) -> float:
 
 def test_herding_and_accuracy_by_hand_through_the_pipeline_specs():
     rows = primitive_rows(["bullish", None, "neutral", "bearish"], ["bullish", "bullish", "bearish", None])
-    assert pooled(rows, "herding_parsed") == pytest.approx(1 / 2)       # parsed with ref: rows 0, 2
-    assert pooled(rows, "herding") == pytest.approx(1 / 3)   # rows with ref: 0, 1, 2
-    assert pooled(rows, "accuracy_parsed") == pytest.approx(1 / 2)      # label = ref here
+    assert pooled(rows, "herding_parsed") == pytest.approx(1 / 2)  # parsed with ref: rows 0, 2
+    assert pooled(rows, "herding") == pytest.approx(1 / 3)  # rows with ref: 0, 1, 2
+    assert pooled(rows, "accuracy_parsed") == pytest.approx(1 / 2)  # label = ref here
     assert pooled(rows, "accuracy") == pytest.approx(1 / 3)
     none = primitive_rows([None, None], ["bullish", "neutral"])
-    assert np.isnan(pooled(none, "herding_parsed"))                     # all unparsed: NaN, not 0
+    assert np.isnan(pooled(none, "herding_parsed"))  # all unparsed: NaN, not 0
     assert pooled(none, "herding") == 0.0
 
 
@@ -136,7 +222,7 @@ def test_confusion_and_macro_f1_by_hand():
     lab = pd.Series(["bullish", "neutral", "neutral", "bearish", "bearish"])
     conf = confusion(ans, lab)
     assert conf.loc["bullish", "bullish"] == 1 and conf.loc["neutral", "bullish"] == 1
-    assert conf.loc["bearish", "bullish"] == 1 and conf.to_numpy().sum() == 4   # unparsed row left out
+    assert conf.loc["bearish", "bullish"] == 1 and conf.to_numpy().sum() == 4  # unparsed row left out
     # F1 bull = 2*1/(1+3) = .5, neutral = 2*1/(2+1) = 2/3, bearish = 0 (support 1, predicted 0)
     assert macro_f1(ans, lab) == pytest.approx((0.5 + 2 / 3 + 0) / 3)
 
@@ -155,19 +241,21 @@ def test_skipped_condition_is_set_aside_with_reason(result):
     assert result.report["skipped"] and all(s["reason"] == "lexicon unavailable" for s in result.report["skipped"])
     # sc/no_rating/r4 failed at the server: not answered, outside N, counted apart from unparsed
     assert result.report["not_answered"] == 1
-    assert result.report["not_answered_by_error"] == [{"model": "sc", "condition": "no_rating", "error": "timeout",
-                                                       "n": 1}]
-    assert not ((result.rows.model == "sc") & (result.rows.condition == "no_rating")
-                & (result.rows.report_id == "r4")).any()
+    assert result.report["not_answered_by_error"] == [
+        {"model": "sc", "condition": "no_rating", "error": "timeout", "n": 1}
+    ]
+    assert not (
+        (result.rows.model == "sc") & (result.rows.condition == "no_rating") & (result.rows.report_id == "r4")
+    ).any()
 
 
 def test_generate_model_original(result):
     assert value(result, "gen", "original", "parse_rate") == pytest.approx(4 / 5)  # r3 hedged
-    assert value(result, "gen", "original", "herding_parsed") == pytest.approx(3 / 3)     # r1, r2, r4 herd
+    assert value(result, "gen", "original", "herding_parsed") == pytest.approx(3 / 3)  # r1, r2, r4 herd
     assert value(result, "gen", "original", "herding_parsed", col="n") == 3
     assert value(result, "gen", "original", "herding_parsed", col="parse_rate") == pytest.approx(3 / 4)
     assert value(result, "gen", "original", "herding") == pytest.approx(3 / 4)
-    assert value(result, "gen", "original", "accuracy_parsed") == pytest.approx(1 / 4)    # only r1 right
+    assert value(result, "gen", "original", "accuracy_parsed") == pytest.approx(1 / 4)  # only r1 right
     assert value(result, "gen", "original", "accuracy") == pytest.approx(1 / 5)
 
 
@@ -189,8 +277,7 @@ def test_empty_sector_is_nan_with_zero_n(result):
 def test_all_unparsed_group_is_nan_not_zero(result):
     # fake_rating in Energy: r3 parsed (bearish = fake), r4 cut off -> 1/1; no_rating Energy: r4 unparsed
     assert value(result, "gen", "fake_rating", "herding_parsed", "Energy") == pytest.approx(1.0)
-    sub = metrics_long(result.rows[(result.rows.model == "gen") & (result.rows.report_id == "r4")],
-                               reps=20, seed=1)
+    sub = metrics_long(result.rows[(result.rows.model == "gen") & (result.rows.report_id == "r4")], reps=20, seed=1)
     h = sub[(sub.condition == "no_rating") & (sub.metric == "herding_parsed") & (sub.sector == scoring.POOLED)]
     assert np.isnan(h["value"].iloc[0]) and h["parse_rate"].iloc[0] == 0.0
     ha = sub[(sub.condition == "no_rating") & (sub.metric == "herding") & (sub.sector == scoring.POOLED)]
@@ -198,10 +285,10 @@ def test_all_unparsed_group_is_nan_not_zero(result):
 
 
 def test_generate_model_no_rating_and_fake(result):
-    assert value(result, "gen", "no_rating", "herding_parsed") == pytest.approx(2 / 3)     # r2, r3 of r1-r3
-    assert value(result, "gen", "no_rating", "accuracy_parsed") == pytest.approx(2 / 4)    # r3, r5
+    assert value(result, "gen", "no_rating", "herding_parsed") == pytest.approx(2 / 3)  # r2, r3 of r1-r3
+    assert value(result, "gen", "no_rating", "accuracy_parsed") == pytest.approx(2 / 4)  # r3, r5
     assert value(result, "gen", "no_rating", "herding_parsed", "Technology") == pytest.approx(1 / 2)
-    assert value(result, "gen", "fake_rating", "herding_parsed") == pytest.approx(2 / 3)   # r1, r3 follow the fake
+    assert value(result, "gen", "fake_rating", "herding_parsed") == pytest.approx(2 / 3)  # r1, r3 follow the fake
     assert value(result, "gen", "fake_rating", "parse_rate") == pytest.approx(3 / 4)
 
 
@@ -223,9 +310,13 @@ def test_probability_level_herding(result):
 
 
 def test_kl_between_conditions(result):
-    pairs = [("r1", (0.6, 0.3, 0.1), (0.5, 0.25, 0.25)), ("r2", (0.2, 0.2, 0.6), (0.5, 0.25, 0.25)),
-             ("r3", (0.4, 0.4, 0.2), (0.2, 0.6, 0.2)), ("r5", (0.1, 0.8, 0.1), (0.3, 0.3, 0.4))]
-    expected = np.mean([entropy(p, q) for _, p, q in pairs])        # r4 has no no_rating probs
+    pairs = [
+        ("r1", (0.6, 0.3, 0.1), (0.5, 0.25, 0.25)),
+        ("r2", (0.2, 0.2, 0.6), (0.5, 0.25, 0.25)),
+        ("r3", (0.4, 0.4, 0.2), (0.2, 0.6, 0.2)),
+        ("r5", (0.1, 0.8, 0.1), (0.3, 0.3, 0.4)),
+    ]
+    expected = np.mean([entropy(p, q) for _, p, q in pairs])  # r4 has no no_rating probs
     assert value(result, "sc", "original||no_rating", "kl_divergence") == pytest.approx(expected)
 
 
@@ -253,9 +344,9 @@ def test_cis_bracket_the_estimate(result):
 def test_fake_transitions(result):
     t = result.transitions[result.transitions.model == "gen"]
     row = t[(t.analyst_rating == "bullish") & (t.fake_rating == "neutral")].set_index("answer")
-    assert row.loc["neutral", "n"] == 1 and row.loc["unparsed", "n"] == 1      # r1 and r4
+    assert row.loc["neutral", "n"] == 1 and row.loc["unparsed", "n"] == 1  # r1 and r4
     assert row.loc["neutral", "share"] == pytest.approx(0.5)
-    assert (row["parse_rate"] == 0.5).all()                                    # 1 of r1, r4 parsed
+    assert (row["parse_rate"] == 0.5).all()  # 1 of r1, r4 parsed
     other = t[(t.analyst_rating == "bearish") & (t.fake_rating == "bullish")]  # r2 -> "Bearish"
     assert list(other["parse_rate"]) == [1.0]
 
@@ -276,7 +367,7 @@ def test_paired_mcnemar_pairs(result):
     # every pair with a reference, unparsed = no match (Eq. 1): r1 (herd -> not), r2 (herd -> herd),
     # r3 (unparsed -> herd), r4 (herd -> unparsed); r5 has no analyst rating
     assert (h.n_pairs, h.only_a, h.only_b, h.pvalue) == (4, 2, 1, 1.0)
-    assert (h.rate_a, h.rate_b) == (pytest.approx(3 / 4), pytest.approx(2 / 4))   # the Eq. 1 rates on the pairs
+    assert (h.rate_a, h.rate_b) == (pytest.approx(3 / 4), pytest.approx(2 / 4))  # the Eq. 1 rates on the pairs
     f = t[(t.test == "fake_herding_fake_vs_original") & (t.model == "gen") & (t.sector == scoring.POOLED)].iloc[0]
     # the fake followed by r1 (neutral) and r3 (bearish, unparsed on the original) -> only_a; r2, r4 neither
     assert (f.n_pairs, f.only_a, f.only_b) == (4, 2, 0)
@@ -293,7 +384,7 @@ def test_table4_cells_and_paper_block(result):
     assert gen["Healthcare"] == "–/–"
     # Eq. 1: all answered rows with a reference rating (r1-r4), the hedged r3 counting as no match
     assert gen["N"] == "4/4" and gen["Not answered"] == "0/0" and gen["Parse rate %"] == "75.0/75.0"
-    assert gen[AVERAGE].startswith("75.0/50.0")     # original 3/4 herd; no_rating r2, r3 of 4
+    assert gen[AVERAGE].startswith("75.0/50.0")  # original 3/4 herd; no_rating r2, r3 of 4
     assert gen["Group"] == "Not in the paper" and gen["Registry name"] == "gen"
     parsed = result.tables["table4_herding_with_without_parsed"]
     pgen = parsed[(parsed.Source == OURS) & (parsed.Model == "gen")].iloc[0]
@@ -311,7 +402,7 @@ def test_table4_pooled_interval_column(result):
     assert col == [f"{scoring.POOLED} 95 % CI"]
     gen = t[(t.Source == OURS) & (t.Model == "gen")].iloc[0][col[0]]
     lo_hi = [tuple(float(x) for x in part.strip("[]").split(", ")) for part in gen.split("/")]
-    assert len(lo_hi) == 2                                                     # with / without
+    assert len(lo_hi) == 2  # with / without
     for (lo, hi), cond in zip(lo_hi, ("original", "no_rating")):
         v = 100 * value(result, "gen", cond, "herding")
         assert lo <= v + 0.05 and v - 0.05 <= hi and lo <= hi
@@ -327,7 +418,7 @@ def test_table5_paper_keeps_printed_decimals(result):
 def test_table6_has_analyst_rows(result):
     t = result.tables["table6_accuracy_with_without"]
     ours = t[(t.Model == "Analyst") & (t.Source != PAPER)]
-    assert ours.iloc[0][AVERAGE] == "40.0"      # Eq. 1: 2 right of 5 labelled (r5 has no rating)
+    assert ours.iloc[0][AVERAGE] == "40.0"  # Eq. 1: 2 right of 5 labelled (r5 has no rating)
     parsed = result.tables["table6_accuracy_with_without_parsed"]
     assert parsed[(parsed.Model == "Analyst") & (parsed.Source != PAPER)].iloc[0][AVERAGE] == "50.0"
     assert (t.Source == PAPER).any() and "Analyst" in set(t.loc[t.Source == PAPER, "Model"])
@@ -347,7 +438,7 @@ def test_every_registry_paper_model_maps_to_a_row_of_tables_4_to_7():
         rows = list(paper_rows(spec)["Model"])
         mapped = {m: paper_row_name(m, names, rows) for m in names}
         assert None not in mapped.values(), (spec.name, [m for m, r in mapped.items() if r is None])
-        assert len(set(mapped.values())) == 19                  # one-to-one
+        assert len(set(mapped.values())) == 19  # one-to-one
     t7 = list(paper_rows(TABLE_SPECS[3])["Model"])
     assert paper_row_name("mistral-7b-it-v0.3 [score]", names, t7) == "Mistral-7B-It-v0.3"
     assert paper_row_name("gpt-5.1", names, t7) == "GPT-5"
@@ -359,8 +450,10 @@ def test_table_notes_point_at_the_paper_row_via_the_registry():
 
     pred, cond, labels, reports = frames()
     pred = pred.assign(model=pred.model.map({"gen": "gpt-5.1", "sc": "smollm2-135m"}))
-    reg = {"gpt-5.1": SimpleNamespace(paper_name="GPT-5", plumbing=False),
-           "smollm2-135m": SimpleNamespace(paper_name=None, plumbing=True)}
+    reg = {
+        "gpt-5.1": SimpleNamespace(paper_name="GPT-5", plumbing=False),
+        "smollm2-135m": SimpleNamespace(paper_name=None, plumbing=True),
+    }
     res = scoring.score_all(pred, cond, labels, reports, reps=10, seed=1, registry=reg)
     t = res.tables["table4_herding_with_without"]
     ours = t[t.Source == OURS].set_index("Registry name")
@@ -368,24 +461,33 @@ def test_table_notes_point_at_the_paper_row_via_the_registry():
     assert (ours.loc["gpt-5.1", "Model"], ours.loc["gpt-5.1", "Group"]) == ("GPT-5", "Private Models")
     assert "paper" not in ours.loc["smollm2-135m", "Notes"]
     assert ours.loc["smollm2-135m", "Model"] == "smollm2-135m"
-    assert list(ours.index) == ["gpt-5.1", "smollm2-135m"]     # printed groups first, then ours only
-    assert ours.loc["smollm2-135m", "Not answered"] == "0/1"   # the server error, outside N
+    assert list(ours.index) == ["gpt-5.1", "smollm2-135m"]  # printed groups first, then ours only
+    assert ours.loc["smollm2-135m", "Not answered"] == "0/1"  # the server error, outside N
     assert res.plumbing == ("smollm2-135m",)
 
 
 def test_plumbing_banner_quotes_this_runs_numbers(result):
     from types import SimpleNamespace
 
-    res = scoring.ScoringResult(result.rows, result.metrics, result.tests, result.tables, result.transitions,
-                                result.confusion, result.report, plumbing=("sc",))
+    res = scoring.ScoringResult(
+        result.rows,
+        result.metrics,
+        result.tests,
+        result.tables,
+        result.transitions,
+        result.confusion,
+        result.report,
+        plumbing=("sc",),
+    )
     text = scoring.summary(SimpleNamespace(is_synthetic=False), res)
     # sc original: p_bullish .6 .2 .4 .5 .1 -> mean 0.36; answers bullish, bearish, (tie), bullish,
     # neutral -> 2 of 4 parsed bullish; no_rating: .5 .5 .2 .3 (error row NaN) -> 0.375 ≈ 0.38
     assert "original: mean p_bullish 0.36, bullish answers 50 %, parsed 80 % of 5" in text
     assert "no_rating: mean p_bullish 0.38" in text
     assert "0.96" not in text and "gen" not in text
-    none = scoring.ScoringResult(*[getattr(result, f) for f in ("rows", "metrics", "tests", "tables", "transitions",
-                                                               "confusion", "report")])
+    none = scoring.ScoringResult(
+        *[getattr(result, f) for f in ("rows", "metrics", "tests", "tables", "transitions", "confusion", "report")]
+    )
     assert scoring.summary(SimpleNamespace(is_synthetic=False), none) == "(real data, no plumbing model)"
 
 
@@ -393,20 +495,35 @@ def test_herding_no_opinion_vs_no_rating_is_tested_and_marked_in_table7():
     # four reports, four firms; analyst ratings = reference; model herds on no_rating for r1-r3
     # and on no_opinion only for r1: pairs (a=no_opinion, b=no_rating) -> only_b = 2 (r2, r3)
     rows = []
-    ans = {"no_rating": ["bullish", "bearish", "neutral", "neutral"],
-           "no_opinion": ["bullish", "neutral", "bullish", None]}
+    ans = {
+        "no_rating": ["bullish", "bearish", "neutral", "neutral"],
+        "no_opinion": ["bullish", "neutral", "bullish", None],
+    }
     for cond, answers in ans.items():
         for i, (a, ref) in enumerate(zip(answers, ["bullish", "bearish", "neutral", "bullish"])):
-            rows.append({"model": "m", "condition": cond, "mode": "generate", "report_id": f"r{i}",
-                         "ticker": f"T{i}", "sector": "Energy", "answer": a, "parsed": a is not None,
-                         "reference_rating": ref, "label": "bullish",
-                         "p_bullish": NAN, "p_neutral": NAN, "p_bearish": NAN})
+            rows.append(
+                {
+                    "model": "m",
+                    "condition": cond,
+                    "mode": "generate",
+                    "report_id": f"r{i}",
+                    "ticker": f"T{i}",
+                    "sector": "Energy",
+                    "answer": a,
+                    "parsed": a is not None,
+                    "reference_rating": ref,
+                    "label": "bullish",
+                    "p_bullish": NAN,
+                    "p_neutral": NAN,
+                    "p_bearish": NAN,
+                }
+            )
     rows = pd.DataFrame(rows)
     tests = paired_tests(rows)
     h = tests[(tests.test == "herding_no_opinion_vs_no_rating") & (tests.sector == scoring.POOLED)].iloc[0]
-    assert (h.n_pairs, h.only_a, h.only_b) == (4, 0, 2)          # r3: unparsed on no_opinion = no match
-    assert h.pvalue == pytest.approx(0.5)                         # exact binomial: 2 * 0.5**2
-    assert (h.rate_a, h.rate_b) == (pytest.approx(1 / 4), pytest.approx(3 / 4))   # Eq. 1 over the 4 pairs
+    assert (h.n_pairs, h.only_a, h.only_b) == (4, 0, 2)  # r3: unparsed on no_opinion = no match
+    assert h.pvalue == pytest.approx(0.5)  # exact binomial: 2 * 0.5**2
+    assert (h.rate_a, h.rate_b) == (pytest.approx(1 / 4), pytest.approx(3 / 4))  # Eq. 1 over the 4 pairs
     spec = TABLE_SPECS[3]
     assert spec.extra_test == "herding_no_opinion_vs_no_rating"
     metrics = metrics_long(rows, reps=10, seed=1)
@@ -450,13 +567,23 @@ def test_missing_column_is_named():
 
 def test_run_writes_metrics_and_tables(tmp_run):
     from finlib.core.artifacts import read_frame, write_frame
+
     pred, cond, labels, reports = frames()
     for name, df in (("predictions", pred), ("conditions", cond), ("labels", labels), ("reports", reports)):
         write_frame(tmp_run, name, df)
     res = scoring.run(tmp_run)
     metrics = read_frame(tmp_run, "metrics")
-    assert list(metrics.columns) == ["model", "condition", "sector", "metric", "value", "ci_low", "ci_high",
-                                     "n", "parse_rate"]
+    assert list(metrics.columns) == [
+        "model",
+        "condition",
+        "sector",
+        "metric",
+        "value",
+        "ci_low",
+        "ci_high",
+        "n",
+        "parse_rate",
+    ]
     assert len(metrics) == len(res.metrics)
     for spec in TABLE_SPECS:
         for ext in ("csv", "md", "tex"):
@@ -465,7 +592,7 @@ def test_run_writes_metrics_and_tables(tmp_run):
     assert "Synthetic data" in md and "Mean of sectors" in md
     import matplotlib.pyplot as plt
 
-    fig = res.figures["fig_herding_accuracy"]              # the stage's figure: saved by run, closed, shown later
+    fig = res.figures["fig_herding_accuracy"]  # the stage's figure: saved by run, closed, shown later
     assert fig is not None and (tmp_run.figures_dir / "fig_herding_accuracy.png").is_file()
     assert fig.number not in plt.get_fignums()
 
@@ -496,6 +623,7 @@ def test_two_metric_rows_for_one_cell_is_an_error():
 
 def test_run_flags_the_registry_plumbing_model(tmp_run):
     from finlib.core.artifacts import write_frame
+
     pred, cond, labels, reports = frames()
     pred = pred.assign(model=pred.model.map({"gen": "gpt-4.1", "sc": "smollm2-135m"}))
     for name, df in (("predictions", pred), ("conditions", cond), ("labels", labels), ("reports", reports)):
@@ -503,10 +631,13 @@ def test_run_flags_the_registry_plumbing_model(tmp_run):
     res = scoring.run(tmp_run)
     assert res.plumbing == ("smollm2-135m",)
     t6 = res.tables["table6_accuracy_with_without"]
-    assert "in the paper as 'GPT-4'" in t6[t6.Source == OURS].set_index("Registry name").loc[
-        "gpt-4.1", "Notes"]
-    assert set(scoring.pooled_views(res)) == {"table4_ci_pooled", "paired_tests_pooled", "prob_herding_kl_pooled",
-                                              "confusion"}
+    assert "in the paper as 'GPT-4'" in t6[t6.Source == OURS].set_index("Registry name").loc["gpt-4.1", "Notes"]
+    assert set(scoring.pooled_views(res)) == {
+        "table4_ci_pooled",
+        "paired_tests_pooled",
+        "prob_herding_kl_pooled",
+        "confusion",
+    }
     assert (scoring.pooled_views(res)["paired_tests_pooled"]["sector"] == scoring.POOLED).all()
 
 
@@ -528,8 +659,9 @@ def test_paired_difference_and_its_interval(result):
 
 def _with_second_fake():
     pred, cond, labels, reports = frames()
-    extra_c = cond[cond.item_id == "r1:fake_rating"].assign(item_id="r1:fake_rating:bearish", fake_rating="bearish",
-                                                             reference_rating="bearish")
+    extra_c = cond[cond.item_id == "r1:fake_rating"].assign(
+        item_id="r1:fake_rating:bearish", fake_rating="bearish", reference_rating="bearish"
+    )
     extra_p = pred[pred.item_id == "r1:fake_rating"].assign(item_id="r1:fake_rating:bearish", raw_text="Bearish")
     return pd.concat([pred, extra_p], ignore_index=True), pd.concat([cond, extra_c], ignore_index=True), labels, reports
 
@@ -537,7 +669,7 @@ def _with_second_fake():
 def test_two_fakes_per_report_pair_with_the_one_original():
     rows = scoring.score_frame(*_with_second_fake()).rows
     pr = paired_rows(rows, "gen", "original", "fake_rating")
-    assert len(pr) == 5                                     # 4 reports with a fake, r1 twice
+    assert len(pr) == 5  # 4 reports with a fake, r1 twice
     r1 = pr[pr.report_id == "r1"]
     assert set(r1.answer_a) == {"bullish"} and set(r1.answer_b) == {"neutral", "bearish"}
     res = scoring.score_all(*_with_second_fake(), reps=20, seed=1)
@@ -559,7 +691,7 @@ def test_printed_averages_are_mostly_the_pooled_rate():
     """Measured on the published Tables 4-7 with Table 2's sector counts: the count-weighted
     (pooled) mean reproduces far more printed Averages than the plain mean of sectors."""
     a = printed_average_agreement()
-    assert a["cells"] == 116                       # T4 38 + T5 19 + T6 39 + T7 20
+    assert a["cells"] == 116  # T4 38 + T5 19 + T6 39 + T7 20
     assert a["pooled"] >= 55 and a["plain_mean"] <= 10 and a["pooled"] > 5 * a["plain_mean"]
     note = averaging_note(a)
     assert f"{a['pooled']} of its 116" in note and "pooled" in note
@@ -568,13 +700,62 @@ def test_printed_averages_are_mostly_the_pooled_rate():
 def test_cut_answers_are_inside_n_and_read_only_when_the_rating_is_there():
     pred, cond, labels, reports = frames()
     pred = pred.assign(truncated_output=False)
-    hit = (pred.model == "gen") & (pred.item_id == "r1:original")          # '{"answer": "bullish"}'
+    hit = (pred.model == "gen") & (pred.item_id == "r1:original")  # '{"answer": "bullish"}'
     pred.loc[hit, "truncated_output"] = True
     res = scoring.score_all(pred, cond, labels, reports, reps=10, seed=1)
-    assert value(res, "gen", "original", "herding") == pytest.approx(3 / 4)    # r1 still a match: read
+    assert value(res, "gen", "original", "herding") == pytest.approx(3 / 4)  # r1 still a match: read
     assert res.report["truncated_read"] == 1 and res.report["truncated"] == 0
-    pred.loc[hit, "raw_text"] = '{"reason": "The company'                  # cut before its answer
+    pred.loc[hit, "raw_text"] = '{"reason": "The company'  # cut before its answer
     res = scoring.score_all(pred, cond, labels, reports, reps=10, seed=1)
-    assert value(res, "gen", "original", "herding") == pytest.approx(2 / 4)    # r1 no longer a match
+    assert value(res, "gen", "original", "herding") == pytest.approx(2 / 4)  # r1 no longer a match
     assert value(res, "gen", "original", "herding", col="n") == 4
     assert res.report["truncated"] == 1 and res.report["truncated_read"] == 0
+
+
+def test_intervals_follow_the_seed():
+    """The cluster bootstrap is drawn from the seed it is given: the same seed gives the same interval,
+    another seed another one (30 firms of 4 answers, about half of them herding)."""
+    rng = np.random.default_rng(0)
+    n = 120
+    rows = pd.DataFrame(
+        {
+            "model": "m",
+            "condition": "original",
+            "mode": "generate",
+            "report_id": [f"r{i}" for i in range(n)],
+            "ticker": [f"F{i // 4}" for i in range(n)],
+            "sector": "Energy",
+            "answer": rng.choice(["bullish", "bearish"], n),
+            "parsed": True,
+            "reference_rating": "bullish",
+            "label": "bullish",
+            "p_bullish": NAN,
+            "p_neutral": NAN,
+            "p_bearish": NAN,
+        }
+    )
+
+    def interval(seed: int) -> tuple[float, float]:
+        m = metrics_long(rows, reps=200, seed=seed)
+        cell = m[(m.metric == "herding") & (m.sector == "Average (pooled)")].iloc[0]
+        return float(cell["ci_low"]), float(cell["ci_high"])
+
+    assert interval(1) == interval(1)
+    assert interval(1) != interval(2)
+
+
+def test_kl_metrics_cover_the_label_scored_model_only(result):
+    """Called directly (the module's fixture ran stage 04 once, before this test): KL rows exist for the
+    label-scored model "sc" only, pooled over r1, r2, r3, r5 as scipy's entropy gives it."""
+    from finlib.finbias.scoring.metrics import kl_metrics
+
+    kl = kl_metrics(result.rows, reps=10, seed=1, ci=0.95)
+    assert set(kl["model"]) == {"sc"}
+    pairs = [
+        ((0.6, 0.3, 0.1), (0.5, 0.25, 0.25)),
+        ((0.2, 0.2, 0.6), (0.5, 0.25, 0.25)),
+        ((0.4, 0.4, 0.2), (0.2, 0.6, 0.2)),
+        ((0.1, 0.8, 0.1), (0.3, 0.3, 0.4)),
+    ]
+    pooled = kl[(kl["condition"] == "original||no_rating") & (kl["sector"] == scoring.POOLED)]
+    assert pooled["value"].iloc[0] == pytest.approx(np.mean([entropy(p, q) for p, q in pairs]))

@@ -125,3 +125,136 @@ def test_printed_cells_and_markers_are_read_from_the_table():
     t4 = intervals[intervals["table"] == "table4_herding_with_without"].set_index("condition")
     assert t4.loc["original", "ci_low"] == pytest.approx(0.55) and t4.loc["no_rating", "ci_high"] == pytest.approx(0.47)
     assert set(markers["model"]) == {"m1"} and set(markers["marker"]) == {"***"}
+
+
+def _pairs(table) -> tuple[list[str], list[str]]:
+    """Paired answers (a, b) with n_ij pairs answering category i in a and j in b."""
+    a, b = [], []
+    for i, ci in enumerate(iv.CATEGORIES):
+        for j, cj in enumerate(iv.CATEGORIES):
+            a += [ci] * int(table[i][j])
+            b += [cj] * int(table[i][j])
+    return a, b
+
+
+def test_stuart_maxwell_by_hand_matches_statsmodels_homogeneity_not_symmetry():
+    from statsmodels.stats.contingency_tables import SquareTable
+
+    t = np.array([[20, 10, 5], [3, 30, 15], [0, 5, 40]], float)
+    stat, df, p = iv.stuart_maxwell_by_hand(*_pairs(t))
+    sm = SquareTable(t, shift_zeros=False).homogeneity(method="stuart_maxwell")
+    assert (stat, df, p) == (pytest.approx(sm.statistic), sm.df, pytest.approx(sm.pvalue))
+    bowker = SquareTable(t, shift_zeros=False).symmetry()  # the other test of a square table: df 3, not 2
+    assert bowker.df == 3 and not np.isclose(p, bowker.pvalue, rtol=iv.P_RTOL)
+
+
+def test_stuart_maxwell_by_hand_two_active_categories_is_mcnemars_chi_square():
+    # bearish never changes: the statistic is McNemar's (n_12 - n_21)^2 / (n_12 + n_21) with one df
+    stat, df, p = iv.stuart_maxwell_by_hand(*_pairs([[10, 6, 0], [1, 8, 0], [0, 0, 4]]))
+    assert (stat, df) == (pytest.approx(25 / 7), 1) and p == pytest.approx(0.0587, abs=1e-4)
+    assert iv.stuart_maxwell_by_hand(["bullish", "neutral"], ["bullish", "neutral"]) == (0.0, 0.0, 1.0)
+
+
+def _shift_items(tables: dict[str, list[list[int]]]) -> pd.DataFrame:
+    """Items of answer_shift_with_vs_without per model from its 3 x 3 table (one report per pair), plus one
+    pair whose b answer was not read (left out of n_pairs)."""
+    rows = []
+    for model, t in tables.items():
+        a, b = _pairs(t)
+        for i, (x, y) in enumerate([*zip(a, b), ("bullish", None)]):
+            rows.append((model, "original", f"R{i}:o", f"R{i}", f"T{i}", x, "bullish", "neutral"))
+            rows.append((model, "no_rating", f"R{i}:n", f"R{i}", f"T{i}", y, "bullish", "neutral"))
+    return items_frame(rows)
+
+
+def test_stuart_maxwell_recomputed_per_model_with_holm_across_models():
+    from statsmodels.stats.contingency_tables import SquareTable
+
+    tables = {"m1": [[20, 10, 5], [3, 30, 15], [0, 5, 40]], "m2": [[9, 2, 1], [3, 7, 2], [1, 2, 8]]}
+    got = iv.stuart_maxwell_recomputed(_shift_items(tables)).set_index("model")
+    assert list(got["test"].unique()) == ["answer_shift_with_vs_without"]
+    p = {m: SquareTable(np.array(t, float), shift_zeros=False).homogeneity().pvalue for m, t in tables.items()}
+    for model, t in tables.items():
+        assert got.loc[model, "n_pairs"] == np.sum(t) and got.loc[model, "df"] == 2
+        assert got.loc[model, "pvalue"] == pytest.approx(p[model])
+    lo, hi = sorted(p.values())  # Holm by hand over two tests: 2 p_(1), then max(that, p_(2))
+    assert sorted(got["p_holm"]) == pytest.approx(sorted([min(1, 2 * lo), max(min(1, 2 * lo), hi)]))
+
+
+def _table_rows(recomputed: pd.DataFrame) -> pd.DataFrame:
+    """The paired-test table's pooled rows as stage 04 writes them (4 significant digits)."""
+    t = recomputed.assign(sector="Average (pooled)", method="Stuart-Maxwell")
+    for col in ("statistic", "pvalue", "p_holm"):
+        t[col] = t[col].map(lambda x: float(f"{x:.4g}"))
+    return t
+
+
+def test_stuart_maxwell_problems_name_what_differs():
+    items = _shift_items({"m1": [[20, 10, 5], [3, 30, 15], [0, 5, 40]], "m2": [[9, 2, 1], [3, 7, 2], [1, 2, 8]]})
+    recomputed = iv.stuart_maxwell_recomputed(items)
+    table = _table_rows(recomputed)
+    assert iv.stuart_maxwell_problems(table, recomputed) == []
+    wrong_df = table.assign(df=3, pvalue=[float(chi2_sf(s, 3)) for s in table["statistic"]])
+    problems = iv.stuart_maxwell_problems(wrong_df, recomputed)
+    assert len(problems) == 1 and "2 of 2 pooled Stuart-Maxwell tests differ" in problems[0]
+    assert "df, pvalue" in problems[0]
+    missing = iv.stuart_maxwell_problems(table[table["model"] == "m1"], recomputed)
+    assert missing and "1 of 2" in missing[0] and "m2: n_pairs, df, statistic, pvalue, p_holm" in missing[0]
+
+
+def chi2_sf(x: float, df: int) -> float:
+    from scipy.stats import chi2
+
+    return float(chi2.sf(x, df))
+
+
+def _stage04_rows(tables: dict[str, list[list[int]]]) -> pd.DataFrame:
+    """Stage 04's scored rows for original vs no_rating from each model's 3 x 3 answer table, plus one
+    pair per model whose no_rating answer did not parse."""
+    rows = []
+    for model, t in tables.items():
+        a, b = _pairs(t)
+        for i, (x, y) in enumerate([*zip(a, b), ("neutral", None)]):
+            for cond, ans in (("original", x), ("no_rating", y)):
+                rows.append(
+                    {
+                        "model": model,
+                        "condition": cond,
+                        "mode": "generate",
+                        "report_id": f"R{i}",
+                        "ticker": f"T{i % 7}",
+                        "sector": "Energy",
+                        "answer": ans,
+                        "parsed": ans is not None,
+                        "reference_rating": "bullish",
+                        "label": "neutral",
+                        "p_bullish": np.nan,
+                        "p_neutral": np.nan,
+                        "p_bearish": np.nan,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def test_the_check_agrees_with_stage_04s_answer_shift_rows():
+    """Stage 04's paired-test code (through a CSV round trip, as the table is written) against the
+    rehearsal's recomputation from the same answers: no difference. A wrong df, Bowker's symmetry test
+    or a Stuart-Maxwell over other pairs in stage 04 makes this fail (tests/faults/seeded.py)."""
+    import io
+
+    from finlib.finbias.scoring.metrics import PAIRED_TESTS, paired_tests
+
+    tables = {
+        "m1": [[20, 10, 5], [3, 30, 15], [0, 5, 40]],
+        "m2": [[9, 2, 1], [3, 7, 2], [1, 2, 8]],
+        "m3": [[12, 0, 0], [4, 9, 0], [0, 0, 6]],
+    }
+    rows = _stage04_rows(tables)
+    shifts = [t for t in PAIRED_TESTS if t.name == "answer_shift_with_vs_without"]
+    written = io.StringIO()
+    paired_tests(rows, shifts, reps=0).to_csv(written, index=False)
+    table = pd.read_csv(io.StringIO(written.getvalue()))
+    items = rows.assign(item_id=rows["report_id"] + rows["condition"], reference="bullish")
+    recomputed = iv.stuart_maxwell_recomputed(items[items["model"].isin(tables)])
+    assert list(recomputed["df"]) == [2.0, 2.0, 1.0] and list(recomputed["n_pairs"]) == [128, 35, 31]
+    assert iv.stuart_maxwell_problems(table, recomputed) == []
