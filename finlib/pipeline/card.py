@@ -1,7 +1,7 @@
 """The herding card: does a model herd toward the analyst's rating, on the user's own reports?
 
 `python -m finlib.pipeline.card --model NAME [--reports DIR] [--prices FILE --market FILE] [--yes]` (and
-`make card`, and notebooks/10_herding_card.ipynb) runs stages 00-04 on a params file it writes to
+`make card`, and notebooks/herding_card.ipynb) runs stages 00-04 on a params file it writes to
 `runs/<name>/card/<name>.yaml`, so every number comes from the project's own stages and statistics
 (`finlib.finbias.scoring.metrics`, `finlib.core.stats`): herding with and without the rating (Eq. 1), toward
 a fake rating, cluster-bootstrap intervals over firms, the exact McNemar tests between paired conditions.
@@ -40,8 +40,18 @@ from finlib.pipeline.card_stats import (
     sector_lines,
 )
 
-DEFAULT_REPORTS = 200
+DEFAULT_REPORTS = 200  # a folder of the user's own reports: ±6.9 % widest half-width on a share
+# The embedded offline default (no folder: the synthetic reports; SmolLM2 scoring on the CPU) is sized to
+# finish in minutes, not hours: benchmarks/bench_card.py measures it (benchmarks/results/card.json) and
+# docs/herding-card.md gives the figures. 20 reports: ±21.9 % widest half-width, stated on the card.
+EMBEDDED_REPORTS = 20
 EMBEDDED_MODEL = "smollm2-135m"
+
+
+def default_reports(reports: str | None) -> int:
+    """How many reports a card samples when `--n` is not given: 200 from the user's folder, fewer on the
+    embedded synthetic reports, whose default run must finish in minutes on two loaded CPU cores."""
+    return DEFAULT_REPORTS if reports else EMBEDDED_REPORTS
 
 
 @dataclass
@@ -56,7 +66,7 @@ class CardRequest:
     text_column: str = "text"
     prices: str | None = None
     market: str | None = None
-    n_reports: int = DEFAULT_REPORTS
+    n_reports: int | None = None  # None: default_reports(reports)
     budget_usd: float = 5.0
     base_url: str | None = None
     price_input_per_m: float | None = None
@@ -64,6 +74,12 @@ class CardRequest:
     model_id: str | None = None
     api_key_env: str | None = None
     against: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.n_reports is None:
+            self.n_reports = default_reports(self.reports)
+        if self.n_reports < 1:
+            raise SystemExit(f"card: --n must be at least 1 report, got {self.n_reports}")
 
 
 def card_dir(root: Path, name: str) -> Path:
@@ -396,7 +412,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--text-column", default="text")
     ap.add_argument("--prices", default=None, help="long date,ticker,adj_close file (accuracy needs it)")
     ap.add_argument("--market", default=None, help="date,<market_column> file of the market index")
-    ap.add_argument("--n", type=int, default=DEFAULT_REPORTS, help="reports on the card (sampled)")
+    ap.add_argument(
+        "--n",
+        type=int,
+        default=None,
+        help=f"reports on the card (sampled; default {DEFAULT_REPORTS} from --reports, {EMBEDDED_REPORTS} embedded)",
+    )
     ap.add_argument("--budget-usd", type=float, default=5.0, help="the run stops before spending more")
     ap.add_argument("--base-url", default=None, help="an OpenAI-compatible endpoint for --model")
     ap.add_argument("--price-input-per-m", type=float, default=None, help="--base-url's $ per million input tokens")
