@@ -42,16 +42,18 @@ from finlib.pipeline.card_stats import (
 )
 
 DEFAULT_REPORTS = 200  # a folder of the user's own reports: ±6.9 % widest half-width on a share
-# The embedded offline default (no folder: the synthetic reports; SmolLM2 scoring on the CPU) is sized to
-# finish in minutes, not hours: benchmarks/bench_card.py measures it (benchmarks/results/card.json) and
-# docs/herding-card.md gives the figures. 10 reports: ±31.0 % widest half-width, stated on the card.
+# The embedded offline default (no folder: the synthetic reports; SmolLM2 scoring on the CPU) is sized so
+# `make card` takes minutes per report, not hours, on a loaded 2-core machine: benchmarks/bench_card.py measures
+# it (benchmarks/results/card.json), docs/herding-card.md gives the figures. 10 reports: ±31.0 % widest
+# half-width, stated on the card.
 EMBEDDED_REPORTS = 10
 EMBEDDED_MODEL = "smollm2-135m"
 
 
 def default_reports(reports: str | None) -> int:
     """How many reports a card samples when `--n` is not given: 200 from the user's folder, fewer on the
-    embedded synthetic reports, whose default run must finish in minutes on two loaded CPU cores."""
+    embedded synthetic reports, whose offline run answers each request on the CPU (tens of seconds each on a
+    loaded 2-core machine: benchmarks/results/card.json)."""
     return DEFAULT_REPORTS if reports else EMBEDDED_REPORTS
 
 
