@@ -516,3 +516,23 @@ def test_budget_cap_stops_the_card_and_a_rerun_pays_only_the_rest(tmp_path, monk
     assert 0 < first < unique_prompts and first + second == unique_prompts and third == 0
     assert set(stub.stub.answers.values()) == {1}  # no prompt was paid twice
     assert pred["status"].eq("ok").all() and len(pred) == 128
+
+
+def test_second_card_is_read_from_its_run_and_drawn_beside(tmp_path):
+    """`--against other`: gather reads runs/other/card/rows.parquet and the card draws both, paired per
+    condition on the 36 shared items; the herding of each side is Eq. 1 counted here by hand."""
+    other_rows = _scored_rows(seed=1)
+    other = tmp_path / "18" / "repo" / "runs" / "other" / "card"
+    other.mkdir(parents=True)
+    other_rows.to_parquet(other / "rows.parquet", index=False)
+    page, _ = _gathered_page(tmp_path, 18, CardRequest(name="t", model="m", n_reports=36, against="other"))
+    beside = _section(page, "Beside card other")
+    assert beside and "fake_rating" in beside
+    mine = _scored_rows()
+    for cond in ("original", "no_rating", "fake_rating"):
+        a, b = mine[mine["condition"] == cond], other_rows[other_rows["condition"] == cond]
+        assert len(a) == len(b) == 36
+        ha, hb = (a["answer"] == a["reference_rating"]).mean(), (b["answer"] == b["reference_rating"]).mean()
+        assert f"<tr><td>{cond}</td><td>36</td><td>{ha:.3f}</td><td>{hb:.3f}</td>" in beside
+    with pytest.raises(SystemExit, match="no card named 'absent'"):
+        _gathered_page(tmp_path / "x", 18, CardRequest(name="t", model="m", n_reports=36, against="absent"))
