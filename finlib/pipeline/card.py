@@ -1,7 +1,7 @@
 """The herding card: does a model herd toward the analyst's rating, on the user's own reports?
 
 `python -m finlib.pipeline.card --model NAME [--reports DIR] [--prices FILE --market FILE] [--yes]` (and
-`make card`, and notebooks/10_herding_card.ipynb) runs stages 00-04 on a params file it writes to
+`make card`, and notebooks/herding_card.ipynb) runs stages 00-04 on a params file it writes to
 `runs/<name>/card/<name>.yaml`, so every number comes from the project's own stages and statistics
 (`finlib.finbias.scoring.metrics`, `finlib.core.stats`): herding with and without the rating (Eq. 1), toward
 a fake rating, cluster-bootstrap intervals over firms, the exact McNemar tests between paired conditions.
@@ -31,6 +31,7 @@ from finlib.finbias.ownreports.collect import OwnReports, read_folder
 from finlib.finbias.ownreports.meta import DEFAULT_NAME_PATTERN
 from finlib.pipeline.card_render import CardData, write_card
 from finlib.pipeline.card_stats import (
+    CONDITIONS,
     answer_sample,
     card_tests,
     headline,
@@ -40,8 +41,20 @@ from finlib.pipeline.card_stats import (
     sector_lines,
 )
 
-DEFAULT_REPORTS = 200
+DEFAULT_REPORTS = 200  # a folder of the user's own reports: ±6.9 % widest half-width on a share
+# The embedded offline default (no folder: the synthetic reports; SmolLM2 scoring on the CPU) is sized so
+# `make card` takes minutes per report, not hours, on a loaded 2-core machine: benchmarks/bench_card.py measures
+# it (benchmarks/results/card.json), docs/herding-card.md gives the figures. 10 reports: ±31.0 % widest
+# half-width, stated on the card.
+EMBEDDED_REPORTS = 10
 EMBEDDED_MODEL = "smollm2-135m"
+
+
+def default_reports(reports: str | None) -> int:
+    """How many reports a card samples when `--n` is not given: 200 from the user's folder, fewer on the
+    embedded synthetic reports, whose offline run answers each request on the CPU (tens of seconds each on a
+    loaded 2-core machine: benchmarks/results/card.json)."""
+    return DEFAULT_REPORTS if reports else EMBEDDED_REPORTS
 
 
 @dataclass
@@ -56,7 +69,7 @@ class CardRequest:
     text_column: str = "text"
     prices: str | None = None
     market: str | None = None
-    n_reports: int = DEFAULT_REPORTS
+    n_reports: int | None = None  # None: default_reports(reports)
     budget_usd: float = 5.0
     base_url: str | None = None
     price_input_per_m: float | None = None
@@ -64,6 +77,12 @@ class CardRequest:
     model_id: str | None = None
     api_key_env: str | None = None
     against: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.n_reports is None:
+            self.n_reports = default_reports(self.reports)
+        if self.n_reports < 1:
+            raise SystemExit(f"card: --n must be at least 1 report, got {self.n_reports}")
 
 
 def card_dir(root: Path, name: str) -> Path:
@@ -203,6 +222,46 @@ def prepare(req: CardRequest, root: Path | None = None) -> tuple[RunConfig, dict
     return load_run(req.name, pfile, root=root), notes
 
 
+def condition_exclusions(conditions: pd.DataFrame, sources: dict[str, str]) -> pd.DataFrame:
+    """Reports stage 02 could not put in one of the card's conditions, one row per report and condition.
+
+    The folder reader keeps a report whose rating it can read; stage 02 may still skip or set aside one of
+    its conditions (no rating statement it can rewrite, a failed check). Such a report leaves that condition's
+    n, so the card names it with stage 02's reason. `sources` maps report_id to the file it came from.
+    """
+    bad = conditions[conditions["condition"].isin(list(CONDITIONS)) & (conditions["status"] != "ok")]
+    rid = bad["report_id"].astype(str)
+    return pd.DataFrame(
+        {
+            "source_file": rid.map(lambda r: sources.get(r, r)).to_numpy(),
+            "reason": ("stage 02: " + bad["skip_reason"].fillna(bad["status"]).astype(str)).to_numpy(),
+            "detail": ("left out of condition " + bad["condition"].astype(str) + " (report " + rid + ")").to_numpy(),
+        },
+        columns=["source_file", "reason", "detail"],
+    )
+
+
+def note_stage02_exclusions(cfg: RunConfig, notes: dict, out: Path) -> None:
+    """Add stage 02's left-out conditions to the card's exclusions, counts and excluded.csv."""
+    cond = pd.read_parquet(
+        cfg.processed_dir / "conditions.parquet", columns=["report_id", "condition", "status", "skip_reason"]
+    )
+    inputs = out / "inputs" / "reports.parquet"
+    sources: dict[str, str] = {}
+    if inputs.is_file():
+        src = pd.read_parquet(inputs, columns=["report_id", "source_file"])
+        sources = dict(zip(src["report_id"].astype(str), src["source_file"].astype(str), strict=True))
+    left = condition_exclusions(cond, sources)
+    if left.empty:
+        return
+    notes["exclusions"] = list(notes.get("exclusions") or []) + left.to_dict(orient="records")
+    counts = dict(notes.get("counts") or {})
+    for reason, k in left["reason"].value_counts().items():
+        counts[f"left out of a condition: {reason}"] = int(k)
+    notes["counts"] = counts
+    pd.DataFrame(notes["exclusions"], columns=list(left.columns)).to_csv(out / "excluded.csv", index=False)
+
+
 def endpoint_cost_unknown(req: CardRequest) -> bool:
     """A custom endpoint without both prices: its calls are recorded at $0, which is not what they cost."""
     return bool(req.base_url) and (req.price_input_per_m is None or req.price_output_per_m is None)
@@ -219,6 +278,11 @@ def plan_lines(cfg: RunConfig, req: CardRequest) -> tuple[list[str], float | Non
     dollars: float | None = float(plan["cost_usd_cap"].sum()) if len(plan) else 0.0
     cap = float(cfg.params["inference"]["budget_usd"])
     budget = f"Budget cap: ${cap:.2f} (the run stops before spending more)."
+    if dollars is not None and dollars > cap:
+        budget += (
+            f" The plan's cap (${dollars:.2f}) is over it: the card stops partway; rerun with a larger "
+            "--budget-usd to finish (answers already stored are not paid again)."
+        )
     if endpoint_cost_unknown(req):
         dollars = None
         budget = (
@@ -370,8 +434,9 @@ def build_card(
     labelled = cfg.is_synthetic or bool(req.prices and req.market)
     seconds: dict[str, float] = {}
     run_stages(cfg, ["00", "01", "02"] if labelled else ["00", "02"], seconds)
-    lines, dollars = plan_lines(cfg, req)
     out = card_dir(cfg.root, req.name)
+    note_stage02_exclusions(cfg, notes, out)
+    lines, dollars = plan_lines(cfg, req)
     (out / "plan.md").write_text("\n\n".join(lines) + "\n", encoding="utf-8")
     if confirm is not None and must_ask(dollars) and not confirm(lines, dollars):
         raise SystemExit(f"card {req.name}: not confirmed; nothing spent (the plan is in {out / 'plan.md'})")
@@ -396,7 +461,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--text-column", default="text")
     ap.add_argument("--prices", default=None, help="long date,ticker,adj_close file (accuracy needs it)")
     ap.add_argument("--market", default=None, help="date,<market_column> file of the market index")
-    ap.add_argument("--n", type=int, default=DEFAULT_REPORTS, help="reports on the card (sampled)")
+    ap.add_argument(
+        "--n",
+        type=int,
+        default=None,
+        help=f"reports on the card (sampled; default {DEFAULT_REPORTS} from --reports, {EMBEDDED_REPORTS} embedded)",
+    )
     ap.add_argument("--budget-usd", type=float, default=5.0, help="the run stops before spending more")
     ap.add_argument("--base-url", default=None, help="an OpenAI-compatible endpoint for --model")
     ap.add_argument("--price-input-per-m", type=float, default=None, help="--base-url's $ per million input tokens")

@@ -206,3 +206,43 @@ def test_folder_reads_every_format_and_names_every_exclusion(tmp_path):
     }
     assert got.counts()["reports"] + len(got.exclusions) == 10
     assert got.rules["pdf_library"] == PDF_LIBRARY
+
+
+def test_parquet_and_jsonl_rows_read_with_missing_fields_left_to_the_text(tmp_path):
+    """One report per row of a Parquet and a JSONL file; a record without a ticker, an id or a text (a
+    missing JSONL key, a Parquet null) takes the ticker from its text and a row-numbered id, never "nan"."""
+    d = tmp_path / "reports"
+    d.mkdir()
+    pd.DataFrame(
+        {
+            "report_id": ["PQ-1", None],
+            "text": ["Upgrade to Buy on Harbor Gas (NYSE: HBGS).\nDemand held.", "Reiterate Sell on Oak Rail (OKRL)."],
+            "ticker": ["HBGS", None],
+            "date": ["2022-03-01", "2022-04-01"],
+        }
+    ).to_parquet(d / "desk.parquet", index=False)
+    (d / "feed.jsonl").write_text(
+        '{"report_id": "J-1", "ticker": "LMNS", "date": "2023-01-05", "text": "We rate Lumen Soft Hold."}\n'
+        '{"date": "2023-02-06", "text": "Maintain Outperform on Cobalt Works (NASDAQ: CBLT).\\nMargins widened."}\n'
+        '{"report_id": "J-3", "date": "2023-03-07"}\n',
+        encoding="utf-8",
+    )
+    got = read_folder(d)
+    rep = got.reports.set_index("source_file")
+    assert set(rep.index) == {"desk.parquet row 1", "desk.parquet row 2", "feed.jsonl row 1", "feed.jsonl row 2"}
+    assert rep.loc["desk.parquet row 2", ["report_id", "ticker", "ticker_rule"]].tolist() == ["desk-2", "OKRL", "text"]
+    assert rep.loc["feed.jsonl row 2", ["report_id", "ticker", "ticker_rule", "analyst_rating"]].tolist() == [
+        "feed-2",
+        "CBLT",
+        "text",
+        "bullish",
+    ]
+    assert rep.loc["feed.jsonl row 1", ["ticker", "date", "analyst_rating"]].tolist() == [
+        "LMNS",
+        pd.Timestamp("2023-01-05"),
+        "neutral",
+    ]
+    assert rep.loc["desk.parquet row 1", "analyst_rating"] == "bullish"
+    assert dict(zip(got.exclusions["source_file"], got.exclusions["reason"], strict=True)) == {
+        "feed.jsonl row 3": "empty text"
+    }

@@ -400,3 +400,139 @@ def test_unpriced_endpoint_card_asks_and_spends_nothing_when_declined(tmp_path, 
     assert len(asked) == 1 and asked[0][1] is None and "Cost: unknown" in asked[0][0]
     processed = tmp_path / "repo" / "data" / "processed" / "ep"
     assert (processed / "conditions.parquet").exists() and not (processed / "predictions.parquet").exists()
+
+
+def test_plan_over_the_budget_says_the_card_stops_partway(tmp_path):
+    """$1,000 per million input tokens: 20 reports' plan costs more than a $0.50 budget, and the plan says so."""
+    lines, dollars = _endpoint_plan(tmp_path, price_input_per_m=1000.0, price_output_per_m=0.0, budget_usd=0.5)
+    assert dollars > 0.5 and "Budget cap: $0.50" in lines[-1]
+    assert f"plan's cap (${dollars:.2f}) is over it" in lines[-1] and "--budget-usd" in lines[-1]
+    under, cheap = _endpoint_plan(tmp_path / "b", price_input_per_m=0.01, price_output_per_m=0.0, budget_usd=0.5)
+    assert cheap < 0.5 and "over it" not in under[-1]
+
+
+def test_embedded_default_is_smaller_than_a_folders_and_states_its_width(tmp_path):
+    """No folder: the embedded size (its synthetic corpus and the plan's stated width); a folder: 200."""
+    from finlib.pipeline.card import DEFAULT_REPORTS, EMBEDDED_REPORTS, main, plan_lines, prepare
+
+    assert DEFAULT_REPORTS == 200 and EMBEDDED_REPORTS < DEFAULT_REPORTS
+    assert CardRequest(name="x", reports="folder").n_reports == 200
+    req = CardRequest(name="emb")
+    assert req.n_reports == EMBEDDED_REPORTS
+    cfg, notes = prepare(req, root=_card_root(tmp_path))
+    assert cfg.params["data"]["synthetic"]["n_reports"] == EMBEDDED_REPORTS
+    lines, dollars = plan_lines(cfg, req)
+    half = 1.96 * np.sqrt(0.25 / EMBEDDED_REPORTS)
+    assert lines[0].startswith(f"Card `emb`: {EMBEDDED_REPORTS} reports;") and f"±{half:.1%}" in lines[0]
+    assert dollars == 0.0
+    with pytest.raises(SystemExit, match="at least 1 report"):
+        main(["--n", "0"])
+
+
+def test_reports_stage_02_left_out_of_a_condition_are_named(tmp_path):
+    """A hand-built conditions table: one report skipped in no_rating, one set aside everywhere, a skipped
+    no_opinion row (not on the card); each card condition a report left is one named row, with its file."""
+    from types import SimpleNamespace
+
+    from finlib.pipeline.card import condition_exclusions, note_stage02_exclusions
+
+    rows = [
+        ("A", "original", "ok", None),
+        ("A", "no_rating", "skipped", "no rating statement to remove"),
+        ("A", "fake_rating", "ok", None),
+        ("A", "no_opinion", "skipped", "no opinion sentence"),
+        ("B", "original", "skipped", "set aside: fake_rewrite_check"),
+        ("B", "no_rating", "skipped", "set aside: fake_rewrite_check"),
+        ("B", "fake_rating", "skipped", "set aside: fake_rewrite_check"),
+        ("C", "original", "ok", None),
+    ]
+    cond = pd.DataFrame(rows, columns=["report_id", "condition", "status", "skip_reason"])
+    got = condition_exclusions(cond, {"A": "a.pdf"})
+    assert got["source_file"].tolist() == ["a.pdf", "B", "B", "B"]
+    assert got["reason"].tolist() == [
+        "stage 02: no rating statement to remove",
+        *["stage 02: set aside: fake_rewrite_check"] * 3,
+    ]
+    assert got["detail"].iloc[0] == "left out of condition no_rating (report A)"
+    processed, out = tmp_path / "processed", tmp_path / "card"
+    processed.mkdir()
+    (out / "inputs").mkdir(parents=True)
+    cond.to_parquet(processed / "conditions.parquet")
+    pd.DataFrame({"report_id": ["A", "B", "C"], "source_file": ["a.pdf", "b.html", "c.txt"]}).to_parquet(
+        out / "inputs" / "reports.parquet"
+    )
+    notes = {
+        "counts": {"reports": 3},
+        "exclusions": [{"source_file": "scan.pdf", "reason": "no text layer", "detail": ""}],
+    }
+    note_stage02_exclusions(SimpleNamespace(processed_dir=processed), notes, out)
+    assert notes["counts"] == {
+        "reports": 3,
+        "left out of a condition: stage 02: set aside: fake_rewrite_check": 3,
+        "left out of a condition: stage 02: no rating statement to remove": 1,
+    }
+    written = pd.read_csv(out / "excluded.csv")
+    assert written["source_file"].tolist() == ["scan.pdf", "a.pdf", "b.html", "b.html", "b.html"]
+
+
+@pytest.mark.slow
+def test_budget_cap_stops_the_card_and_a_rerun_pays_only_the_rest(tmp_path, monkeypatch):
+    """A priced stub endpoint: a $1 budget stops stage 03 after some answers; the rerun with a larger budget
+    sends only the requests not yet answered (the stub counts them), and a third run sends none."""
+    from finlib.harness.stub_run import VariedStub
+    from finlib.llm.openai_backend import BudgetExceeded
+    from finlib.pipeline.card import build_card
+    from finlib.rehearsal.stub_server import ThreadedStub
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("CARD_STUB_KEY", "stub-key")
+    folder, _, _ = _priced_folder(tmp_path / "mine")
+    root = _card_root(tmp_path)
+    stub = ThreadedStub()
+    stub.stub = VariedStub()
+    with stub:
+        req = CardRequest(
+            name="cap",
+            model="stub-llm",
+            reports=str(folder),
+            base_url=stub.base_url,
+            api_key_env="CARD_STUB_KEY",
+            price_input_per_m=1000.0,
+            price_output_per_m=0.0,
+            budget_usd=1.0,
+        )
+        with pytest.raises(BudgetExceeded, match="stopped before exceeding inference.budget_usd=1.00"):
+            build_card(req, confirm=None, root=root)
+        first = stub.stub.n_requests
+        assert not (root / "runs" / "cap" / "card" / "index.html").exists()
+        req.budget_usd = 1000.0
+        build_card(req, confirm=None, root=root)
+        second = stub.stub.n_requests - first
+        build_card(req, confirm=None, root=root)
+        third = stub.stub.n_requests - first - second
+    processed = load_run("cap", root / "runs" / "cap" / "card" / "cap.yaml", root=root, make_dirs=False).processed_dir
+    pred = pd.read_parquet(processed / "predictions.parquet")
+    unique_prompts = len(stub.stub.answers)
+    assert 0 < first < unique_prompts and first + second == unique_prompts and third == 0
+    assert set(stub.stub.answers.values()) == {1}  # no prompt was paid twice
+    assert pred["status"].eq("ok").all() and len(pred) == 128
+
+
+def test_second_card_is_read_from_its_run_and_drawn_beside(tmp_path):
+    """`--against other`: gather reads runs/other/card/rows.parquet and the card draws both, paired per
+    condition on the 36 shared items; the herding of each side is Eq. 1 counted here by hand."""
+    other_rows = _scored_rows(seed=1)
+    other = tmp_path / "18" / "repo" / "runs" / "other" / "card"
+    other.mkdir(parents=True)
+    other_rows.to_parquet(other / "rows.parquet", index=False)
+    page, _ = _gathered_page(tmp_path, 18, CardRequest(name="t", model="m", n_reports=36, against="other"))
+    beside = _section(page, "Beside card other")
+    assert beside and "fake_rating" in beside
+    mine = _scored_rows()
+    for cond in ("original", "no_rating", "fake_rating"):
+        a, b = mine[mine["condition"] == cond], other_rows[other_rows["condition"] == cond]
+        assert len(a) == len(b) == 36
+        ha, hb = (a["answer"] == a["reference_rating"]).mean(), (b["answer"] == b["reference_rating"]).mean()
+        assert f"<tr><td>{cond}</td><td>36</td><td>{ha:.3f}</td><td>{hb:.3f}</td>" in beside
+    with pytest.raises(SystemExit, match="no card named 'absent'"):
+        _gathered_page(tmp_path / "x", 18, CardRequest(name="t", model="m", n_reports=36, against="absent"))

@@ -118,6 +118,14 @@ def _document(path: Path, root: Path, sidecar, pattern, pdf_library) -> tuple[di
     return _row(name, path.stem, text, meta, {"pages": len(pages), **stats})
 
 
+def _given(value: object) -> bool:
+    """A table cell holds a value: not None, NaN, NaT or blank. A JSONL record without a key and a Parquet
+    null both arrive as missing; as text they would read "nan" (a ticker, an id) and must not."""
+    if value is None or (not isinstance(value, str) and bool(pd.isna(value))):
+        return False
+    return bool(str(value).strip())
+
+
 def _table(path: Path, root: Path, text_column: str) -> tuple[list[dict], list[dict]]:
     """Rows of a CSV/Parquet/JSONL file with a text column; `ticker`, `date`, `sector`, `report_id` used if present."""
     df = read_table(path)
@@ -125,19 +133,21 @@ def _table(path: Path, root: Path, text_column: str) -> tuple[list[dict], list[d
         raise DataValidationError(f"{path}: no text column {text_column!r}; found {list(df.columns)}")
     name, rows, left = str(path.relative_to(root)), [], []
     for i, rec in enumerate(df.to_dict("records")):
-        text, source = str(rec.get(text_column) or ""), f"{name} row {i + 2 if path.suffix == '.csv' else i + 1}"
+        source = f"{name} row {i + 2 if path.suffix == '.csv' else i + 1}"
+        text = str(rec[text_column]) if _given(rec.get(text_column)) else ""
+        if not text.strip():
+            left.append({"source_file": source, "reason": "empty text", "detail": f"column {text_column!r}"})
+            continue
         meta = report_meta("", text, None, None)
         for col in ("ticker", "date", "sector"):
             value = rec.get(col)
-            if (
-                value is not None
-                and str(value).strip()
-                and not (col == "date" and pd.isna(pd.to_datetime(value, errors="coerce", format="mixed")))
+            if _given(value) and not (
+                col == "date" and pd.isna(pd.to_datetime(value, errors="coerce", format="mixed"))
             ):
                 meta[col] = pd.to_datetime(value, format="mixed").normalize() if col == "date" else str(value)
                 if col != "sector":
                     meta[f"{col}_rule"] = "column"
-        rid = str(rec.get("report_id") or f"{path.stem}-{i + 1}")
+        rid = str(rec["report_id"]) if _given(rec.get("report_id")) else f"{path.stem}-{i + 1}"
         row, out = _row(
             source, rid, text.replace("\r\n", "\n"), meta, {"pages": 1, "running_lines_removed": 0, "hyphens_joined": 0}
         )
