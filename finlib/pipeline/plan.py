@@ -206,7 +206,8 @@ def model_plan(cfg: RunConfig, spec: ModelSpec, texts: dict[str, list[str]], cou
         out_exp, out_cap = n * min(answer, room), n * room
         hours, binding = wall_hours(n, in_tok + out_exp, spec, float(p["latency_s"]), throughput)
         gpu, gpu_cap = (gpu_hours(in_tok + out, spec, SERVE_FLOPS, float(p["gpu_tflops"])) for out in (out_exp, out_cap))
-        if gpu is not None and throughput is None:  # a self-hosted model of known size: its GPU time binds
+        if gpu is not None and throughput is None and spec.backend not in LOCAL_BACKENDS:  # a served model of
+            # known size: its GPU time binds (a model run here, unmeasured, keeps the latency bound: often a CPU)
             hours, binding = gpu, gpu_source(spec, SERVE_FLOPS, float(p["gpu_tflops"]))
         elif self_hosted(spec) and spec.parameters_b is None:
             binding += "; size unknown (registry parameters_b missing): no GPU-hours"
@@ -309,13 +310,13 @@ def plan_markdown(cfg: RunConfig, plan: pd.DataFrame, other: pd.DataFrame | None
     notes = "\n".join(f"- {models}: input tokens from {i}; answer length {a}; wall time bound by {lim}"
                        for (i, a, lim), models in groups.items())
     return (f"**Plan for run `{cfg.name}`** (no calls made). Requests from {where}.\n\n"
-            f"Stage 03 (inference):\n\n{shown.to_markdown(index=False)}\n\nSources of each estimate:\n{notes}\n"
+            f"Stage 03 (inference):\n\n{shown.to_markdown(index=False, disable_numparse=True)}\n\nSources of each estimate:\n{notes}\n"
             + ("" if other is None else other_stages_markdown(cfg, other)) + whole_run_line(plan, other))
 
 
 def _hours(h: float) -> str:
     """GPU-hours as the tables print them; '-' for a model billed per token (or of unknown size)."""
-    return "-" if pd.isna(h) else f"{h:,.2f}"
+    return "-" if pd.isna(h) else f"{h:,.2f}" if h >= 1 else f"{h:.2g}"
 
 
 def other_stages_markdown(cfg: RunConfig, other: pd.DataFrame) -> str:
@@ -334,7 +335,7 @@ def other_stages_markdown(cfg: RunConfig, other: pd.DataFrame) -> str:
                       zip(other["stage"], other["model"], other["role"], other["source"]))
     return (f"\nStages 05 and 07-08 (GPU-hours at the assumed plan.gpu_tflops {float(p['gpu_tflops']):g} TFLOP/s per "
             f"GPU, cost at plan.gpu_hour_usd {float(p['gpu_hour_usd']):g}; billed models at their prices, outputs at "
-            f"the cap):\n\n{shown.to_markdown(index=False)}\n\n{notes}\n")
+            f"the cap):\n\n{shown.to_markdown(index=False, disable_numparse=True)}\n\n{notes}\n")
 
 
 def whole_run_line(plan: pd.DataFrame, other: pd.DataFrame | None) -> str:
@@ -343,7 +344,7 @@ def whole_run_line(plan: pd.DataFrame, other: pd.DataFrame | None) -> str:
     if other is not None and not other.empty:
         frames.append(other[["gpu_hours", "cost_usd"]])
     both = pd.concat(frames, ignore_index=True)
-    return (f"\n**Whole run**: {both['gpu_hours'].sum():,.2f} GPU-hours of self-hosted models, "
+    return (f"\n**Whole run**: {_hours(both['gpu_hours'].sum())} GPU-hours of self-hosted models, "
             f"{both['cost_usd'].sum():,.2f} USD expected (stage 03 at the expected answer length, the others at the cap).\n")
 
 
