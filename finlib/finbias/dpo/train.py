@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -251,6 +252,7 @@ def train_dpo(model, tok, records: list[dict], out_dir: Path, dp: dict, seed: in
     trainer.train()
     train_s = time.perf_counter() - t0
     adapter = out_dir / "adapter"
+    step(f"dpo: trained in {train_s:,.0f} s; saving the adapter to {adapter}")
     trainer.save_model(str(adapter))  # the adapter only; gathers ZeRO-3 shards; main process writes
     log = step_log(trainer.state.log_history)
     if not trainer.is_world_process_zero():
@@ -261,6 +263,8 @@ def train_dpo(model, tok, records: list[dict], out_dir: Path, dp: dict, seed: in
     log.to_csv(out_dir / "train_log.csv", index=False)
     share = NO_MARGIN
     if int(os.environ.get("WORLD_SIZE", "1")) == 1:   # sharded models (FSDP, ZeRO-3) cannot run one rank's pass
+        step(f"dpo: per-token reward margins of the {len(records)} training pairs (policy and reference forward "
+             "passes of both answers)")
         margins = margin_by_token(trainer.model, tok, records, float(dp["beta"]))
         margins.to_csv(out_dir / MARGIN_FILE, index=False)
         share = rating_margin_share(margins)
@@ -274,6 +278,15 @@ def train_dpo(model, tok, records: list[dict], out_dir: Path, dp: dict, seed: in
 
 RATING_WORDS = re.compile(r"\b(bullish|neutral|bearish)\b")
 MARGIN_FILE = "margin_by_token.csv"
+
+
+def step(line: str) -> None:
+    """One progress line between the long steps of stage 05: to stderr (the notebook keeps it) and to the
+    runner's terminal (`finlib.core.progress_feed`), so no step after training runs in silence."""
+    from finlib.core.progress_feed import publish
+
+    print(line, file=sys.stderr, flush=True)
+    publish(line)
 
 
 def _completion_logps(model, ids: list[int], start: int):
