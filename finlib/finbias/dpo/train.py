@@ -263,8 +263,6 @@ def train_dpo(model, tok, records: list[dict], out_dir: Path, dp: dict, seed: in
     log.to_csv(out_dir / "train_log.csv", index=False)
     share = NO_MARGIN
     if int(os.environ.get("WORLD_SIZE", "1")) == 1:   # sharded models (FSDP, ZeRO-3) cannot run one rank's pass
-        step(f"dpo: per-token reward margins of the {len(records)} training pairs (policy and reference forward "
-             "passes of both answers)")
         margins = margin_by_token(trainer.model, tok, records, float(dp["beta"]))
         margins.to_csv(out_dir / MARGIN_FILE, index=False)
         share = rating_margin_share(margins)
@@ -323,15 +321,21 @@ def margin_by_token(model, tok, records: list[dict], beta: float) -> pd.DataFram
     the part of it on rating tokens. A margin carried by wording that differs between the sides for
     other reasons (a fixed template phrase) teaches the template, not the rating; the pairs are built
     so that the rating carries it (docs/dpo.md)."""
+    from finlib.core.progress_feed import Meter
+
     was_training = model.training
     model.eval()
     rows = []
+    meter = Meter(len(records), "dpo: per-token reward margins (policy and reference passes of both answers)",
+                  unit="pair", file=sys.stderr)
     for rec in records:
         c_all, c_rating = _side_rewards(model, tok, rec, "chosen", beta)
         r_all, r_rating = _side_rewards(model, tok, rec, "rejected", beta)
+        meter.update(1)
         rows.append({"report_id": rec["report_id"], "margin": c_all - r_all, "rating_margin": c_rating - r_rating,
                      "chosen_reward": c_all, "chosen_rating_reward": c_rating, "rejected_reward": r_all,
                      "rejected_rating_reward": r_rating})
+    meter.close()
     model.train(was_training)
     return pd.DataFrame(rows, columns=["report_id", "margin", "rating_margin", "chosen_reward", "chosen_rating_reward",
                                        "rejected_reward", "rejected_rating_reward"])
