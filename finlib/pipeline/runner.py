@@ -511,12 +511,11 @@ def reuse_from_parent(cfg: RunConfig, manifest: dict[str, Any], selected: list[s
     if parent is None or manifest.get("stages") or parent.get("status") != "ok":
         return selected
     rec = reuse_parent(cfg.root, str(parent_name), parent, cfg.name, cfg.params)
-    taken = [s for s in selected if s in rec["stages"]]
+    taken = sorted(rec["stages"])  # every stage linked is recorded, selected or not: no file without its record
     if not taken:
         return selected
-    manifest["reused"] = {**rec, "stages": {s: rec["stages"][s] for s in taken}}
-    manifest.setdefault("stages", {}).update(reused_entries(str(parent_name), parent, cfg.name,
-                                                            {s: rec["stages"][s] for s in taken}))
+    manifest["reused"] = rec
+    manifest.setdefault("stages", {}).update(reused_entries(str(parent_name), parent, cfg.name, rec["stages"]))
     write_manifest(cfg, manifest)
     rest = [s for s in selected if s not in taken]
     print(f"[{cfg.name}] stages {', '.join(taken)} reused from run '{parent_name}' (their params unchanged; "

@@ -71,6 +71,16 @@ def test_a_stage_04_change_reuses_stages_00_to_03_and_runs_the_rest(tmp_path, ca
     assert "stages 00, 01, 02, 03 reused from run 'default'" in capsys.readouterr().out
 
 
+def test_a_partial_call_records_every_stage_it_links(tmp_path):
+    """`make figures RUN=mine` (stages 04 on) on a fresh run: 00-03 are linked and recorded all the same."""
+    parent = finished_parent(tmp_path)
+    cfg = mine(tmp_path, {"scoring": {"k": 2}})
+    manifest: dict = {}
+    assert runner.reuse_from_parent(cfg, manifest, ["04", "05", "06"], "default", parent) == ["04", "05", "06"]
+    assert sorted(manifest["stages"]) == ["00", "01", "02", "03"]
+    assert (tmp_path / "data/processed/mine/out_03.parquet").is_file()
+
+
 def test_nothing_is_reused_for_a_change_any_stage_may_read_or_a_run_with_history(tmp_path):
     parent = finished_parent(tmp_path)
     cfg = mine(tmp_path, {"seed_source": {"k": 2}})  # a section no stage names: every stage may read it
