@@ -220,6 +220,7 @@ def model_plan(cfg: RunConfig, spec: ModelSpec, texts: dict[str, list[str]], cou
             "output_tokens_cap": int(out_cap), "gpu_hours": gpu,
             "cost_usd_expected": gpu * usd if gpu is not None else spec.cost(in_tok, out_exp, discount),
             "cost_usd_cap": gpu_cap * usd if gpu_cap is not None else spec.cost(in_tok, out_cap, discount),
+            "billed_usd_cap": spec.cost(in_tok, out_cap, discount),  # what a provider bills (the budget cap counts it)
             "wall_hours": hours, "binding_limit": binding,
         })
     return rows

@@ -60,6 +60,7 @@ def test_self_hosted_gpu_hours_follow_the_model_size(tmp_path):
     assert row["cost_usd_cap"] == pytest.approx(3.0 * (row["input_tokens"] + row["output_tokens_cap"]) * 16e9
                                                 / 100e12 / 3600)
     assert "8B params" in row["binding_limit"] and "100 TFLOP/s" in row["binding_limit"]
+    assert row["billed_usd_cap"] == 0  # nobody bills its tokens: the budget cap and `make card` count no dollars
     big = p.loc[("b70", "original")]
     assert big["gpu_hours"] == pytest.approx(row["gpu_hours"] * 70 / 8)
     assert pd.isna(p.loc[("api", "original"), "gpu_hours"])  # billed per token
