@@ -20,7 +20,7 @@ export PYTHONHASHSEED := 0
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
-	@echo "  variables: RUN=NAME (params/NAME.yaml) or RUN=path/to/NAME.yaml (run NAME; default: default)  STAGE=<NN> (for make stage)  AGAINST=dir RTOL=x (for make compare-tables)"
+	@echo "  variables: RUN=NAME (params/NAME.yaml) or RUN=path/to/NAME.yaml (run NAME; default: default)  STAGE=<NN> (for make stage)  OTHER=run or AGAINST=dir RTOL=x (for make compare-tables)"
 	@echo "             make card: MODEL=name REPORTS=dir PRICES=file MARKET=file N=200 BESIDE=<other card's run name> YES=1"
 	@echo "             LAB_IP=127.0.0.1 LAB_PORT=8888 LAB_OPEN=auto|yes|no (for make lab: address, port, whether to open a browser)"
 
@@ -71,9 +71,9 @@ card: $(STAMP) ## herding card of MODEL on REPORTS (default: embedded, offline):
 	  $(if $(PRICES),--prices $(PRICES)) $(if $(MARKET),--market $(MARKET)) $(if $(N),--n $(N)) \
 	  $(if $(BESIDE),--against $(BESIDE)) $(if $(filter 1 yes,$(YES)),--yes)
 
-compare-tables: $(STAMP) ## does a run write the same tables as a saved copy? AGAINST=dir [RTOL=0]: runs/$(RUN)/tables_vs_<dir>.md
-	@test -n "$(AGAINST)" || { echo "usage: make compare-tables RUN=name AGAINST=dir (a copy of a run's tables folder) [RTOL=0]"; exit 2; }
-	$(PY) -m finlib.pipeline.compare_runs --run $(RUN) --against $(AGAINST) $(if $(RTOL),--rtol $(RTOL))
+compare-tables: $(STAMP) ## do two runs write the same tables? OTHER=run or AGAINST=dir [RTOL=0]: runs/$(RUN)/tables_vs_<name>.md
+	@test -n "$(AGAINST)$(OTHER)" || { echo "usage: make compare-tables RUN=name OTHER=run (another run) or AGAINST=dir (a copy of a run's tables folder) [RTOL=0]"; exit 2; }
+	$(PY) -m finlib.pipeline.compare_runs --run $(RUN) $(if $(OTHER),--from-run $(OTHER),--against $(AGAINST)) $(if $(RTOL),--rtol $(RTOL))
 
 dpo: $(STAMP) ## stage 05 alone without the notebook: triplets, LoRA DPO, Table 8 (needs stages 00-02's artifacts)
 	$(PY) -m finlib.finbias.dpo --run $(RUN)

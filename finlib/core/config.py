@@ -162,6 +162,11 @@ def load_params(path: Path, _chain: tuple[Path, ...] = ()) -> dict:
     return _load_chain(path, _chain)[0]
 
 
+def params_chain(path: Path) -> list[Path]:
+    """The params files `path` is made of: itself first, then the file it extends, and so on."""
+    return _load_chain(path)[1]
+
+
 def _load_chain(path: Path, _chain: tuple[Path, ...] = ()) -> tuple[dict, list[Path]]:
     """The merged params of `path` and the files merged, the file itself first (its `extends` last)."""
     path = Path(path)

@@ -362,6 +362,8 @@ class PlanSection(_Section):
     output_cap: Count | None  # null: each record's max_new_tokens
     latency_s: Positive
     sample_texts: Count
+    gpu_tflops: Positive      # assumed sustained TFLOP/s of one GPU (finlib.pipeline.plan_compute)
+    gpu_hour_usd: NonNeg      # assumed USD per GPU-hour of a self-hosted model
     preflight: StrictBool
 
 

@@ -69,3 +69,15 @@ def reuse_parent(root: Path, parent_name: str, parent: dict[str, Any], run: str,
                     files += 1
             reused[stage] = files
     return {"from": parent_name, "stages": reused, "rerun_from": first or None}
+
+
+def reused_entries(parent_name: str, parent: dict[str, Any], run: str, reused: dict[str, int]) -> dict[str, dict]:
+    """The run's manifest entries of the stages it took from its parent: the parent's entry with the
+    artifact paths swapped to the run's folders, `reused_from` naming the parent and no time of its own."""
+    out = {}
+    for stage in reused:
+        entry = dict((parent.get("stages") or {}).get(stage) or {})
+        arts = {(_target(rel, parent_name, run) or rel): h for rel, h in (entry.get("artifacts") or {}).items()}
+        out[stage] = {**entry, "artifacts": arts, "reused_from": parent_name, "parent_seconds": entry.get("seconds"),
+                      "seconds": 0.0}
+    return out

@@ -35,7 +35,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "max_new_tokens": (int,), "breaker_failures": (int,), "breaker_grace_s": (int, float),
     "stall_s": (int, float),
     "sends_sampling": (bool,), "reasoning_tokens": (int,),
-    "dtype": (str, type(None)),
+    "dtype": (str, type(None)), "parameters_b": (int, float, type(None)),
 }
 VLLM_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")  # `vllm serve --dtype` choices
 _REQUIRED = ("name", "backend", "model_id", "supports_system", "context_length",
@@ -91,6 +91,8 @@ def validate_record(rec: Any, path: Path, index: int) -> ModelSpec:
                     f"got {rec['dtype']!r} on backend {rec['backend']!r} (local torch models: inference.dtype)")
     if rec.get("timeout_s", 1) <= 0:
         raise _fail(path, where, "timeout_s", "must be positive")
+    if rec.get("parameters_b") is not None and rec["parameters_b"] <= 0:
+        raise _fail(path, where, "parameters_b", "must be positive (billions of parameters, e.g. 8.0)")
     sampling = rec["sampling"]
     unknown = set(sampling) - _SAMPLING_KEYS
     if unknown:

@@ -59,6 +59,9 @@ class ModelSpec:
     # vLLM-served records: the precision the weights are served at (`vllm serve --dtype`), as the authors
     # ran them (run_vllm.py: "half", "bfloat16" for gemma-2); None = vLLM's own choice (the config's dtype)
     dtype: str | None = None
+    # billions of parameters a token passes through (a mixture of experts: the active ones), from the model
+    # card: `make plan` turns a self-hosted model's tokens into GPU-hours with it (None = size not recorded)
+    parameters_b: float | None = None
 
     @property
     def accepts_temperature(self) -> bool:

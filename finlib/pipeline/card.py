@@ -275,7 +275,7 @@ def plan_lines(cfg: RunConfig, req: CardRequest) -> tuple[list[str], float | Non
     from finlib.pipeline.plan import build_plan, plan_markdown
 
     plan = build_plan(cfg)
-    dollars: float | None = float(plan["cost_usd_cap"].sum()) if len(plan) else 0.0
+    dollars: float | None = float(plan["billed_usd_cap"].sum()) if len(plan) else 0.0  # GPU-hours are not billed
     cap = float(cfg.params["inference"]["budget_usd"])
     budget = f"Budget cap: ${cap:.2f} (the run stops before spending more)."
     if dollars is not None and dollars > cap:

@@ -32,6 +32,7 @@ from finlib.finbias.vocab import Condition
 from finlib.llm.backends import backend_of
 from finlib.llm.registry import run_registry, select_models
 from finlib.llm.spec import ModelSpec
+from finlib.pipeline.plan_compute import SERVE_FLOPS, gpu_hours, gpu_source, other_stages_plan, self_hosted
 
 HF_HOST, YAHOO_HOST = ("huggingface.co", 443), ("query1.finance.yahoo.com", 443)
 
@@ -204,13 +205,23 @@ def model_plan(cfg: RunConfig, spec: ModelSpec, texts: dict[str, list[str]], cou
         room = float(np.mean([max(0, min(cap, spec.context_length - t - overhead)) for t in per])) if per else cap
         out_exp, out_cap = n * min(answer, room), n * room
         hours, binding = wall_hours(n, in_tok + out_exp, spec, float(p["latency_s"]), throughput)
+        gpu, gpu_cap = (gpu_hours(in_tok + out, spec, SERVE_FLOPS, float(p["gpu_tflops"])) for out in (out_exp, out_cap))
+        if gpu is not None and throughput is None and not backend_of(spec).self_hosted:  # a served model of
+            # known size: its GPU time binds (a model run here, unmeasured, keeps the latency bound: often a CPU)
+            hours, binding = gpu, gpu_source(spec, SERVE_FLOPS, float(p["gpu_tflops"]))
+        elif self_hosted(spec) and spec.parameters_b is None:
+            binding += "; size unknown (registry parameters_b missing): no GPU-hours"
+        usd = float(p["gpu_hour_usd"])
         rows.append({
             "model": spec.name, "condition": cond, "requests": n,
             "input_tokens": round(in_tok), "input_source": counter.source if sample else
             f"plan.report_tokens ({int(p['report_tokens'])}/report)",
             "output_tokens_expected": round(out_exp), "answer_source": answer_src,
-            "output_tokens_cap": int(out_cap), "cost_usd_expected": spec.cost(in_tok, out_exp, discount),
-            "cost_usd_cap": spec.cost(in_tok, out_cap, discount), "wall_hours": hours, "binding_limit": binding,
+            "output_tokens_cap": int(out_cap), "gpu_hours": gpu,
+            "cost_usd_expected": gpu * usd if gpu is not None else spec.cost(in_tok, out_exp, discount),
+            "cost_usd_cap": gpu_cap * usd if gpu_cap is not None else spec.cost(in_tok, out_cap, discount),
+            "billed_usd_cap": spec.cost(in_tok, out_cap, discount),  # what a provider bills (the budget cap counts it)
+            "wall_hours": hours, "binding_limit": binding,
         })
     return rows
 
@@ -274,14 +285,14 @@ def build_plan(cfg: RunConfig) -> pd.DataFrame:
 
 def plan_totals(plan: pd.DataFrame) -> pd.DataFrame:
     """Per model (conditions summed; wall time assumes the conditions run one after another) and a total."""
-    num = ["requests", "input_tokens", "output_tokens_expected", "output_tokens_cap", "cost_usd_expected",
+    num = ["requests", "input_tokens", "output_tokens_expected", "output_tokens_cap", "gpu_hours", "cost_usd_expected",
            "cost_usd_cap", "wall_hours"]
-    per = plan.groupby("model", sort=False)[num].sum().reset_index()
+    per = plan.groupby("model", sort=False)[num].sum(min_count=1).reset_index()
     total = per[num].sum().to_frame().T.assign(model="TOTAL (models one after another)")
     return pd.concat([per, total], ignore_index=True)
 
 
-def plan_markdown(cfg: RunConfig, plan: pd.DataFrame) -> str:
+def plan_markdown(cfg: RunConfig, plan: pd.DataFrame, other: pd.DataFrame | None = None) -> str:
     """The README-ready table: per model totals, then the sources of every estimate."""
     _, _, where = condition_texts(cfg, 1, cfg.seed)
     t = plan_totals(plan)
@@ -290,6 +301,7 @@ def plan_markdown(cfg: RunConfig, plan: pd.DataFrame) -> str:
         "input tokens (M)": (t["input_tokens"] / 1e6).map("{:,.1f}".format),
         "output tokens (M): expected / cap": [f"{a / 1e6:,.1f} / {b / 1e6:,.1f}" for a, b in
                                               zip(t["output_tokens_expected"], t["output_tokens_cap"])],
+        "GPU-hours": t["gpu_hours"].map(_hours),
         "cost USD: expected / cap": [f"{a:,.0f} / {b:,.0f}" for a, b in zip(t["cost_usd_expected"], t["cost_usd_cap"])],
         "wall hours": t["wall_hours"].map("{:,.1f}".format),
     })
@@ -299,16 +311,64 @@ def plan_markdown(cfg: RunConfig, plan: pd.DataFrame) -> str:
     notes = "\n".join(f"- {models}: input tokens from {i}; answer length {a}; wall time bound by {lim}"
                        for (i, a, lim), models in groups.items())
     return (f"**Plan for run `{cfg.name}`** (no calls made). Requests from {where}.\n\n"
-            f"{shown.to_markdown(index=False)}\n\nSources of each estimate:\n{notes}\n")
+            f"Stage 03 (inference):\n\n{shown.to_markdown(index=False, disable_numparse=True)}\n\nSources of each estimate:\n{notes}\n"
+            + ("" if other is None else other_stages_markdown(cfg, other)) + whole_run_line(plan, other))
+
+
+def _hours(h: float) -> str:
+    """GPU-hours as the tables print them; '-' for a model billed per token (or of unknown size)."""
+    return "-" if pd.isna(h) else f"{h:,.2f}" if h >= 1 else f"{h:.2g}"
+
+
+def other_stages_markdown(cfg: RunConfig, other: pd.DataFrame) -> str:
+    """The table of stages 05 and 07-08 (DPO training, BizFinBench, IteraJudge), one row each."""
+    if other.empty:
+        return "\nStages 05 and 07-08: none in this run.\n"
+    p = plan_params(cfg)
+    shown = pd.DataFrame({
+        "stage": other["stage"], "model": other["model"], "what": other["role"],
+        "requests": other["requests"].map("{:,.0f}".format),
+        "tokens (M): input / output": [f"{a / 1e6:,.2f} / {b / 1e6:,.2f}"
+                                       for a, b in zip(other["input_tokens"], other["output_tokens"])],
+        "GPU-hours": other["gpu_hours"].map(_hours), "cost USD": other["cost_usd"].map("{:,.2f}".format),
+    })
+    notes = "\n".join(f"- {st} {m} {r}: {src}" for st, m, r, src in
+                      zip(other["stage"], other["model"], other["role"], other["source"]))
+    return (f"\nStages 05 and 07-08 (GPU-hours at the assumed plan.gpu_tflops {float(p['gpu_tflops']):g} TFLOP/s per "
+            f"GPU, cost at plan.gpu_hour_usd {float(p['gpu_hour_usd']):g}; billed models at their prices, outputs at "
+            f"the cap):\n\n{shown.to_markdown(index=False, disable_numparse=True)}\n\n{notes}\n")
+
+
+def whole_run_line(plan: pd.DataFrame, other: pd.DataFrame | None) -> str:
+    """One line: the whole run's GPU-hours and expected cost, every planned stage together."""
+    frames = [plan.rename(columns={"cost_usd_expected": "cost_usd"})[["gpu_hours", "cost_usd"]]]
+    if other is not None and not other.empty:
+        frames.append(other[["gpu_hours", "cost_usd"]])
+    both = pd.concat(frames, ignore_index=True)
+    return (f"\n**Whole run**: {_hours(both['gpu_hours'].sum())} GPU-hours of self-hosted models, "
+            f"{both['cost_usd'].sum():,.2f} USD expected (stage 03 at the expected answer length, the others at the cap).\n")
+
+
+def stage03_prompt_tokens(cfg: RunConfig, plan: pd.DataFrame) -> float:
+    """Tokens of one prompt with its report: the stage-03 plan's original condition (per request, averaged
+    over its models), else plan.report_tokens; DPO pairs are built from these prompts."""
+    orig = plan[(plan["condition"] == Condition.ORIGINAL.value) & (plan["requests"] > 0)] if len(plan) else plan
+    if len(orig):
+        return float((orig["input_tokens"] / orig["requests"]).mean())
+    return float(plan_params(cfg)["report_tokens"])
 
 
 def write_plan(cfg: RunConfig) -> tuple[pd.DataFrame, Path]:
-    """Write `runs/<run>/plan.{csv,md}` and return the plan and the Markdown path."""
+    """Write `runs/<run>/plan.{csv,md}` (stage 03) and `plan_stages.csv` (stages 05, 07-08); return the
+    stage-03 plan and the Markdown path."""
     plan = build_plan(cfg)
+    _, counts, _ = condition_texts(cfg, 1, cfg.seed)
+    other = other_stages_plan(cfg, stage03_prompt_tokens(cfg, plan), counts.get(Condition.ORIGINAL.value, 0))
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
     plan.to_csv(cfg.run_dir / "plan.csv", index=False)
+    other.to_csv(cfg.run_dir / "plan_stages.csv", index=False)
     md = cfg.run_dir / "plan.md"
-    md.write_text(plan_markdown(cfg, plan), encoding="utf-8")
+    md.write_text(plan_markdown(cfg, plan, other), encoding="utf-8")
     return plan, md
 
 

@@ -303,20 +303,25 @@ def resume_params(cfg: RunConfig) -> str | None:
     return display_path(cfg.params_file, cfg.root)
 
 
-def expected_time(manifest: dict[str, Any], stage: str) -> str:
+def expected_time(manifest: dict[str, Any], stage: str, parent: dict[str, Any] | None = None) -> str:
     """" (took 7.2 min last time, expect it done around 14:52 UTC)" from the stage's last finished entry
-    in this run's manifest; "" for a stage not run before (the plan, `make plan`, estimates those)."""
-    last = (manifest.get("stages") or {}).get(stage) or {}
+    in this run's manifest, else in its parent run's (the run its params file extends: "took 7.2 min in
+    run 'default'"); "" for a stage neither ran (the plan, `make plan`, estimates those)."""
+    where, last = "last time", (manifest.get("stages") or {}).get(stage) or {}
+    if last.get("status") != "ok" and parent is not None:
+        where, last = f"in run '{parent.get('run')}'", (parent.get("stages") or {}).get(stage) or {}
     seconds = last.get("seconds")
     if last.get("status") != "ok" or not isinstance(seconds, int | float) or seconds < 30:
         return ""
     eta = datetime.now(UTC).timestamp() + seconds
-    return (f" (took {seconds / 60:.1f} min last time, expect it done around "
+    return (f" (took {seconds / 60:.1f} min {where}, expect it done around "
             f"{datetime.fromtimestamp(eta, UTC):%H:%M} UTC)")
 
 
-def execute_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, Any]) -> dict[str, Any]:
-    """Execute one notebook with papermill and record it in the manifest."""
+def execute_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str, Any],
+                  parent: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Execute one notebook with papermill and record it in the manifest (`parent`: the manifest of the run
+    this run's params extend, whose timings stand in for a stage this run never finished)."""
     import papermill as pm
 
     out_dir = cfg.run_dir / "notebooks"
@@ -328,7 +333,7 @@ def execute_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str
     started, t0, cpu0 = _now(), time.time(), children_cpu_s()
     entry: dict[str, Any] = {"notebook": display_path(notebook, cfg.root),
                              "output": display_path(output, cfg.root), "started": started}
-    print(f"[{cfg.name}] stage {stage}: {notebook.name} ...{expected_time(manifest, stage)}", flush=True)
+    print(f"[{cfg.name}] stage {stage}: {notebook.name} ...{expected_time(manifest, stage, parent)}", flush=True)
     manifest.setdefault("stages", {})[stage] = {**entry, "status": "running"}  # a killed run leaves "running"
     write_manifest(cfg, manifest)
     # the kernel's progress lines (finlib.core.progress_feed) reach this terminal while the stage runs
@@ -445,10 +450,12 @@ def _run_stages(cfg: RunConfig, stages: Iterable[str] | None, start: str | None,
     })
     manifest.pop("failed", None)
     manifest["status"] = "running"
+    parent_name, parent = parent_run(cfg)
+    selected = reuse_from_parent(cfg, manifest, selected, parent_name, parent)
     for stage in selected:  # a failed stage stops the run: later stages would read what it did not make
         try:
             with pinned_run(cfg.name):
-                execute_stage(cfg, stage, available[stage], manifest)
+                execute_stage(cfg, stage, available[stage], manifest, parent)
         except BaseException as exc:
             entry = manifest.get("stages", {}).get(stage, {})
             manifest["status"] = "failed" if isinstance(exc, Exception) else "interrupted"
@@ -474,6 +481,47 @@ def _run_stages(cfg: RunConfig, stages: Iterable[str] | None, start: str | None,
         print(f"[{cfg.name}] report: {manifest['report']['index']} ({manifest['report']['seconds']:.1f} s)", flush=True)
     print_closing(cfg, manifest, results_path)
     return manifest
+
+
+def parent_run(cfg: RunConfig) -> tuple[str | None, dict[str, Any] | None]:
+    """The run this run's params file extends (params/mine.yaml with `extends: default.yaml` -> run
+    'default') and its manifest, when that run has one; (None, None) otherwise."""
+    from finlib.core.config import params_chain
+
+    chain = params_chain(cfg.params_file) if cfg.params_file.is_file() else []
+    if len(chain) < 2 or chain[1].stem == cfg.name:
+        return None, None
+    name = chain[1].stem
+    path = cfg.root / "runs" / name / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return name, None
+    return name, manifest if isinstance(manifest, dict) else None
+
+
+def reuse_from_parent(cfg: RunConfig, manifest: dict[str, Any], selected: list[str], parent_name: str | None,
+                      parent: dict[str, Any] | None) -> list[str]:
+    """A run that has recorded no stage yet and whose params extend a finished run: the parent's artifacts of
+    every stage before the first whose params section changed are linked into this run (`finlib.core.reuse`),
+    recorded in the manifest (`reused`, and each stage's `reused_from`), and those stages are not run again.
+    Returns the stages still to run."""
+    from finlib.core.reuse import reuse_parent, reused_entries
+
+    if parent is None or manifest.get("stages") or parent.get("status") != "ok":
+        return selected
+    rec = reuse_parent(cfg.root, str(parent_name), parent, cfg.name, cfg.params)
+    taken = sorted(rec["stages"])  # every stage linked is recorded, selected or not: no file without its record
+    if not taken:
+        return selected
+    manifest["reused"] = rec
+    manifest.setdefault("stages", {}).update(reused_entries(str(parent_name), parent, cfg.name, rec["stages"]))
+    write_manifest(cfg, manifest)
+    rest = [s for s in selected if s not in taken]
+    print(f"[{cfg.name}] stages {', '.join(taken)} reused from run '{parent_name}' (their params unchanged; "
+          f"{sum(rec['stages'][s] for s in taken)} files linked, recorded in runs/{cfg.name}/manifest.json); "
+          f"running {', '.join(rest) or 'nothing'}", flush=True)
+    return rest
 
 
 def record_sections(manifest: dict[str, Any]) -> None:

@@ -14,6 +14,7 @@ from finlib.pipeline import plan
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = {"corpus_reports": 100, "report_tokens": 1000, "estimate_chars": 4.0, "answer_tokens": 300,
+        "gpu_tflops": 100.0, "gpu_hour_usd": 3.0,
         "output_cap": None, "latency_s": 10.0, "sample_texts": 50, "preflight": False}
 REGISTRY = {"defaults": {"sampling": {"temperature": 1.0, "top_p": 1.0}},
             "models": [
@@ -213,7 +214,7 @@ def test_local_model_time_from_its_measured_throughput(tmp_path):
         # without a measurement: the latency bound, said as such
         (tmp_path / "data" / "processed" / "earlier" / "inference_report.json").unlink()
         p = plan.build_plan(cfg).set_index("condition")
-        assert p.loc["original", "binding_limit"] == "concurrency x latency"
+        assert p.loc["original", "binding_limit"] .startswith("concurrency x latency; size unknown")
     finally:
         REGISTRY["models"].pop()
 

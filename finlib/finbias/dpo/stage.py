@@ -213,18 +213,52 @@ def saved_adapter(cfg: RunConfig, dp: dict, model_name: str) -> tr.TrainResult |
     spec = _spec(cfg, model_name)
     out = model_dir(cfg, spec.name)
     records = train_records(cfg, dp, spec)
-    fp_file = out / "fingerprint.json"
-    if not (fp_file.is_file() and (out / "adapter" / tr.ADAPTER_FILES[1]).is_file()):
-        return None
-    meta = json.loads(fp_file.read_text())
-    if meta.get("fingerprint") != fingerprint(records, dp, cfg.seed, spec.name):
-        return None
+    fp = fingerprint(records, dp, cfg.seed, spec.name)
+    if _adapter_fingerprint(out) != fp:
+        source = adopt_adapter(cfg, out, fp)
+        if source is None:
+            return None
+        tr.step(f"dpo: adapter of {spec.name} reused from {source} (trained from the same records, params, seed "
+             "and model): not trained again")
+    meta = json.loads((out / "fingerprint.json").read_text())
     log = pd.read_csv(out / "train_log.csv") if (out / "train_log.csv").is_file() else \
         pd.DataFrame(columns=tr.LOG_COLUMNS)
     margins = out / tr.MARGIN_FILE
     share = tr.rating_margin_share(pd.read_csv(margins)) if margins.is_file() else tr.NO_MARGIN
     return tr.TrainResult(out / "adapter", tr.adapter_hash(out / "adapter"), log, int(meta["max_length"]),
                           len(records), 0.0, str(meta.get("dtype", "")), reused=True, margin_share=share)
+
+
+def _adapter_fingerprint(folder: Path) -> str | None:
+    """The fingerprint of the adapter saved in `folder`, None when there is none (or it is unreadable)."""
+    if not (folder / "adapter" / tr.ADAPTER_FILES[1]).is_file():
+        return None
+    try:
+        return json.loads((folder / "fingerprint.json").read_text()).get("fingerprint")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+ADAPTER_CACHE_FILES = ("fingerprint.json", "train_log.csv", tr.MARGIN_FILE)
+
+
+def adopt_adapter(cfg: RunConfig, out: Path, fp: str) -> Path | None:
+    """Adapters are cached by their inputs: one trained from fingerprint `fp` by another run
+    (runs/<other>/dpo/<model>/) is copied into `out`, so a run that changes only what training does not
+    read (a stage-04 knob, the evaluation) never retrains. Returns the folder it came from, or None."""
+    import shutil
+
+    for fp_file in sorted((cfg.root / "runs").glob(f"*/dpo/{out.name}/fingerprint.json")):
+        src = fp_file.parent
+        if src.resolve() == out.resolve() or _adapter_fingerprint(src) != fp:
+            continue
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(src / "adapter", out / "adapter", dirs_exist_ok=True)
+        for name in ADAPTER_CACHE_FILES:
+            if (src / name).is_file():
+                shutil.copy2(src / name, out / name)
+        return src.relative_to(cfg.root) if src.is_relative_to(cfg.root) else src
+    return None
 
 
 def write_fingerprint(out: Path, fp: str, res: tr.TrainResult) -> None:
@@ -325,20 +359,24 @@ def evaluate(cfg: RunConfig, dp: dict, trained: tr.TrainResult, model_name: str)
     parts = ev.part_ids(sp)
     gen_ids = ev.eval_report_ids(items, dp["eval_reports"], parts[ev.OUT_OF_TIME])
     tuned = spec.name + ev.DPO_SUFFIX
+    what = f"{len(items)} test items scored, {len(gen_ids)} report(s) generated"
     with ResponseStore(_store_path(cfg)) as store:
         prefix = ev.JSON_PREFIX if dp["json_answer_prefix"] else None
-        pred = pd.concat([ev.predict_test_items(cfg, spec, items, store, spec.name, gen_ids, answer_prefix=prefix),
-                          ev.predict_test_items(cfg, spec, items, store, tuned, gen_ids, adapter=trained.adapter_dir,
-                                                adapter_sha256=trained.adapter_sha256, answer_prefix=prefix)],
-                         ignore_index=True)
+        tr.step(f"dpo: evaluating {spec.name}: loading the base model ({what})")
+        base = ev.predict_test_items(cfg, spec, items, store, spec.name, gen_ids, answer_prefix=prefix)
+        tr.step(f"dpo: evaluating {tuned}: loading the base model with the trained adapter ({what})")
+        pred = pd.concat([base, ev.predict_test_items(cfg, spec, items, store, tuned, gen_ids,
+                                                      adapter=trained.adapter_dir, adapter_sha256=trained.adapter_sha256,
+                                                      answer_prefix=prefix)], ignore_index=True)
     reps, ci = int(sc["bootstrap_reps"]), float(sc["ci"])
     labels, reports = read_frame(cfg, "labels"), read_frame(cfg, "reports")
     metrics, tests = [], []
-    for mode, measure in ev.MEASURES.items():
-        for part, ids in parts.items():   # whole test split, in time, out of time: each with its own N
-            p = pred[(pred["mode"] == mode) & pred["report_id"].astype(str).isin(ids)]
-            if p.empty:
-                continue
+    cells = [(mode, measure, part, ids) for mode, measure in ev.MEASURES.items() for part, ids in parts.items()]
+    for i, (mode, measure, part, ids) in enumerate(cells, 1):  # whole test split, in time, out of time: each its N
+        p = pred[(pred["mode"] == mode) & pred["report_id"].astype(str).isin(ids)]
+        if not p.empty:
+            tr.step(f"dpo: {spec.name} metrics {i}/{len(cells)}: {measure}, {part} ({p['report_id'].nunique()} reports, "
+                 f"{reps} bootstrap replicates, base vs tuned paired tests)")
             rows, m = ev.evaluate(p, conditions, labels, reports, reps, cfg.seed, ci)
             metrics.append(m.assign(measure=measure, test_part=part))
             tests.append(ev.paired_base_vs_dpo(rows, spec.name, tuned, reps, cfg.seed, ci)
@@ -539,6 +577,7 @@ def run(cfg: RunConfig, parts: tuple[str, ...] = PARTS, models: list[str] | None
         return _without_evaluation(cfg, dp, report)
     for name, res in trained.items():
         evaluate(cfg, dp, res, name)
+    tr.step(f"dpo: Table 8 and the combined predictions, metrics and paired tests of {', '.join(trained)}")
     frames, have, missing = assemble(cfg, dp)
     write_outputs(cfg, frames)
     split_df, ssum, tsum, drops = _summaries(cfg, dp, report)
@@ -548,8 +587,11 @@ def run(cfg: RunConfig, parts: tuple[str, ...] = PARTS, models: list[str] | None
     write_json(cfg, "dpo_report", report)
     logs = [r.log.assign(model=n) for n, r in trained.items()]
     log = pd.concat(logs, ignore_index=True) if logs else pd.DataFrame(columns=["model", *tr.LOG_COLUMNS])
-    return with_figures(cfg, DPOResult(split_df, ssum, tsum, drops, log, frames["metrics"], frames["paired_tests"],
-                                       frames["table8"], report, frames["predictions"]))
+    tr.step("dpo: the training figure")
+    res = with_figures(cfg, DPOResult(split_df, ssum, tsum, drops, log, frames["metrics"], frames["paired_tests"],
+                                      frames["table8"], report, frames["predictions"]))
+    tr.step(f"dpo: done in {time.perf_counter() - t0:,.0f} s")
+    return res
 
 
 def with_figures(cfg: RunConfig, res: DPOResult) -> DPOResult:

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -251,6 +252,7 @@ def train_dpo(model, tok, records: list[dict], out_dir: Path, dp: dict, seed: in
     trainer.train()
     train_s = time.perf_counter() - t0
     adapter = out_dir / "adapter"
+    step(f"dpo: trained in {train_s:,.0f} s; saving the adapter to {adapter}")
     trainer.save_model(str(adapter))  # the adapter only; gathers ZeRO-3 shards; main process writes
     log = step_log(trainer.state.log_history)
     if not trainer.is_world_process_zero():
@@ -274,6 +276,15 @@ def train_dpo(model, tok, records: list[dict], out_dir: Path, dp: dict, seed: in
 
 RATING_WORDS = re.compile(r"\b(bullish|neutral|bearish)\b")
 MARGIN_FILE = "margin_by_token.csv"
+
+
+def step(line: str) -> None:
+    """One progress line between the long steps of stage 05: to stderr (the notebook keeps it) and to the
+    runner's terminal (`finlib.core.progress_feed`), so no step after training runs in silence."""
+    from finlib.core.progress_feed import publish
+
+    print(line, file=sys.stderr, flush=True)
+    publish(line)
 
 
 def _completion_logps(model, ids: list[int], start: int):
@@ -310,15 +321,21 @@ def margin_by_token(model, tok, records: list[dict], beta: float) -> pd.DataFram
     the part of it on rating tokens. A margin carried by wording that differs between the sides for
     other reasons (a fixed template phrase) teaches the template, not the rating; the pairs are built
     so that the rating carries it (docs/dpo.md)."""
+    from finlib.core.progress_feed import Meter
+
     was_training = model.training
     model.eval()
     rows = []
+    meter = Meter(len(records), "dpo: per-token reward margins (policy and reference passes of both answers)",
+                  unit="pair", file=sys.stderr)
     for rec in records:
         c_all, c_rating = _side_rewards(model, tok, rec, "chosen", beta)
         r_all, r_rating = _side_rewards(model, tok, rec, "rejected", beta)
+        meter.update(1)
         rows.append({"report_id": rec["report_id"], "margin": c_all - r_all, "rating_margin": c_rating - r_rating,
                      "chosen_reward": c_all, "chosen_rating_reward": c_rating, "rejected_reward": r_all,
                      "rejected_rating_reward": r_rating})
+    meter.close()
     model.train(was_training)
     return pd.DataFrame(rows, columns=["report_id", "margin", "rating_margin", "chosen_reward", "chosen_rating_reward",
                                        "rejected_reward", "rejected_rating_reward"])
