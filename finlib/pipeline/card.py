@@ -316,7 +316,7 @@ def must_ask(dollars: float | None) -> bool:
 
 
 def plan_hours(cfg: RunConfig) -> float:
-    """Wall hours the planner expects for the paid stage (the ETA the card prints after each stage)."""
+    """Wall hours the planner expects for the paid stage (announced before it starts)."""
     from finlib.pipeline.plan import build_plan
 
     plan = build_plan(cfg)
@@ -324,14 +324,20 @@ def plan_hours(cfg: RunConfig) -> float:
 
 
 def run_stages(
-    cfg: RunConfig, stages: list[str], seconds: dict[str, float], eta_s: float | None = None, progress=print
+    cfg: RunConfig, stages: list[str], seconds: dict[str, float], expect_s: dict[str, float] | None = None,
+    progress=print,
 ) -> dict:
-    """Stages in process, each timed into `seconds`; after each a line with elapsed time and, when the plan
-    gave one, the time left for the whole card (stage 03 also draws its own bar with its ETA)."""
+    """Stages in process, each timed into `seconds`. Before a stage the plan has an estimate for (the paid
+    stage 03), a line with that estimate; stage 03 then draws its own bar with its ETA. After each stage a
+    line with its time and the card's so far. No "time left" is derived from the plan once its stage ended:
+    the plan's estimate minus the time spent would claim minutes for the seconds of scoring that remain."""
     from finlib.pipeline.stages import stage_module
 
     results: dict = {}
     for stage in stages:
+        if expect_s and stage in expect_s:
+            progress(f"card {cfg.name}: stage {stage} starts; the plan expects about {expect_s[stage] / 60:.1f} min "
+                     "(its bar shows the ETA)")
         start = time.perf_counter()
         if stage == "00" and not cfg.is_synthetic and not cfg.params["data"]["prices"].get("path"):
             unpriced_data_stage(cfg)
@@ -339,8 +345,7 @@ def run_stages(
             results[stage] = stage_module(stage).run(cfg)
         seconds[stage] = round(time.perf_counter() - start, 1)
         done = sum(seconds.values())
-        left = f"; about {max(0.0, eta_s - done) / 60:.1f} min left" if eta_s else ""
-        progress(f"card {cfg.name}: stage {stage} done in {seconds[stage]:.0f} s ({done:.0f} s so far{left})")
+        progress(f"card {cfg.name}: stage {stage} done in {seconds[stage]:.0f} s ({done:.0f} s so far)")
     return results
 
 
@@ -441,8 +446,7 @@ def build_card(
     if confirm is not None and must_ask(dollars) and not confirm(lines, dollars):
         raise SystemExit(f"card {req.name}: not confirmed; nothing spent (the plan is in {out / 'plan.md'})")
     print("\n".join(lines))
-    hours = float(plan_hours(cfg))
-    run_stages(cfg, ["03"], seconds, eta_s=sum(seconds.values()) + 3600 * hours)
+    run_stages(cfg, ["03"], seconds, expect_s={"03": 3600 * plan_hours(cfg)})
     if not labelled:
         _no_labels(cfg)
     scored = run_stages(cfg, ["04"], seconds)["04"]

@@ -536,3 +536,25 @@ def test_second_card_is_read_from_its_run_and_drawn_beside(tmp_path):
         assert f"<tr><td>{cond}</td><td>36</td><td>{ha:.3f}</td><td>{hb:.3f}</td>" in beside
     with pytest.raises(SystemExit, match="no card named 'absent'"):
         _gathered_page(tmp_path / "x", 18, CardRequest(name="t", model="m", n_reports=36, against="absent"))
+
+
+def test_progress_announces_the_plans_estimate_and_claims_no_time_left_after_it(monkeypatch):
+    """The plan's estimate is said before the paid stage; once it ended, no line subtracts time spent from
+    it (that claimed minutes left for the seconds of scoring that remain)."""
+    import types
+
+    from finlib.pipeline import card as card_mod
+    from finlib.pipeline import stages as stages_mod
+
+    ran: list[str] = []
+    monkeypatch.setattr(stages_mod, "stage_module",
+                        lambda s: types.SimpleNamespace(run=lambda cfg: ran.append(s) or {"stage": s}))
+    cfg = types.SimpleNamespace(name="c", is_synthetic=True)
+    lines: list[str] = []
+    seconds: dict[str, float] = {"00": 2.0}
+    out = card_mod.run_stages(cfg, ["03", "04"], seconds, expect_s={"03": 600.0}, progress=lines.append)
+    assert ran == ["03", "04"] and out["04"] == {"stage": "04"}
+    assert lines[0] == "card c: stage 03 starts; the plan expects about 10.0 min (its bar shows the ETA)"
+    assert [ln.split(" done")[0] for ln in lines[1:]] == ["card c: stage 03", "card c: stage 04"]
+    assert not any("left" in ln for ln in lines)
+    assert set(seconds) == {"00", "03", "04"}
