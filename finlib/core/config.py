@@ -9,11 +9,14 @@ import copy
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from finlib.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from finlib.core.params import Section
 
 SECRET_MARKERS = ("api_key", "apikey", "secret", "token", "password")
 # Set by the runner while it executes a run's stages: the kernel then reads the params the run's manifest
@@ -214,10 +217,11 @@ class RunConfig:
         except KeyError:
             raise ConfigError(f"{self.params_file}: missing section '{key}'") from None
 
-    def section(self, name: str) -> dict:
+    def section(self, name: str) -> Section:
         """A params section, checked again against its model in `finlib.core.params` (every declared
         key present, no other, types, ranges): what a stage reads, so a value changed after loading is
-        refused too and a stage never needs a default or a key list of its own."""
+        refused too and a stage never needs a default or a key list of its own. Read-only
+        (`finlib.core.params.Section`): a stage cannot change it, nor read a declared key with a default."""
         from finlib.core.params import validate_section
 
         return validate_section(name, self[name], self.params_file)

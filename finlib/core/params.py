@@ -18,7 +18,11 @@ Design:
   with all four conditions); the key must still be written. A default in the schema is a choice
   said in a comment: `extends` (a file may extend nothing) and the per-model overrides of
   `inference.endpoints.<model>` and `rehearsal.profiles.<model>` (a key left out = the registry
-  record's or the planted value). A stage reads `cfg.section(name)`: validated values, every key there.
+  record's or the planted value). A stage reads `cfg.section(name)`: validated values, every key there,
+  as a read-only `Section` (a dict subclass, not the frozen pydantic model: call sites, JSON/YAML dumps
+  and fingerprints stay byte-identical; it refuses mutation and `.get(key, default)` on a declared key,
+  so the default in params/default.yaml is the only one). The generator of the synthetic market reads
+  `SyntheticSection` itself (finlib.finbias.data.synth.SynthParams): the section is declared once.
 - Value ranges that are facts about the method live here too (a share in [0, 1], quantiles
   0 <= lo <= hi <= 1, counts >= 1), so a stage never silently clamps or raises a value. Rules
   that tie two keys (`labels.min_event_obs` <= `labels.window`) are field validators reading the
@@ -32,11 +36,13 @@ Design:
 """
 from __future__ import annotations
 
+import copy
 import datetime as dt
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -560,15 +566,129 @@ def validate_params(params: dict, path: str | Path = "params") -> dict:
     return params
 
 
-def validate_section(name: str, value: Any, path: str | Path = "params") -> dict:
+def validate_section(name: str, value: Any, path: str | Path = "params") -> Section:
     """One top-level section checked against its model (what `RunConfig.section` returns to a
-    stage): the same messages as a whole file, so a value changed after loading is refused too."""
+    stage): the same messages as a whole file, so a value changed after loading is refused too.
+    Returned as a read-only `Section` over a copy of the values (see `Section` for why)."""
     if name not in SECTION_MODELS:
         raise ConfigError(f"{path}: unknown params section {name!r}; sections are {list(TOP_LEVEL)}")
     if not isinstance(value, dict):
         raise ConfigError(f"{path}: section '{name}' must be a mapping, got {_type_name(value)}")
     raise_errors(schema_errors(value, SECTION_MODELS[name], (name,)), path)
+    return frozen(value, SECTION_MODELS[name], name)
+
+
+class SectionError(TypeError):
+    """A stage tried to change a params section or to read a declared key with a default of its own."""
+
+
+def _refuse(self: Any, *args: Any, **kwargs: Any) -> None:
+    raise SectionError(f"params section '{self.dotted}' is read-only: put the value in a params file "
+                       "(a copy to edit: dict(section) or copy.deepcopy(section))")
+
+
+class Section(dict):
+    """A validated params section as a stage reads it: read-only, and every declared key is there.
+
+    Why a read-only dict and not the frozen pydantic model itself: stages, fingerprints and reports
+    read sections as mappings (`p["window"]`, `**p`, `json.dumps(p)`, `yaml.safe_dump(p)`, a section
+    passed on to a library function taking a mapping), so a `dict` subclass keeps every call site and
+    every dumped or hashed byte as it is, while the model's view would change them (`model_dump` fills
+    the override models' left-out keys with None). What it adds to a dict:
+    - every mutation (item assignment, `update`, `pop`, `setdefault`, ...) raises `SectionError`, at any
+      depth (nested sections and lists are read-only too), so a stage cannot change what a later one reads;
+    - `get(key, default)` on a key the schema declares raises `SectionError`: the key is always there
+      (the schema requires it), so a default beside it would be a second, silent declaration. Free
+      mappings (`inference.endpoints`, `rehearsal.profiles`: model names as keys) declare no keys, so
+      `get(name, default)` works there.
+    `copy.copy`, `copy.deepcopy` and pickling give plain (mutable) dicts and lists: a copy is the caller's."""
+
+    __slots__ = ("dotted", "declared")
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _refuse  # type: ignore[assignment]
+
+    def __init__(self, values: dict, declared: frozenset[str] = frozenset(), dotted: str = "") -> None:
+        super().__init__(values)
+        self.declared, self.dotted = declared, dotted
+
+    def get(self, key: Any, *default: Any) -> Any:
+        """`section.get(key)` as on a dict; with a default only for a key the schema does not declare."""
+        if default and key in self.declared:
+            raise SectionError(f"params section '{self.dotted}' declares '{key}' (always present, its default "
+                               f"in params/default.yaml): read section[{key!r}], not .get({key!r}, ...)")
+        return super().get(key, *default)
+
+    def __copy__(self) -> dict:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict) -> dict:
+        return thawed(self)
+
+    def __reduce__(self) -> tuple:
+        return dict, (thawed(self),)
+
+
+class FrozenList(list):
+    """A list inside a `Section`: read-only like it (its copies and pickles are plain lists)."""
+
+    __slots__ = ("dotted",)
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = append = extend = insert = pop = remove = clear = \
+        sort = reverse = _refuse  # type: ignore[assignment]
+
+    def __init__(self, values: list, dotted: str = "") -> None:
+        super().__init__(values)
+        self.dotted = dotted
+
+    def __copy__(self) -> list:
+        return list(self)
+
+    def __deepcopy__(self, memo: dict) -> list:
+        return thawed(self)
+
+    def __reduce__(self) -> tuple:
+        return list, (thawed(self),)
+
+
+def _field_model(model: type[BaseModel] | None, key: str) -> tuple[type[BaseModel] | None, bool]:
+    """The section model of `model`'s field `key` (None: a plain value) and whether the field is a
+    mapping of such models (`dict[str, EndpointSection]`: free keys, each value a section)."""
+    annotation = model.model_fields[key].annotation if model is not None and key in model.model_fields else None
+    args = getattr(annotation, "__args__", ())
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation, False
+    if getattr(annotation, "__origin__", None) is dict and len(args) == 2 and isinstance(args[1], type) \
+            and issubclass(args[1], BaseModel):
+        return args[1], True
+    return None, False
+
+
+def frozen(value: Any, model: type[BaseModel] | None = None, dotted: str = "", each: bool = False) -> Any:
+    """`value` (a validated section) as read-only `Section`s and `FrozenList`s, copied at every level so
+    the params it came from stay the caller's; `model` declares the keys, `each`: a mapping of models."""
+    if isinstance(value, dict):
+        if each:
+            return Section({k: frozen(v, model, f"{dotted}.{k}") for k, v in value.items()}, frozenset(), dotted)
+        items = {}
+        for k, v in value.items():
+            sub, many = _field_model(model, str(k))
+            items[k] = frozen(v, sub, f"{dotted}.{k}", many)
+        return Section(items, frozenset(model.model_fields) if model is not None else frozenset(), dotted)
+    if isinstance(value, list):
+        return FrozenList([frozen(v, None, f"{dotted}[{i}]") for i, v in enumerate(value)], dotted)
     return value
+
+
+for _dumper in (yaml.SafeDumper, yaml.Dumper):  # a Section and its lists dump as the dict and lists they hold
+    _dumper.add_representer(Section, yaml.representer.SafeRepresenter.represent_dict)
+    _dumper.add_representer(FrozenList, yaml.representer.SafeRepresenter.represent_list)
+
+
+def thawed(value: Any) -> Any:
+    """A plain, mutable deep copy of a `Section` (dicts and lists all the way down)."""
+    if isinstance(value, dict):
+        return {k: thawed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [thawed(v) for v in value]
+    return copy.deepcopy(value)
 
 
 # Every key that names registry records -> the stage that calls those models (a mapping's keys are
