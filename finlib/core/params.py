@@ -76,13 +76,14 @@ FinbiasPromptVersion = Literal["finbias-authors-v1", "finbias-cot-v1"]
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
 # ---- data (stage 00) -----------------------------------------------------------------------------
 
 class SyntheticSection(_Section):
-    """data.synthetic: the knobs of the generator's SynthParams (a test keeps the two equal)."""
+    """data.synthetic: the knobs of the synthetic market's generator (finlib.finbias.data.synth.SynthParams
+    is this model; a test fails when a second declaration of these knobs appears in finlib)."""
     n_reports: Count
     n_firms: Count
     start: DateLike
@@ -176,7 +177,7 @@ class PricesSection(_Section):
     path: str | None         # null + source != synthetic: yfinance
     market_path: str | None  # null + source != synthetic: market_ticker via yfinance
     market_column: str
-    market_ticker: str
+    market_ticker: Annotated[str, Field(min_length=1)]  # market_path null + source != synthetic: via yfinance
     yfinance_cache: str
 
 

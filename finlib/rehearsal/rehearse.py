@@ -166,7 +166,7 @@ def _synthetic_files(cfg: RunConfig) -> dict[str, Path]:
     from finlib.finbias.data.stage import data_params
     from finlib.finbias.data.synth_cache import cached_market
 
-    return cached_market(data_params(cfg).get("synthetic", {}), cfg.seed, cfg.raw_dir / "synthetic" / cfg.name)
+    return cached_market(data_params(cfg)["synthetic"], cfg.seed, cfg.raw_dir / "synthetic" / cfg.name)
 
 
 def planted_records(cfg: RunConfig) -> pd.DataFrame | None:

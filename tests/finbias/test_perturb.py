@@ -350,7 +350,7 @@ def test_synthetic_market_round_trip(shared_data) -> None:
     path = shared_data / "mpqa" / "subjclueslen1-HLTEMNLP05.tff"
     if not path.is_file():
         pytest.skip(f"{path} absent")
-    reports = generate_market({"n_reports": 150, "n_firms": 40, "bearish_share": 0.1}, 5).reports
+    reports = generate_market({"n_reports": 150, "n_firms": 40, "bearish_share": 0.1, "words_min": 400, "words_max": 600}, 5).reports
     read = reports["text"].map(lambda t: extract_analyst_rating(t).value)
     assert (read == reports["analyst_rating"]).all()
     lex = load_lexicon(path)

@@ -23,7 +23,7 @@ from finlib.finbias.data.synth import (
 )
 from finlib.finbias.vocab import SECTORS
 
-BIG = {"n_reports": 3000, "n_firms": 200}
+BIG = {"n_reports": 3000, "n_firms": 200, "words_min": 400, "words_max": 600}  # paper-like report length
 # Famous tickers typed here independently of finlib.finbias.data.synth's blacklist.
 FAMOUS = {"AAPL", "MSFT", "AMZN", "GOOG", "META", "NVDA", "TSLA", "ORCL", "INTC", "CSCO", "ADBE", "NFLX",
           "PYPL", "QCOM", "AMGN", "GILD", "COST", "SBUX", "ABBV", "BKNG", "UBER", "SHOP", "SNOW", "PLTR"}
@@ -207,7 +207,7 @@ def test_factual_sentences_have_no_strongsubj_word(shared_data):
     exact, stemmed = _strongsubj(shared_data)
     ps = PorterStemmer()
     stems = {ps.stem(w) for w in stemmed}
-    m = generate_market({"n_reports": 150, "n_firms": 30}, 21)
+    m = generate_market({"n_reports": 150, "n_firms": 30, "words_min": 400, "words_max": 600}, 21)
     offenders = []
     for text in m.reports["text"]:
         for sent in split_sentences(text)[1:]:  # the first sentence states the rating

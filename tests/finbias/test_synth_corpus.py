@@ -54,7 +54,7 @@ def test_structured_layout_has_line_broken_lists_and_tables(shaped):
 
 
 def test_default_wording_and_layout_are_unchanged():
-    m = generate_market({"n_reports": 30, "n_firms": 8}, seed=2)
+    m = generate_market({"n_reports": 30, "n_firms": 8, "words_min": 400, "words_max": 600}, seed=2)
     joined = "\n".join(m.reports["text"])
     assert not re.search(r"^Estimates +FY", joined, flags=re.M) and "\n- " not in joined
     assert not m.reports["text"].str.split("\n").str[0].str.contains(" from ").any()

@@ -23,7 +23,7 @@ QUANTILES = (0.30, 0.70)
 
 @pytest.fixture(scope="module")
 def market():
-    return generate_market({"n_reports": 160, "n_firms": 16}, 11)
+    return generate_market({"n_reports": 160, "n_firms": 16, "words_min": 400, "words_max": 600}, 11)
 
 
 def stage01(market, method: str = "paper", window: int = 60, **options) -> pd.DataFrame:

@@ -66,9 +66,9 @@ def bizfin_params(cfg: RunConfig) -> dict:
 
 
 def judge_scale(p: dict) -> tuple[int, int]:
-    """The judge's integer score scale: `bizfin.iterajudge.score_range` when set (one scale for
-    both judges), else the paper's 0-100."""
-    rng = (p.get("iterajudge") or {}).get("score_range", [0, 100])
+    """The judge's integer score scale: `bizfin.iterajudge.score_range` (one scale for both judges;
+    params/default.yaml: the paper's 0-100)."""
+    rng = p["iterajudge"]["score_range"]
     return int(rng[0]), int(rng[1])
 
 
@@ -161,7 +161,7 @@ def _judge_fn(judge_spec: ModelSpec, store, p: dict, budget, inf: dict, cfg: Run
         return judge_batch(judge_spec, store, inputs, method="vanilla", budget=budget,
                            max_new_tokens=int(p["judge_max_new_tokens"]), score_range=judge_scale(p),
                            model_cache=cfg.path(inf["model_cache"]), log_dir=cfg.run_dir / "logs",
-                           progress=bool(inf.get("progress", True)), sampling=sampling_for(judge_spec, p),
+                           progress=bool(inf["progress"]), sampling=sampling_for(judge_spec, p),
                            rubrics=rubrics)
     return run
 
@@ -307,7 +307,7 @@ def _answers_or_failure(spec: ModelSpec, items, store, p: dict, budget, inf: dic
 
     try:
         return chat(spec, items, store, max_new_tokens=max_new_tokens_for(spec, p), budget=budget,
-                    sampling=sampling_for(spec, p), progress=bool(inf.get("progress", True)),
+                    sampling=sampling_for(spec, p), progress=bool(inf["progress"]),
                     model_cache=cfg.path(inf["model_cache"]), log_dir=cfg.run_dir / "logs",
                     desc=desc), None
     except (CircuitOpen, MissingKeyError, BudgetExceeded) as exc:

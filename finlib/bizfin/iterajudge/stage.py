@@ -112,7 +112,7 @@ def judge_kwargs(cfg: RunConfig, p: dict, budget, rubrics=None) -> dict:
     inf = cfg["inference"]
     return {"budget": budget, "rubrics": rubrics, "max_new_tokens": int(p["judge_max_new_tokens"]),
             "refine_max_new_tokens": int(p["refine_max_new_tokens"]), "score_range": tuple(p["score_range"]),
-            "progress": bool(inf.get("progress", True)), "model_cache": cfg.path(inf["model_cache"]),
+            "progress": bool(inf["progress"]), "model_cache": cfg.path(inf["model_cache"]),
             "log_dir": cfg.run_dir / "logs",
             "sampling": None if p["temperature"] is None else {"temperature": float(p["temperature"]), "top_p": 1.0}}
 

@@ -58,9 +58,8 @@ from finlib.finbias.data.validation import (
 from finlib.finbias.vocab import RATINGS, Rating
 
 # The market return is a total return (S&P 500 total-return index or SPY), like the stocks' adjusted
-# closes. Without a market file a real run fetches
-# SPY with yfinance's auto_adjust (dividends reinvested), not the price-only ^GSPC index.
-DEFAULT_MARKET_TICKER = "SPY"
+# closes. Without a market file a real run fetches `data.prices.market_ticker` (params/default.yaml: SPY)
+# with yfinance's auto_adjust (dividends reinvested), not the price-only ^GSPC index.
 
 
 # ---------------------------------------------------------------- reports: load + validate
@@ -191,7 +190,7 @@ def _synthetic_inputs(cfg: RunConfig, d: dict) -> tuple[pd.DataFrame, dict, pd.D
     """Generate the synthetic market into data/raw/synthetic/<run>/ (once per params and seed), read it back."""
     from finlib.finbias.data.synth_cache import cached_market
 
-    raw = cached_market(d.get("synthetic", {}), cfg.seed, cfg.raw_dir / "synthetic" / cfg.name)
+    raw = cached_market(d["synthetic"], cfg.seed, cfg.raw_dir / "synthetic" / cfg.name)
     ident = {c: c for c in (*REPORT_COLUMNS, "analyst_rating")}
     reports, notes = load_reports_file(raw["reports"], ident)
     prices, pnotes = load_prices(raw["prices"])
@@ -201,31 +200,31 @@ def _synthetic_inputs(cfg: RunConfig, d: dict) -> tuple[pd.DataFrame, dict, pd.D
 
 def _real_inputs(cfg: RunConfig, d: dict, source: str) -> tuple[pd.DataFrame, dict, pd.DataFrame, dict,
                                                                 pd.DataFrame]:
-    rp, pp = d.get("reports") or {}, d.get("prices") or {}
-    cols, on_unknown = rp.get("columns", {}), rp.get("on_unknown_sector", "error")
+    rp, pp = d["reports"], d["prices"]
+    cols, on_unknown = rp["columns"], rp["on_unknown_sector"]
     if source == "local":
-        if not rp.get("path"):
+        if not rp["path"]:
             raise DataSourceError("data.source is 'local' but data.reports.path is not set")
         reports, notes = load_reports_file(cfg.path(rp["path"]), cols, on_unknown)
     elif source == "huggingface":
-        reports, notes = load_reports_hf(rp["hf_dataset"], rp.get("hf_split", "train"), cols, on_unknown,
-                                         revision=rp.get("hf_revision"))
+        reports, notes = load_reports_hf(rp["hf_dataset"], rp["hf_split"], cols, on_unknown,
+                                         revision=rp["hf_revision"])
     else:
         raise DataSourceError(f"data.source must be synthetic, local or huggingface, got {source!r}")
     tickers = sorted(reports["ticker"].unique())
     start = (reports["date"].min() - pd.Timedelta(days=600)).date().isoformat()
     end = (reports["date"].max() + pd.Timedelta(days=180)).date().isoformat()
-    cache = cfg.path(pp.get("yfinance_cache", "data/raw/yfinance"))
-    if pp.get("path"):
+    cache = cfg.path(pp["yfinance_cache"])
+    if pp["path"]:
         prices, pnotes = load_prices(cfg.path(pp["path"]), tickers=tickers)
     else:
         prices = fetch_yfinance_prices(tickers, start, end, cache)
         pnotes = {"price_rows": int(len(prices)), "source": "yfinance"}
-    if pp.get("market_path"):
-        mkt, mnotes = load_market(cfg.path(pp["market_path"]), pp.get("market_column", "market_close"))
+    if pp["market_path"]:
+        mkt, mnotes = load_market(cfg.path(pp["market_path"]), pp["market_column"])
         pnotes = {**pnotes, **mnotes, "market_source": str(pp["market_path"])}
     else:
-        ticker = pp.get("market_ticker") or DEFAULT_MARKET_TICKER
+        ticker = pp["market_ticker"]
         m = fetch_yfinance_prices([ticker], start, end, cache)
         mkt = m.rename(columns={"adj_close": "market_close"})[["date", "market_close"]]
         pnotes = {**pnotes, "market_source": f"yfinance {ticker} (auto_adjust: dividends reinvested)"}

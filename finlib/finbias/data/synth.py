@@ -24,9 +24,11 @@ Everything is a pure function of (params, seed): the same seed writes byte-ident
 """
 from __future__ import annotations
 
+import functools
 import math
 import random
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -134,44 +136,31 @@ class SynthConfigError(ConfigError):
     """The `data.synthetic` params section is invalid; the message names the key."""
 
 
-@dataclass(frozen=True)
-class SynthParams:
-    """Knobs of the generator (params `data.synthetic`); defaults give the default run."""
-
-    n_reports: int = 60
-    n_firms: int = 40
-    start: str = "2019-01-01"
-    end: str = "2024-12-31"
-    first_report: str = "2020-06-01"
-    words_min: int = 400
-    words_max: int = 600
-    pre_days: int = 300           # trading days of history required before each report
-    post_days: int = 90           # trading days of prices required after each report
-    drift_window: int = 60        # the planted drift runs over days +1..+drift_window
-    target_corr: float = 0.5      # corr(CAR_drift_window, q) for one isolated report
-    bullish_share: float = 0.72
-    bearish_share: float = 0.03
-    analyst_q_weight: float = 0.35  # how much q the analyst sees (the rest is optimism + noise)
-    optimism_sd: float = 0.5      # firm-level optimism (the analyst's coverage bias)
-    standard_wording_share: float = 0.8  # first sentences with Bullish/Neutral/Bearish words
-    opinion_share: float = 0.3    # share of body sentences that are opinions
-    market_vol: float = 0.011     # daily market volatility
-    market_drift: float = 0.0003  # daily market mean return
-    rating_wording: str = "paper"  # paper: Bullish/Buy-style first sentences | scales: every term of every
-                                   # scale in finlib.finbias.vocab.RATING_SCALES, maintain/initiate/upgrade/downgrade
-    layout: str = "prose"         # prose: paragraphs | structured: also line-broken lists and estimate tables
-    block_share: float = 0.15     # structured layout: share of paragraph breaks followed by a list or a table
-    messy_share: float = 0.0      # share of reports laid out as broker text (finlib.finbias.data.messy_corpus: its
-                                  # rating sentences and skeletons; headings, bullets, tab tables, unpunctuated lines)
+class SynthParams(SyntheticSection):
+    """Knobs of the generator: the params schema's `data.synthetic` model itself (keys, types, ranges and
+    the rules between knobs declared once, in finlib.core.params), frozen; the default of every knob is
+    the one params/default.yaml writes."""
 
     @classmethod
-    def from_section(cls, section: dict[str, Any] | None) -> SynthParams:
-        """The knobs of `section` over the defaults (a params file's section holds them all; library
-        callers may pass a few), checked by the params schema's `data.synthetic` model (types, ranges,
-        the wordings and layouts of synth_corpus, the rules between knobs)."""
-        section = {**asdict(cls()), **(section or {})}
+    def from_section(cls, section: Mapping[str, Any] | None) -> SynthParams:
+        """The knobs of `section` over params/default.yaml's `data.synthetic` (a params file's section
+        holds them all; library callers may pass a few), checked by the schema (types, ranges, the
+        wordings and layouts of synth_corpus, the rules between knobs)."""
+        section = {**default_knobs(), **(section or {})}
         raise_errors(schema_errors(section, SyntheticSection, ("data", "synthetic")), "data.synthetic", SynthConfigError)
-        return cls(**section)
+        return cls.model_validate(section)
+
+
+@functools.cache
+def _default_knobs() -> tuple[tuple[str, Any], ...]:
+    from finlib.core.config import load_params, repo_root
+
+    return tuple(load_params(repo_root() / "params" / "default.yaml")["data"]["synthetic"].items())
+
+
+def default_knobs() -> dict[str, Any]:
+    """params/default.yaml's `data.synthetic`: the one place the generator's defaults are written."""
+    return dict(_default_knobs())
 
 
 @dataclass
@@ -185,7 +174,7 @@ class SyntheticMarket:
     truth: pd.DataFrame     # report_id, q, drift, beta, and the planted rating (PLANTED_COLUMNS)
     planted: pd.DataFrame = field(default_factory=pd.DataFrame)  # per report: what the rehearsal's simulated
     # models and its closed-form truth read (finlib.finbias.data.synth_planted.PLANTED_FIELDS); no stage reads it
-    params: SynthParams = field(default_factory=SynthParams)
+    params: SynthParams = field(default_factory=lambda: SynthParams.from_section(None))
 
 
 # ---------------------------------------------------------------- firms and calendar
@@ -586,7 +575,7 @@ def messy_report(rating: Rating, body: list[str], ctx: dict, d: _Draw) -> tuple[
 
 # ---------------------------------------------------------------- entry points
 
-def generate_market(cfg_section: dict[str, Any] | None, seed: int) -> SyntheticMarket:
+def generate_market(cfg_section: Mapping[str, Any] | None, seed: int) -> SyntheticMarket:
     """Generate the whole synthetic market for params `data.synthetic` and a seed."""
     p = SynthParams.from_section(cfg_section)
     root = np.random.SeedSequence(int(seed))

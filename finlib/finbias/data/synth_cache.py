@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,17 +17,17 @@ from finlib.finbias.data import messy_corpus, provider_layouts, synth, synth_cor
 from finlib.finbias.data.synth import RAW_FILES, SynthParams, generate_market, write_market
 
 
-def market_fingerprint(section: dict[str, Any] | None, seed: int) -> str:
+def market_fingerprint(section: Mapping[str, Any] | None, seed: int) -> str:
     """SHA-256 of the resolved generator params, the seed and the generator's source code (what the
     written files depend on: an edited generator never reuses files an older one wrote)."""
     p = SynthParams.from_section(section)
     code = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in (synth, synth_corpus, messy_corpus,
                                                                              provider_layouts, synth_planted))).hexdigest()
-    blob = json.dumps({"params": asdict(p), "seed": int(seed), "code": code}, sort_keys=True)
+    blob = json.dumps({"params": p.model_dump(), "seed": int(seed), "code": code}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def cached_market(section: dict[str, Any] | None, seed: int, out_dir: Path) -> dict[str, Path]:
+def cached_market(section: Mapping[str, Any] | None, seed: int, out_dir: Path) -> dict[str, Path]:
     """Write the market for (params, seed) under `out_dir` once; later calls reuse the files.
 
     The fingerprint file is written last, so an interrupted write is regenerated, never reused.

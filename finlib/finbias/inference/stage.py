@@ -187,7 +187,7 @@ def server_token_counter(spec: ModelSpec, inf: dict) -> tuple[Callable[[str], in
     (`inference.prompt_length_by: model_tokenizer`, when on disk) sizes the output room of an
     8k-context model exactly; else the characters/4 estimate, named in the stage report."""
     empty = build_messages("", spec.supports_system, inf["prompt_version"])
-    tok = hub_tokenizer(spec.model_id) if inf.get("prompt_length_by", "model_tokenizer") == "model_tokenizer" \
+    tok = hub_tokenizer(spec.model_id) if inf["prompt_length_by"] == "model_tokenizer" \
         else None
     if tok is None:
         why = "estimate" if inf.get("prompt_length_by") == "estimate" else "estimate (no tokenizer on disk)"
@@ -225,7 +225,7 @@ def plan_requests(ok: pd.DataFrame, spec: ModelSpec, modes_for: Callable[[Mappin
         raise ConfigError(f"inference.max_input_tokens={cap} leaves no room for the report "
                           f"after the prompt ({overhead} tokens) for model {spec.name}")
     out = []
-    constrained = spec.name in inf.get("constrained_json", [])
+    constrained = spec.name in inf["constrained_json"]
     for row in ok.to_dict("records"):  # plain dicts: a Series per row cost more than the hashing
         modes = modes_for(row)
         if not modes:

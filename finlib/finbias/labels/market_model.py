@@ -52,7 +52,7 @@ flagged as small in the stage report, because their 30/40/30 split is only appro
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -442,21 +442,21 @@ def labels_from_panel(events: pd.DataFrame, panel: ReturnPanel, *, window: int =
     return out
 
 
-def options_from_params(params: dict) -> dict:
+def options_from_params(params: Mapping[str, Any]) -> dict:
     """Keyword arguments of compute_labels from the ``labels:`` section of a params file.
 
     The section is checked against the params schema (finlib.core.params.LabelsSection): unknown
-    keys (``quantile:`` for ``quantiles:``), wrong types and out-of-range values raise ConfigError
-    rather than fall back to the defaults; keys left out take the defaults of OPTION_DEFAULTS.
+    keys (``quantile:`` for ``quantiles:``), missing keys, wrong types and out-of-range values raise
+    ConfigError; every key is there after the check, so none needs a default here.
     """
-    validate_section("labels", params, "params labels")
-    mk = params.get("mackinlay", {}) or {}
+    p = validate_section("labels", params, "params labels")
+    mk = p["mackinlay"]
     opts = {
-        "window": int(params.get("window", 60)),
-        "quantiles": tuple(params.get("quantiles", OPTION_DEFAULTS["quantiles"])),
-        "min_event_obs": params.get("min_event_obs"),
-        "estimation_window": int(mk.get("estimation_window", OPTION_DEFAULTS["estimation_window"])),
-        "gap": int(mk.get("gap", OPTION_DEFAULTS["gap"])),
-        "min_obs": int(mk.get("min_obs", OPTION_DEFAULTS["min_obs"])),
+        "window": int(p["window"]),
+        "quantiles": tuple(p["quantiles"]),
+        "min_event_obs": p["min_event_obs"],
+        "estimation_window": int(mk["estimation_window"]),
+        "gap": int(mk["gap"]),
+        "min_obs": int(mk["min_obs"]),
     }
     return opts

@@ -505,8 +505,8 @@ def perturb_run(cfg: RunConfig, params: dict) -> PerturbResult:
         result = build_conditions(reports, cfg.seed, params["fake_rating"], lexicon,
                                   source=str(cfg.processed_dir / "reports.parquet"), policy=params["mpqa_pos"],
                                   tagger=tagger,
-                                  sweep_ids=sweep_report_ids(reports, params.get("sweep_reports", 0), reading),
-                                  join=bool(params.get("join_lines") or False), reading=reading)
+                                  sweep_ids=sweep_report_ids(reports, params["sweep_reports"], reading),
+                                  join=bool(params["join_lines"]), reading=reading)
     finally:
         if tagger is not None:
             tagger.close()
