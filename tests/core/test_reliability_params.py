@@ -133,15 +133,6 @@ def test_endpoint_overrides_are_closed_and_typed(default):
     validate_params(_with(default, "inference.endpoints", {"gpt-4.1": {"rpm": 0, "base_url": "http://h/v1"}}), "x")
 
 
-def test_synthetic_section_declares_exactly_the_generator_knobs():
-    import dataclasses
-
-    from finlib.core.params import SyntheticSection
-    from finlib.finbias.data.synth import SynthParams
-
-    assert set(SyntheticSection.model_fields) == {f.name for f in dataclasses.fields(SynthParams)}
-
-
 def test_unknown_model_names_fail_at_load_time_naming_the_registry(params_root):
     params_root.write("typo.yaml", "extends: default.yaml\ninference: {models: [smollm2-135n, gpt-4.1]}\n")
     with pytest.raises(ConfigError, match=r"typo\.yaml \(merged over default\.yaml\): invalid params:\n"

@@ -146,7 +146,7 @@ def defaulted_section_reads(tree: ast.AST, flow: Flow) -> list[str]:
             keyed = node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
             if defaulted and keyed and scope.is_section(node.func.value):
                 out.append(f"{node.lineno}: {ast.unparse(node)}")
-    return sorted(set(out), key=lambda s: int(s.split(":")[0]))
+    return sorted(set(out), key=lambda s: (int(s.split(":")[0]), s))
 
 
 def _finlib_trees() -> dict[str, ast.AST]:
@@ -210,3 +210,54 @@ def test_no_stage_reads_a_section_key_with_a_default_of_its_own():
     found = {path: calls for path, tree in trees.items() if (calls := defaulted_section_reads(tree, flow))}
     assert not found, ("a default beside a declared params key (the schema requires every key; its default is "
                        f"the one in params/default.yaml): read section[key] instead: {found}")
+
+
+# ---- the synthetic market's knobs: declared once (finlib.core.params.SyntheticSection) ----------------
+
+def knob_declarations(tree: ast.AST, knobs: set[str], least: int = 4) -> list[str]:
+    """`line: what` for every class body, dict literal or `dict(...)` call naming `least` or more of `knobs`:
+    a second declaration of the section (a dataclass of the knobs, a dict of their defaults)."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            names = {t.id for s in node.body for t in ([s.target] if isinstance(s, ast.AnnAssign) else
+                                                        s.targets if isinstance(s, ast.Assign) else [])
+                     if isinstance(t, ast.Name)}
+            what = f"class {node.name}"
+        elif isinstance(node, ast.Dict):
+            names = {k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+            what = "a dict"
+        elif isinstance(node, ast.Call) and _called_name(node) == "dict":
+            names = {k.arg for k in node.keywords if k.arg}
+            what = "dict(...)"
+        else:
+            continue
+        if len(names & knobs) >= least:
+            out.append(f"{node.lineno}: {what} names {sorted(names & knobs)}")
+    return out
+
+
+def _synthetic_knobs() -> set[str]:
+    from finlib.core.params import SyntheticSection
+
+    return set(SyntheticSection.model_fields)
+
+
+def test_the_check_finds_a_planted_second_declaration_of_the_synthetic_knobs():
+    planted = ("from dataclasses import dataclass\n\n@dataclass\nclass Knobs:\n    n_reports: int = 60\n"
+               "    n_firms: int = 40\n    words_min: int = 400\n    words_max: int = 600\n\n"
+               "DEFAULTS = {'n_reports': 60, 'n_firms': 40, 'market_vol': 0.011, 'layout': 'prose'}\n"
+               "PARTIAL = {'n_reports': 60, 'n_firms': 40}\n")
+    assert knob_declarations(ast.parse(planted), _synthetic_knobs()) == [
+        "4: class Knobs names ['n_firms', 'n_reports', 'words_max', 'words_min']",
+        "10: a dict names ['layout', 'market_vol', 'n_firms', 'n_reports']"]
+
+
+def test_the_synthetic_section_is_declared_once():
+    """The generator's knobs are the schema's `data.synthetic` model (SynthParams is that model) and their
+    defaults are params/default.yaml's: no other class or dict in finlib lists them."""
+    knobs = _synthetic_knobs()
+    found = {path: hits for path, tree in _finlib_trees().items()
+             if (hits := [h for h in knob_declarations(tree, knobs) if path != "finlib/core/params.py"
+                          or "SyntheticSection" not in h])}
+    assert not found, f"a second declaration of data.synthetic's knobs (declare them in SyntheticSection only): {found}"
