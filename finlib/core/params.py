@@ -575,8 +575,9 @@ def validate_section(name: str, value: Any, path: str | Path = "params") -> Sect
         raise ConfigError(f"{path}: unknown params section {name!r}; sections are {list(TOP_LEVEL)}")
     if not isinstance(value, dict):
         raise ConfigError(f"{path}: section '{name}' must be a mapping, got {_type_name(value)}")
-    raise_errors(schema_errors(value, SECTION_MODELS[name], (name,)), path)
-    return frozen(value, SECTION_MODELS[name], name)
+    plain = thawed(value)  # pydantic reads a mapping with .get(key, default), which a Section refuses
+    raise_errors(schema_errors(plain, SECTION_MODELS[name], (name,)), path)
+    return frozen(plain, SECTION_MODELS[name], name)
 
 
 class SectionError(TypeError):

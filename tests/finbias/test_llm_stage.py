@@ -33,7 +33,7 @@ LOCAL = ModelSpec(name="smol", backend="local", model_id="smol", supports_system
 API = dataclasses.replace(LOCAL, name="api", backend="openai", gguf_package=None, gguf_file=None,
                           base_url="https://api.example.invalid/v1", api_key_env="X_KEY")
 INF = {"max_input_tokens": 512, "max_new_tokens": 16, "dtype": "bfloat16", "prompt_version": "finbias-authors-v1",
-       "threads": 1}
+       "threads": 1, "constrained_json": [], "prompt_length_by": "model_tokenizer"}
 OK = pd.DataFrame([{"item_id": "R0:original", "report_id": "R0", "condition": "original",
                     "text": "We rate Acme a Buy. Sales rose."}])
 
