@@ -20,7 +20,7 @@ Design:
   `inference.endpoints.<model>` and `rehearsal.profiles.<model>` (a key left out = the registry
   record's or the planted value). A stage reads `cfg.section(name)`: validated values, every key there,
   as a read-only `Section` (a dict subclass, not the frozen pydantic model: call sites, JSON/YAML dumps
-  and fingerprints stay byte-identical; it refuses mutation and `.get(key, default)` on a declared key,
+  and fingerprints stay byte-identical; it refuses mutation and `.get(key, default)` on a required key,
   so the default in params/default.yaml is the only one). The generator of the synthetic market reads
   `SyntheticSection` itself (finlib.finbias.data.synth.SynthParams): the section is declared once.
 - Value ranges that are facts about the method live here too (a share in [0, 1], quantiles
@@ -599,22 +599,23 @@ class Section(dict):
     the override models' left-out keys with None). What it adds to a dict:
     - every mutation (item assignment, `update`, `pop`, `setdefault`, ...) raises `SectionError`, at any
       depth (nested sections and lists are read-only too), so a stage cannot change what a later one reads;
-    - `get(key, default)` on a key the schema declares raises `SectionError`: the key is always there
-      (the schema requires it), so a default beside it would be a second, silent declaration. Free
-      mappings (`inference.endpoints`, `rehearsal.profiles`: model names as keys) declare no keys, so
-      `get(name, default)` works there.
+    - `get(key, default)` on a key the schema requires raises `SectionError`: the key is always there,
+      so a default beside it would be a second, silent declaration. Free mappings (`inference.endpoints`,
+      `rehearsal.profiles`: model names as keys) and the override models whose keys may be left out
+      (`EndpointSection`, `ProfileSection`: a key left out keeps the registry's or the planted value)
+      require none, so `get(key, default)` works there.
     `copy.copy`, `copy.deepcopy` and pickling give plain (mutable) dicts and lists: a copy is the caller's."""
 
-    __slots__ = ("dotted", "declared")
+    __slots__ = ("dotted", "required")
     __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _refuse  # type: ignore[assignment]
 
-    def __init__(self, values: dict, declared: frozenset[str] = frozenset(), dotted: str = "") -> None:
+    def __init__(self, values: dict, required: frozenset[str] = frozenset(), dotted: str = "") -> None:
         super().__init__(values)
-        self.declared, self.dotted = declared, dotted
+        self.required, self.dotted = required, dotted
 
     def get(self, key: Any, *default: Any) -> Any:
-        """`section.get(key)` as on a dict; with a default only for a key the schema does not declare."""
-        if default and key in self.declared:
+        """`section.get(key)` as on a dict; with a default only for a key the schema does not require."""
+        if default and key in self.required:
             raise SectionError(f"params section '{self.dotted}' declares '{key}' (always present, its default "
                                f"in params/default.yaml): read section[{key!r}], not .get({key!r}, ...)")
         return super().get(key, *default)
@@ -673,7 +674,8 @@ def frozen(value: Any, model: type[BaseModel] | None = None, dotted: str = "", e
         for k, v in value.items():
             sub, many = _field_model(model, str(k))
             items[k] = frozen(v, sub, f"{dotted}.{k}", many)
-        return Section(items, frozenset(model.model_fields) if model is not None else frozenset(), dotted)
+        required = frozenset(k for k, f in model.model_fields.items() if f.is_required()) if model else frozenset()
+        return Section(items, required, dotted)
     if isinstance(value, list):
         return FrozenList([frozen(v, None, f"{dotted}[{i}]") for i, v in enumerate(value)], dotted)
     return value

@@ -53,6 +53,16 @@ def test_free_mappings_keep_get_with_a_default(tmp_run):
     assert endpoints.get("no-such-model", {}) == {}
 
 
+def test_override_keys_left_out_keep_get_with_a_default():
+    """`rehearsal.profiles.<model>` lists only what it changes: a key left out falls back to the planted value."""
+    from finlib.core.params import RehearsalSection, frozen
+
+    profiles = frozen({"profiles": {"m": {"follow": 0.5}}}, RehearsalSection, "rehearsal")["profiles"]
+    assert profiles["m"].get("skill", 1.25) == 1.25 and profiles["m"]["follow"] == 0.5
+    with pytest.raises(SectionError, match="read-only"):
+        profiles["m"]["skill"] = 2.0
+
+
 def test_every_section_is_a_read_only_view_of_the_same_values(tmp_run):
     """Dumps and hashes of a section are those of the params it was read from (fingerprints unchanged)."""
     for name in SECTION_MODELS:
