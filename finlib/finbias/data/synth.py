@@ -153,6 +153,7 @@ class SynthParams(SyntheticSection):
 
 @functools.cache
 def _default_knobs() -> tuple[tuple[str, Any], ...]:
+    """Read once per process; a tuple, so the cache never hands out a dict a caller could change."""
     from finlib.core.config import load_params, repo_root
 
     return tuple(load_params(repo_root() / "params" / "default.yaml")["data"]["synthetic"].items())
