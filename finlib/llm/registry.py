@@ -192,8 +192,8 @@ def apply_endpoints(registry: dict[str, ModelSpec], endpoints: dict | None = Non
 def run_registry(cfg) -> dict[str, ModelSpec]:
     """The registry a run uses: `inference.registry` with the run's `inference.endpoints` and the
     environment's overrides applied (see `apply_endpoints`)."""
-    inf = cfg.params.get("inference", {})
-    return apply_endpoints(load_registry(cfg.path(inf.get("registry", "params/models.yaml"))),
+    inf = cfg["inference"]
+    return apply_endpoints(load_registry(cfg.path(inf["registry"])),
                            inf.get("endpoints"), source=f"{cfg.params_file}: inference.endpoints")
 
 

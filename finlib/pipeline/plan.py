@@ -271,7 +271,7 @@ def build_plan(cfg: RunConfig) -> pd.DataFrame:
     specs = select_models(run_registry(cfg), list(inf["models"]))
     texts, counts, _ = condition_texts(cfg, int(p["sample_texts"]), cfg.seed)
     answers = measured_answer_tokens(cfg.path(inf["store"]))
-    cache = cfg.path(inf.get("model_cache", "data/interim/models"))
+    cache = cfg.path(inf["model_cache"])
     rates = measured_throughput(cfg.root)
     rows = []
     for spec in specs:
@@ -440,7 +440,7 @@ def preflight(cfg: RunConfig, can_reach: Callable[[str, int], bool] | None = Non
     data, problems = cfg.params.get("data", {}), []
     if "data" not in needs:
         data = {"source": "synthetic"}  # nothing of the corpus or prices is read
-    source = data.get("source", "synthetic")
+    source = data["source"]
     reports = data.get("reports", {}) or {}
     if source == "huggingface" and not can_reach(*HF_HOST):
         problems.append(f"corpus: Hugging Face dataset {reports.get('hf_dataset')} unreachable (no network); "

@@ -196,7 +196,7 @@ def env_var_names(cfg: RunConfig) -> dict[str, Any]:
     try:
         from finlib.llm.registry import load_registry
 
-        registry = load_registry(cfg.path(cfg.params.get("inference", {}).get("registry", "params/models.yaml")))
+        registry = load_registry(cfg.path(cfg["inference"]["registry"]))
     except Exception as exc:  # noqa: BLE001 -- the stages report a broken registry themselves; the manifest notes it
         return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
     used = sorted(_strings(cfg.params) & set(registry))
