@@ -5,8 +5,10 @@ label in the tables and the figure.
 The rest of the code reads these records and never asks which task it holds (the lm-eval task folder /
 inspect_ai `@task` way): the loader (`finlib.bizfin.data`), the scorers (`finlib.bizfin.score_item_detail`),
 the judge (`finlib.bizfin.judge_input`, `finlib.bizfin.iterajudge.rubrics`), stage 07's official column and
-N, Table 3, Table 6, the figure, the harness tasks, and the params check (`bizfin.tasks` may hold only a
-declared name: `finlib.core.params.VOCABULARIES`). Adding a task is one `TaskRecord` passed to
+N, Table 3, Table 6, the figure, the harness tasks (the lm-eval YAML files are generated from the records:
+`finlib.harness.lm_eval_yaml`), the rehearsal's simulated replies (`reply`), and the params check
+(`bizfin.tasks` may hold only a declared name: this module registers the vocabularies with
+`finlib.core.params.register_vocabulary`). Adding a task is one `TaskRecord` passed to
 `register_task`; order is Table 3's column order, which the result tables keep.
 """
 
@@ -20,6 +22,7 @@ from typing import Any
 from finlib.bizfin import official as published
 from finlib.bizfin import scorers
 from finlib.bizfin.prompts import BIZFIN_ANSWER_VERSION, FDD_RUBRIC, FQA_RUBRIC, FTU_RUBRIC, JudgeRubric
+from finlib.core.params import register_vocabulary
 
 KINDS = ("accuracy", "judge")
 
@@ -239,10 +242,15 @@ def check_tasks(tasks: list[str], where: str = "bizfin.tasks") -> list[str]:
 
 
 def task_names() -> tuple[str, ...]:
-    """The names `bizfin.tasks` may hold (`finlib.core.params.VOCABULARIES`: checked at params load)."""
+    """The names `bizfin.tasks` may hold (registered below: checked at params load)."""
     return tuple(TASKS)
 
 
 def judge_task_names() -> tuple[str, ...]:
     """The judge-scored task names (`bizfin.iterajudge.tasks` and `calibration_tasks` draw from them)."""
     return tuple(a for a, t in TASKS.items() if t.kind == "judge")
+
+
+register_vocabulary("bizfin.tasks", task_names)
+register_vocabulary("bizfin.iterajudge.tasks", judge_task_names)
+register_vocabulary("bizfin.iterajudge.calibration_tasks", judge_task_names)
