@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from finlib.bizfin import official as published
-from finlib.bizfin import scorers
+from finlib.bizfin import replies, scorers
 from finlib.bizfin.prompts import BIZFIN_ANSWER_VERSION, FDD_RUBRIC, FQA_RUBRIC, FTU_RUBRIC, JudgeRubric
 from finlib.core.params import register_vocabulary
 
@@ -59,6 +59,7 @@ class TaskRecord:
     judge_view: Callable[[str, str], tuple[str, str]] | None = None  # (query, reply) -> what the judge sees
     samples: Path | None = None  # format samples; None: the package's `format_samples/sample_<abbrev>.jsonl`
     answer_version: str = BIZFIN_ANSWER_VERSION  # the answer prompt's version, part of every store key
+    reply: Callable[[str, bool], str] = replies.free_text  # (gold, right) -> a reply in the task's format
 
     @property
     def paper(self) -> bool:
@@ -102,6 +103,7 @@ TASKS: dict[str, TaskRecord] = {
             published.aea,
             gold_check=scorers.parse_gold_indices,
             script="eval_AEA.py",
+            reply=replies.news_indices,
         ),
         _accuracy(
             "FNC",
@@ -112,6 +114,7 @@ TASKS: dict[str, TaskRecord] = {
             scorers.score_fnc,
             published.fnc,
             script="eval_financial_calculation.py",
+            reply=replies.answer_json,
         ),
         _accuracy(
             "FTR",
@@ -122,6 +125,7 @@ TASKS: dict[str, TaskRecord] = {
             scorers.score_ftr,
             published.ftr,
             script="eval_financial_timereason.py",
+            reply=replies.answer_json,
         ),
         _judge(
             "FTU",
@@ -164,6 +168,7 @@ TASKS: dict[str, TaskRecord] = {
             published.er,
             gold_check=scorers.er_gold,
             script="eval_financial_sentiment.py",
+            reply=replies.emotion_list,
         ),
         _accuracy(
             "SP",
@@ -174,6 +179,7 @@ TASKS: dict[str, TaskRecord] = {
             scorers.score_sp,
             published.sp,
             script="eval_stock_prediction.py",
+            reply=replies.price_direction,
         ),
         # Table 2 prints 435 FNER items, Table 6 and the published file 433: counts are checked against both.
         _accuracy(
@@ -187,6 +193,7 @@ TASKS: dict[str, TaskRecord] = {
             gold_check=scorers.fner_gold,
             unscorable=scorers.fner_unscorable,
             script="eval_fin_ner.py",
+            reply=replies.entity_results,
         ),
     )
 }
