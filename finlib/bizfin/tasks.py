@@ -56,6 +56,8 @@ class TaskRecord:
     verdict_reader: Callable[[str], float | None] | None = None
     verdict_n: Callable[[str], int] = _once  # how many times the published script counts a verdict in N
     zero_verdict_outside_n: bool = False  # our rubric: a verdict scoring 0 leaves N (the published FQA rule)
+    script_scale: float = 1.0  # the published judge script's batch mean per unit score (FTU's is on 0-100)
+    full_mark_verdict: str | None = None  # a verdict the script scores 100: measures a 0 verdict's N beside it
     judge_view: Callable[[str, str], tuple[str, str]] | None = None  # (query, reply) -> what the judge sees
     samples: Path | None = None  # format samples; None: the package's `format_samples/sample_<abbrev>.jsonl`
     answer_version: str = BIZFIN_ANSWER_VERSION  # the answer prompt's version, part of every store key
@@ -136,6 +138,7 @@ TASKS: dict[str, TaskRecord] = {
             published.ftu_verdict,
             "eval_multi_tools_use.py",
             judge_view=published.ftu_judge_view,
+            script_scale=100.0,
         ),
         _judge(
             "FQA",
@@ -157,6 +160,7 @@ TASKS: dict[str, TaskRecord] = {
             published.fdd_verdict,
             "eval_financial_description.py",
             verdict_n=published.fdd_verdict_n,
+            full_mark_verdict='{"评分分数": "100", "描述": "完全正确"}',
         ),
         _accuracy(
             "ER",
