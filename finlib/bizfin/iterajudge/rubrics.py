@@ -17,7 +17,7 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from finlib.bizfin.iterajudge.records import iterajudge_record, published_prompts
+from finlib.bizfin.iterajudge.records import calibration_tasks, iterajudge_record, published_prompts
 from finlib.bizfin.prompts import (
     JUDGE_CONTRASTIVE_VERSION,
     JUDGE_REFINE_VERSION,
@@ -88,12 +88,15 @@ class Rubrics:
         return cls() if root is None else cls(Path(root), load_published(Path(root)))
 
     def label(self) -> str:
-        """What the captions say about the rubric."""
+        """What the captions say about the rubric (the Table 4 tasks without a published IteraJudge: ours)."""
         if self.root is None:
             return ("ours (the published per-task rubric structure in our words, finlib/bizfin/prompts.py; "
                     "JSON verdict)")
-        return (f"the authors' published prompt files used verbatim from {self.root} (FDD/FTU/FQA judges, FDD "
-                f"refiners); FTU's IteraJudge refiner and judge: ours")
+        judges = "/".join(t for t, roles in self.published.items() if "vanilla" in roles)
+        refiners = "/".join(t for t, roles in self.published.items() if any(r.startswith("refine:") for r in roles))
+        ours = "/".join(t for t in calibration_tasks() if "contrastive" not in self.published.get(t, {}))
+        return (f"the authors' published prompt files used verbatim from {self.root} ({judges} judges, {refiners} "
+                f"refiners); {ours}'s IteraJudge refiner and judge: ours")
 
     def mixed(self) -> dict[str, str]:
         """Tasks whose vanilla judge and IteraJudge get different rubrics (a published vanilla prompt
