@@ -1,6 +1,6 @@
 """The constructed reference set of the judge-calibration study (FDD and FTU): fictional questions,
 answers of graded quality made by injecting counted errors into a correct answer, and a reference
-score from the stated rule (`finlib.bizfin.iterajudge.calibration.RULES`).
+score from the stated rule (each task's IteraJudge record's `weights`, `finlib.bizfin.iterajudge.records`).
 
 Why constructed: the paper's expert scores are not public. Why by rule: every answer's quality is
 known exactly (which errors, how many), so the reference ranking is not one more judge's opinion.
