@@ -6,8 +6,9 @@ The expert scores are not public, so the study runs on a reference set construct
 (`format_samples/calibration_<TASK>.jsonl`, built by `finlib.bizfin.iterajudge.reference_set`): 140 answers per
 task to 20 fictional questions, each question with the same ladder of injected errors, and a
 reference score assigned by rule from the counted errors (`RULES`: each task's IteraJudge record's
-`weights`). Any other column of reference scores (real expert scores) plugs into the same functions. These numbers measure how the run's
-judges rank answers of known quality; they are not the paper's experiment.
+`weights`). Any other column of reference scores (real expert scores) plugs into the same functions.
+These numbers measure how the run's judges rank answers of known quality; they are not the paper's
+experiment.
 
 Uncertainty: percentile bootstrap over questions (`resample_indices`: a drawn question brings all its
 answers, which share that question's judge offsets; resampling answers one by one would treat them as
