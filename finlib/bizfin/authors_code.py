@@ -247,16 +247,14 @@ class AuthorsCode:
             return float(self._evaluate(TASKS[task].script, path)["acc"])
 
     def _one_verdict(self, task: str, verdict: str) -> ScriptScore:
-        """One verdict's score; for an FDD verdict scored 0, its N count measured by running it beside a
-        full-mark verdict: acc = (0 + 100) / (n + 1) / 100."""
+        """One verdict's score; for a verdict scored 0 by a task whose record gives a full-mark verdict (FDD),
+        its N count measured by running it beside that verdict: acc = (0 + 100) / (n + 1) / 100."""
         s = _verdict_score(task, self._verdict_acc(task, [verdict]), verdict)
-        if task == "FDD" and s.score == 0:
-            both = self._verdict_acc(task, [verdict, FDD_FULL_MARK])
+        full_mark = TASKS[task].full_mark_verdict
+        if full_mark is not None and s.score == 0:
+            both = self._verdict_acc(task, [verdict, full_mark])
             return ScriptScore(s.score, s.error, round(1 / both) - 1)
         return s
-
-
-FDD_FULL_MARK = '{"评分分数": "100", "描述": "完全正确"}'
 
 
 def _check_verdict_mean(task: str, batch_acc: float, scores: list[ScriptScore]) -> None:
@@ -265,20 +263,20 @@ def _check_verdict_mean(task: str, batch_acc: float, scores: list[ScriptScore]) 
     kept = [s for s in scores if s.score is not None]
     n = sum(s.n for s in kept)
     mean = sum(s.score * s.n for s in kept) / n if n else 0.0
-    want = batch_acc / 100 if task == "FTU" else batch_acc
+    want = batch_acc / TASKS[task].script_scale
     if not math.isclose(mean, want, rel_tol=1e-9, abs_tol=1e-9):
         raise AuthorsCodeError(f"{TASKS[task].script}: per-item verdict scores weighted by their N average {mean!r}, the "
                                f"script's batch mean is {want!r}")
 
 
 def _verdict_score(task: str, acc: float, verdict: str) -> ScriptScore:
-    """One verdict's score from a one-line run: FTU's mean is on 0-100; FQA leaves a total <= 0 or an
-    unreadable verdict out of N (a one-line run then reports 0)."""
-    if task == "FTU":
-        return ScriptScore(acc / 100)
-    if task == "FQA" and acc <= 0:
-        return ScriptScore(None, "outside N under eval_financial_encyclopedia.py (no total above 0)", 0)
-    return ScriptScore(acc)
+    """One verdict's score from a one-line run, on the record's `script_scale` (FTU's mean is on 0-100); a
+    task whose zero verdict leaves N (FQA) leaves a total <= 0 or an unreadable verdict out of N (a one-line
+    run then reports 0)."""
+    record = TASKS[task]
+    if record.zero_verdict_outside_n and acc <= 0:
+        return ScriptScore(None, f"outside N under {record.script} (no total above 0)", 0)
+    return ScriptScore(acc / record.script_scale)
 
 
 def _record(gold: str, reply: str) -> dict:

@@ -5,8 +5,10 @@ label in the tables and the figure.
 The rest of the code reads these records and never asks which task it holds (the lm-eval task folder /
 inspect_ai `@task` way): the loader (`finlib.bizfin.data`), the scorers (`finlib.bizfin.score_item_detail`),
 the judge (`finlib.bizfin.judge_input`, `finlib.bizfin.iterajudge.rubrics`), stage 07's official column and
-N, Table 3, Table 6, the figure, the harness tasks, and the params check (`bizfin.tasks` may hold only a
-declared name: `finlib.core.params.VOCABULARIES`). Adding a task is one `TaskRecord` passed to
+N, Table 3, Table 6, the figure, the harness tasks (the lm-eval YAML files are generated from the records:
+`finlib.harness.lm_eval_yaml`), the rehearsal's simulated replies (`reply`), and the params check
+(`bizfin.tasks` may hold only a declared name: this module registers the vocabularies with
+`finlib.core.params.register_vocabulary`). Adding a task is one `TaskRecord` passed to
 `register_task`; order is Table 3's column order, which the result tables keep.
 """
 
@@ -18,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from finlib.bizfin import official as published
-from finlib.bizfin import scorers
+from finlib.bizfin import replies, scorers
 from finlib.bizfin.prompts import BIZFIN_ANSWER_VERSION, FDD_RUBRIC, FQA_RUBRIC, FTU_RUBRIC, JudgeRubric
+from finlib.core.params import register_vocabulary
 
 KINDS = ("accuracy", "judge")
 
@@ -53,9 +56,12 @@ class TaskRecord:
     verdict_reader: Callable[[str], float | None] | None = None
     verdict_n: Callable[[str], int] = _once  # how many times the published script counts a verdict in N
     zero_verdict_outside_n: bool = False  # our rubric: a verdict scoring 0 leaves N (the published FQA rule)
+    script_scale: float = 1.0  # the published judge script's batch mean per unit score (FTU's is on 0-100)
+    full_mark_verdict: str | None = None  # a verdict the script scores 100: measures a 0 verdict's N beside it
     judge_view: Callable[[str, str], tuple[str, str]] | None = None  # (query, reply) -> what the judge sees
     samples: Path | None = None  # format samples; None: the package's `format_samples/sample_<abbrev>.jsonl`
     answer_version: str = BIZFIN_ANSWER_VERSION  # the answer prompt's version, part of every store key
+    reply: Callable[[str, bool], str] = replies.free_text  # (gold, right) -> a reply in the task's format
 
     @property
     def paper(self) -> bool:
@@ -99,6 +105,7 @@ TASKS: dict[str, TaskRecord] = {
             published.aea,
             gold_check=scorers.parse_gold_indices,
             script="eval_AEA.py",
+            reply=replies.news_indices,
         ),
         _accuracy(
             "FNC",
@@ -109,6 +116,7 @@ TASKS: dict[str, TaskRecord] = {
             scorers.score_fnc,
             published.fnc,
             script="eval_financial_calculation.py",
+            reply=replies.answer_json,
         ),
         _accuracy(
             "FTR",
@@ -119,6 +127,7 @@ TASKS: dict[str, TaskRecord] = {
             scorers.score_ftr,
             published.ftr,
             script="eval_financial_timereason.py",
+            reply=replies.answer_json,
         ),
         _judge(
             "FTU",
@@ -129,6 +138,7 @@ TASKS: dict[str, TaskRecord] = {
             published.ftu_verdict,
             "eval_multi_tools_use.py",
             judge_view=published.ftu_judge_view,
+            script_scale=100.0,
         ),
         _judge(
             "FQA",
@@ -150,6 +160,7 @@ TASKS: dict[str, TaskRecord] = {
             published.fdd_verdict,
             "eval_financial_description.py",
             verdict_n=published.fdd_verdict_n,
+            full_mark_verdict='{"评分分数": "100", "描述": "完全正确"}',
         ),
         _accuracy(
             "ER",
@@ -161,6 +172,7 @@ TASKS: dict[str, TaskRecord] = {
             published.er,
             gold_check=scorers.er_gold,
             script="eval_financial_sentiment.py",
+            reply=replies.emotion_list,
         ),
         _accuracy(
             "SP",
@@ -171,6 +183,7 @@ TASKS: dict[str, TaskRecord] = {
             scorers.score_sp,
             published.sp,
             script="eval_stock_prediction.py",
+            reply=replies.price_direction,
         ),
         # Table 2 prints 435 FNER items, Table 6 and the published file 433: counts are checked against both.
         _accuracy(
@@ -184,6 +197,7 @@ TASKS: dict[str, TaskRecord] = {
             gold_check=scorers.fner_gold,
             unscorable=scorers.fner_unscorable,
             script="eval_fin_ner.py",
+            reply=replies.entity_results,
         ),
     )
 }
@@ -239,10 +253,15 @@ def check_tasks(tasks: list[str], where: str = "bizfin.tasks") -> list[str]:
 
 
 def task_names() -> tuple[str, ...]:
-    """The names `bizfin.tasks` may hold (`finlib.core.params.VOCABULARIES`: checked at params load)."""
+    """The names `bizfin.tasks` may hold (registered below: checked at params load)."""
     return tuple(TASKS)
 
 
 def judge_task_names() -> tuple[str, ...]:
     """The judge-scored task names (`bizfin.iterajudge.tasks` and `calibration_tasks` draw from them)."""
     return tuple(a for a, t in TASKS.items() if t.kind == "judge")
+
+
+register_vocabulary("bizfin.tasks", task_names)
+register_vocabulary("bizfin.iterajudge.tasks", judge_task_names)
+register_vocabulary("bizfin.iterajudge.calibration_tasks", judge_task_names)

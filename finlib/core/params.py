@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -728,31 +728,33 @@ def empty_model_lists(params: dict, stages: Iterable[str]) -> list[str]:
     return out
 
 
-# Closed vocabularies: dotted params key -> "module:function" returning the names that key may hold.
-# The names live with the package that declares them (BizFinBench's task records, `finlib.bizfin.tasks`)
-# and are read at load by their module's name, as the runner's stage table names stage modules: core
-# keeps no copy of them and imports nothing above it. `load_run` refuses a name outside the vocabulary
-# (or one listed twice) with the schema's errors, before any stage runs.
-VOCABULARIES: dict[str, str] = {
-    "bizfin.tasks": "finlib.bizfin.tasks:task_names",
-    "bizfin.iterajudge.tasks": "finlib.bizfin.tasks:judge_task_names",
-    "bizfin.iterajudge.calibration_tasks": "finlib.bizfin.tasks:judge_task_names",
-}
+# Closed vocabularies: dotted params key -> a provider of the names that key may hold. The package that
+# declares the names registers its provider when it is imported (`register_vocabulary`), so core keeps no
+# copy of them and names no package above it. `load_run` refuses a name outside a registered vocabulary (or
+# one listed twice) with the schema's errors, before any stage runs; the layers that run the papers
+# (notebooks, `finlib.pipeline`) import them first, so their vocabularies are registered by then.
+VOCABULARIES: dict[str, Callable[[], Iterable[str]]] = {}
+
+
+def register_vocabulary(dotted: str, provider: Callable[[], Iterable[str]]) -> None:
+    """Close params key `dotted` to the names `provider` returns (read at every check, so a name
+    declared after registration counts)."""
+    VOCABULARIES[dotted] = provider
 
 
 def vocabulary(dotted: str) -> tuple[str, ...]:
-    """The names params key `dotted` may hold (its declaring module imported by name)."""
-    import importlib
+    """The names params key `dotted` may hold; an unregistered key is an error naming the registered ones."""
+    if dotted not in VOCABULARIES:
+        raise KeyError(f"no vocabulary registered for {dotted!r}; registered: {', '.join(VOCABULARIES)}")
+    return tuple(VOCABULARIES[dotted]())
 
-    module, _, function = VOCABULARIES[dotted].partition(":")
-    return tuple(getattr(importlib.import_module(module), function)())
 
-
-def vocabulary_errors(params: dict, keys: Iterable[str] = tuple(VOCABULARIES)) -> list[str]:
-    """One line per params list of `keys` holding a name outside its vocabulary or a name twice, naming the
-    key, the names and the known ones (a value of the wrong type is left to the schema)."""
+def vocabulary_errors(params: dict, keys: Iterable[str] | None = None) -> list[str]:
+    """One line per params list of `keys` (default: every registered vocabulary) holding a name outside its
+    vocabulary or a name twice, naming the key, the names and the known ones (a value of the wrong type is
+    left to the schema)."""
     out = []
-    for dotted in keys:
+    for dotted in tuple(VOCABULARIES) if keys is None else keys:
         value: Any = params
         for part in dotted.split("."):
             value = value.get(part) if isinstance(value, dict) else None

@@ -3,3 +3,7 @@ plan and preflight (`plan`), the HTML report (`report`), and the table compariso
 
 Sits above both papers: it may import any of them, and nothing below imports it.
 """
+
+# The papers register their closed vocabularies (`bizfin.tasks`, ...) on import; loading them here makes
+# every params load under the orchestration layer check those names.
+import finlib.bizfin  # noqa: F401

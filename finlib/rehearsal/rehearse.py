@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from finlib.bizfin.tasks import task_order
 from finlib.core.config import RunConfig, load_run, repo_root
 from finlib.finbias.vocab import POOLED, SECTORS
 
@@ -332,7 +333,7 @@ def table_rows(path: Path, expected: list[str]) -> dict[str, Any]:
     key = next((c for c in t.columns if c.lower() in ("model", "methods")), t.columns[0])
     have = {str(v).strip().lower() for v in t[key]}
     missing = [r for r in expected if str(r).strip().lower() not in have]
-    tasks = {"AEA", "FNC", "FTR", "FTU", "FQA", "FDD", "ER", "SP", "FNER", "avg"}
+    tasks = {*task_order(), "avg"}  # every declared task's column, and the Average
     cells = [c for c in t.columns if c in SECTORS or c in tasks or c.startswith("Average")
              or c.lower() in ("score", "accuracy")]
     body = t[cells].astype(str).apply(lambda s: s.str.strip())

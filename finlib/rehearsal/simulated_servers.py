@@ -174,25 +174,10 @@ def finbias_reply(p: Profile, text: str, key: str, planted=None) -> tuple[str, i
 
 
 def bizfin_reply(p: Profile, task: str, gold: str, key: str) -> str:
-    """A BizFinBench answer in the task's format: right with probability `bizfin_accuracy`."""
-    from finlib.bizfin.scorers import SP_KEY, gold_entities
+    """A BizFinBench answer in the task's format (its record's `reply`): right with probability `bizfin_accuracy`."""
+    from finlib.bizfin.tasks import task_info
 
-    right = _u(p.name, "bizfin", key) < p.bizfin_accuracy
-    cot = "根据数据参考逐项计算与核对。"
-    if task in ("FNC", "FTR"):
-        return json.dumps({"cot": cot, "answer": gold if right else "0"}, ensure_ascii=False)
-    if task == "AEA":
-        idx = [int(x) for x in re.findall(r"\d+", gold)] if right else [99]
-        return json.dumps({"cot": cot, "相关新闻序号": idx}, ensure_ascii=False)
-    if task == "ER":
-        return gold if right else "[]"
-    if task == "SP":
-        return json.dumps({"cot": cot, SP_KEY: gold if right else "无法判断"}, ensure_ascii=False)
-    if task == "FNER":
-        ents = gold_entities(gold) if right else []
-        return json.dumps({"results": [{"type": t, "text": x} for t, x in ents]}, ensure_ascii=False)
-    quality = "完整准确" if right else "简略"  # judge-scored tasks (FTU, FQA, FDD): free text
-    return f"回答（{quality}）：" + ("根据材料，" + "，".join(["数据与结论一致"] * (8 if right else 1)))
+    return task_info(task).reply(gold, _u(p.name, "bizfin", key) < p.bizfin_accuracy)
 
 
 def judge_reply(p: Profile, prompt: str, key: str) -> str:

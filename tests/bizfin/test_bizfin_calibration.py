@@ -11,6 +11,7 @@ import pytest
 from scipy import stats
 
 from finlib.bizfin.iterajudge import calibration as C
+from finlib.bizfin.iterajudge.records import calibration_tasks
 from finlib.bizfin.tasks import judge_rubric
 from finlib.llm import engine
 from finlib.llm.store import ResponseStore, Result
@@ -106,7 +107,7 @@ def test_correlation_table_counts_invalid_and_scores_only_valid():
 def test_table4_layout_beside_the_paper():
     corr = pd.DataFrame([
         {"judge": "j1", "method": m, "task": t, "n": 5, "spearman": 0.5, "ci_low": 0.1, "ci_high": 0.9}
-        for m in C.METHOD_LABELS for t in C.TABLE4_TASKS])
+        for m in C.METHOD_LABELS for t in calibration_tasks()])
     table = C.table4(corr)
     assert list(table.columns) == ["source", "Methods", "FDD", "FTU"]
     assert list(table["Methods"][:2]) == ["LLM as a judge (j1)", "Ours (j1)"]
@@ -278,7 +279,7 @@ def test_stage08_gate_fails_when_the_judge_calls_fail():
 
 # ------------------------------------------------------------------ power: questions, clustering, rubric order
 def test_reference_sets_have_at_least_twenty_questions_per_task():
-    ref = C.load_reference_sets(list(C.TABLE4_TASKS))
+    ref = C.load_reference_sets(list(calibration_tasks()))
     assert (ref.groupby("task")["question_id"].nunique() >= 20).all()
 
 

@@ -1,10 +1,13 @@
 """BizFinBench tasks are one declared record each, and the task vocabulary is closed at params load.
 
 A toy task is declared below in this one file (its record and a JSONL fixture written beside the test)
-and run end to end on the smoke params: stage 07 -> Table 3 -> figure -> HTML report."""
+and run end to end on the smoke params: stage 07 -> Table 3 -> figure -> HTML report; the same record gets
+its lm-eval task file, its rows in the plan, its column in the rehearsal's table check and its simulated
+replies. A toy IteraJudge record gets its reference set and its Table 4 column."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -174,3 +177,102 @@ def test_each_record_scorers_official_column_is_its_published_rule(task):
                 want = None
             got = rec.scorer(item.gold, reply, item.question).official
             assert (math.isnan(got) and want is None) or got == want, (task, item.line, reply[:60], got, want)
+
+
+# ---- the toy task through the places that list tasks: lm-eval files, the plan, the rehearsal
+
+
+def toy_reply(gold: str, right: bool) -> str:
+    """The toy's answer format, as its record declares it for the simulated models."""
+    return json.dumps({"answer": gold if right else "sideways"})
+
+
+def _toy(tmp_path: Path, monkeypatch) -> TaskRecord:
+    samples = tmp_path / "toy.jsonl"
+    samples.write_text(TOY_ITEMS + "\n", encoding="utf-8")
+    record = check_record(dataclasses.replace(toy_record(samples), reply=toy_reply))
+    monkeypatch.setitem(TASKS, "TOY", record)
+    return record
+
+
+def test_the_toy_record_gets_its_lm_eval_file_and_the_check_names_it_until_written(tmp_path, monkeypatch):
+    from finlib.harness import lm_eval_yaml as gen
+
+    _toy(tmp_path, monkeypatch)
+    folder = tmp_path / "lm_eval_tasks"
+    folder.mkdir()
+    for p in gen.FOLDER.glob("bizfinbench_*.yaml"):
+        shutil.copy(p, folder / p.name)
+    assert gen.differences(folder) == [f"{folder / 'bizfinbench_toy.yaml'}: missing"]
+    gen.write(folder)
+    assert gen.differences(folder) == []
+    text = (folder / "bizfinbench_toy.yaml").read_text(encoding="utf-8")
+    assert "task: bizfinbench_toy\n" in text and "custom_dataset: !function utils.bizfin_toy_dataset\n" in text
+
+
+def test_the_plan_sizes_the_toy_from_its_format_samples(tmp_path, monkeypatch):
+    from finlib.bizfin.benchmark.plan import items_per_task, task_sizes
+
+    _toy(tmp_path, monkeypatch)
+    # three items; each question "第N条：市场趋势？只输出JSON，键为answer。" is 26 characters (counted by hand)
+    sizes = task_sizes(["FNC", "TOY"])
+    assert sizes.at["TOY", "numbers"] == 3 and sizes.at["TOY", "avg_len"] == pytest.approx(26.0)
+    assert items_per_task({"tasks": ["FNC", "TOY"], "real_items_per_task": 2}) == {"FNC": 2, "TOY": 2}
+    assert items_per_task({"tasks": ["TOY"], "real_items_per_task": None}) == {"TOY": 3}
+
+
+def test_the_rehearsal_reads_the_toy_column_and_answers_in_its_format(tmp_path, monkeypatch):
+    from finlib.rehearsal.rehearse import table_rows
+    from finlib.rehearsal.simulated_servers import Profile, bizfin_reply
+
+    table = tmp_path / "t3.csv"
+    table.write_text("Model,FNC,TOY\nm,50.0,–\n", encoding="utf-8")
+    assert table_rows(table, ["m"])["empty_cells"] == 0  # undeclared: not a task column
+    record = _toy(tmp_path, monkeypatch)
+    assert table_rows(table, ["m"])["empty_cells"] == 1
+    right, wrong = (Profile("p", "p", 4096, bizfin_accuracy=a) for a in (1.0, 0.0))
+    assert bizfin_reply(right, "TOY", "bearish", "k") == '{"answer": "bearish"}'
+    assert record.official_rule("bearish", bizfin_reply(right, "TOY", "bearish", "k")) == 1.0
+    assert record.official_rule("bearish", bizfin_reply(wrong, "TOY", "bearish", "k")) == 0.0
+
+
+# ---- a toy IteraJudge record: its reference set, scored by its weights, and its Table 4 column
+
+
+def test_a_toy_iterajudge_record_builds_its_reference_set_and_gets_a_table_4_column(monkeypatch):
+    from finlib.bizfin.iterajudge import calibration, reference_set
+    from finlib.bizfin.iterajudge.records import ITERAJUDGE, IteraJudgeRecord, calibration_tasks
+
+    def toy_cases(n: int):
+        return [(f"问题{q}", lambda e, q=q: f"回答{q}" + "错" * sum(e.values())) for q in range(1, n + 1)]
+
+    toy = IteraJudgeRecord("TJ", weights=(("wrong", 70),), ladder=({}, {"wrong": 1}), cases=toy_cases)
+    monkeypatch.setitem(ITERAJUDGE, "TJ", toy)
+    assert calibration_tasks() == ("FDD", "FTU", "TJ")
+    rows = reference_set.build("TJ")
+    assert len(rows) == 2 * reference_set.QUESTIONS_PER_TASK
+    assert [(r["id"], r["answer"], r["reference_score"]) for r in rows[:2]] == [
+        ("TJ-q1-a1", "回答1", 100), ("TJ-q1-a2", "回答1错", 30)]
+    corr = pd.DataFrame([{"judge": "j", "method": m, "task": t, "spearman": 0.5, "ci_low": 0.1, "ci_high": 0.9,
+                          "n": 40} for m in ("vanilla", "iterajudge") for t in ("FDD", "TJ")])
+    t4 = calibration.table4(corr)
+    assert list(t4.columns) == ["source", "Methods", "FDD", "FTU", "TJ"]
+    mine = t4[t4["source"] == "this run"]
+    assert list(mine["TJ"]) == ["0.5000 [0.10, 0.90] (n=40)"] * 2 and list(mine["FTU"]) == ["not run"] * 2
+    assert t4.loc[t4["source"] != "this run", "TJ"].isna().all()  # the paper prints no such column
+    with pytest.raises(KeyError, match="no reference set for task 'FQA'"):
+        reference_set.build("FQA")
+
+
+def test_an_unknown_task_fails_at_params_load_when_only_the_orchestration_layer_is_imported(tmp_path):
+    """The vocabulary is registered by finlib.bizfin on import; a process that imports the runner's package and
+    core's loader, and nothing of the papers by hand, still refuses the name."""
+    import subprocess
+    import sys
+
+    root = _repo(tmp_path, "extends: smoke.yaml\nbizfin:\n  tasks: [FNC, XYZ]\n")
+    code = ("import finlib.pipeline\nfrom finlib.core.config import ConfigError, load_run\n"
+            f"try:\n    load_run('run', root=__import__('pathlib').Path({str(root)!r}), make_dirs=False)\n"
+            "except ConfigError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert "bizfin.tasks: unknown name(s) ['XYZ']" in out

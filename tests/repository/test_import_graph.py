@@ -4,7 +4,8 @@ Layers (`RANKS`): core <- llm <- finbias, bizfin <- pipeline <- rehearsal. A mod
 package or a package of a LOWER rank, never one of the same or a higher rank (finbias and bizfin do not
 import each other).
 
-Every import of a finlib module counts, at module level or inside a function: a function-level
+Every import of a finlib module counts, at module level or inside a function, and so does a module named
+in a string (not a docstring) for loading at run time: a function-level
 import only hides a cycle until the first call (and makes the load order matter). The graph is
 read from the source with `ast`, so nothing is imported to build it.
 """
@@ -144,3 +145,49 @@ def test_rank_check_finds_planted_upward_and_sideways_edges():
 def test_imports_point_only_down():
     edges = upward_edges(import_graph())
     assert edges == [], f"{len(edges)} imports point up or sideways:\n" + "\n".join(edges)
+
+
+def docstring_nodes(tree: ast.AST) -> set[int]:
+    """The ids of the docstring constants of a module, its classes and functions."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                out.add(id(first.value))
+    return out
+
+
+def string_references(source: str, me: str, modules: set[str]) -> set[str]:
+    """finlib modules a file names in a string that is not a docstring (`"finlib.bizfin.tasks:task_names"`,
+    `"finlib.bizfin"`): a module imported by its name at run time is an import like any other."""
+    tree = ast.parse(source)
+    docs = docstring_nodes(tree)
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            name = node.value.strip().partition(":")[0]
+            if name.startswith("finlib.") and name.replace(".", "").replace("_", "").isalnum():
+                target = resolve(name, modules)
+                if target and target != me:
+                    out.add(target)
+    return out
+
+
+def string_graph() -> dict[str, set[str]]:
+    files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {m: string_references(p.read_text(encoding="utf-8"), m, set(files)) for m, p in files.items()}
+
+
+def test_the_string_check_catches_a_planted_module_name_in_a_core_module_copy():
+    source = (PACKAGE / "core" / "params.py").read_text(encoding="utf-8")
+    modules = set(import_graph())
+    assert upward_edges({"finlib.core.params": string_references(source, "finlib.core.params", modules)}) == []
+    planted = source + '\nPAPER = "finlib.bizfin"\nREADER = "finlib.bizfin.tasks:task_names"\n'
+    edges = upward_edges({"finlib.core.params": string_references(planted, "finlib.core.params", modules)})
+    assert edges == ["finlib.core.params -> finlib.bizfin", "finlib.core.params -> finlib.bizfin.tasks"]
+
+
+def test_module_names_in_strings_point_only_down():
+    edges = upward_edges(string_graph())
+    assert edges == [], f"{len(edges)} module names in strings point up or sideways:\n" + "\n".join(edges)

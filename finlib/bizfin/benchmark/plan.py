@@ -14,6 +14,7 @@ import argparse
 
 import pandas as pd
 
+from finlib.bizfin.data import load_format_samples
 from finlib.bizfin.tasks import TASKS
 from finlib.core.config import RunConfig, load_run
 from finlib.core.tables import paper_table
@@ -22,9 +23,22 @@ from finlib.llm.registry import run_registry, select_models
 JUDGE_PROMPT_TOKENS = 400   # rubric + dimensions around the question and answer (our judge prompt, ~Chinese chars)
 
 
+def task_sizes(tasks: list[str]) -> pd.DataFrame:
+    """Per task (index) its item count (`numbers`) and average query length (`avg_len`): Table 2's row for a
+    task the paper prints; for a declared task it does not, counted from the task's format samples."""
+    table2 = paper_table("bizfin_table2").set_index("abbrev")[["numbers", "avg_len"]]
+    extra = [t for t in tasks if not TASKS[t].paper]
+    if not extra:
+        return table2
+    samples = load_format_samples(extra)
+    rows = [(len(samples.get(t, [])), sum(len(i.question) for i in samples.get(t, [])) / max(1, len(samples.get(t, []))))
+            for t in extra]
+    return pd.concat([table2, pd.DataFrame(rows, index=extra, columns=["numbers", "avg_len"])])
+
+
 def items_per_task(p: dict) -> dict[str, int]:
-    """Items a run asks per task: `real_items_per_task`, or the full Table 2 count when null."""
-    counts = paper_table("bizfin_table2").set_index("abbrev")["numbers"]
+    """Items a run asks per task: `real_items_per_task`, or the full count (`task_sizes`) when null."""
+    counts = task_sizes(list(p["tasks"]))["numbers"]
     n = p["real_items_per_task"]
     return {t: int(counts[t]) if n is None else min(int(n), int(counts[t])) for t in p["tasks"]}
 
@@ -34,7 +48,7 @@ def build_plan(cfg: RunConfig) -> pd.DataFrame:
     from finlib.bizfin.benchmark.stage import bizfin_params
 
     p = bizfin_params(cfg)
-    avg_len = paper_table("bizfin_table2").set_index("abbrev")["avg_len"]
+    avg_len = task_sizes(list(p["tasks"]))["avg_len"]
     n = items_per_task(p)
     registry = run_registry(cfg)
     out_cap, judge_cap = int(p["max_new_tokens"]), int(p["judge_max_new_tokens"])

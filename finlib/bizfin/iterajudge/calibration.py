@@ -5,9 +5,10 @@ The paper correlates both judges with expert scores on FDD and FTU (Spearman, pe
 The expert scores are not public, so the study runs on a reference set constructed here
 (`format_samples/calibration_<TASK>.jsonl`, built by `finlib.bizfin.iterajudge.reference_set`): 140 answers per
 task to 20 fictional questions, each question with the same ladder of injected errors, and a
-reference score assigned by rule from the counted errors (`RULES`). Any other column of reference
-scores (real expert scores) plugs into the same functions. These numbers measure how the run's
-judges rank answers of known quality; they are not the paper's experiment.
+reference score assigned by rule from the counted errors (`RULES`: each task's IteraJudge record's
+`weights`). Any other column of reference scores (real expert scores) plugs into the same functions.
+These numbers measure how the run's judges rank answers of known quality; they are not the paper's
+experiment.
 
 Uncertainty: percentile bootstrap over questions (`resample_indices`: a drawn question brings all its
 answers, which share that question's judge offsets; resampling answers one by one would treat them as
@@ -31,23 +32,11 @@ from scipy.stats import rankdata
 
 from finlib.bizfin.data import file_lines
 from finlib.bizfin.iterajudge.judge import JudgeInput, judge_batch, results_frame
+from finlib.bizfin.iterajudge.records import calibration_tasks, rule_weights
 from finlib.bizfin.iterajudge.rubrics import dimensions_for
 from finlib.core.tables import paper_table
 from finlib.llm.spec import ModelSpec
 
-# The rule that scores the reference answers follows the rubric the judges are given (ours and the
-# published one say the same for these two tasks), so a judge that applies that rubric perfectly ranks
-# the answers exactly as the reference does (Spearman 1):
-# - FDD (100 / 60 / 0): a wrong trend -> 0; else a wrong number -> 60; else 100 (a day left out
-#   contradicts no datum, and the rubric deducts only for contradictions);
-# - FTU (tool choice 30 + parameters 20 + effectiveness 50): each injected error kind costs the points of
-#   the dimension it violates, once: a wrong tool the tool-choice 30, a wrong parameter value the
-#   parameter 20, an incomplete plan (a required call dropped) the effectiveness 50.
-RULES: dict[str, dict[str, int]] = {
-    "FDD": {"trend": 100, "number": 40, "omission": 0},
-    "FTU": {"tool": 30, "param": 20, "coordination": 50},
-}
-TABLE4_TASKS = ("FDD", "FTU")
 METHOD_LABELS = {"vanilla": "LLM as a judge", "iterajudge": "Ours"}
 REFERENCE_LABEL = ("constructed reference set (rule-assigned scores; NOT the paper's expert scores)")
 _FIELDS = {"id": str, "task": str, "question_id": str, "question": str, "answer": str, "errors": dict,
@@ -60,8 +49,9 @@ class CalibrationDataError(ValueError):
 
 def rule_score(task: str, errors: dict[str, int]) -> int:
     """The reference score of an answer from its counted errors: 100 minus the points of every rubric
-    dimension an error kind violates, each dimension's points lost once (see RULES), floored at 0."""
-    weights = RULES[task]
+    dimension an error kind violates, each dimension's points lost once (the task's IteraJudge record's
+    `weights`, `finlib.bizfin.iterajudge.records`), floored at 0."""
+    weights = rule_weights(task)
     unknown = set(errors) - set(weights)
     if unknown:
         raise ValueError(f"{task}: unknown error kind(s) {sorted(unknown)}; known: {sorted(weights)}")
@@ -90,8 +80,8 @@ def read_reference_set(path: str | Path, text: str | None = None) -> pd.DataFram
                 raise _fail(path, n, fld, "missing")
             if isinstance(rec[fld], bool) or not isinstance(rec[fld], kind):
                 raise _fail(path, n, fld, f"wrong type {type(rec[fld]).__name__}")
-        if rec["task"] not in RULES:
-            raise _fail(path, n, "task", f"{rec['task']!r} has no scoring rule (known: {sorted(RULES)})")
+        if rec["task"] not in calibration_tasks():
+            raise _fail(path, n, "task", f"{rec['task']!r} has no scoring rule (known: {sorted(calibration_tasks())})")
         try:
             expected = rule_score(rec["task"], rec["errors"])
         except (ValueError, TypeError) as exc:
@@ -339,31 +329,39 @@ def _cell(r: Any, value: str = "spearman") -> str:
 
 def table4(corr: pd.DataFrame, paper: pd.DataFrame | None = None, diff: pd.DataFrame | None = None) -> pd.DataFrame:
     """Table 4's layout: rows "LLM as a judge (<judge>)" / "Ours (<judge>)" per judge and the paired
-    difference "Ours - LLM as a judge", columns FDD and FTU; this run's rows (value [CI] (n, usable
+    difference "Ours - LLM as a judge", columns the tasks with a reference set (FDD, FTU); this run's rows (value [CI] (n, usable
     resamples), a warning when degenerate) first, then the paper's printed rows."""
     paper = paper_table("bizfin_table4") if paper is None else paper
+    columns = calibration_tasks()
     ours = []
     for judge in dict.fromkeys(corr["judge"]):
         for method, label in METHOD_LABELS.items():
             row = {"source": "this run", "Methods": f"{label} ({judge})"}
-            for task in TABLE4_TASKS:
+            for task in columns:
                 hit = corr[(corr["judge"] == judge) & (corr["method"] == method) & (corr["task"] == task)]
                 row[task] = _cell(next(hit.itertuples())) if len(hit) else "not run"
             ours.append(row)
         if diff is not None:
             row = {"source": "this run", "Methods": f"Ours - LLM as a judge ({judge}), paired"}
-            for task in TABLE4_TASKS:
+            for task in columns:
                 hit = diff[(diff["judge"] == judge) & (diff["task"] == task)]
                 row[task] = _cell(next(hit.itertuples()), "difference") if len(hit) else "not run"
             ours.append(row)
     printed = []
     for (method, judge), g in paper.groupby(["method", "judge"], sort=False):
         row = {"source": "paper (expert scores)", "Methods": f"{method} ({judge})"}
-        row.update({t: f"{g.loc[g['task'] == t, 'spearman'].iloc[0]:.4f}" for t in TABLE4_TASKS})
+        row.update({t: f"{g.loc[g['task'] == t, 'spearman'].iloc[0]:.4f}" for t in columns if t in set(g['task'])})
         printed.append(row)
-    return pd.DataFrame(ours + printed, columns=["source", "Methods", *TABLE4_TASKS])
+    return pd.DataFrame(ours + printed, columns=["source", "Methods", *columns])
 
 
-__all__ = ["RULES", "rule_score", "read_reference_set", "load_reference_sets", "ordered_dimensions",
+def __getattr__(name: str) -> Any:
+    """`RULES`: task -> error kind -> rubric points, read from the IteraJudge records at each access."""
+    if name == "RULES":
+        return {t: rule_weights(t) for t in calibration_tasks()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["rule_score", "read_reference_set", "load_reference_sets", "ordered_dimensions",
            "reference_inputs", "judge_reference_set", "spearman_matrix", "spearman_ci", "correlation_table",
            "paired_difference", "difference_table", "degenerate", "table4", "REFERENCE_LABEL", "CalibrationDataError"]

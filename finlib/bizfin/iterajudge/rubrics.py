@@ -17,6 +17,7 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from finlib.bizfin.iterajudge.records import calibration_tasks, iterajudge_record, published_prompts
 from finlib.bizfin.prompts import (
     JUDGE_CONTRASTIVE_VERSION,
     JUDGE_REFINE_VERSION,
@@ -28,18 +29,9 @@ from finlib.bizfin.prompts import (
 )
 from finlib.bizfin.tasks import judge_rubric
 
-_CODE = "benchmark_code/BizFinBench"
-# task -> role -> (file, variable); FDD's refiners in the authors' order, keyed by our dimension name.
-PUBLISHED: dict[str, dict[str, tuple[str, str]]] = {
-    "FDD": {"vanilla": (f"{_CODE}/eval_financial_description.py", "prompt"),
-            "refine:数据一致性": (f"{_CODE}/eval_financial_description_revise.py", "prompt_1"),
-            "refine:趋势准确性": (f"{_CODE}/eval_financial_description_revise.py", "prompt_2"),
-            "contrastive": (f"{_CODE}/eval_financial_description_revise.py", "prompt_judge")},
-    "FTU": {"vanilla": (f"{_CODE}/eval_multi_tools_use.py", "prompt_judge")},
-    "FQA": {"vanilla": (f"{_CODE}/eval_financial_encyclopedia.py", "prompt")},
-}
-# How each published judge writes its verdict (finlib.bizfin.iterajudge.judge.parse_judge_score reads it).
-PUBLISHED_FORMATS = {"FDD": "fdd_published", "FTU": "ftu_published", "FQA": "fqa_published"}
+# task -> role -> (file, variable), from each judge task's IteraJudge record (FDD's refiners in the authors'
+# order, keyed by our dimension name); `published_prompts()` reads them at each run.
+PUBLISHED: dict[str, dict[str, tuple[str, str]]] = published_prompts()
 
 
 class RubricError(ValueError):
@@ -69,7 +61,7 @@ def read_template(path: Path, name: str) -> str:
 def load_published(root: Path) -> dict[str, dict[str, str]]:
     """Every published template this project uses, task -> role -> text."""
     return {task: {role: read_template(Path(root) / f, var) for role, (f, var) in roles.items()}
-            for task, roles in PUBLISHED.items()}
+            for task, roles in published_prompts().items()}
 
 
 def check_rubrics_dir(root: Path, where: str) -> None:
@@ -96,12 +88,15 @@ class Rubrics:
         return cls() if root is None else cls(Path(root), load_published(Path(root)))
 
     def label(self) -> str:
-        """What the captions say about the rubric."""
+        """What the captions say about the rubric (the Table 4 tasks without a published IteraJudge: ours)."""
         if self.root is None:
             return ("ours (the published per-task rubric structure in our words, finlib/bizfin/prompts.py; "
                     "JSON verdict)")
-        return (f"the authors' published prompt files used verbatim from {self.root} (FDD/FTU/FQA judges, FDD "
-                f"refiners); FTU's IteraJudge refiner and judge: ours")
+        judges = "/".join(t for t, roles in self.published.items() if "vanilla" in roles)
+        refiners = "/".join(t for t, roles in self.published.items() if any(r.startswith("refine:") for r in roles))
+        ours = "/".join(t for t in calibration_tasks() if "contrastive" not in self.published.get(t, {}))
+        return (f"the authors' published prompt files used verbatim from {self.root} ({judges} judges, {refiners} "
+                f"refiners); {ours}'s IteraJudge refiner and judge: ours")
 
     def mixed(self) -> dict[str, str]:
         """Tasks whose vanilla judge and IteraJudge get different rubrics (a published vanilla prompt
@@ -115,10 +110,10 @@ class Rubrics:
         if tpl is None:
             return (build_vanilla_judge_messages(judge_rubric(inp.task), inp.question, inp.answer, inp.dimensions, score_range,
                                                  inp.reference), JUDGE_VANILLA_VERSION, "json")
-        # the fields each published data_preprocess fills, in its order (FTU: get_prompt's question, answer)
-        fields = ({"question": inp.question, "answer": inp.answer} if inp.task == "FTU"
-                  else {"question": inp.question, "predict_result": inp.answer})
-        return fill_published_template(tpl, fields), _version("vanilla", tpl), PUBLISHED_FORMATS[inp.task]
+        # the fields each published data_preprocess fills, in its order
+        record = iterajudge_record(inp.task)
+        fields = {"question": inp.question, record.answer_field: inp.answer}
+        return fill_published_template(tpl, fields), _version("vanilla", tpl), record.verdict_format
 
     def refine(self, inp, dimension: str, current: str) -> tuple[list[dict[str, str]], str]:
         """(messages, store version) of one refinement step."""
@@ -134,7 +129,8 @@ class Rubrics:
             return (build_contrastive_judge_messages(judge_rubric(inp.task), inp.question, inp.answer, refined, inp.dimensions,
                                                      score_range), JUDGE_CONTRASTIVE_VERSION, "json")
         fields = {"question": inp.question, "answer": inp.answer, "ref_answer": refined}
-        return fill_published_template(tpl, fields), _version("contrastive", tpl), PUBLISHED_FORMATS[inp.task]
+        return (fill_published_template(tpl, fields), _version("contrastive", tpl),
+                iterajudge_record(inp.task).verdict_format)
 
 
 def dimensions_for(task: str, order: str = "published") -> tuple[str, ...]:
@@ -149,4 +145,4 @@ def dimensions_for(task: str, order: str = "published") -> tuple[str, ...]:
 
 
 __all__ = ["Rubrics", "RubricError", "read_template", "load_published", "check_rubrics_dir", "dimensions_for",
-           "PUBLISHED", "PUBLISHED_FORMATS"]
+           "PUBLISHED"]

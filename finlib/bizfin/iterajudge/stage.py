@@ -24,6 +24,7 @@ from finlib.bizfin.iterajudge.judge import (
     trajectories_frame,
     trajectory_summary,
 )
+from finlib.bizfin.iterajudge.records import calibration_tasks
 from finlib.bizfin.official import official_label
 from finlib.bizfin.prompts import JUDGE_CONTRASTIVE_VERSION, JUDGE_REFINE_VERSION, JUDGE_VANILLA_VERSION
 from finlib.bizfin.tasks import check_tasks, judge_task_names
@@ -67,11 +68,11 @@ def iterajudge_params(cfg: RunConfig) -> dict:
     if bad:
         raise ConfigError(f"{where}: {bad} are not judge-scored tasks (judge tasks: {list(judged)})")
     check_tasks(list(p["tasks"]), "bizfin.iterajudge.tasks")
-    bad = [t for t in p["calibration_tasks"] if t not in cal.RULES]
+    bad = [t for t in p["calibration_tasks"] if t not in calibration_tasks()]
     if bad:
-        raise ConfigError(f"{where}.calibration_tasks: no reference set for {bad} (have: {sorted(cal.RULES)})")
+        raise ConfigError(f"{where}.calibration_tasks: no reference set for {bad} (have: {sorted(calibration_tasks())})")
     try:
-        cal.ordered_dimensions("FDD", p["dimension_order"])
+        cal.ordered_dimensions(judged[0], p["dimension_order"])  # the order word, checked on any judge task
     except ValueError as exc:
         raise ConfigError(f"{cfg.params_file}: {exc}") from None
     return p
