@@ -733,29 +733,34 @@ LEASE_MARGIN_S = 10.0  # a claim's lease: one request timeout plus this (renewed
 CLAIM_POLL_S = 0.5     # how often a key another process is asking is looked at again
 
 
-HTTP_TRANSPORTS = ("aiohttp", "httpx")
+HTTP_TRANSPORTS = ("raw", "aiohttp", "httpx")
 PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")
 
 
 def default_transport(environ=None) -> str:
-    """"httpx" when the environment names a proxy (the SDK's aiohttp client does not read proxy
-    variables; httpx does), else "aiohttp"."""
+    """"httpx" when the environment names a proxy (aiohttp sessions made here do not read proxy
+    variables; the SDK's httpx transport does), else "raw"."""
     env = os.environ if environ is None else environ
-    return "httpx" if any(env.get(v) or env.get(v.lower()) for v in PROXY_VARIABLES) else "aiohttp"
+    return "httpx" if any(env.get(v) or env.get(v.lower()) for v in PROXY_VARIABLES) else "raw"
 
 
 def make_client(spec: ModelSpec, transport: str | None = None):
-    """AsyncOpenAI for a record: key from its env var (MissingKeyError names the variable).
+    """The chat-completions client for a record: key from its env var (MissingKeyError names the variable).
 
-    The SDK's aiohttp transport by default (`default_transport`): httpx's connection pool scans every
-    pooled connection (a socket poll each) to place each request, which at 64 connections was half
-    of the client's CPU per call; aiohttp hands a worker a free connection directly (2.4x the answers
-    per CPU-second, benchmarks/bench_client.py). "httpx" is the SDK's own default."""
-    from openai import AsyncOpenAI, DefaultAioHttpClient
-
+    "raw" (the default, `default_transport`): `finlib.llm.raw_client.RawChatClient`, the JSON posted over
+    aiohttp with no SDK object on the way, raising the SDK's own exceptions; the SDK's request and response
+    machinery was most of the client's CPU per answer (benchmarks/bench_client.py compares the three).
+    "aiohttp": `AsyncOpenAI` over the SDK's aiohttp transport. "httpx": `AsyncOpenAI` as the SDK ships it
+    (its httpx pool polls every pooled connection to place each request; it reads proxy variables)."""
     transport = transport or default_transport()
     if transport not in HTTP_TRANSPORTS:
         raise ValueError(f"unknown HTTP transport {transport!r}; known: {HTTP_TRANSPORTS}")
+    if transport == "raw":
+        from finlib.llm.raw_client import RawChatClient
+
+        return RawChatClient(spec.api_key(), spec.base_url, spec.timeout_s)
+    from openai import AsyncOpenAI, DefaultAioHttpClient
+
     http_client = DefaultAioHttpClient(timeout=spec.timeout_s) if transport == "aiohttp" else None
     return AsyncOpenAI(api_key=spec.api_key(), base_url=spec.base_url, max_retries=0, timeout=spec.timeout_s,
                        http_client=http_client)

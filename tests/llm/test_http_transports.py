@@ -1,7 +1,7 @@
-"""Both HTTP transports of the OpenAI SDK (aiohttp, the default here, and httpx) must name a
-failure the same way: the error text a row keeps and the circuit breaker's kind depend on it. The
-aiohttp transport reports every connection error as a connect timeout; these cases keep a refused
-connection, a reset and a real timeout apart whatever the transport."""
+"""Every HTTP transport (the raw aiohttp client, the default here; the OpenAI SDK over aiohttp; the SDK
+over httpx) must name a failure the same way: the error text a row keeps and the circuit breaker's
+kind depend on it. The SDK's aiohttp transport reports every connection error as a connect timeout;
+these cases keep a refused connection, a reset and a real timeout apart whatever the transport."""
 from __future__ import annotations
 
 import asyncio
@@ -83,13 +83,13 @@ def test_an_unknown_transport_is_refused_by_name():
 
 
 @pytest.mark.parametrize("environ, expected", [
-    ({}, "aiohttp"),
+    ({}, "raw"),
     ({"HTTPS_PROXY": "http://proxy.example:3128"}, "httpx"),
     ({"http_proxy": "http://proxy.example:3128"}, "httpx"),
-    ({"ALL_PROXY": ""}, "aiohttp"),
+    ({"ALL_PROXY": ""}, "raw"),
 ])
 def test_a_proxy_in_the_environment_selects_httpx(environ, expected):
-    """The SDK's aiohttp client ignores proxy variables; behind a proxy the client uses httpx, which reads them."""
+    """aiohttp sessions made here ignore proxy variables; behind a proxy the client uses httpx, which reads them."""
     from finlib.llm.openai_backend import default_transport
 
     assert default_transport(environ) == expected
