@@ -40,7 +40,7 @@ NOT_COMPARABLE_TABLE4 = ("Not comparable: ours correlate the run's judges with r
 
 
 @dataclass
-class IteraRun:
+class IteraResult:
     """What stage 08 produced."""
 
     trajectories: list[Trajectory]
@@ -133,7 +133,7 @@ def table4_comparison(corr: pd.DataFrame, paper_names: dict[str, str]) -> pd.Dat
                          "status": cmp["status"]})
 
 
-def run(cfg: RunConfig) -> IteraRun:
+def run(cfg: RunConfig) -> IteraResult:
     """Run both parts and write `iterajudge_trajectories`, `iterajudge_results`,
     `judge_calibration_scores`, `judge_calibration`, Table 4 and `iterajudge_report.json`."""
     from finlib.llm.openai_backend import Budget
@@ -169,7 +169,7 @@ def run(cfg: RunConfig) -> IteraRun:
                      f"judge rubric: {rubrics.label()})", not_comparable=NOT_COMPARABLE_TABLE4)
     write_json(cfg, "iterajudge_report", report)
     check_judge_errors(scores, trajs, float(cfg["inference"]["max_error_share"]))
-    return IteraRun(trajs, scores, corr, table, report, diff)
+    return IteraResult(trajs, scores, corr, table, report, diff)
 
 
 REPORT_ORDER = ("stage07", "refiner", "judges", "plumbing_models", "dimension_order", "score_range", "prompt_versions",
@@ -261,7 +261,7 @@ def side_by_side(trajs: list[Trajectory], width: int = 120) -> pd.DataFrame:
     return shown
 
 
-def summary(cfg: RunConfig, result: IteraRun) -> str:
+def summary(cfg: RunConfig, result: IteraResult) -> str:
     """What the numbers below are, and what they are not (shown before any number)."""
     r = result.report
     lines = [(f"**Reference scores: {r['reference_set']}.** The Spearman values exercise the code path on "
@@ -286,4 +286,4 @@ def calibration_view(scores: pd.DataFrame) -> pd.DataFrame:
 
 
 __all__ = ["SECTION", "run", "summary", "calibration_view", "iterajudge_params", "stage07_inputs", "side_by_side",
-           "trajectory_summary", "IteraRun"]
+           "trajectory_summary", "IteraResult"]
