@@ -1,0 +1,181 @@
+"""The architectural claims of `docs/architecture.md` and the README, each checked against the code.
+
+One test per checkable claim; each scan is also shown a known-bad snippet (a planted violation) and must
+report it, so a claim that stops holding fails here instead of passing a scan that finds nothing.
+Claims checked elsewhere are named where they are: the import ranks in `test_import_graph.py` (this file
+checks the docs' rank table against them), the stage contract in `tests/pipeline/test_stage_contract.py`,
+the backend records in `test_backend_switches.py` and `tests/pipeline/test_backend_record.py`.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib.util
+import json
+import re
+import typing
+from pathlib import Path
+
+import pytest
+import yaml
+
+from finlib.core.artifacts import producers
+from finlib.pipeline.stages import NOTEBOOK_HELPERS, STAGE_MODULES, stage_module
+
+ROOT = Path(__file__).resolve().parents[2]
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+STAGES = sorted(STAGE_MODULES)
+BASE_NAMES = ("run", "summary")
+
+
+def notebook_source(path: Path) -> str:
+    """The code cells of a notebook, joined, IPython magics and shell lines blanked so the text parses."""
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in code.splitlines())
+
+
+def stage_notebook(stage: str) -> Path:
+    """The one notebook `NN_*.ipynb` of stage NN."""
+    (path,) = sorted((ROOT / "notebooks").glob(f"{stage}_*.ipynb"))
+    return path
+
+
+def stage_alias(tree: ast.Module, module: str) -> str | None:
+    """The name a notebook binds its stage module to (`from <package> import stage [as x]`)."""
+    package, _, leaf = module.rpartition(".")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == package:
+            for alias in node.names:
+                if alias.name == leaf:
+                    return alias.asname or leaf
+    return None
+
+
+def result_names(tree: ast.Module, alias: str) -> set[str]:
+    """The variables a notebook binds to what its stage's `run` returned (`res = stage.run(cfg)`)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            fn = node.value.func
+            if isinstance(fn, ast.Attribute) and fn.attr == "run" and isinstance(fn.value, ast.Name) \
+                    and fn.value.id == alias:
+                names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return names
+
+
+def undeclared_calls(code: str, module: str, api: tuple[str, ...]) -> list[str]:
+    """Names of the stage module a notebook uses beyond `run`, `summary` and the module's `NOTEBOOK_API`."""
+    tree = ast.parse(code)
+    alias = stage_alias(tree, module)
+    allowed = set(BASE_NAMES) | set(api)
+    return sorted({f"{alias}.{n.attr}" for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                   and isinstance(n.value, ast.Name) and n.value.id == alias and n.attr not in allowed})
+
+
+def undeclared_tables(code: str, module: str, tables: tuple[str, ...]) -> list[str]:
+    """Reads of `result.tables` by a name the stage does not declare in `TABLES`, or by a computed key."""
+    tree = ast.parse(code)
+    results = result_names(tree, stage_alias(tree, module) or "")
+    found = []
+    for node in ast.walk(tree):
+        target = node.value if isinstance(node, ast.Subscript) else None
+        if isinstance(target, ast.Attribute) and target.attr == "tables" and isinstance(target.value, ast.Name) \
+                and target.value.id in results:
+            key = node.slice
+            if not (isinstance(key, ast.Constant) and key.value in tables):
+                found.append(ast.unparse(node))
+    return found
+
+
+def result_fields(module) -> set[str]:
+    """The declared fields and properties of the dataclass a stage's `run` returns (its annotation)."""
+    cls = typing.get_type_hints(module.run)["return"]
+    props = {name for name, value in vars(cls).items() if isinstance(value, property)}
+    return {f.name for f in dataclasses.fields(cls)} | props
+
+
+def undeclared_fields(code: str, module: str, fields: set[str]) -> list[str]:
+    """Attributes a notebook reads from its stage's result that the result's type does not declare."""
+    tree = ast.parse(code)
+    results = result_names(tree, stage_alias(tree, module) or "")
+    return sorted({f"{n.value.id}.{n.attr}" for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                   and isinstance(n.value, ast.Name) and n.value.id in results and n.attr not in fields})
+
+
+def undeclared_imports(code: str, module: str | None) -> list[str]:
+    """finlib imports of a notebook other than its stage module and `NOTEBOOK_HELPERS`."""
+    found = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] == "finlib"]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "finlib":
+            found += [f"{node.module}.{a.name}" for a in node.names]
+    allowed = set(NOTEBOOK_HELPERS) | ({module} if module else set())
+    return [name for name in found if name not in allowed]
+
+
+# ---- notebooks read declared views ------------------------------------------------------------
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_notebook_calls_only_the_stage_contract_and_its_notebook_api(stage: str):
+    """Claim: a notebook calls `run`, `summary` and the functions its stage declares, nothing else."""
+    mod = stage_module(stage)
+    code = notebook_source(stage_notebook(stage))
+    assert stage_alias(ast.parse(code), STAGE_MODULES[stage]), f"notebook {stage} imports no stage module"
+    assert undeclared_calls(code, STAGE_MODULES[stage], mod.NOTEBOOK_API) == []
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_notebook_api_is_what_the_notebook_calls(stage: str):
+    """Claim: `NOTEBOOK_API` declares the notebook's view, no name the notebook leaves unused."""
+    mod = stage_module(stage)
+    code = notebook_source(stage_notebook(stage))
+    alias = stage_alias(ast.parse(code), STAGE_MODULES[stage])
+    assert [name for name in mod.NOTEBOOK_API if f"{alias}.{name}(" not in code] == []
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_notebook_reads_tables_by_declared_name(stage: str):
+    """Claim: a notebook reads `result.tables` only by a name in its stage's `TABLES`."""
+    mod = stage_module(stage)
+    assert undeclared_tables(notebook_source(stage_notebook(stage)), STAGE_MODULES[stage], mod.TABLES) == []
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_notebook_reads_typed_result_fields(stage: str):
+    """Claim: what a notebook reads from the result is a declared field of its type."""
+    mod = stage_module(stage)
+    code = notebook_source(stage_notebook(stage))
+    assert undeclared_fields(code, STAGE_MODULES[stage], result_fields(mod)) == []
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)
+def test_notebook_imports_only_its_stage_and_declared_helpers(path: Path):
+    """Claim: notebooks call finlib through their stage module and the helpers `NOTEBOOK_HELPERS` names."""
+    module = STAGE_MODULES.get(path.name[:2])
+    assert undeclared_imports(notebook_source(path), module) == []
+
+
+def test_the_notebook_scans_find_planted_violations():
+    module = "finlib.finbias.labels.stage"
+    bad = ("from finlib.finbias.labels import stage\nfrom finlib.finbias.labels.market_model import fit\n"
+           "res = stage.run(cfg)\nstage.summary(cfg, res)\nstage.write_tables(cfg, res)\n"
+           "res.tables['made_up']\nres.tables[name]\nres.not_a_field\n")
+    assert undeclared_calls(bad, module, ("agreement_markdown",)) == ["stage.write_tables"]
+    assert undeclared_tables(bad, module, ("labels_shares_by_year",)) == ["res.tables['made_up']",
+                                                                           "res.tables[name]"]
+    assert undeclared_fields(bad, module, {"tables", "report"}) == ["res.not_a_field"]
+    assert undeclared_imports(bad, module) == ["finlib.finbias.labels.market_model.fit"]
+    good = "from finlib.finbias.labels import stage\nres = stage.run(cfg)\nres.tables['labels_shares_by_year']\n"
+    assert undeclared_tables(good, module, ("labels_shares_by_year",)) == []
+    assert undeclared_imports(good, module) == []
+
+
+def test_declared_helpers_exist():
+    """Every name in `NOTEBOOK_HELPERS` is importable (a renamed helper fails here, not in a notebook run)."""
+    for dotted in NOTEBOOK_HELPERS:
+        module, _, name = dotted.rpartition(".")
+        assert importlib.util.find_spec(module) is not None, dotted
+        assert re.search(rf"^(def|class) {name}\b", Path(ROOT, *module.split(".")).with_suffix(".py")
+                         .read_text(encoding="utf-8"), re.M), dotted
