@@ -179,3 +179,156 @@ def test_declared_helpers_exist():
         assert importlib.util.find_spec(module) is not None, dotted
         assert re.search(rf"^(def|class) {name}\b", Path(ROOT, *module.split(".")).with_suffix(".py")
                          .read_text(encoding="utf-8"), re.M), dotted
+
+
+# ---- layers, stage folders, what each stage reads and writes ---------------------------------
+
+def table_rows(text: str, heading: str) -> list[list[str]]:
+    """The body rows of the first Markdown table under `## <heading>`, cells stripped."""
+    section = text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    return [[c.strip() for c in row.strip("|").split("|")] for row in rows[2:]]
+
+
+def documented_ranks(text: str) -> dict[str, int]:
+    """The layers table of the architecture page: package -> rank."""
+    return {re.search(r"`finlib/(\w+)`", row[1]).group(1): int(row[0]) for row in table_rows(text, "Layers")}
+
+
+def enforced_ranks() -> dict[str, int]:
+    """`RANKS` of the import-graph test, read from its source (the test that holds the layers)."""
+    tree = ast.parse((ROOT / "tests" / "repository" / "test_import_graph.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == "RANKS":
+            return ast.literal_eval(node.value)
+    raise AssertionError("test_import_graph.py has no RANKS")
+
+
+def test_layers_table_is_the_enforced_ranks():
+    """Claim: the layers table gives every package of finlib its rank, the one the import test holds."""
+    assert documented_ranks(ARCHITECTURE.read_text(encoding="utf-8")) == enforced_ranks()
+
+
+def test_the_rank_comparison_sees_a_changed_rank():
+    text = ARCHITECTURE.read_text(encoding="utf-8").replace("| 3 | `finlib/pipeline`", "| 2 | `finlib/pipeline`")
+    assert documented_ranks(text)["pipeline"] == 2 != enforced_ranks()["pipeline"]
+
+
+def stage_rows(text: str) -> dict[str, list[str]]:
+    """The stage table of the architecture page: stage id -> [notebook, folder, reads, writes]."""
+    return {row[0]: row[1:] for row in table_rows(text, "One folder per stage")}
+
+
+def test_stage_table_is_the_stage_modules():
+    """Claim: one folder per stage, `stage.py` in it, the notebook named after the stage."""
+    rows = stage_rows(ARCHITECTURE.read_text(encoding="utf-8"))
+    assert sorted(rows) == STAGES
+    for stage, (notebook, folder, _, _) in rows.items():
+        assert folder.strip("`").rstrip("/").replace("/", ".") + ".stage" == STAGE_MODULES[stage], stage
+        assert notebook.strip("`") == stage_notebook(stage).stem, stage
+
+
+def artifact_problems(rows: dict[str, list[str]], made_by: dict[str, str]) -> list[str]:
+    """Where the stage table's reads and writes disagree with the artifact lists: a stage that reads an
+    artifact of its own or a later stage, writes another stage's, or leaves one of its own unnamed."""
+    problems = []
+    for stage, (_, _, reads, writes) in rows.items():
+        named = set(re.findall(r"`(\w+\*?)`", writes))
+        for name in set(re.findall(r"`(\w+)`", reads)) & set(made_by):
+            if made_by[name] >= stage:
+                problems.append(f"{stage} reads `{name}` of stage {made_by[name]}")
+        for name in named & set(made_by):
+            if made_by[name] != stage:
+                problems.append(f"{stage} writes `{name}` of stage {made_by[name]}")
+        for name in (n for n, s in made_by.items() if s == stage):
+            if name not in named and not any(w.endswith("*") and name.startswith(w[:-1]) for w in named):
+                problems.append(f"{stage} does not name its artifact `{name}`")
+    return problems
+
+
+def test_each_stage_reads_earlier_stages_and_names_what_it_writes():
+    """Claim: each stage reads earlier stages' artifacts from disk; the table names what each writes."""
+    assert artifact_problems(stage_rows(ARCHITECTURE.read_text(encoding="utf-8")), producers()) == []
+
+
+def test_the_artifact_check_sees_a_stage_reading_forward():
+    rows = {"01": ["", "", "`predictions` (03)", "`labels`"], "03": ["", "", "", "`predictions`"]}
+    made_by = {"labels": "01", "labels_report": "01", "predictions": "03"}
+    assert artifact_problems(rows, made_by) == ["01 reads `predictions` of stage 03",
+                                                "01 does not name its artifact `labels_report`"]
+
+
+# ---- who imports what -------------------------------------------------------------------------
+
+def imported_names(path: Path) -> list[tuple[str, str]]:
+    """Every (module, name) a file imports, at module level or inside a function (`import m`: (m, ""))."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(a.name, "") for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found += [(node.module, a.name) for a in node.names]
+    return found
+
+
+def stage_imports(path: Path) -> list[str]:
+    """The stage modules (or their folders' parts) a file imports."""
+    folders = {m.rpartition(".")[0] for m in STAGE_MODULES.values()}
+    return sorted({f"{m}.{n}".rstrip(".") for m, n in imported_names(path)
+                   if m in folders or m.rpartition(".")[0] in folders})
+
+
+def test_the_runner_imports_no_stage_module():
+    """Claim: the runner executes the notebooks and imports no stage module (`SECTION` is read from source)."""
+    assert stage_imports(ROOT / "finlib" / "pipeline" / "runner.py") == []
+
+
+def private_imports(path: Path, package: str) -> list[str]:
+    """`_private` names a file imports from outside `package`."""
+    return [f"{m}.{n}" for m, n in imported_names(path) if m.split(".")[:2] != ["finlib", package]
+            and m.startswith("finlib") and (n.startswith("_") or any(p.startswith("_") for p in m.split(".")))]
+
+
+def test_the_rehearsal_imports_no_private_name_of_another_package():
+    """Claim: the rehearsal reads other packages through their public names."""
+    files = sorted((ROOT / "finlib" / "rehearsal").glob("*.py"))
+    assert [p for f in files for p in private_imports(f, "rehearsal")] == []
+
+
+def test_the_import_scans_find_planted_imports(tmp_path: Path):
+    planted = tmp_path / "planted.py"
+    planted.write_text("def f():\n    from finlib.pipeline.plan import _model_names\n"
+                       "    from finlib.finbias.labels.stage import run\n"
+                       "    from finlib.finbias.labels import market_model\n"
+                       "    from finlib.rehearsal.intervals import _own\n", encoding="utf-8")
+    assert private_imports(planted, "rehearsal") == ["finlib.pipeline.plan._model_names"]
+    assert stage_imports(planted) == ["finlib.finbias.labels.market_model", "finlib.finbias.labels.stage.run"]
+
+
+# ---- names, sections, parsers, tests ----------------------------------------------------------
+
+def test_stage_results_are_named_after_their_stage_results():
+    """Claim: every stage's `run` returns a dataclass named `<Name>Result`."""
+    names = {stage: typing.get_type_hints(stage_module(stage).run)["return"].__name__ for stage in STAGES}
+    assert {s: n for s, n in names.items() if not re.fullmatch(r"[A-Z][A-Za-z]*Result", n)} == {}
+
+
+def test_stage_08_knobs_are_the_subsection_named_after_its_folder():
+    """Claim: stage 08 reads the `bizfin` section; its own knobs are `bizfin.iterajudge`, its folder's name."""
+    folder = STAGE_MODULES["08"].split(".")[-2]
+    default = yaml.safe_load((ROOT / "params" / "default.yaml").read_text(encoding="utf-8"))
+    assert stage_module("08").SECTION == "bizfin" and isinstance(default["bizfin"].get(folder), dict)
+
+
+@pytest.mark.parametrize("parser", ["finlib/finbias/answers.py", "finlib/bizfin/scorers.py",
+                                    "finlib/bizfin/iterajudge/judge.py"])
+def test_parsers_read_replies_through_the_llm_layer(parser: str):
+    """Claim: both papers' parsers read replies through `finlib.llm.replies`."""
+    names = imported_names(ROOT / parser)
+    assert any(m == "finlib.llm.replies" or (m, n) == ("finlib.llm", "replies") for m, n in names)
+
+
+def test_tests_mirror_the_packages():
+    """Claim: `tests/<package>` tests each package of finlib."""
+    packages = {p.parent.name for p in (ROOT / "finlib").glob("*/__init__.py")}
+    assert sorted(p for p in packages if not (ROOT / "tests" / p).is_dir()) == []
