@@ -332,3 +332,50 @@ def test_tests_mirror_the_packages():
     """Claim: `tests/<package>` tests each package of finlib."""
     packages = {p.parent.name for p in (ROOT / "finlib").glob("*/__init__.py")}
     assert sorted(p for p in packages if not (ROOT / "tests" / p).is_dir()) == []
+
+
+READERS = ("read_frame", "read_json", "existing_artifact", "artifact_path")
+
+
+def code_reads(folder: Path) -> set[str]:
+    """Artifacts the modules of a stage folder read by a literal name (`read_frame(cfg, "labels")`, ...)."""
+    names = set()
+    for path in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            fn = node.func if isinstance(node, ast.Call) else None
+            name = getattr(fn, "id", None) or getattr(fn, "attr", None)
+            if name in READERS and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
+                names.add(node.args[1].value)
+    return names
+
+
+def undocumented_reads(stage: str, reads: set[str], cell: str, made_by: dict[str, str]) -> list[str]:
+    """Artifacts a stage's code reads that are a later stage's, or an earlier stage's the table's reads
+    cell names neither by name nor by a stage range (`00–02`)."""
+    ranges = [(a, b) for a, b in re.findall(r"\b(\d\d)[–-](\d\d)\b", cell)]
+    problems = []
+    for name in sorted(reads & set(made_by)):
+        by = made_by[name]
+        if by > stage:
+            problems.append(f"{stage} reads `{name}` of the later stage {by}")
+        elif by < stage and f"`{name}`" not in cell and not any(a <= by <= b for a, b in ranges):
+            problems.append(f"{stage} reads `{name}` ({by}), not in its reads cell")
+    return problems
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_the_reads_column_is_what_the_stage_reads(stage: str):
+    """Claim: each stage reads earlier stages' artifacts from disk, the ones its row names."""
+    folder = ROOT.joinpath(*STAGE_MODULES[stage].split(".")[:-1])
+    cell = stage_rows(ARCHITECTURE.read_text(encoding="utf-8"))[stage][2]
+    assert undocumented_reads(stage, code_reads(folder), cell, producers()) == []
+
+
+def test_the_reads_check_sees_a_read_the_row_leaves_out(tmp_path: Path):
+    (tmp_path / "stage.py").write_text("def run(cfg):\n    return read_frame(cfg, 'truth'), read_frame(cfg, 'x')\n",
+                                       encoding="utf-8")
+    made_by = {"truth": "00", "x": "02", "reports": "00"}
+    assert code_reads(tmp_path) == {"truth", "x"}
+    assert undocumented_reads("01", code_reads(tmp_path), "`reports` (00)", made_by) == [
+        "01 reads `truth` (00), not in its reads cell", "01 reads `x` of the later stage 02"]
+    assert undocumented_reads("05", {"truth", "x"}, "00–02", made_by) == []
