@@ -73,15 +73,23 @@ def undeclared_calls(code: str, module: str, api: tuple[str, ...]) -> list[str]:
                    and isinstance(n.value, ast.Name) and n.value.id == alias and n.attr not in allowed})
 
 
+def is_tables_of(node: ast.AST, results: set[str]) -> bool:
+    """Whether `node` is `<result>.tables` for one of the result variables."""
+    return isinstance(node, ast.Attribute) and node.attr == "tables" and isinstance(node.value, ast.Name) \
+        and node.value.id in results
+
+
 def undeclared_tables(code: str, module: str, tables: tuple[str, ...]) -> list[str]:
-    """Reads of `result.tables` by a name the stage does not declare in `TABLES`, or by a computed key."""
+    """Reads of `result.tables` (or of a variable bound to it) by a name the stage does not declare in
+    `TABLES`, or by a computed key."""
     tree = ast.parse(code)
     results = result_names(tree, stage_alias(tree, module) or "")
+    aliases = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and is_tables_of(n.value, results)
+               for t in n.targets if isinstance(t, ast.Name)}
     found = []
     for node in ast.walk(tree):
         target = node.value if isinstance(node, ast.Subscript) else None
-        if isinstance(target, ast.Attribute) and target.attr == "tables" and isinstance(target.value, ast.Name) \
-                and target.value.id in results:
+        if is_tables_of(target, results) or (isinstance(target, ast.Name) and target.id in aliases):
             key = node.slice
             if not (isinstance(key, ast.Constant) and key.value in tables):
                 found.append(ast.unparse(node))
@@ -161,10 +169,10 @@ def test_the_notebook_scans_find_planted_violations():
     module = "finlib.finbias.labels.stage"
     bad = ("from finlib.finbias.labels import stage\nfrom finlib.finbias.labels.market_model import fit\n"
            "res = stage.run(cfg)\nstage.summary(cfg, res)\nstage.write_tables(cfg, res)\n"
-           "res.tables['made_up']\nres.tables[name]\nres.not_a_field\n")
+           "res.tables['made_up']\nres.tables[name]\nres.not_a_field\nt = res.tables\nt['other']\n")
     assert undeclared_calls(bad, module, ("agreement_markdown",)) == ["stage.write_tables"]
-    assert undeclared_tables(bad, module, ("labels_shares_by_year",)) == ["res.tables['made_up']",
-                                                                           "res.tables[name]"]
+    assert sorted(undeclared_tables(bad, module, ("labels_shares_by_year",))) == [
+        "res.tables['made_up']", "res.tables[name]", "t['other']"]
     assert undeclared_fields(bad, module, {"tables", "report"}) == ["res.not_a_field"]
     assert undeclared_imports(bad, module) == ["finlib.finbias.labels.market_model.fit"]
     good = "from finlib.finbias.labels import stage\nres = stage.run(cfg)\nres.tables['labels_shares_by_year']\n"
