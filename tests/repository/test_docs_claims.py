@@ -13,6 +13,7 @@ import dataclasses
 import importlib.util
 import json
 import re
+import types
 import typing
 from pathlib import Path
 
@@ -387,3 +388,18 @@ def test_the_reads_check_sees_a_read_the_row_leaves_out(tmp_path: Path):
     assert undocumented_reads("01", code_reads(tmp_path), "`reports` (00)", made_by) == [
         "01 reads `truth` (00), not in its reads cell", "01 reads `x` of the later stage 02"]
     assert undocumented_reads("05", {"truth", "x"}, "00–02", made_by) == []
+
+
+def test_the_contract_refuses_undeclared_views():
+    """Claim: `NOTEBOOK_API` and `TABLES` are part of the contract: each is a tuple of names, and every
+    name of `NOTEBOOK_API` is a function of the module."""
+    from finlib.core.stage import contract_problems
+
+    mod = types.ModuleType("finlib.planted.stage")
+    mod.__dict__.update(SECTION=None, run=lambda cfg: None, summary=lambda cfg, result: "", shown=lambda r: r,
+                        NOTEBOOK_API=("shown", "gone"), TABLES=["table4"])
+    assert contract_problems(mod) == [
+        "finlib.planted.stage.TABLES must be a tuple of names, not ['table4']",
+        "finlib.planted.stage.NOTEBOOK_API names 'gone', which is not a function of the module"]
+    del mod.NOTEBOOK_API
+    assert contract_problems(mod)[0] == "finlib.planted.stage: no `NOTEBOOK_API`"
