@@ -1,6 +1,6 @@
 """The one shape of a stage: what the runner, the notebooks and the tests may rely on.
 
-Every stage module (`finlib/<paper>/<stage>/stage.py`) exposes exactly three names:
+Every stage module (`finlib/<paper>/<stage>/stage.py`) exposes these names:
 
 - `SECTION`: the params section it reads (`cfg.section(SECTION)`), or None for a stage with no knobs
   of its own; the preflight and the model-name checks read it instead of a list of their own;
@@ -8,16 +8,21 @@ Every stage module (`finlib/<paper>/<stage>/stage.py`) exposes exactly three nam
   tables (with captions built from params) and figures, and returns them; the result has `tables`
   (name -> DataFrame, what the notebook shows) and `report` (the JSON-able summary it wrote);
 - `summary(cfg, result) -> str`: Markdown for the notebook's first output cell: caveats (synthetic
-  data, not-answered calls, set-aside items) and the headline counts, from the result alone.
+  data, not-answered calls, set-aside items) and the headline counts, from the result alone;
+- `NOTEBOOK_API`: the names of the module's other functions its notebook calls (views and notes built
+  from the result), each a function of the module; a notebook calls nothing else of the stage;
+- `TABLES`: the names of the tables in `result.tables` the notebook shows, so a notebook reads a table
+  by a name the stage declares.
 
-Notebooks call these names and display what `run` returned; nothing in a notebook computes or writes.
+Notebooks call these names and display what `run` returned (its typed fields and the declared tables);
+nothing in a notebook computes or writes.
 """
 from __future__ import annotations
 
 import inspect
 from types import ModuleType
 
-CONTRACT = ("SECTION", "run", "summary")
+CONTRACT = ("SECTION", "run", "summary", "NOTEBOOK_API", "TABLES")
 
 
 def contract_problems(module: ModuleType) -> list[str]:
@@ -27,6 +32,7 @@ def contract_problems(module: ModuleType) -> list[str]:
     section = getattr(module, "SECTION", None)
     if hasattr(module, "SECTION") and section is not None and not isinstance(section, str):
         problems.append(f"{module.__name__}.SECTION must be a params section name or None, not {section!r}")
+    problems += _declared_problems(module)
     for name, params in (("run", ["cfg"]), ("summary", ["cfg", "result"])):
         fn = getattr(module, name, None)
         if fn is None:
@@ -37,3 +43,17 @@ def contract_problems(module: ModuleType) -> list[str]:
             problems.append(f"{module.__name__}.{name} takes {required} without defaults; the contract is {params}")
     return problems
 
+
+def _declared_problems(module: ModuleType) -> list[str]:
+    """Why `NOTEBOOK_API` or `TABLES` is not a tuple of names (empty when both are), and any name of
+    `NOTEBOOK_API` that is not a function of the module."""
+    problems = []
+    for name in ("NOTEBOOK_API", "TABLES"):
+        value = getattr(module, name, ())
+        if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
+            problems.append(f"{module.__name__}.{name} must be a tuple of names, not {value!r}")
+    api = getattr(module, "NOTEBOOK_API", ())
+    for name in api if isinstance(api, tuple) else ():
+        if not callable(getattr(module, str(name), None)):
+            problems.append(f"{module.__name__}.NOTEBOOK_API names {name!r}, which is not a function of the module")
+    return problems

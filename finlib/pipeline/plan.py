@@ -396,12 +396,12 @@ def served_models(base_url: str, timeout: float = 3.0) -> list[str] | None:
         return None
 
 
-def _model_names(obj) -> set[str]:
+def model_names(obj) -> set[str]:
     """Every string in params (judges, refiners, teachers, BizFinBench models name registry records)."""
     if isinstance(obj, dict):
-        return set().union(*(_model_names(v) for v in obj.values())) if obj else set()
+        return set().union(*(model_names(v) for v in obj.values())) if obj else set()
     if isinstance(obj, list):
-        return set().union(*(_model_names(v) for v in obj)) if obj else set()
+        return set().union(*(model_names(v) for v in obj)) if obj else set()
     return {obj} if isinstance(obj, str) else set()
 
 
@@ -472,7 +472,7 @@ def preflight(cfg: RunConfig, can_reach: Callable[[str, int], bool] | None = Non
         problems.append(f"keys: environment variable {env} unset (models {', '.join(users)})")
     registry = run_registry(cfg)
     problems += unknown_model_names(cfg, registry, None if stages is None else needs)
-    named = _model_names(cfg.params if stages is None else {k: cfg.params.get(k) for k in needs})
+    named = model_names(cfg.params if stages is None else {k: cfg.params.get(k) for k in needs})
     used = [registry[n] for n in sorted(named & set(registry), key=str)]
     specs += [s for s in used if s not in specs]
     list_models = list_models or served_models

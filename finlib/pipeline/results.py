@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from finlib.core.artifacts import MissingArtifactError, read_frame
+from finlib.core.artifacts import MissingArtifactError, producer, read_frame
 from finlib.core.config import RunConfig
 
 HEADLINE_METRICS = ("herding", "accuracy")
@@ -83,7 +83,7 @@ def headline_numbers(cfg: RunConfig) -> tuple[list[dict], list[str]]:
         try:
             numbers += build(read_frame(cfg, name))
         except MissingArtifactError:
-            absent.append(f"{name} (stage {'04' if name == 'metrics' else '05'})")
+            absent.append(f"{name} (stage {producer(name)})")
     path = cfg.tables_dir / "bizfin_table3_ci.csv"
     if path.is_file():
         from finlib.core.tables import read_table_csv

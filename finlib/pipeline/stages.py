@@ -25,6 +25,18 @@ STAGE_MODULES: dict[str, str] = {
     "09": "finlib.finbias.beyond.stage",
 }
 
+# What a notebook may import from finlib besides its stage module (`from <paper>.<stage> import stage`):
+# opening a run, the one figure style's display and data-source line, the report's column order, the card.
+NOTEBOOK_HELPERS: tuple[str, ...] = (
+    "finlib.core.lab.open_run",
+    "finlib.finbias.figures.base.show_figure",
+    "finlib.finbias.figures.base.data_source",
+    "finlib.pipeline.report.key_columns_first",
+    "finlib.pipeline.card.CardRequest",
+    "finlib.pipeline.card.ask_before_spending",
+    "finlib.pipeline.card.build_card",
+)
+
 
 def stage_id(stage: str) -> str:
     """The table's key for `stage` ("3" -> "03"); an id not in the table is an error naming the known ones."""

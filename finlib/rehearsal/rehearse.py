@@ -67,10 +67,10 @@ def served_model_names(cfg: RunConfig) -> list[str]:
     """Every API-served registry model the params name (stage 03, BizFinBench answerers, judges, refiner)."""
     from finlib.llm.backends import backend_of
     from finlib.llm.registry import load_registry
-    from finlib.pipeline.plan import _model_names
+    from finlib.pipeline.plan import model_names
 
     registry = load_registry(cfg.path(cfg.params["inference"]["registry"]))
-    names = _model_names({k: cfg.params.get(k) for k in ("inference", "bizfin")}) & set(registry)
+    names = model_names({k: cfg.params.get(k) for k in ("inference", "bizfin")}) & set(registry)
     return sorted(n for n in names if backend_of(registry[n]).http_endpoint)
 
 

@@ -28,13 +28,15 @@ from finlib.llm.replies import cut_in_think, strip_think
 from finlib.llm.spec import ModelSpec
 
 SECTION = "bizfin"
+NOTEBOOK_API = ("bizfin_params", "item_view")  # what notebook 07 calls besides `run` and `summary`
+TABLES = ("rules", "table3", "table3_long", "table6")  # the tables of `result.tables` notebook 07 shows by name
 ITEM_COLUMNS = ["model", "task", "kind", "item_id", "source", "status", "parsed", "official", "official_n", "ours",
                 "answer", "note", "judge_status", "scoring_error", "raw_text", "input_tokens", "output_tokens",
                 "reasoning_tokens", "cost_usd", "cached"]
 
 
 @dataclass
-class BizFinRun:
+class BizFinResult:
     """What stage 07 produced: item-level scores, the items asked, and the stage report."""
 
     items: pd.DataFrame
@@ -317,7 +319,7 @@ def _answers_or_failure(spec: ModelSpec, items, store, p: dict, budget, inf: dic
         return failed, cause
 
 
-def run(cfg: RunConfig, count_tokens=None, tokenizer_name: str | None = None) -> BizFinRun:
+def run(cfg: RunConfig, count_tokens=None, tokenizer_name: str | None = None) -> BizFinResult:
     """Stage 07: load, ask, score; write `bizfin_items.parquet`, `bizfin_report.json` and the tables
     (`make_tables`; `count_tokens`/`tokenizer_name` replace Table 6's tokenizer, e.g. in tests). A model
     whose endpoint is dead stops alone: the others finish, the artifacts are written, then the stage
@@ -330,7 +332,7 @@ def run(cfg: RunConfig, count_tokens=None, tokenizer_name: str | None = None) ->
     return res
 
 
-def answer_and_score(cfg: RunConfig) -> BizFinRun:
+def answer_and_score(cfg: RunConfig) -> BizFinResult:
     """Load the items, ask every model, score the answers; write `bizfin_items` and `bizfin_report`."""
     from finlib.llm.openai_backend import Budget
 
@@ -354,7 +356,7 @@ def answer_and_score(cfg: RunConfig) -> BizFinRun:
         raise CallsFailed("stage 07: model(s) stopped, their items not answered (the other models finished and "
                           "the artifacts are written): " + " | ".join(f"'{m}': {c}" for m, c in dead.items()))
     check_error_share(df, float(inf["max_error_share"]), "stage 07")
-    return BizFinRun(df, asked, loaded, report)
+    return BizFinResult(df, asked, loaded, report)
 
 
 def ask_models(cfg: RunConfig, p: dict, asked: dict, specs: list[ModelSpec], judge_spec: ModelSpec | None, budget,
@@ -469,7 +471,7 @@ def rule_differences(long: pd.DataFrame) -> pd.DataFrame:
     return w
 
 
-def make_tables(cfg: RunConfig, run: BizFinRun, count_tokens=None, tokenizer_name: str | None = None) -> dict:
+def make_tables(cfg: RunConfig, run: BizFinResult, count_tokens=None, tokenizer_name: str | None = None) -> dict:
     """Table 3 (long with CIs, wide with the paper's rows), the rule comparison and Table 6;
     all written as CSV/Markdown/LaTeX. `count_tokens` defaults to the `bizfin.table6_model` model's."""
     from finlib.bizfin.benchmark import results
@@ -507,7 +509,7 @@ def make_tables(cfg: RunConfig, run: BizFinRun, count_tokens=None, tokenizer_nam
     return out
 
 
-def item_view(run: BizFinRun, width: int = 140) -> pd.DataFrame:
+def item_view(run: BizFinResult, width: int = 140) -> pd.DataFrame:
     """Item-level view for the notebook: scores, parse flags, notes and the start of each answer."""
     cols = ["model", "task", "item_id", "source", "status", "parsed", "official", "ours", "answer", "judge_status",
             "note"]
@@ -516,7 +518,7 @@ def item_view(run: BizFinRun, width: int = 140) -> pd.DataFrame:
     return v
 
 
-def summary(cfg: RunConfig, result: BizFinRun) -> str:
+def summary(cfg: RunConfig, result: BizFinResult) -> str:
     """What the numbers are: the judge, the sources, and the plumbing caveat, in one paragraph."""
     r = result.report
     lines = [f"**Models:** {', '.join(r['models'])}; **judge ({'/'.join(judge_task_names())}):** {r['judge']} (vanilla LLM-as-judge; "

@@ -35,13 +35,16 @@ from finlib.core.tables import paper_table, write_table
 from finlib.llm.registry import run_registry, select_models
 
 SECTION = "bizfin"  # IteraJudge's knobs are `bizfin.iterajudge`
+# what notebook 08 calls besides `run` and `summary`
+NOTEBOOK_API = ("calibration_view", "iterajudge_params", "side_by_side", "trajectory_summary")
+TABLES = ("table4", "correlations", "difference")  # the tables of `result.tables` notebook 08 shows by name
 
 NOT_COMPARABLE_TABLE4 = ("Not comparable: ours correlate the run's judges with rule-assigned scores on a small "
                          "constructed reference set; the paper's correlate its judges with expert scores")
 
 
 @dataclass
-class IteraRun:
+class IteraResult:
     """What stage 08 produced."""
 
     trajectories: list[Trajectory]
@@ -134,7 +137,7 @@ def table4_comparison(corr: pd.DataFrame, paper_names: dict[str, str]) -> pd.Dat
                          "status": cmp["status"]})
 
 
-def run(cfg: RunConfig) -> IteraRun:
+def run(cfg: RunConfig) -> IteraResult:
     """Run both parts and write `iterajudge_trajectories`, `iterajudge_results`,
     `judge_calibration_scores`, `judge_calibration`, Table 4 and `iterajudge_report.json`."""
     from finlib.llm.openai_backend import Budget
@@ -170,7 +173,7 @@ def run(cfg: RunConfig) -> IteraRun:
                      f"judge rubric: {rubrics.label()})", not_comparable=NOT_COMPARABLE_TABLE4)
     write_json(cfg, "iterajudge_report", report)
     check_judge_errors(scores, trajs, float(cfg["inference"]["max_error_share"]))
-    return IteraRun(trajs, scores, corr, table, report, diff)
+    return IteraResult(trajs, scores, corr, table, report, diff)
 
 
 REPORT_ORDER = ("stage07", "refiner", "judges", "plumbing_models", "dimension_order", "score_range", "prompt_versions",
@@ -262,7 +265,7 @@ def side_by_side(trajs: list[Trajectory], width: int = 120) -> pd.DataFrame:
     return shown
 
 
-def summary(cfg: RunConfig, result: IteraRun) -> str:
+def summary(cfg: RunConfig, result: IteraResult) -> str:
     """What the numbers below are, and what they are not (shown before any number)."""
     r = result.report
     lines = [(f"**Reference scores: {r['reference_set']}.** The Spearman values exercise the code path on "
@@ -287,4 +290,4 @@ def calibration_view(scores: pd.DataFrame) -> pd.DataFrame:
 
 
 __all__ = ["SECTION", "run", "summary", "calibration_view", "iterajudge_params", "stage07_inputs", "side_by_side",
-           "trajectory_summary", "IteraRun"]
+           "trajectory_summary", "IteraResult"]

@@ -163,6 +163,9 @@ def load_reports_hf(dataset: str, split: str, columns: dict[str, str | None],
 # ---------------------------------------------------------------- stage entry point
 
 SECTION = "data"
+NOTEBOOK_API = ("example_markdown", "example_report")  # what notebook 00 calls besides `run` and `summary`
+# the tables of `result.tables` notebook 00 shows by name
+TABLES = ("data_report", "synthetic_checks", "table2_sectors", "table3_analyst_ratings")
 
 
 @dataclass

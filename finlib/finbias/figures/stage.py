@@ -49,6 +49,8 @@ from finlib.finbias.scoring.metrics import ACCURACY, HERDING
 from finlib.finbias.vocab import POOLED, SECTORS, Condition, Rating
 
 SECTION = "figures"
+NOTEBOOK_API = ("show",)  # what notebook 06 calls besides `run` and `summary`
+TABLES = ("figures", "paper_vs_ours_summary")  # the tables of `result.tables` notebook 06 shows by name
 
 
 

@@ -518,6 +518,10 @@ def open_conditions(cfg: RunConfig) -> tuple[pd.DataFrame, ArtifactTexts]:
 
 
 SECTION = "inference"
+# what notebook 03 calls besides `run` and `summary`
+NOTEBOOK_API = ("cost_note", "generation_note", "probability_reading")
+# the tables of `result.tables` notebook 03 shows by name
+TABLES = ("generated_answers", "inference_label_probabilities", "status", "usage")
 
 
 @dataclass

@@ -122,6 +122,11 @@ SET_ASIDE = "set aside: "   # + the reason: a report whose conditions could not 
 SET_ASIDE_COLUMNS = ("report_id", "step", "reason")
 DEFAULT_MAX_SET_ASIDE_SHARE = 0.01
 SECTION = "perturb"
+# what notebook 02 calls besides `run` and `summary`
+NOTEBOOK_API = ("example_note", "example_page", "failures_not_set_aside")
+# the tables of `result.tables` notebook 02 shows by name
+TABLES = ("conditions_summary", "fake_examples", "lexicon_removed", "mpqa_policy_differences", "set_aside",
+          "triggers", "triggers_pos_blind", "validation_checks")
 TAG_CHUNK = 256  # reports per tagging stream (spaCy batches sentences across the reports of a chunk)
 
 

@@ -254,6 +254,11 @@ def scoring_params(cfg: RunConfig) -> dict:
 
 
 SECTION = "scoring"
+# what notebook 04 calls besides `run` and `summary`
+NOTEBOOK_API = ("parse_note_table", "parse_rate_table", "pooled_views", "reading_note")
+# the tables of `result.tables` notebook 04 shows by name
+TABLES = ("table4_herding_with_without", "table4_herding_with_without_parsed", "table5_herding_fake",
+          "table6_accuracy_with_without", "table7_accuracy_no_opinion")
 
 
 def run(cfg: RunConfig) -> ScoringResult:
