@@ -738,7 +738,7 @@ PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")
 
 
 def default_transport(environ=None) -> str:
-    """"httpx" when the environment names a proxy (aiohttp sessions made here do not read proxy
+    """"httpx" when the environment names a proxy (the aiohttp connection pools made here do not read proxy
     variables; the SDK's httpx transport does), else "raw"."""
     env = os.environ if environ is None else environ
     return "httpx" if any(env.get(v) or env.get(v.lower()) for v in PROXY_VARIABLES) else "raw"

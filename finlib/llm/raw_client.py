@@ -56,7 +56,7 @@ def _transport_error_class(exc: BaseException):
 
 
 class RawChatClient:
-    """`post` / `get` / `close` as the engine calls them on `AsyncOpenAI`, over one aiohttp session."""
+    """`post` / `get` / `close` as the engine calls them on `AsyncOpenAI`, over one aiohttp connection pool."""
 
     def __init__(self, api_key: str, base_url: str | None, timeout_s: float, environ=None):
         env = os.environ if environ is None else environ
@@ -68,18 +68,18 @@ class RawChatClient:
         for var, header in (("OPENAI_ORG_ID", "OpenAI-Organization"), ("OPENAI_PROJECT_ID", "OpenAI-Project")):
             if env.get(var):
                 self.headers[header] = env[var]
-        self._session: aiohttp.ClientSession | None = None
+        self._pool: aiohttp.ClientSession | None = None
         self._error_builder = None
 
     def _timeout(self, seconds: float) -> aiohttp.ClientTimeout:
         """The SDK's one timeout applied as its transport applies it: connect, read and pool."""
         return aiohttp.ClientTimeout(sock_connect=seconds, sock_read=seconds, connect=seconds)
 
-    def session(self) -> aiohttp.ClientSession:
+    def pool(self) -> aiohttp.ClientSession:
         """Made on first use, inside the running loop."""
-        if self._session is None:
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=MAX_CONNECTIONS))
-        return self._session
+        if self._pool is None:
+            self._pool = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=MAX_CONNECTIONS))
+        return self._pool
 
     async def post(self, path: str, *, body: dict, cast_to=dict, options: dict | None = None):
         return await self._request("POST", path, json.dumps(body).encode("utf-8"), options)
@@ -92,7 +92,7 @@ class RawChatClient:
         url = self.base_url + path
         timeout = self._timeout((options or {}).get("timeout", self.timeout_s))
         try:
-            async with self.session().request(method, url, data=data, headers=self.headers, timeout=timeout,
+            async with self.pool().request(method, url, data=data, headers=self.headers, timeout=timeout,
                                               auto_decompress=True) as resp:
                 status, raw = resp.status, await resp.read()
                 headers, charset = resp.raw_headers, resp.charset
@@ -145,6 +145,6 @@ class RawChatClient:
         return self._error_builder
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None

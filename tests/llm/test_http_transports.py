@@ -89,7 +89,7 @@ def test_an_unknown_transport_is_refused_by_name():
     ({"ALL_PROXY": ""}, "raw"),
 ])
 def test_a_proxy_in_the_environment_selects_httpx(environ, expected):
-    """aiohttp sessions made here ignore proxy variables; behind a proxy the client uses httpx, which reads them."""
+    """The aiohttp connection pools made here ignore proxy variables; behind a proxy the client uses httpx, which reads them."""
     from finlib.llm.openai_backend import default_transport
 
     assert default_transport(environ) == expected
