@@ -21,7 +21,7 @@ API = ModelSpec(name="api", backend="openai", model_id="m", supports_system=Fals
 OK = pd.DataFrame([{"item_id": "R0:original", "report_id": "R0", "condition": "original",
                     "text": "We rate Acme a Buy. Sales rose."}])
 INF = {"max_input_tokens": 512, "max_new_tokens": "registry", "dtype": "float32",
-       "prompt_version": "finbias-authors-v1"}
+       "prompt_version": "finbias-authors-v1", "constrained_json": []}
 
 
 def plan(**inf):

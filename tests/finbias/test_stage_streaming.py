@@ -133,7 +133,8 @@ def test_stage_streams_messages_and_joins_per_model_parts(tmp_run, monkeypatch):
 def test_plan_without_messages_keys_as_the_plan_with_them():
     spec = stage.ModelSpec(name="m", backend="openai", model_id="m", supports_system=False, context_length=8192,
                            price_input_per_m=0.0, price_output_per_m=0.0, sampling={"temperature": 0.0})
-    inf = {"max_input_tokens": None, "max_new_tokens": 16, "dtype": "auto", "prompt_version": "finbias-authors-v1"}
+    inf = {"max_input_tokens": None, "max_new_tokens": 16, "dtype": "auto", "prompt_version": "finbias-authors-v1",
+           "constrained_json": []}
     ok = conditions().query("status == 'ok'")
     full = stage.plan_requests(ok, spec, lambda r: ["generate"], inf, len, 10)
     slim = stage.plan_requests(ok, spec, lambda r: ["generate"], inf, len, 10, keep_messages=False)

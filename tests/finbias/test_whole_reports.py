@@ -14,7 +14,7 @@ SPEC = ModelSpec(name="llama8k", backend="openai", model_id="m", supports_system
                  price_input_per_m=0.0, price_output_per_m=0.0, sampling={"temperature": 1.0, "top_p": 1.0},
                  base_url="http://127.0.0.1:1/v1", api_key_env=None)
 INF = {"max_input_tokens": None, "max_new_tokens": "registry", "dtype": "float32", "threads": None,
-       "prompt_version": "finbias-authors-v1"}
+       "prompt_version": "finbias-authors-v1", "constrained_json": []}
 OVERHEAD = 10
 
 
