@@ -150,7 +150,7 @@ CAL = pd.bdate_range("2019-11-25", periods=42)   # crosses into 2020: two year b
 
 def small_market(seed: int, *, market_holes: bool, flat: bool):
     """Three tickers on a 42-day calendar: A full, B listed late and delisted early with missing rows,
-    C with NaN / zero / negative closes; D has only a weekend row (off the calendar)."""
+    C with NaN (on the first calendar day too) / zero / negative closes; D has only a weekend row (off the calendar)."""
     rng = np.random.default_rng(seed)
     rm = rng.normal(0.0, 0.01, len(CAL))
     if flat:
@@ -168,7 +168,7 @@ def small_market(seed: int, *, market_holes: bool, flat: bool):
     prices = pd.DataFrame(recs, columns=["date", "ticker", "adj_close"])
     drop = (prices.ticker == "B") & (~prices.date.isin(CAL[6:37]) | prices.date.isin(CAL[[15, 16, 30]]))
     prices = prices[~drop].copy()
-    for i, v in ((12, np.nan), (27, 0.0), (33, -1.0)):
+    for i, v in ((0, np.nan), (12, np.nan), (27, 0.0), (33, -1.0)):
         prices.loc[(prices.ticker == "C") & (prices.date == CAL[i]), "adj_close"] = v
     prices = pd.concat([prices, pd.DataFrame({"date": [pd.Timestamp("2019-12-07")], "ticker": ["D"],
                                               "adj_close": [10.0]})], ignore_index=True)
