@@ -406,6 +406,12 @@ def test_year_buckets_match_exact_half_down_rounding(quantiles):
     assert got == want
 
 
+@pytest.mark.parametrize("quantiles", [(0.3, 1.2), (-0.1, 0.5), (0.6, 0.4)])
+def test_year_buckets_refuse_cut_offs_outside_0_lo_hi_1(quantiles):
+    with pytest.raises(ValueError, match="quantiles"):
+        assign_year_buckets([0.1, 0.2], ["2020-01-02"] * 2, ["a", "b"], quantiles)
+
+
 # --------------------------------------------------------------------------- stage tables
 
 def _two_methods() -> pd.DataFrame:
@@ -423,6 +429,7 @@ def test_method_agreement_cross_tabulation_by_hand():
     cats = ["bullish", "neutral", "bearish", "excluded"]
     assert list(tab.columns) == ["paper \\ mackinlay", *cats, "total"]
     assert tab["paper \\ mackinlay"].tolist() == cats
+    assert all(tab[c].dtype.kind == "i" for c in [*cats, "total"])  # counts, written as integers
     counts = tab[cats].to_numpy().tolist()
     assert counts == [[1, 1, 0, 0], [0, 1, 0, 1], [1, 0, 1, 0], [0, 0, 1, 1]]
     assert tab["total"].tolist() == [2, 2, 2, 2]

@@ -81,7 +81,8 @@ P = ("p_bullish", "p_neutral", "p_bearish")
 def _kl_rows() -> pd.DataFrame:
     """Score-mode model "sc": eight reports of seven firms in two sectors, under original, no_rating,
     no_opinion and two fake ratings per report. Model "sc2" has original and no_opinion only (the
-    first KL pair is empty for it). Model "gen" answers in generate mode: its probabilities are
+    first KL pair is empty for it); "sc3" has no scores under no_rating (the first two pairs have rows
+    but no usable pair). Model "gen" answers in generate mode: its probabilities are
     finite but not scores, and gives no KL row."""
     rng = np.random.default_rng(4)
     firms = {"r1": ("AAA", ENERGY), "r2": ("AAA", ENERGY), "r3": ("BBB", TECH), "r4": ("CCC", TECH),
@@ -106,6 +107,8 @@ def _kl_rows() -> pd.DataFrame:
             add("sc", "score", "fake_rating", rid, draw())
         add("sc2", "score", "original", rid, draw())
         add("sc2", "score", "no_opinion", rid, draw())
+        for cond in ("original", "no_rating", "no_opinion"):
+            add("sc3", "score", cond, rid, (np.nan, np.nan, np.nan) if cond == "no_rating" else draw())
     rows = pd.DataFrame(recs)
     # a report without scores under no_rating leaves the pairs that need it
     rows.loc[(rows.model == "sc") & (rows.condition == "no_rating") & (rows.report_id == "r4"), P[0]] = np.nan
@@ -136,9 +139,9 @@ KL_PAIRS = [("original", "no_rating"), ("no_rating", "no_opinion"), ("original",
 def test_kl_metrics_values_and_counts_by_hand():
     rows = _kl_rows()
     got = kl_metrics(rows, reps=50, seed=3, ci=0.9)
-    assert set(got["model"]) == {"sc", "sc2"}
+    assert set(got["model"]) == {"sc", "sc2", "sc3"}
     assert (got["metric"] == "kl_divergence").all() and got["parse_rate"].isna().all()
-    want_conditions = {("sc", f"{a}||{b}") for a, b in KL_PAIRS} | {("sc2", "original||no_opinion")}
+    want_conditions = {("sc", f"{a}||{b}") for a, b in KL_PAIRS} | {("sc2", "original||no_opinion"), ("sc3", "original||no_opinion")}
     assert set(zip(got["model"], got["condition"])) == want_conditions
     for model, cond in want_conditions:
         ca, cb = cond.split("||")
