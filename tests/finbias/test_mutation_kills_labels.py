@@ -388,6 +388,15 @@ def test_default_window_is_60_and_quantiles_30_40_30():
     assert got["label"].value_counts().to_dict() == {"neutral": 4, "bearish": 3, "bullish": 3}
 
 
+def test_unknown_ticker_on_a_one_ticker_panel_is_no_prices():
+    """The unknown ticker's stand-in column must exist when the panel holds a single ticker."""
+    prices, market = _clean()
+    ev = pd.DataFrame({"report_id": ["u", "a"], "ticker": ["ZZ", "A"], "date": [market.index[30]] * 2})
+    got = compute_labels(ev, prices, market, window=5, min_event_obs=3).set_index("report_id")
+    assert got.loc["u", "excluded_reason"] == "no_prices" and np.isnan(got.loc["u", "car"])
+    assert got.loc["a", "excluded_reason"] is None
+
+
 # --------------------------------------------------------------------------- buckets
 
 @pytest.mark.parametrize("quantiles", [(0.3, 0.7), (0.25, 0.75), (0.1, 0.6), (0.5, 0.5), (0.0, 1.0)])
