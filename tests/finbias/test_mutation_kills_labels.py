@@ -193,9 +193,11 @@ def _compare(got: pd.DataFrame, want: pd.DataFrame, method: str) -> None:
     for k in ("car", "alpha", "beta"):
         np.testing.assert_allclose(got[k].to_numpy(float), want[k].to_numpy(float), rtol=0, atol=1e-10,
                                    err_msg=k)
+    assert got["n_obs"].dtype == "int64"
     counted = want["n_obs"].notna()
     assert got.loc[counted, "n_obs"].tolist() == want.loc[counted, "n_obs"].astype(int).tolist()
     if method == "mackinlay":
+        assert got["n_est_obs"].dtype == "int64"
         assert got.loc[counted, "n_est_obs"].tolist() == want.loc[counted, "n_est_obs"].astype(int).tolist()
 
 
