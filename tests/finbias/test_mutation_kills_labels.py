@@ -475,3 +475,30 @@ def test_beta_distribution_of_a_method_without_betas_is_nan_not_an_error():
     assert tab.loc["mackinlay", "n"] == 0
     assert tab.loc["mackinlay"].drop("n").isna().all()
     assert tab.loc["paper", "n"] == 6
+
+
+SHARE_COLUMNS = ["year", "n", "bearish", "neutral", "bullish", "share_bearish", "share_neutral", "share_bullish",
+                 "small_year"]
+CAR_COLUMNS = ["year", "n", "mean", "std", "min", "p25", "median", "p75", "max", "bearish_max", "bullish_min"]
+
+
+def test_label_shares_by_year_every_share_by_hand():
+    labels = pd.DataFrame({"report_id": list("abcdefg"),
+                           "label": ["bearish", "bearish", "neutral", "bullish", "bearish", "neutral", None]})
+    reports = pd.DataFrame({"report_id": list("gfedcba"), "date": pd.to_datetime(["2020-03-02"] * 3 + ["2021-06-01"] * 4)})
+    got = L.label_shares_by_year(labels, reports)
+    assert list(got.columns) == SHARE_COLUMNS
+    # 2021: a, b, c, d -> 2 bearish, 1 neutral, 1 bullish; 2020: e, f labelled (g is not)
+    assert got[["year", "n", "bearish", "neutral", "bullish"]].to_numpy().tolist() == [[2020, 2, 1, 1, 0],
+                                                                                      [2021, 4, 2, 1, 1]]
+    np.testing.assert_allclose(got[["share_bearish", "share_neutral", "share_bullish"]].to_numpy(float),
+                               [[50.0, 50.0, 0.0], [50.0, 25.0, 25.0]])
+
+
+def test_year_tables_without_a_labelled_report_keep_their_columns():
+    labels = pd.DataFrame({"report_id": ["a", "b"], "label": [None, None], "car": [np.nan, np.nan]})
+    reports = pd.DataFrame({"report_id": ["a", "b"], "date": pd.to_datetime(["2020-03-02", "2021-06-01"])})
+    shares = L.label_shares_by_year(labels, reports)
+    cars = L.car_by_year(labels, reports)
+    assert shares.empty and list(shares.columns) == SHARE_COLUMNS
+    assert cars.empty and list(cars.columns) == CAR_COLUMNS
