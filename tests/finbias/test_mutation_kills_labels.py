@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from finlib.finbias.labels import stage as L
-from finlib.finbias.labels.market_model import assign_year_buckets, compute_labels
+from finlib.finbias.labels.market_model import assign_year_buckets, compute_labels, market_series
 
 # --------------------------------------------------------------------------- the reference
 
@@ -502,3 +502,22 @@ def test_year_tables_without_a_labelled_report_keep_their_columns():
     cars = L.car_by_year(labels, reports)
     assert shares.empty and list(shares.columns) == SHARE_COLUMNS
     assert cars.empty and list(cars.columns) == CAR_COLUMNS
+
+
+def test_market_series_picks_the_column_of_a_market_frame():
+    """market_close when present (even beside other numbers); else the only numeric column; a frame
+    indexed by date needs no date column; an unknown column is named in the error."""
+    dates = pd.bdate_range("2022-01-03", periods=4)
+    close, spy = [100.0, 101.0, 99.0, 102.0], [400.0, 404.0, 396.0, 408.0]
+    both = pd.DataFrame({"date": dates, "spy_adj_close": spy, "market_close": close})
+    assert market_series(both).tolist() == close
+    assert market_series(both, "spy_adj_close").tolist() == spy
+    one = pd.DataFrame({"date": dates, "source": "index provider", "spy_adj_close": spy})
+    assert market_series(one).tolist() == spy
+    indexed = pd.DataFrame({"market_close": close}, index=dates)
+    got = market_series(indexed)
+    assert got.tolist() == close and list(got.index) == list(dates)
+    with pytest.raises(ValueError, match="no column 'zz'"):
+        market_series(both, "zz")
+    with pytest.raises(ValueError, match="cannot choose"):
+        market_series(pd.DataFrame({"date": dates, "a": spy, "b": close}))
