@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from finlib.finbias.labels import stage as L
-from finlib.finbias.labels.market_model import assign_year_buckets, compute_labels, market_series
+from finlib.finbias.labels.market_model import assign_year_buckets, build_panel, compute_labels, market_series
 
 # --------------------------------------------------------------------------- the reference
 
@@ -521,3 +521,53 @@ def test_market_series_picks_the_column_of_a_market_frame():
         market_series(both, "zz")
     with pytest.raises(ValueError, match="cannot choose"):
         market_series(pd.DataFrame({"date": dates, "a": spy, "b": close}))
+
+
+def _tiny_prices() -> tuple[pd.DataFrame, pd.Series]:
+    """Two tickers on a six-day calendar, A priced below 1 (a valid close), B above."""
+    cal = pd.bdate_range("2022-01-03", periods=6)
+    market = pd.Series([100.0, 101.0, 99.0, 102.0, 103.0, 101.0], index=cal)
+    a = [0.50, 0.52, 0.49, 0.55, 0.56, 0.54]
+    b = [20.0, 20.5, 19.0, 21.0, 22.0, 21.5]
+    prices = pd.DataFrame({"date": list(cal) * 2, "ticker": ["A"] * 6 + ["B"] * 6, "adj_close": a + b})
+    return prices, market
+
+
+def test_panel_places_intraday_and_off_calendar_price_rows_by_day():
+    """An intraday timestamp is its day's close; a weekend row and a row after the calendar are
+    counted off the calendar and change no return; a close below 1 is a valid price."""
+    prices, market = _tiny_prices()
+    shifted = prices.assign(date=prices["date"] + pd.Timedelta(hours=16))
+    extra = pd.DataFrame({"date": [pd.Timestamp("2022-01-08"), pd.Timestamp("2022-02-01")], "ticker": ["A", "A"],
+                          "adj_close": [9.0, 9.0]})
+    panel = build_panel(pd.concat([shifted, extra], ignore_index=True), market)
+    a = panel.tickers.get_loc("A")
+    want = np.array(prices.adj_close[:6]) / np.array(prices.adj_close[:6]).take(range(-1, 5)) - 1
+    np.testing.assert_allclose(panel.returns[1:, a], want[1:], rtol=0, atol=1e-15)
+    assert not panel.bad.any()
+    assert panel.diagnostics["price_rows_off_market_calendar"] == 2
+    assert panel.diagnostics["price_rows_invalid"] == 0
+    assert (panel.first_row.tolist(), panel.last_row.tolist()) == ([0, 0], [5, 5])
+
+
+def test_panel_bad_inputs_name_the_row_and_field():
+    prices, market = _tiny_prices()
+    nat = prices.copy()
+    nat["date"] = nat["date"].astype(object)
+    nat.loc[[2, 7], "date"] = None
+    with pytest.raises(ValueError, match=r"^prices: row 2: field 'date' is missing$"):
+        build_panel(nat, market)
+    no_ticker = prices.copy()
+    no_ticker.loc[[3, 8], "ticker"] = None
+    with pytest.raises(ValueError, match=r"^prices: row 3: field 'ticker' is missing$"):
+        build_panel(no_ticker, market)
+    dup = pd.concat([prices, prices.iloc[[0]]], ignore_index=True)
+    with pytest.raises(ValueError, match=r"^prices: row 12: duplicate \(date, ticker\) = \(2022-01-03, A\)$"):
+        build_panel(dup, market)
+    with pytest.raises(ValueError, match=r"^prices: the table has no rows$"):
+        build_panel(prices.iloc[:0], market)
+    with pytest.raises(ValueError, match=r"^prices: missing column\(s\) \['adj_close'\]"):
+        build_panel(prices.drop(columns="adj_close"), market)
+    with pytest.raises(ValueError, match=r"^market: 1 dates; at least two are needed for a return$"):
+        build_panel(prices, market.iloc[:1])
+    assert len(build_panel(prices[prices.date <= market.index[1]], market.iloc[:2]).dates) == 2
