@@ -544,9 +544,11 @@ def test_panel_places_intraday_and_off_calendar_price_rows_by_day():
     a = panel.tickers.get_loc("A")
     want = np.array(prices.adj_close[:6]) / np.array(prices.adj_close[:6]).take(range(-1, 5)) - 1
     np.testing.assert_allclose(panel.returns[1:, a], want[1:], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(panel.market[1:], market.to_numpy()[1:] / market.to_numpy()[:-1] - 1, atol=1e-15)
     assert not panel.bad.any()
-    assert panel.diagnostics["price_rows_off_market_calendar"] == 2
-    assert panel.diagnostics["price_rows_invalid"] == 0
+    assert panel.diagnostics == {"calendar_days": 6, "calendar_start": "2022-01-03", "calendar_end": "2022-01-10",
+                                 "tickers_with_prices": 2, "price_rows": 14, "price_rows_off_market_calendar": 2,
+                                 "price_rows_invalid": 0, "market_days_missing": 0}
     assert (panel.first_row.tolist(), panel.last_row.tolist()) == ([0, 0], [5, 5])
 
 
@@ -568,6 +570,17 @@ def test_panel_bad_inputs_name_the_row_and_field():
         build_panel(prices.iloc[:0], market)
     with pytest.raises(ValueError, match=r"^prices: missing column\(s\) \['adj_close'\]"):
         build_panel(prices.drop(columns="adj_close"), market)
+    ev = pd.DataFrame({"report_id": ["r"], "ticker": ["A"], "date": [market.index[0]]})
+    with pytest.raises(ValueError, match=r"^events: missing column\(s\) \['ticker'\]"):
+        compute_labels(ev.drop(columns="ticker"), prices, market, window=2, min_event_obs=1, method="mackinlay")
     with pytest.raises(ValueError, match=r"^market: 1 dates; at least two are needed for a return$"):
         build_panel(prices, market.iloc[:1])
     assert len(build_panel(prices[prices.date <= market.index[1]], market.iloc[:2]).dates) == 2
+
+
+def test_a_market_without_any_close_excludes_every_event():
+    prices, market = _tiny_prices()
+    empty = pd.Series(np.nan, index=market.index)
+    ev = pd.DataFrame({"report_id": ["r"], "ticker": ["A"], "date": [market.index[1]]})
+    got = compute_labels(ev, prices, empty, window=2, min_event_obs=1, method="mackinlay", min_obs=1)
+    assert got.loc[0, "excluded_reason"] == "outside_price_coverage"
