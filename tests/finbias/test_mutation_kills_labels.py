@@ -584,3 +584,23 @@ def test_a_market_without_any_close_excludes_every_event():
     ev = pd.DataFrame({"report_id": ["r"], "ticker": ["A"], "date": [market.index[1]]})
     got = compute_labels(ev, prices, empty, window=2, min_event_obs=1, method="mackinlay", min_obs=1)
     assert got.loc[0, "excluded_reason"] == "outside_price_coverage"
+
+
+def test_market_series_and_options_refuse_bad_input_by_name():
+    dates = pd.bdate_range("2022-01-03", periods=3)
+    assert market_series(pd.Series([1.0, 0.5, 0.8], index=dates)).tolist() == [1.0, 0.5, 0.8]  # below 1 is valid
+    with pytest.raises(ValueError, match=r"^market: non-positive close 0.0 on 2022-01-04$"):
+        market_series(pd.Series([100.0, 0.0, -1.0], index=dates))
+    with pytest.raises(ValueError, match=r"^market: a date is missing \(NaT\) in the market series$"):
+        market_series(pd.Series([1.0, 2.0], index=pd.DatetimeIndex([dates[0], pd.NaT])))
+    with pytest.raises(TypeError, match=r"^market must be a Series or DataFrame, got list$"):
+        market_series([1.0, 2.0])
+    frame = pd.DataFrame({"date": dates, "spy": [1.0, 2.0, 3.0]})
+    with pytest.raises(ValueError, match=r"^market frame has no column 'zz' \(columns: \['spy'\]\)$"):
+        market_series(frame, "zz")
+    prices, market = _tiny_prices()
+    ev = pd.DataFrame({"report_id": ["r"], "ticker": ["A"], "date": [market.index[1]]})
+    assert compute_labels(ev, prices, market, window=2, min_event_obs=1, method="mackinlay",
+                          min_obs=1).loc[0, "n_obs"] == 2
+    with pytest.raises(ValueError, match=r"^window must be >= 2 trading days, got 1$"):
+        compute_labels(ev, prices, market, window=1, min_event_obs=1, method="mackinlay")
