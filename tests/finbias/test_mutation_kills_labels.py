@@ -604,3 +604,17 @@ def test_market_series_and_options_refuse_bad_input_by_name():
                           min_obs=1).loc[0, "n_obs"] == 2
     with pytest.raises(ValueError, match=r"^window must be >= 2 trading days, got 1$"):
         compute_labels(ev, prices, market, window=1, min_event_obs=1, method="mackinlay")
+
+
+def test_options_from_params_read_every_key_of_the_section():
+    """Every key of a labels section (values unlike the defaults) reaches compute_labels' options;
+    a misspelt key is refused naming the section."""
+    from finlib.core.config import ConfigError
+    from finlib.finbias.labels.market_model import options_from_params
+
+    section = {"window": 40, "method": "mackinlay", "quantiles": [0.2, 0.8], "min_event_obs": 25,
+               "mackinlay": {"estimation_window": 200, "gap": 20, "min_obs": 100}}
+    assert options_from_params(section) == {"window": 40, "quantiles": (0.2, 0.8), "min_event_obs": 25,
+                                            "estimation_window": 200, "gap": 20, "min_obs": 100}
+    with pytest.raises(ConfigError, match=r"^params labels: invalid params"):
+        options_from_params({**section, "quantile": [0.3, 0.7]})
