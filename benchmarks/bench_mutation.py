@@ -47,12 +47,13 @@ SCOPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "tests/finbias/test_scoring.py",
             "tests/finbias/test_metrics_slicing.py",
             "tests/finbias/test_comparison_consistency.py",
+            "tests/finbias/test_mutation_kills_metrics.py",
             TRUTHS,
         ),
     ),
     "labels": (
         ("finlib/finbias/labels/market_model.py", "finlib/finbias/labels/stage.py"),
-        ("tests/finbias/test_labels.py", TRUTHS),
+        ("tests/finbias/test_labels.py", "tests/finbias/test_mutation_kills_labels.py", TRUTHS),
     ),
 }
 SCOPES["all"] = (
