@@ -12,7 +12,8 @@ Every stage module (`finlib/<paper>/<stage>/stage.py`) exposes these names:
 - `NOTEBOOK_API`: the names of the module's other functions its notebook calls (views and notes built
   from the result), each a function of the module; a notebook calls nothing else of the stage;
 - `TABLES`: the names of the tables in `result.tables` the notebook shows, so a notebook reads a table
-  by a name the stage declares.
+  by a name the stage declares;
+- `REPORT_KEYS`: the keys of `result.report` the notebook reads, likewise declared.
 
 Notebooks call these names and display what `run` returned (its typed fields and the declared tables);
 nothing in a notebook computes or writes.
@@ -22,7 +23,7 @@ from __future__ import annotations
 import inspect
 from types import ModuleType
 
-CONTRACT = ("SECTION", "run", "summary", "NOTEBOOK_API", "TABLES")
+CONTRACT = ("SECTION", "run", "summary", "NOTEBOOK_API", "TABLES", "REPORT_KEYS")
 
 
 def contract_problems(module: ModuleType) -> list[str]:
@@ -45,10 +46,10 @@ def contract_problems(module: ModuleType) -> list[str]:
 
 
 def _declared_problems(module: ModuleType) -> list[str]:
-    """Why `NOTEBOOK_API` or `TABLES` is not a tuple of names (empty when both are), and any name of
+    """Why `NOTEBOOK_API`, `TABLES` or `REPORT_KEYS` is not a tuple of names (empty when each is), and any name of
     `NOTEBOOK_API` that is not a function of the module."""
     problems = []
-    for name in ("NOTEBOOK_API", "TABLES"):
+    for name in ("NOTEBOOK_API", "TABLES", "REPORT_KEYS"):
         value = getattr(module, name, ())
         if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
             problems.append(f"{module.__name__}.{name} must be a tuple of names, not {value!r}")

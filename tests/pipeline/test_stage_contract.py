@@ -74,7 +74,7 @@ def test_every_numbered_notebook_is_in_the_stage_table():
 
 def _module(**names) -> types.ModuleType:
     mod = types.ModuleType("finlib.seeded.stage")
-    mod.__dict__.update({"NOTEBOOK_API": (), "TABLES": ()} | names)
+    mod.__dict__.update({"NOTEBOOK_API": (), "TABLES": (), "REPORT_KEYS": ()} | names)
     return mod
 
 

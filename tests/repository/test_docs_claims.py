@@ -74,25 +74,25 @@ def undeclared_calls(code: str, module: str, api: tuple[str, ...]) -> list[str]:
                    and isinstance(n.value, ast.Name) and n.value.id == alias and n.attr not in allowed})
 
 
-def is_tables_of(node: ast.AST, results: set[str]) -> bool:
-    """Whether `node` is `<result>.tables` for one of the result variables."""
-    return isinstance(node, ast.Attribute) and node.attr == "tables" and isinstance(node.value, ast.Name) \
+def is_view_of(node: ast.AST, results: set[str], view: str) -> bool:
+    """Whether `node` is `<result>.<view>` (`tables` or `report`) for one of the result variables."""
+    return isinstance(node, ast.Attribute) and node.attr == view and isinstance(node.value, ast.Name) \
         and node.value.id in results
 
 
-def undeclared_tables(code: str, module: str, tables: tuple[str, ...]) -> list[str]:
-    """Reads of `result.tables` (or of a variable bound to it) by a name the stage does not declare in
-    `TABLES`, or by a computed key."""
+def undeclared_keys(code: str, module: str, declared: tuple[str, ...], view: str = "tables") -> list[str]:
+    """Reads of `result.<view>` (or of a variable bound to it) by a name the stage does not declare
+    (`TABLES` for `tables`, `REPORT_KEYS` for `report`), or by a computed key."""
     tree = ast.parse(code)
     results = result_names(tree, stage_alias(tree, module) or "")
-    aliases = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and is_tables_of(n.value, results)
+    aliases = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and is_view_of(n.value, results, view)
                for t in n.targets if isinstance(t, ast.Name)}
     found = []
     for node in ast.walk(tree):
         target = node.value if isinstance(node, ast.Subscript) else None
-        if is_tables_of(target, results) or (isinstance(target, ast.Name) and target.id in aliases):
+        if is_view_of(target, results, view) or (isinstance(target, ast.Name) and target.id in aliases):
             key = node.slice
-            if not (isinstance(key, ast.Constant) and key.value in tables):
+            if not (isinstance(key, ast.Constant) and key.value in declared):
                 found.append(ast.unparse(node))
     return found
 
@@ -148,7 +148,23 @@ def test_notebook_api_is_what_the_notebook_calls(stage: str):
 def test_notebook_reads_tables_by_declared_name(stage: str):
     """Claim: a notebook reads `result.tables` only by a name in its stage's `TABLES`."""
     mod = stage_module(stage)
-    assert undeclared_tables(notebook_source(stage_notebook(stage)), STAGE_MODULES[stage], mod.TABLES) == []
+    assert undeclared_keys(notebook_source(stage_notebook(stage)), STAGE_MODULES[stage], mod.TABLES) == []
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_notebook_reads_the_report_by_declared_key(stage: str):
+    """Claim: a notebook reads `result.report` only by a key in its stage's `REPORT_KEYS`."""
+    mod = stage_module(stage)
+    assert undeclared_keys(notebook_source(stage_notebook(stage)), STAGE_MODULES[stage], mod.REPORT_KEYS,
+                           "report") == []
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_report_keys_are_what_the_notebook_reads(stage: str):
+    """Claim: `REPORT_KEYS` declares the notebook's reads of the report, no key the notebook leaves unused."""
+    mod = stage_module(stage)
+    code = notebook_source(stage_notebook(stage))
+    assert [k for k in mod.REPORT_KEYS if f'report["{k}"]' not in code and f"report['{k}']" not in code] == []
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -170,14 +186,16 @@ def test_the_notebook_scans_find_planted_violations():
     module = "finlib.finbias.labels.stage"
     bad = ("from finlib.finbias.labels import stage\nfrom finlib.finbias.labels.market_model import fit\n"
            "res = stage.run(cfg)\nstage.summary(cfg, res)\nstage.write_tables(cfg, res)\n"
-           "res.tables['made_up']\nres.tables[name]\nres.not_a_field\nt = res.tables\nt['other']\n")
+           "res.tables['made_up']\nres.tables[name]\nres.not_a_field\nt = res.tables\nt['other']\n"
+           "res.report['counts']\nres.report['secret']\nr = res.report\nr[k]\n")
     assert undeclared_calls(bad, module, ("agreement_markdown",)) == ["stage.write_tables"]
-    assert sorted(undeclared_tables(bad, module, ("labels_shares_by_year",))) == [
+    assert sorted(undeclared_keys(bad, module, ("labels_shares_by_year",))) == [
         "res.tables['made_up']", "res.tables[name]", "t['other']"]
+    assert sorted(undeclared_keys(bad, module, ("counts",), "report")) == ["r[k]", "res.report['secret']"]
     assert undeclared_fields(bad, module, {"tables", "report"}) == ["res.not_a_field"]
     assert undeclared_imports(bad, module) == ["finlib.finbias.labels.market_model.fit"]
     good = "from finlib.finbias.labels import stage\nres = stage.run(cfg)\nres.tables['labels_shares_by_year']\n"
-    assert undeclared_tables(good, module, ("labels_shares_by_year",)) == []
+    assert undeclared_keys(good, module, ("labels_shares_by_year",)) == []
     assert undeclared_imports(good, module) == []
 
 
@@ -391,15 +409,16 @@ def test_the_reads_check_sees_a_read_the_row_leaves_out(tmp_path: Path):
 
 
 def test_the_contract_refuses_undeclared_views():
-    """Claim: `NOTEBOOK_API` and `TABLES` are part of the contract: each is a tuple of names, and every
-    name of `NOTEBOOK_API` is a function of the module."""
+    """Claim: `NOTEBOOK_API`, `TABLES` and `REPORT_KEYS` are part of the contract: each is a tuple of names,
+    and every name of `NOTEBOOK_API` is a function of the module."""
     from finlib.core.stage import contract_problems
 
     mod = types.ModuleType("finlib.planted.stage")
     mod.__dict__.update(SECTION=None, run=lambda cfg: None, summary=lambda cfg, result: "", shown=lambda r: r,
-                        NOTEBOOK_API=("shown", "gone"), TABLES=["table4"])
+                        NOTEBOOK_API=("shown", "gone"), TABLES=["table4"], REPORT_KEYS=("counts", 3))
     assert contract_problems(mod) == [
         "finlib.planted.stage.TABLES must be a tuple of names, not ['table4']",
+        "finlib.planted.stage.REPORT_KEYS must be a tuple of names, not ('counts', 3)",
         "finlib.planted.stage.NOTEBOOK_API names 'gone', which is not a function of the module"]
     del mod.NOTEBOOK_API
     assert contract_problems(mod)[0] == "finlib.planted.stage: no `NOTEBOOK_API`"

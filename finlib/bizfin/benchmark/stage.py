@@ -30,6 +30,8 @@ from finlib.llm.spec import ModelSpec
 SECTION = "bizfin"
 NOTEBOOK_API = ("bizfin_params", "item_view")  # what notebook 07 calls besides `run` and `summary`
 TABLES = ("rules", "table3", "table3_long", "table6")  # the tables of `result.tables` notebook 07 shows by name
+# the keys of `result.report` notebook 07 reads
+REPORT_KEYS = ("answer_status", "cost_usd", "counts", "judge_status", "official_rule_unscorable_gold")
 ITEM_COLUMNS = ["model", "task", "kind", "item_id", "source", "status", "parsed", "official", "official_n", "ours",
                 "answer", "note", "judge_status", "scoring_error", "raw_text", "input_tokens", "output_tokens",
                 "reasoning_tokens", "cost_usd", "cached"]

@@ -38,6 +38,7 @@ SECTION = "bizfin"  # IteraJudge's knobs are `bizfin.iterajudge`
 # what notebook 08 calls besides `run` and `summary`
 NOTEBOOK_API = ("calibration_view", "iterajudge_params", "side_by_side", "trajectory_summary")
 TABLES = ("table4", "correlations", "difference")  # the tables of `result.tables` notebook 08 shows by name
+REPORT_KEYS = ()  # the keys of `result.report` notebook 08 reads
 
 NOT_COMPARABLE_TABLE4 = ("Not comparable: ours correlate the run's judges with rule-assigned scores on a small "
                          "constructed reference set; the paper's correlate its judges with expert scores")

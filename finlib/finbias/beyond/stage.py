@@ -25,6 +25,7 @@ from finlib.finbias.inference.draws import DRAW_LABELS
 SECTION = None
 NOTEBOOK_API = ()  # what notebook 09 calls besides `run` and `summary`
 TABLES = ()  # the tables of `result.tables` notebook 09 shows by name
+REPORT_KEYS = ()  # the keys of `result.report` notebook 09 reads
 HALF_WIDTHS_PP = (1.0, 2.0, 5.0)  # target +- interval half widths (points) of the draws-needed table
 PLUMBING_NOTE = ("The embedded default's label scorer (SmolLM2-135M) barely reads the report: its numbers test "
                  "the pipeline, they are not research results.")

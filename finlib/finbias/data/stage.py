@@ -166,6 +166,7 @@ SECTION = "data"
 NOTEBOOK_API = ("example_markdown", "example_report")  # what notebook 00 calls besides `run` and `summary`
 # the tables of `result.tables` notebook 00 shows by name
 TABLES = ("data_report", "synthetic_checks", "table2_sectors", "table3_analyst_ratings")
+REPORT_KEYS = ()  # the keys of `result.report` notebook 00 reads
 
 
 @dataclass

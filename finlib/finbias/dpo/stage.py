@@ -34,6 +34,7 @@ PARTS = ("triplets", "train", "evaluate")
 SECTION = "dpo"
 NOTEBOOK_API = ("dpo_params",)  # what notebook 05 calls besides `run` and `summary`
 TABLES = ("pooled_metrics",)  # the tables of `result.tables` notebook 05 shows by name
+REPORT_KEYS = ()  # the keys of `result.report` notebook 05 reads
 # Measured (benchmarks/bench_dpo_teacher.py, 2 AVX2 cores): why the offline default does not use the
 # embedded generator as its teacher. Printed above the results whenever the template teacher is used.
 TEMPLATE_TEACHER_REASON = (

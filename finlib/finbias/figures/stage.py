@@ -51,6 +51,7 @@ from finlib.finbias.vocab import POOLED, SECTORS, Condition, Rating
 SECTION = "figures"
 NOTEBOOK_API = ("show",)  # what notebook 06 calls besides `run` and `summary`
 TABLES = ("figures", "paper_vs_ours_summary")  # the tables of `result.tables` notebook 06 shows by name
+REPORT_KEYS = ()  # the keys of `result.report` notebook 06 reads
 
 
 

@@ -522,6 +522,7 @@ SECTION = "inference"
 NOTEBOOK_API = ("cost_note", "generation_note", "probability_reading")
 # the tables of `result.tables` notebook 03 shows by name
 TABLES = ("generated_answers", "inference_label_probabilities", "status", "usage")
+REPORT_KEYS = ()  # the keys of `result.report` notebook 03 reads
 
 
 @dataclass

@@ -40,6 +40,7 @@ NOTEBOOK_API = ("agreement_markdown", "recovery_view")  # what notebook 01 calls
 # the tables of `result.tables` notebook 01 shows by name
 TABLES = ("analyst_accuracy_by_sector", "labels_beta_distribution", "labels_car_by_year", "labels_exclusions",
           "labels_method_agreement", "labels_shares_by_year", "table3_return_ratings")
+REPORT_KEYS = ("agreement",)  # the keys of `result.report` notebook 01 reads
 # Average rows of the analyst accuracy table (the names stage 04 uses).
 PRINTED = "Average (printed in the paper)"
 SMALL_YEAR = 10  # years with fewer labelled events are flagged: 30/40/30 holds only up to rounding

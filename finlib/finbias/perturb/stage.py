@@ -127,6 +127,7 @@ NOTEBOOK_API = ("example_note", "example_page", "failures_not_set_aside")
 # the tables of `result.tables` notebook 02 shows by name
 TABLES = ("conditions_summary", "fake_examples", "lexicon_removed", "mpqa_policy_differences", "set_aside",
           "triggers", "triggers_pos_blind", "validation_checks")
+REPORT_KEYS = ("fake_rating_rewrites_by_kind",)  # the keys of `result.report` notebook 02 reads
 TAG_CHUNK = 256  # reports per tagging stream (spaCy batches sentences across the reports of a chunk)
 
 

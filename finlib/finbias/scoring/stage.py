@@ -259,6 +259,7 @@ NOTEBOOK_API = ("parse_note_table", "parse_rate_table", "pooled_views", "reading
 # the tables of `result.tables` notebook 04 shows by name
 TABLES = ("table4_herding_with_without", "table4_herding_with_without_parsed", "table5_herding_fake",
           "table6_accuracy_with_without", "table7_accuracy_no_opinion")
+REPORT_KEYS = ("not_answered", "not_answered_by_error")  # the keys of `result.report` notebook 04 reads
 
 
 def run(cfg: RunConfig) -> ScoringResult:
