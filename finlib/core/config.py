@@ -233,7 +233,8 @@ class RunConfig:
 
     @property
     def seed(self) -> int:
-        return int(self.params.get("seed", 0))
+        """The run's seed (`seed:`, declared once in params/default.yaml)."""
+        return int(self["seed"])
 
     @property
     def raw_dir(self) -> Path:
@@ -257,7 +258,11 @@ class RunConfig:
 
     @property
     def is_synthetic(self) -> bool:
-        return self.params.get("data", {}).get("source", "synthetic") == "synthetic"
+        """Whether the run reads the seeded synthetic market (`data.source: synthetic`)."""
+        data = self["data"]
+        if "source" not in data:
+            raise ConfigError(f"{self.params_file}: missing key 'data.source'")
+        return data["source"] == "synthetic"
 
 
 class ParamsEditedError(ConfigError):

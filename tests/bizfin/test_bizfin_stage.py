@@ -26,7 +26,8 @@ def bizfin_run(tmp_path, repo_root):
     defaults = yaml.safe_load((repo_root / "params" / "default.yaml").read_text(encoding="utf-8"))
     root = tmp_path / "repo"
     (root / "params").mkdir(parents=True)
-    params = {"seed": 7, "scoring": {"bootstrap_reps": 50, "ci": 0.95}, "bizfin": dict(defaults["bizfin"]),
+    params = {"seed": 7, "data": {"source": "synthetic"}, "scoring": {"bootstrap_reps": 50, "ci": 0.95},
+              "bizfin": dict(defaults["bizfin"]),
               "figures": dict(defaults["figures"]),  # its figure's width (`figures.width`)
               "inference": {"registry": "params/models.yaml", "store": "data/interim/responses.sqlite",
                             "budget_usd": 0.0, "model_cache": "data/interim/models", "progress": False,

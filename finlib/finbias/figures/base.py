@@ -175,13 +175,12 @@ def figure_style() -> Iterator[None]:
 
 def data_source(cfg: RunConfig) -> str:
     """Where the numbers come from, in words, for every caption."""
-    data = cfg.params.get("data", {})
-    source = data.get("source", "synthetic")
-    if source == "synthetic":
+    data = cfg["data"]
+    if cfg.is_synthetic:
         return f"seeded synthetic market (finlib.finbias.data.synth, seed {cfg.seed}) — synthetic data"
-    if source == "huggingface":
-        return f"Hugging Face dataset {data.get('reports', {}).get('hf_dataset')}"
-    return f"local corpus {data.get('reports', {}).get('path')}"
+    if data["source"] == "huggingface":
+        return f"Hugging Face dataset {data['reports']['hf_dataset']}"
+    return f"local corpus {data['reports']['path']}"
 
 
 def caption(cfg: RunConfig, text: str) -> str:
