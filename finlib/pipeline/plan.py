@@ -83,12 +83,12 @@ def condition_texts(cfg: RunConfig, sample: int, seed: int) -> tuple[dict[str, l
     ({}, published counts, "published corpus") when the run has no conditions yet."""
     path = cfg.processed_dir / "conditions.parquet"
     if not path.is_file():
-        synthetic = (cfg.params.get("data", {}).get("synthetic") or {}).get("n_reports")
-        n = int(synthetic) if cfg.is_synthetic and synthetic else int(plan_params(cfg)["corpus_reports"])
-        fake_mode = cfg.params.get("perturb", {}).get("fake_rating")
+        synthetic = cfg.section("data")["synthetic"]["n_reports"] if cfg.is_synthetic else None
+        n = int(synthetic) if synthetic else int(plan_params(cfg)["corpus_reports"])
+        fake_mode = cfg.section("perturb")["fake_rating"]
         counts = {r.name: n * r.variants(fake_mode) for r in condition_table.declared()}
-        where = (f"the synthetic corpus size (data.synthetic.n_reports = {n}), stage 02 not run" if cfg.is_synthetic
-                 and synthetic else "published corpus size (Fin-Bias §3), stage 02 not run")
+        where = (f"the synthetic corpus size (data.synthetic.n_reports = {n}), stage 02 not run" if synthetic
+                 else "published corpus size (Fin-Bias §3), stage 02 not run")
         return {}, counts, where
     cond = pd.read_parquet(path)
     ok = cond[cond["status"] == "ok"]
@@ -117,7 +117,7 @@ def output_cap(cfg: RunConfig, spec: ModelSpec) -> int:
     p = plan_params(cfg)
     if p["output_cap"] is not None:
         return int(p["output_cap"])
-    inf = cfg.params.get("inference", {}).get("max_new_tokens")
+    inf = cfg.section("inference")["max_new_tokens"]
     if isinstance(inf, int) and not isinstance(inf, bool):
         return inf
     return int(getattr(spec, "max_new_tokens", None) or 4096)
@@ -184,18 +184,18 @@ def model_plan(cfg: RunConfig, spec: ModelSpec, texts: dict[str, list[str]], cou
     """One row per condition for one model (requests, tokens, cost, hours)."""
     from finlib.finbias.prompts import build_messages
 
-    p, inf = plan_params(cfg), cfg.params.get("inference", {})
+    p, inf = plan_params(cfg), cfg.section("inference")
     cap = output_cap(cfg, spec)
     # whole reports (max_input_tokens null), else the run's named input cap; the output cap of a call is
     # what the context leaves after its prompt (finlib.llm.context), never a cut of the report
-    budget = spec.context_length if inf.get("max_input_tokens") is None else int(inf["max_input_tokens"])
+    budget = spec.context_length if inf["max_input_tokens"] is None else int(inf["max_input_tokens"])
     overhead = sum(counter.count(m["content"]) for m in build_messages("", spec.supports_system)) + 8
     measured = answers.get(spec.name)
     answer = min(measured[0], cap) if measured else min(float(p["answer_tokens"]), cap)
     answer_src = f"measured (n={measured[1]})" if measured else "plan.answer_tokens"
-    if backend_of(spec).scores_labels and inf.get("mode") == "score":  # one forward pass, no output tokens
+    if backend_of(spec).scores_labels and inf["mode"] == "score":  # one forward pass, no output tokens
         answer, cap, answer_src = 0.0, 0, "label scoring (no output; the generate subset is not planned)"
-    discount = 0.5 if inf.get("batch") and backend_of(spec).batch_api else 1.0
+    discount = 0.5 if inf["batch"] and backend_of(spec).batch_api else 1.0
     rows = []
     for cond, n in counts.items():
         sample = texts.get(cond)
@@ -232,21 +232,21 @@ def extension_counts(cfg: RunConfig, spec: ModelSpec, counts: dict[str, int]) ->
     The sweep of the analyst's own rating and of the fake rating are the paper's calls (same key),
     so a sweep report costs 3 - 1 - (fakes per report) new texts; label scoring pays one pass per
     new text (its k draws come from that pass), generation k calls per text."""
-    inf, pert = cfg.params.get("inference", {}), cfg.params.get("perturb", {})
-    listed = inf.get("extension_models")
+    inf, pert = cfg.section("inference"), cfg.section("perturb")
+    listed = inf["extension_models"]
     if listed is not None and spec.name not in listed:
         return {}
-    k = int(inf.get("samples_per_item") or 1)
+    k = int(inf["samples_per_item"])
     n_rep = counts.get(Condition.ORIGINAL.value, 0)
-    sweep_n = n_rep if pert.get("sweep_reports", 0) is None else min(int(pert.get("sweep_reports") or 0), n_rep)
+    sweep_n = n_rep if pert["sweep_reports"] is None else min(int(pert["sweep_reports"]), n_rep)
     built = cfg.processed_dir / "conditions.parquet"
     if built.is_file():  # stage 02 ran: the reports it gave the sweep
         cond = pd.read_parquet(built, columns=["report_id", "condition", "status"])
         sweep_n = int(cond.loc[cond["condition"].str.startswith("sweep_") & (cond["status"] == "ok"),
                                "report_id"].nunique())
-    draw_n = n_rep if inf.get("samples_reports") is None else min(int(inf["samples_reports"]), n_rep)
-    per_call = 1 if backend_of(spec).scores_labels and inf.get("mode") == "score" else k
-    new_texts = 3 - 1 - condition_table.rows_per_report(Condition.FAKE_RATING.value, pert.get("fake_rating"))
+    draw_n = n_rep if inf["samples_reports"] is None else min(int(inf["samples_reports"]), n_rep)
+    per_call = 1 if backend_of(spec).scores_labels and inf["mode"] == "score" else k
+    new_texts = 3 - 1 - condition_table.rows_per_report(Condition.FAKE_RATING.value, pert["fake_rating"])
     out = {}
     if sweep_n and new_texts:
         out["sweep_<rating> (new texts)"] = sweep_n * new_texts * per_call
@@ -267,7 +267,7 @@ def generator_counts(spec: ModelSpec, counts: dict[str, int], generator_reports:
 def build_plan(cfg: RunConfig) -> pd.DataFrame:
     """The whole plan: one row per model x condition. Makes no model call and downloads nothing."""
     p = plan_params(cfg)
-    inf = cfg.params.get("inference", {})
+    inf = cfg.section("inference")
     specs = select_models(run_registry(cfg), list(inf["models"]))
     texts, counts, _ = condition_texts(cfg, int(p["sample_texts"]), cfg.seed)
     answers = measured_answer_tokens(cfg.path(inf["store"]))
@@ -277,7 +277,7 @@ def build_plan(cfg: RunConfig) -> pd.DataFrame:
     for spec in specs:
         counter = tokenizer_counter(spec, cache) or estimate_counter(float(p["estimate_chars"]))
         extra = extension_counts(cfg, spec, counts)  # beyond the paper: sweep and repeated draws
-        mine = generator_counts(spec, counts, inf.get("generator_reports"))
+        mine = generator_counts(spec, counts, inf["generator_reports"])
         rows += model_plan(cfg, spec, {**texts, **{c: texts.get(Condition.ORIGINAL.value) for c in extra}},
                            {**mine, **extra}, counter, answers, rates.get(spec.name))
     return pd.DataFrame(rows)
@@ -437,24 +437,24 @@ def preflight(cfg: RunConfig, can_reach: Callable[[str, int], bool] | None = Non
     alone needs no model server); None = the whole run."""
     can_reach = can_reach or reachable
     needs = stage_sections(stages)
-    data, problems = cfg.params.get("data", {}), []
-    if "data" not in needs:
-        data = {"source": "synthetic"}  # nothing of the corpus or prices is read
+    problems: list[str] = []
+    # a stage list that reads no corpus: nothing of the corpus or prices is checked
+    data = cfg.section("data") if "data" in needs else {"source": "synthetic", "reports": {}, "prices": {}}
     source = data["source"]
-    reports = data.get("reports", {}) or {}
+    reports = data["reports"]
     if source == "huggingface" and not can_reach(*HF_HOST):
         problems.append(f"corpus: Hugging Face dataset {reports.get('hf_dataset')} unreachable (no network); "
                         "download it where you have network and set data.source: local with data.reports.path")
     if source == "huggingface" and not reports.get("hf_revision"):
         problems.append(f"corpus: data.reports.hf_revision is not pinned for {reports.get('hf_dataset')}; set it to the "
                         "dataset commit you read (huggingface_hub.HfApi().dataset_info(repo).sha)")
-    biz = (cfg.params.get("bizfin", {}) or {}) if "bizfin" in needs else {}
+    biz = cfg.section("bizfin") if "bizfin" in needs and "bizfin" in cfg.params else {}  # a Fin-Bias-only params file
     if biz.get("source") == "huggingface" and not biz.get("hf_revision"):
         problems.append(f"bizfin: bizfin.hf_revision is not pinned for {biz.get('hf_dataset')}; set it to the dataset "
                         "commit you read")
     if source == "local" and not (reports.get("path") and cfg.path(reports["path"]).is_file()):
         problems.append(f"corpus: data.reports.path {reports.get('path')!r} is not a file")
-    prices = data.get("prices", {}) or {}
+    prices = data["prices"]
     if source != "synthetic":
         for key in ("path", "market_path"):
             if prices.get(key) and not cfg.path(prices[key]).is_file():
@@ -462,11 +462,10 @@ def preflight(cfg: RunConfig, can_reach: Callable[[str, int], bool] | None = Non
         if (not prices.get("path") or not prices.get("market_path")) and not can_reach(*YAHOO_HOST):
             problems.append("prices: yfinance needs network (Yahoo Finance unreachable); give data.prices.path and "
                             "data.prices.market_path (long date,ticker,adj_close files) instead")
-    lex = cfg.params.get("perturb", {}).get("lexicon_path") if "perturb" in needs else None
+    lex = cfg.section("perturb")["lexicon_path"] if "perturb" in needs else None
     if lex and not cfg.path(lex).is_file():
         problems.append(f"lexicon: {lex} missing (no_opinion condition); run `make data` with network")
-    inf = cfg.params.get("inference", {})
-    specs = select_models(run_registry(cfg), list(inf["models"])) if "inference" in needs else []
+    specs = select_models(run_registry(cfg), list(cfg.section("inference")["models"])) if "inference" in needs else []
     for env in sorted({s.api_key_env for s in specs if s.api_key_env and not os.environ.get(s.api_key_env)}):
         users = [s.name for s in specs if s.api_key_env == env]
         problems.append(f"keys: environment variable {env} unset (models {', '.join(users)})")

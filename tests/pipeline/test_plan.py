@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from finlib.core.config import RunConfig, load_params
+from finlib.core.config import RunConfig, deep_merge, load_params
 from finlib.finbias.prompts import build_messages
 from finlib.pipeline import plan
 
@@ -29,11 +29,18 @@ REGISTRY = {"defaults": {"sampling": {"temperature": 1.0, "top_p": 1.0}},
 def make_cfg(tmp_path: Path, models=("api",), **over) -> RunConfig:
     reg = tmp_path / "models.yaml"
     reg.write_text(yaml.safe_dump(REGISTRY))
-    params = {"seed": 1, "data": {"source": "synthetic"}, "perturb": {"fake_rating": "one", "lexicon_path": None},
-              "inference": {"models": list(models), "registry": str(reg), "store": str(tmp_path / "s.sqlite"),
-                            "max_new_tokens": 4096, "max_input_tokens": 16000, "batch": False,
-                            "model_cache": str(tmp_path / "cache")},
-              "plan": {**PLAN, **over}}
+    # the declared params (params/default.yaml) with the paper's corpus, no extension calls and this registry
+    declared = {k: v for k, v in load_params(ROOT / "params" / "default.yaml").items()
+                if k in ("seed", "data", "perturb", "inference")}
+    params = deep_merge(declared, {
+        "seed": 1, "data": {"source": "huggingface"},
+        "perturb": {"fake_rating": "one", "lexicon_path": None, "sweep_reports": 0},
+        "inference": {"models": list(models), "registry": str(reg), "store": str(tmp_path / "s.sqlite"),
+                      "max_new_tokens": 4096, "max_input_tokens": 16000, "batch": False,
+                      "model_cache": str(tmp_path / "cache"), "samples_per_item": 1, "mode": "generate",
+                      "endpoints": {}, "constrained_json": [], "extension_models": None,
+                      "generator_reports": None}})
+    params["plan"] = {**PLAN, **over}
     cfg = RunConfig(name="p", params=params, root=tmp_path, params_file=tmp_path / "p.yaml")
     cfg.processed_dir.mkdir(parents=True)
     return cfg
@@ -100,8 +107,9 @@ def missing_everything(tmp_path, monkeypatch):
     """A run whose key, corpus revision, prices, lexicon and servers are all missing here."""
     monkeypatch.delenv("G_PLAN_TEST_KEY", raising=False)
     cfg = make_cfg(tmp_path, models=("api", "srv"))
-    cfg.params["data"] = {"source": "huggingface", "reports": {"hf_dataset": "Rain1998/Analyst-Report-Bias"},
-                          "prices": {"path": None, "market_path": None}}
+    cfg.params["data"]["source"] = "huggingface"
+    cfg.params["data"]["reports"].update(hf_dataset="Rain1998/Analyst-Report-Bias", hf_revision=None)
+    cfg.params["data"]["prices"].update(path=None, market_path=None)
     cfg.params["perturb"]["lexicon_path"] = "data/external/none.tff"
     return cfg
 
@@ -177,7 +185,8 @@ def test_preflight_of_some_stages_asks_only_for_what_they_use(tmp_path, monkeypa
 
 def test_a_synthetic_run_plans_its_own_corpus_size(tmp_path):
     cfg = make_cfg(tmp_path)
-    cfg.params["data"]["synthetic"] = {"n_reports": 12}
+    cfg.params["data"]["source"] = "synthetic"
+    cfg.params["data"]["synthetic"]["n_reports"] = 12
     p = plan.build_plan(cfg).set_index("condition")
     assert (p["requests"] == 12).all()
     assert "n_reports = 12" in plan.plan_markdown(cfg, plan.build_plan(cfg))
@@ -210,7 +219,7 @@ def test_local_model_time_from_its_measured_throughput(tmp_path):
         # a llama.cpp generator answers the first inference.generator_reports reports only (stage 03's subset)
         cfg.params["inference"]["generator_reports"] = 3
         assert (plan.build_plan(cfg)["requests"] == 3).all()
-        del cfg.params["inference"]["generator_reports"]
+        cfg.params["inference"]["generator_reports"] = None
         # without a measurement: the latency bound, said as such
         (tmp_path / "data" / "processed" / "earlier" / "inference_report.json").unlink()
         p = plan.build_plan(cfg).set_index("condition")

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from finlib.core.config import RunConfig, load_params
+from finlib.core.config import RunConfig, deep_merge, load_params
 from finlib.pipeline import plan, plan_compute
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,11 +36,18 @@ def make_cfg(tmp_path: Path, models=("b8",), dpo: dict | None = None) -> RunConf
     tmp_path.mkdir(parents=True, exist_ok=True)
     reg = tmp_path / "models.yaml"
     reg.write_text(yaml.safe_dump(REGISTRY))
-    params = {"seed": 1, "data": {"source": "synthetic"}, "perturb": {"fake_rating": "one", "lexicon_path": None},
-              "inference": {"models": list(models), "registry": str(reg), "store": str(tmp_path / "s.sqlite"),
-                            "max_new_tokens": 4096, "max_input_tokens": 16000, "batch": False,
-                            "model_cache": str(tmp_path / "cache")},
-              "plan": dict(PLAN)}
+    # the declared params (params/default.yaml) with the paper's corpus, no extension calls and this registry
+    declared = {k: v for k, v in load_params(ROOT / "params" / "default.yaml").items()
+                if k in ("seed", "data", "perturb", "inference")}
+    params = deep_merge(declared, {
+        "seed": 1, "data": {"source": "huggingface"},
+        "perturb": {"fake_rating": "one", "lexicon_path": None, "sweep_reports": 0},
+        "inference": {"models": list(models), "registry": str(reg), "store": str(tmp_path / "s.sqlite"),
+                      "max_new_tokens": 4096, "max_input_tokens": 16000, "batch": False,
+                      "model_cache": str(tmp_path / "cache"), "samples_per_item": 1, "mode": "generate",
+                      "endpoints": {}, "constrained_json": [], "extension_models": None,
+                      "generator_reports": None}})
+    params["plan"] = dict(PLAN)
     if dpo is not None:
         params["dpo"] = dpo
     cfg = RunConfig(name="p", params=params, root=tmp_path, params_file=tmp_path / "p.yaml")
