@@ -101,7 +101,8 @@ def test_truncation_with_real_tokenizer_keeps_first_sentence(smol):
     text = first + " " + " ".join(f"Sentence number {i} about revenue and margins." for i in range(300))
     ok = pd.DataFrame([{"item_id": "R:original", "report_id": "R", "condition": "original", "text": text}])
     overhead = smol.n_tokens(smol.prompt_text(build_messages("", True), "score"))
-    inf = {"max_input_tokens": 200, "max_new_tokens": 8, "dtype": "float32", "threads": None, "prompt_version": "finbias-authors-v1"}
+    inf = {"max_input_tokens": 200, "max_new_tokens": 8, "dtype": "float32", "threads": None, "prompt_version": "finbias-authors-v1",
+           "constrained_json": []}
     (req,) = plan_requests(ok, smol.spec, lambda row: ["score"], inf, smol.n_tokens, overhead)
     user = req.messages[-1]["content"]
     assert req.truncated and user.startswith(first) and len(user) < len(text)
