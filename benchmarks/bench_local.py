@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from finlib.core.config import load_run
 from finlib.finbias.answers import parse_rating
-from finlib.finbias.inference.stage import inference_params
+from finlib.finbias.inference.stage import FINBIAS_LABELS, inference_params
 from finlib.finbias.prompts import build_messages
 from finlib.llm.local_backend import LocalModel
 from finlib.llm.registry import load_registry
@@ -82,7 +82,8 @@ def main() -> None:
     inf = inference_params(cfg)
     spec = load_registry(cfg.path(inf["registry"]))["smollm2-135m"]
     model = LocalModel(spec, cfg.path(inf["model_cache"]), dtype=inf["dtype"], batch_size=inf["batch_size"],
-                       score_batch_size=inf["score_batch_size"], max_batch_tokens=inf["max_batch_tokens"])
+                       score_batch_size=inf["score_batch_size"], max_batch_tokens=inf["max_batch_tokens"],
+                       labels=FINBIAS_LABELS)  # as stage 03 loads it: score mode reads the answer labels
     args.max_new_tokens = args.max_new_tokens or inf["max_new_tokens"]
     texts = reports(args.n)
     score_reqs = requests(texts, "score", 0)
