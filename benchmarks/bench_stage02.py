@@ -41,7 +41,15 @@ from results import machine, write_result  # noqa: E402
 from finlib.finbias.perturb.lexicon import TOKEN  # noqa: E402
 from finlib.finbias.perturb.postag import EXCLUDE, PosTagger, installed_model  # noqa: E402
 from finlib.finbias.perturb.stage import report_conditions, shipped_lexicon  # noqa: E402
-from finlib.finbias.perturb.subjectivity import TAG, SubjectivityFilter, _filter, sentence_need, tag_windows  # noqa: E402
+from finlib.finbias.perturb.subjectivity import (  # noqa: E402
+    ALWAYS,
+    KEEP,
+    TAG,
+    SubjectivityFilter,
+    _filter,
+    sentence_need,
+    tag_windows,
+)
 from finlib.finbias.sentences import sentence_spans  # noqa: E402
 
 PAPER_REPORTS = 8868
@@ -64,12 +72,15 @@ def bench_scale(scale: Fraction, words: int, processes: int, seed: int) -> dict:
     _, row["conditions"] = _timed(lambda: [report_conditions(r, t, 1, "one", kinds) for r, t in reports])
     spans, row["split"] = _timed(lambda: [sentence_spans(t) for t in texts])
     needs, row["need"] = _timed(lambda: [[sentence_need(t, a, b, lex) for a, b in sp] for t, sp in zip(texts, spans)])
-    n_sent = sum(map(len, spans))
-    n_tag = sum(n.count(TAG) for n in needs)
-    row["sentences"], row["sentences_tagged_new"] = n_sent, n_tag
-    windows = [w for t, sp, nd in zip(texts, spans, needs) for s, k in zip(sp, nd) if k == TAG
-               for w in tag_windows(t, s, lex)]
-    row["chars_tagged_new"] = sum(b - a for a, b in windows)
+    row["sentences"] = sum(map(len, spans))
+    row["sentences_decided_by_tags"] = sum(n.count(TAG) for n in needs)
+    row["sentences_removed_by_anypos_clue"] = sum(n.count(ALWAYS) for n in needs)
+    # as SubjectivityFilter.prepare: every sentence with a POS-dependent word is tagged (in windows), the
+    # ALWAYS ones for their triggers only
+    per_sentence = [tag_windows(t, s, lex) for t, sp, nd in zip(texts, spans, needs) for s, k in zip(sp, nd)
+                    if k != KEEP]
+    row["sentences_tagged_new"] = sum(map(bool, per_sentence))
+    row["chars_tagged_new"] = sum(b - a for ws in per_sentence for a, b in ws)
     row["chars_tagged_old"] = sum(b - a for sp in spans for a, b in sp)
 
     old_tagger = PosTagger(None, n_process=1)

@@ -8,6 +8,7 @@ a reason when ../shared or spaCy's model is absent) check the lexicon's hard cas
 from __future__ import annotations
 
 import importlib.util
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -188,3 +189,75 @@ def test_forked_workers_tag_exactly_as_one_process(monkeypatch):
         assert np.array_equal(a.starts, b.starts) and np.array_equal(a.ends, b.ends)
         assert np.array_equal(a.codes, b.codes) and a.labels == b.labels
     assert forked_tagger.words_tagged == one_tagger.words_tagged >= sum(len(t.starts) for t in one) > 0
+
+
+# ---- triggers of a sentence an `anypos` clue removes ---------------------------------------------
+
+def test_anypos_sentence_counts_its_pos_dependent_triggers_too(lex: Lexicon) -> None:
+    """"superb" (anypos) removes the sentence whatever the tags; the noun "concern" in it is a strongsubj
+    occurrence too and is counted, the modal "will" is not."""
+    text = "Results were superb and the concern will fade. Rates rose."
+    tags = _tags(text, [("Results", "NNS"), ("were", "VBD"), ("superb", "JJ"), ("and", "CC"), ("the", "DT"),
+                        ("concern", "NN"), ("will", "MD"), ("fade", "VB"), (".", "."), ("Rates", "NNS"),
+                        ("rose", "VBD"), (".", ".")])
+    out, stats = remove_with_tags(text, lex, tags)
+    assert out == "Rates rose."
+    assert dict(stats.triggers) == {"superb": 1, "concern": 1}
+    assert dict(stats.trigger_pos) == {("superb", "anypos"): 1, ("concern", "noun"): 1}
+    assert stats.removed == {0: ("superb", "concern")}
+
+
+def _whole_sentence_triggers(text: str, lexicon: Lexicon, tagger: PosTagger) -> tuple[Counter, list[int]]:
+    """The definition, with no short cut: every sentence tagged whole, every token looked up with its tag."""
+    import re
+
+    from finlib.finbias.perturb.lexicon import TOKEN
+    from finlib.finbias.sentences import sentence_spans
+
+    spans = sentence_spans(text)
+    tagged = tagger.tag(text, spans)
+    triggers: Counter = Counter()
+    removed = []
+    for i, (a, b) in enumerate(spans):
+        hits = []
+        for m in TOKEN.finditer(text, a, b):
+            parts = [(p.group(0), tagged.tag_at(p.start())) for p in re.finditer(r"[A-Za-z]+", text[:m.end()])
+                     if p.start() >= m.start()]
+            if len(parts) == 1 and parts[0][0] == m.group(0):
+                hit = lexicon.match_tagged(m.group(0), mpqa_pos(parts[0][1]))
+            else:
+                hit = lexicon.match_tagged(m.group(0), compound_pos([t for _, t in parts]),
+                                           [(w, mpqa_pos(t)) for w, t in parts])
+            if hit:
+                hits.append(m.group(0).lower())
+        if hits:
+            removed.append(i)
+            triggers.update(hits)
+    return triggers, removed
+
+
+@needs_spacy
+def test_triggers_equal_whole_sentence_tagging_on_provider_text(real_filter: SubjectivityFilter) -> None:
+    """On hand-written provider sentences and front pages, the filter's triggers and removals equal those of
+    tagging every sentence whole and looking every word up (the short cuts change no count)."""
+    import csv
+
+    root = Path(__file__).parent / "fixtures" / "provider_reports"
+    with open(root / "sentences.tsv", encoding="utf-8") as fh:
+        rows = [r for r in csv.reader(fh, delimiter="\t") if r and not r[0].startswith("#")]
+    layouts = [block.split("\n", 1)[1].replace("{RATING}", rows[k % len(rows)][2]).replace("[[", "").replace("]]", "")
+               for k, block in enumerate((root / "layouts.txt").read_text(encoding="utf-8").split("=== ")[1:])]
+    mixed = ("We view the quarter as excellent and regard the valuation as undemanding. "
+             "Investor sentiment is terrible, but we consider the balance sheet strong. "
+             "Management delivered a spectacular quarter; we believe the guidance is conservative.")
+    texts = [" ".join(r[2] for r in rows[k:k + 6]) for k in range(0, len(rows), 6)] + layouts + [mixed]
+    tagger = PosTagger()
+    results = real_filter.run(texts)
+    always_with_pos = 0
+    for text, (_, (stats, _porter, _blind)) in zip(texts, results):
+        triggers, removed = _whole_sentence_triggers(text, real_filter.lexicon, tagger)
+        assert (dict(stats.triggers), sorted(stats.removed)) == (dict(triggers), removed), text[:80]
+        always_with_pos += sum(any(real_filter.lexicon.candidates(w) == "pos" for w in ws)
+                               and any(real_filter.lexicon.candidates(w) == "always" for w in ws)
+                               for ws in stats.removed.values())
+    assert always_with_pos > 0   # the corpus has sentences where both kinds of trigger meet

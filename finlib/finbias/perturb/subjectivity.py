@@ -9,9 +9,9 @@ policy's per-report counts and triggers, and the sentences and trigger words whe
 
 Only sentences whose outcome depends on a part of speech are tagged (`Lexicon.candidates`): a
 sentence with no word the lexicon could match under any POS is kept, and one with a plain word
-that has its own `anypos` strongsubj entry is removed, both without the tagger. The triggers
-counted in such a removed sentence are its `anypos` words (the POS-dependent ones are not
-resolved: they would not change the text).
+that has its own `anypos` strongsubj entry is removed whatever the tags. Its POS-dependent words
+are still tagged (in windows, as for any other sentence), so that the triggers counted in a removed
+sentence are every strongsubj occurrence in it under the policy, as if every word had been tagged.
 
 Kept sentences keep their bytes; between two kept sentences goes the strongest whitespace gap
 (most newlines) of the stretch removed between them, so paragraph breaks survive.
@@ -110,6 +110,10 @@ def tag_windows(text: str, span: tuple[int, int], lexicon: Lexicon, margin: int 
     return out
 
 
+def _has_pos_candidate(text: str, start: int, end: int, lexicon: Lexicon) -> bool:
+    return any(lexicon.candidates(w) == "pos" for w in TOKEN.findall(text, start, end))
+
+
 def _always_hits(text: str, start: int, end: int, lexicon: Lexicon) -> Iterator[tuple[str, str, str]]:
     for w in TOKEN.findall(text, start, end):
         if lexicon.candidates(w) == "always":
@@ -119,10 +123,18 @@ def _always_hits(text: str, start: int, end: int, lexicon: Lexicon) -> Iterator[
 def tagged_hits(text: str, start: int, end: int, lexicon: Lexicon, tagged: Tagged, stems: str = "inflection"
                 ) -> Iterator[tuple[str, str, str]]:
     """(token, lexicon word, POS) for every strongsubj token of text[start:end] under a POS-aware policy
-    (``stems``: "inflection" for `respect`, "porter" for `respect_porter`)."""
+    (``stems``: "inflection" for `respect`, "porter" for `respect_porter`). A plain word with its own
+    `anypos` entry hits whatever its tag (POS "anypos"); words no POS could match are not looked up."""
+    cand = lexicon.candidates
     for m in TOKEN.finditer(text, start, end):
         a, b = m.span()
         token = m.group(0)
+        c = cand(token)
+        if c == "always":
+            yield token, token.lower(), "anypos"
+            continue
+        if c == "none":
+            continue
         if len(token) == len(_PART.match(token).group(0)):  # a plain word: one tagger token
             pos = mpqa_pos(tagged.tag_at(a))
             hit = lexicon.match_tagged(token, pos, stems=stems)
@@ -150,9 +162,9 @@ def sentence_hits(text: str, span: tuple[int, int], lexicon: Lexicon, policy: st
         return list(_blind_hits(text, a, b, lexicon))
     if need == KEEP:
         return []
-    if need == ALWAYS:
-        return list(_always_hits(text, a, b, lexicon))
     if tagged is None:
+        if need == ALWAYS and not _has_pos_candidate(text, a, b, lexicon):
+            return list(_always_hits(text, a, b, lexicon))
         raise ValueError(f"policy {policy!r} needs the tags of a sentence whose words depend on their part of speech")
     return list(tagged_hits(text, a, b, lexicon, tagged, STEMS[policy]))
 
@@ -216,6 +228,7 @@ class SubjectivityFilter:
         self.lexicon, self.policy, self.tagger = lexicon, policy, tagger
         self.policies = policies_reported(policy) if compare else (policy,)
         self.sentences = self.sentences_tagged = self.sentences_always = self.results_from_cache = 0
+        self.sentences_decided_by_tags = 0
         self.windows_tagged = 0
         self._spans: dict[str, list[tuple[int, int]]] = {}   # text -> sentence spans, kept for the validation
         self.processes = int(processes)   # Punkt on this many cores for batches of >= PARALLEL_MIN_TEXTS texts
@@ -255,18 +268,21 @@ class SubjectivityFilter:
         return h.hexdigest()
 
     def prepare(self, texts: Sequence[str]) -> tuple[list[list[tuple[int, int]]], list[list[int]], list[Tagged | None]]:
-        """Sentence spans of each text, what each sentence needs, and the tags of the TAG sentences
-        (one tagger stream for all texts; None where nothing needs tags)."""
+        """Sentence spans of each text, what each sentence needs, and the tags of every sentence with a
+        POS-dependent word (one tagger stream for all texts; None where nothing needs tags)."""
         spans = self._split(texts)
         needs = [[sentence_need(t, a, b, self.lexicon) for a, b in sp] for t, sp in zip(texts, spans)]
         self.sentences += sum(map(len, needs))
         self.sentences_always += sum(n.count(ALWAYS) for n in needs)
         tags: list[Tagged | None] = [None] * len(texts)
         if self.tagger is not None:
-            todo = [(k, [w for s, n in zip(sp, nd) if n == TAG for w in tag_windows(texts[k], s, self.lexicon)])
-                    for k, (sp, nd) in enumerate(zip(spans, needs))]
+            # ALWAYS sentences too: their removal needs no tags, their POS-dependent triggers do
+            windows = [[tag_windows(texts[k], s, self.lexicon) if n != KEEP else [] for s, n in zip(sp, nd)]
+                       for k, (sp, nd) in enumerate(zip(spans, needs))]
+            todo = [(k, [w for ws in per for w in ws]) for k, per in enumerate(windows)]
             todo = [(k, sub) for k, sub in todo if sub]
-            self.sentences_tagged += sum(n.count(TAG) for n in needs)
+            self.sentences_decided_by_tags += sum(n.count(TAG) for n in needs)
+            self.sentences_tagged += sum(bool(ws) for per in windows for ws in per)
             self.windows_tagged += sum(len(sub) for _, sub in todo)
             if todo:
                 for (k, _), tg in zip(todo, self.tagger.tag_many([(texts[k], sub) for k, sub in todo])):
@@ -331,12 +347,16 @@ class SubjectivityFilter:
             _VALIDATING = None
 
     def summary(self) -> dict:
-        """How many sentences needed the tagger (the rest were decided by the lexicon alone)."""
+        """How many sentences the tags decided, how many an `anypos` clue removed whatever the tags, how many
+        had no candidate word, and how many were tagged at all (the tags decide a sentence's removal or
+        resolve the POS-dependent triggers of one an `anypos` clue removes)."""
         return {"texts_from_result_cache": self.results_from_cache,
                 "sentences": self.sentences, "sentences_tagged": self.sentences_tagged,
                 "windows_tagged": self.windows_tagged,
-                "sentences_removed_by_anypos_clue_untagged": self.sentences_always,
-                "sentences_without_candidate_untagged": self.sentences - self.sentences_tagged - self.sentences_always}
+                "sentences_decided_by_tags": self.sentences_decided_by_tags,
+                "sentences_removed_by_anypos_clue": self.sentences_always,
+                "sentences_without_candidate_untagged":
+                    self.sentences - self.sentences_decided_by_tags - self.sentences_always}
 
 
 _WORKER: tuple | None = None   # (lexicon, policies) of the filter whose pool forked this process
@@ -368,7 +388,7 @@ def _match_job(job: tuple) -> list[SubjectivityStats]:
     return _match_local(lexicon, policies, job)
 
 
-RESULT_VERSION = "mpqa-filter-2"
+RESULT_VERSION = "mpqa-filter-3"
 PARALLEL_MIN_TEXTS = 32    # fewer texts in a batch: split in this process (worker start-up would dominate)   # bump when the matching rules change: cached results are then misses
 
 
