@@ -84,13 +84,15 @@ def headline_numbers(cfg: RunConfig) -> tuple[list[dict], list[str]]:
             numbers += build(read_frame(cfg, name))
         except MissingArtifactError:
             absent.append(f"{name} (stage {producer(name)})")
-    path = cfg.tables_dir / "bizfin_table3_ci.csv"
+    from finlib.bizfin.benchmark.stage import SCORES_TABLE
+
+    path = cfg.tables_dir / f"{SCORES_TABLE}.csv"
     if path.is_file():
         from finlib.core.tables import read_table_csv
 
         numbers += bizfin_headline(read_table_csv(path))
     else:
-        absent.append("bizfin_table3_ci (stage 07)")
+        absent.append(f"{SCORES_TABLE} (stage 07)")
     return numbers, absent
 
 

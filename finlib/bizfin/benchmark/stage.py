@@ -29,6 +29,7 @@ from finlib.llm.spec import ModelSpec
 
 SECTION = "bizfin"
 NOTEBOOK_API = ("bizfin_params", "item_view")  # what notebook 07 calls besides `run` and `summary`
+SCORES_TABLE = "bizfin_table3_ci"  # Table 3 in long form with N and intervals: the run's results file reads it
 TABLES = ("rules", "table3", "table3_long", "table6")  # the tables of `result.tables` notebook 07 shows by name
 # the keys of `result.report` notebook 07 reads
 REPORT_KEYS = ("answer_status", "cost_usd", "counts", "judge_status", "official_rule_unscorable_gold")
@@ -487,7 +488,7 @@ def make_tables(cfg: RunConfig, run: BizFinResult, count_tokens=None, tokenizer_
     out = {"table3_long": long, "table3": wide, "rules": rule_differences(long)}
     # BizFinBench never uses the synthetic Fin-Bias market: its own caveat (format sample / plumbing) is in the caption.
     write_table(cfg, "bizfin_table3", wide, caption, synthetic_caveat=False)
-    write_table(cfg, "bizfin_table3_ci", long, caption + " Long form: N, parse rate, judge-invalid count, "
+    write_table(cfg, SCORES_TABLE, long, caption + " Long form: N, parse rate, judge-invalid count, "
                 f"{100 * ci:g} % bootstrap interval over items.", synthetic_caveat=False)
     from finlib.bizfin.benchmark.figures import plot_task_scores
 
