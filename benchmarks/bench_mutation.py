@@ -56,6 +56,20 @@ SCOPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("tests/finbias/test_labels.py", "tests/finbias/test_mutation_kills_labels.py", TRUTHS),
     ),
 }
+# Functions of a scope's files that are not mutated, with why: they draw figures or write the notebook's text
+# from statistics computed (and mutated) elsewhere; a mutant there changes pixels or wording, not a number
+# a table prints. The tables' writers are mutated.
+NOT_MUTATED: dict[str, dict[str, str]] = {
+    "labels": {
+        "plot_car_by_year": "draws the figure of car_by_year's table (mutated), no statistic of its own",
+        "plot_beta_distribution": "draws the figure of beta_distribution's table (mutated), no statistic of its own",
+        "draw_figures": "calls the two drawing functions and closes their figures",
+        "report_markdown": "renders the report's counts as Markdown for the notebook",
+        "agreement_markdown": "renders agreement_rate's numbers (mutated) as a sentence for the notebook",
+        "summary": "the notebook's one-paragraph summary of the report",
+        "recovery_view": "chooses what the notebook shows of the recovery table",
+    },
+}
 SCOPES["all"] = (
     tuple(f for k in ("stats", "metrics", "labels") for f in SCOPES[k][0]),
     tuple(dict.fromkeys(t for k in ("stats", "metrics", "labels") for t in SCOPES[k][1])),
@@ -81,6 +95,28 @@ def copy_tracked(dest: Path) -> None:
         if src.is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel)
+
+
+def not_mutated(scope: str) -> dict[str, str]:
+    """Function -> why it is not mutated, for `scope` (every scope's for `all`)."""
+    if scope == "all":
+        return {f: why for table in NOT_MUTATED.values() for f, why in table.items()}
+    return NOT_MUTATED.get(scope, {})
+
+
+def fence_functions(path: Path, names: set[str]) -> list[str]:
+    """Put mutmut's `# pragma: no mutate start` / `end` comment lines around each top-level function of the
+    copied file `path` that `names` lists (comments only: the code is unchanged); the names found."""
+    import ast
+
+    lines = path.read_text(encoding="utf-8").split("\n")
+    spans = [(f.lineno - len(f.decorator_list), f.end_lineno, f.name) for f in ast.parse("\n".join(lines)).body
+             if isinstance(f, ast.FunctionDef) and f.name in names]
+    for start, end, _ in sorted(spans, reverse=True):
+        lines[end:end] = ["# pragma: no mutate end"]
+        lines[start - 1:start - 1] = ["# pragma: no mutate start"]
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return [name for _, _, name in spans]
 
 
 def mutmut_table(files: tuple[str, ...], tests: tuple[str, ...]) -> str:
@@ -151,6 +187,7 @@ def summary(scope: str, verdict: dict[str, str], max_children: int, wall: float)
         "scope": scope,
         "files": list(files),
         "tests": list(tests),
+        "not_mutated": not_mutated(scope),
         "max_children": max_children,
         "wall_s": round(wall, 1),
         "counts": counts,
@@ -203,6 +240,11 @@ def main() -> int:
             copy_tracked(work)
             with (work / "pyproject.toml").open("a", encoding="utf-8") as f:
                 f.write(mutmut_table(files, tests))
+            skip = set(not_mutated(args.scope))
+            fenced = [n for f in files for n in fence_functions(work / f, skip)]
+            if sorted(fenced) != sorted(skip):
+                raise SystemExit(f"NOT_MUTATED names functions the scope's files do not define: "
+                                 f"{sorted(skip - set(fenced))}")
             names = []
         wall, error = run_mutmut(work, args.max_children, names)
         if error:

@@ -18,6 +18,9 @@ import pytest
 
 from finlib.finbias.labels import stage as L
 from finlib.finbias.labels.market_model import assign_year_buckets, build_panel, compute_labels, market_series
+from finlib.finbias.vocab import POOLED as POOLED_9
+from finlib.finbias.vocab import SECTOR_MEAN as MEAN_9
+from finlib.finbias.vocab import SECTORS as SECTORS_9
 
 # --------------------------------------------------------------------------- the reference
 
@@ -618,3 +621,163 @@ def test_options_from_params_read_every_key_of_the_section():
                                             "estimation_window": 200, "gap": 20, "min_obs": 100}
     with pytest.raises(ConfigError, match=r"^params labels: invalid params"):
         options_from_params({**section, "quantile": [0.3, 0.7]})
+
+
+# --------------------------------------------------------------------------- stage 01's report and tables
+
+def _stage_inputs(tmp_run, seed: int = 9, n: int = 60):
+    """Stage 00's artifacts for a small run: random prices, reports over three years (one small), a planted truth."""
+    from finlib.core.artifacts import write_frame
+
+    rng = np.random.default_rng(seed)
+    cal = pd.bdate_range("2017-01-02", periods=1100)
+    tickers = [f"T{i:02d}" for i in range(8)]
+    rm = rng.normal(0.0003, 0.01, len(cal))
+    betas = rng.uniform(0.3, 1.8, len(tickers))
+    p = 20 * np.cumprod(1 + betas * rm[:, None] + rng.normal(0.0, 0.02, (len(cal), len(tickers))), axis=0)
+    prices = pd.DataFrame({"date": np.repeat(cal, len(tickers)), "ticker": np.tile(tickers, len(cal)),
+                           "adj_close": p.ravel()})
+    days = list(rng.integers(300, 800, n - 6)) + list(rng.integers(820, 1000, 5)) + [len(cal) - 5]
+    reports = pd.DataFrame({
+        "report_id": [f"R{i:03d}" for i in range(n)],
+        "ticker": list(rng.choice(tickers, n - 1)) + ["NOPE"],
+        "company": "x",
+        "sector": rng.choice(["Energy", "Technology"], n),
+        "text": "t",
+        "date": [cal[d] for d in days],
+        "analyst_rating": list(rng.choice(["bullish", "neutral", "bearish"], n - 1)) + [None],
+    })
+    truth = pd.DataFrame({"report_id": reports["report_id"], "q": rng.normal(size=n),
+                          "drift": rng.normal(0, 0.001, n), "beta": rng.uniform(0.3, 1.8, n)})
+    write_frame(tmp_run, "reports", reports)
+    write_frame(tmp_run, "prices", prices)
+    write_frame(tmp_run, "market", pd.DataFrame({"date": cal, "market_close": 1000 * np.cumprod(1 + rm)}))
+    write_frame(tmp_run, "truth", truth)
+    return reports, truth
+
+
+def test_stage_report_every_key_by_hand(tmp_run):
+    """labels_report.json: every key, counts by hand from the labels, shares by year from the report dates,
+    the planted-signal correlations against scipy; the file on disk equals the report returned."""
+    from scipy.stats import pearsonr, spearmanr
+
+    from finlib.core.artifacts import read_json
+
+    reports, truth = _stage_inputs(tmp_run)
+    res = L.run(tmp_run)
+    rep, lab = res.report, res.labels
+    assert set(rep) == {"stage", "method", "other_method", "options", "timing", "tie_rule", "n_events", "methods",
+                        "agreement", "years", "small_years", "small_year_threshold", "panel", "synthetic_recovery"}
+    assert (rep["stage"], rep["method"], rep["other_method"]) == ("01_labels", "paper", "mackinlay")
+    assert rep["n_events"] == len(reports) and rep["small_year_threshold"] == L.SMALL_YEAR
+    section = tmp_run.section("labels")
+    assert rep["options"]["window"] == section["window"] == 60
+    assert rep["options"]["quantiles"] == list(section["quantiles"]) and isinstance(rep["options"]["quantiles"], list)
+    for method, s in (("paper", ""), ("mackinlay", "_mackinlay")):
+        m = rep["methods"][method]
+        assert m["n_labelled"] == int(lab[f"label{s}"].notna().sum())
+        assert m["n_excluded"] == int(lab[f"excluded_reason{s}"].notna().sum()) >= 1
+        assert m["label_counts"] == {r: int((lab[f"label{s}"] == r).sum()) for r in ("bullish", "neutral", "bearish")}
+    year = pd.to_datetime(reports.set_index("report_id").loc[lab["report_id"], "date"]).dt.year.to_numpy()
+    want_years = {}
+    for y in sorted(set(year[lab["label"].notna().to_numpy()])):
+        g = lab.loc[(year == y) & lab["label"].notna().to_numpy(), "label"]
+        want_years[str(y)] = {"n": len(g), **{r: int((g == r).sum()) for r in ("bearish", "neutral", "bullish")}}
+    assert rep["years"] == want_years and len(want_years) >= 2
+    assert rep["small_years"] == [int(y) for y, v in want_years.items() if v["n"] < L.SMALL_YEAR] != []
+    df = lab.merge(truth, on="report_id", suffixes=("", "_true"))
+    want = []
+    for method, s in (("paper", ""), ("mackinlay", "_mackinlay")):
+        mean_ar = df["alpha"] if method == "paper" else df[f"car{s}"] / df[f"n_obs{s}"]
+        for quantity, est, true in (("CAR vs planted quality q", df[f"car{s}"], df["q"]),
+                                    ("mean daily AR vs planted drift", mean_ar, df["drift"]),
+                                    ("estimated vs true beta", df[f"beta{s}"], df["beta_true"])):
+            ok = (est.notna() & true.notna()).to_numpy()
+            want.append((method, quantity, int(ok.sum()), pearsonr(est[ok], true[ok])[0],
+                         spearmanr(est[ok], true[ok])[0]))
+    got = [(r["method"], r["quantity"], r["n"], r["pearson"], r["spearman"]) for r in rep["synthetic_recovery"]]
+    assert [g[:3] for g in got] == [w[:3] for w in want]
+    assert [g[3:] for g in got] == [pytest.approx(w[3:], abs=1e-12) for w in want]
+    assert read_json(tmp_run, "labels_report") == rep
+
+
+def test_stage_tables_are_written_by_name_with_their_formats(tmp_run):
+    """Every stage-01 table is returned and written under its name; the CSV on disk holds the returned frame and
+    a caption naming the method, the window and the bucket split; CAR and beta tables print 4 and 3 decimals."""
+    from finlib.core.tables import read_table_csv
+
+    _stage_inputs(tmp_run)
+    res = L.run(tmp_run)
+    names = {"labels_exclusions", "table3_return_ratings", "labels_shares_by_year", "labels_car_by_year",
+             "labels_beta_distribution", "labels_method_agreement", "analyst_accuracy_by_sector",
+             "labels_synthetic_recovery"}
+    assert set(res.tables) == names
+    for name, table in res.tables.items():
+        assert isinstance(table, pd.DataFrame) and len(table), name
+        path = tmp_run.tables_dir / f"{name}.csv"
+        on_disk = read_table_csv(path)
+        assert list(on_disk.columns) == [str(c) for c in table.columns], name
+        assert len(on_disk) == len(table), name
+        caption = path.read_text(encoding="utf-8").split("\n", 1)[0]
+        assert caption.startswith("# ") and len(caption) > 40, name
+    assert "paper market model, 60-day CAR, year-specific 30/40/30 buckets" in \
+        (tmp_run.tables_dir / "table3_return_ratings.csv").read_text(encoding="utf-8").split("\n", 1)[0]
+    car_md = (tmp_run.tables_dir / "labels_car_by_year.md").read_text(encoding="utf-8")
+    beta_md = (tmp_run.tables_dir / "labels_beta_distribution.md").read_text(encoding="utf-8")
+    import re
+
+    assert re.search(r"\| *-?\d+\.\d{4} *\|", car_md) and not re.search(r"\d\.\d{5}", car_md)
+    assert re.search(r"\| *-?\d+\.\d{3} *\|", beta_md) and not re.search(r"\d\.\d{4}", beta_md)
+    assert "XX" not in car_md + beta_md
+    rec = read_table_csv(tmp_run.tables_dir / "labels_synthetic_recovery.csv")
+    assert rec["pearson"].tolist() == pytest.approx([r["pearson"] for r in res.report["synthetic_recovery"]])
+
+
+@pytest.mark.parametrize(("quantiles", "split"), [((0.3, 0.7), "30/40/30"), ((0.25, 0.8), "25/55/20"),
+                                                  ((0.1234567, 0.5), "12.3457/37.6543/50")])
+def test_bucket_split_prints_percent_to_four_decimals(quantiles, split):
+    assert L.bucket_split(quantiles) == split
+
+
+def test_analyst_accuracy_every_cell_by_hand():
+    """Every row and column: the paper's nine sectors in order, a sector outside them, pooled, the mean of the
+    nine and the paper's printed Average; a report with no label row counts as unlabelled; the paper's Analyst
+    cells read from the published CSVs here."""
+    from importlib import resources
+
+    PRINTED = "Average (printed in the paper)"
+
+    reports = pd.DataFrame({"report_id": list("abcdefg"),
+                            "sector": ["Energy", "Energy", "Energy", "Utilities", "Utilities", "Crypto", "Energy"],
+                            "analyst_rating": ["bullish", "bullish", None, "neutral", "bearish", "bullish", "neutral"]})
+    labels = pd.DataFrame({"report_id": list("abcdef"),
+                           "label": ["bullish", "bearish", "bullish", "neutral", None, "neutral"]})
+    got = L.analyst_accuracy_by_sector(labels, reports)
+    ref = resources.files("finlib") / "reference" / "paper_tables"
+    t6 = pd.read_csv(ref / "finbias_table6_accuracy_with_without.csv")
+    t6 = t6[t6["model"] == "Analyst"].set_index("sector")["with_rating"]
+    t7 = pd.read_csv(ref / "finbias_table7_accuracy_opinions_removed.csv")
+    t7 = t7[t7["model"] == "Analyst"].set_index("sector")["accuracy"]
+    counts = {"Energy": (4, 2, 1, 1, 50.0), "Utilities": (2, 1, 0, 1, 100.0), "Crypto": (1, 1, 0, 0, 0.0)}
+    want = []
+    for sector in [*SECTORS_9, "Crypto", POOLED_9]:
+        if sector == POOLED_9:
+            n = (7, 4, 1, 2, 50.0)
+        else:
+            n = counts.get(sector, (0, 0, 0, 0, np.nan))
+        want.append([sector, *n, t6.get(sector, np.nan), t7.get(sector, np.nan)])
+    nine = [w for w in want if w[0] in SECTORS_9]
+    want.append([MEAN_9, 6, 3, 1, 2, 75.0, float(np.mean([w[6] for w in nine])), float(np.mean([w[7] for w in nine]))])
+    want.append([PRINTED, pd.NA, pd.NA, pd.NA, pd.NA, np.nan, t6["Average"], t7["Average"]])
+    assert list(got.columns) == ["sector", "n_reports", "n_scored", "n_no_analyst_rating", "n_no_label", "accuracy",
+                                 "paper_table6", "paper_table7"]
+    assert list(got.index) == list(range(len(want)))
+    assert [str(got[c].dtype) for c in ("n_reports", "n_scored", "n_no_analyst_rating", "n_no_label")] == ["Int64"] * 4
+    for row, w in zip(got.itertuples(index=False), want):
+        assert row[0] == w[0]
+        for a, b in zip(row[1:5], w[1:5]):
+            assert (a is pd.NA and b is pd.NA) or a == b, (w[0], row, w)
+        for a, b in zip(row[5:], w[5:]):
+            assert (np.isnan(a) and np.isnan(b)) or a == pytest.approx(b), (w[0], row, w)
+    with pytest.raises(pd.errors.MergeError):
+        L.analyst_accuracy_by_sector(pd.concat([labels, labels.iloc[:1]]), reports)
