@@ -94,7 +94,8 @@ class Reference:
 
     def event(self, ticker, date, *, window, method, est_len, gap, min_obs, min_event_obs) -> dict:
         """One event: reason (or None), car, alpha, beta, n_obs, n_est_obs."""
-        out = {"reason": None, "car": np.nan, "alpha": np.nan, "beta": np.nan, "n_obs": None, "n_est_obs": None}
+        # an event that cannot be placed (no fields, no prices, outside coverage) reads nothing: 0 pairs
+        out = {"reason": None, "car": np.nan, "alpha": np.nan, "beta": np.nan, "n_obs": 0, "n_est_obs": 0}
         if ticker is None or pd.isna(date):
             return {**out, "reason": "missing_event_fields"}
         if ticker not in self.table:
@@ -197,11 +198,10 @@ def _compare(got: pd.DataFrame, want: pd.DataFrame, method: str) -> None:
         np.testing.assert_allclose(got[k].to_numpy(float), want[k].to_numpy(float), rtol=0, atol=1e-10,
                                    err_msg=k)
     assert got["n_obs"].dtype == "int64"
-    counted = want["n_obs"].notna()
-    assert got.loc[counted, "n_obs"].tolist() == want.loc[counted, "n_obs"].astype(int).tolist()
+    assert got["n_obs"].tolist() == want["n_obs"].astype(int).tolist()
     if method == "mackinlay":
         assert got["n_est_obs"].dtype == "int64"
-        assert got.loc[counted, "n_est_obs"].tolist() == want.loc[counted, "n_est_obs"].astype(int).tolist()
+        assert got["n_est_obs"].tolist() == want["n_est_obs"].astype(int).tolist()
 
 
 CASES = [
@@ -781,3 +781,9 @@ def test_analyst_accuracy_every_cell_by_hand():
             assert (np.isnan(a) and np.isnan(b)) or a == pytest.approx(b), (w[0], row, w)
     with pytest.raises(pd.errors.MergeError):
         L.analyst_accuracy_by_sector(pd.concat([labels, labels.iloc[:1]]), reports)
+
+
+def test_recovery_table_of_a_run_without_truth_says_why(tmp_run):
+    assert L.write_recovery_table(tmp_run, {"stage": "01_labels"}) == \
+        "No truth.parquet in this run (real data): there is no planted signal to recover."
+    assert not (tmp_run.tables_dir / "labels_synthetic_recovery.csv").exists()

@@ -398,6 +398,8 @@ def labels_from_panel(events: pd.DataFrame, panel: ReturnPanel, *, window: int =
     out_cov = ((day0 < 0) | (day0 < panel.first_row[col]) | (day0 + window > panel.last_row[col])
                | (day0 < panel.market_first_row) | (day0 + window > panel.market_last_row))
     flag(out_cov, "outside_price_coverage")
+    # nothing is read for these events: the placeholder ticker and day below only keep the arrays aligned
+    unplaced = reason != None  # noqa: E711 (elementwise on object array)
     day0 = np.clip(day0, 0, max(T - 1, 0))
 
     ew = window_sums(panel, day0, col, 1, window)
@@ -432,10 +434,10 @@ def labels_from_panel(events: pd.DataFrame, panel: ReturnPanel, *, window: int =
     out = pd.DataFrame({
         "report_id": ev["report_id"].to_numpy(),
         "car": car * nan, "alpha": alpha * nan, "beta": beta * nan,
-        "n_obs": n_obs.astype("int64"),
+        "n_obs": np.where(unplaced, 0, n_obs).astype("int64"),
     })
     if method == "mackinlay":
-        out["n_est_obs"] = est["n"].astype("int64")
+        out["n_est_obs"] = np.where(unplaced, 0, est["n"]).astype("int64")
     out["label"] = pd.Series(assign_year_buckets(out["car"], ev["date"].fillna(pd.Timestamp(0)),
                                                  out["report_id"], tuple(opt["quantiles"])), dtype=object)
     out["excluded_reason"] = pd.Series(reason, dtype=object)
