@@ -79,6 +79,7 @@ EXCLUSION_REASONS: tuple[str, ...] = (
     "too_few_estimation_obs",   # mackinlay: fewer than min_obs valid pairs in the estimation window
     "zero_market_variance",     # the market return is constant over the regression window
 )
+UNPLACED = EXCLUSION_REASONS[:3]   # the event has no firm or day in the panel: no pair is read for it
 
 OPTION_DEFAULTS: dict[str, Any] = {
     "quantiles": (0.30, 0.70),
@@ -398,8 +399,6 @@ def labels_from_panel(events: pd.DataFrame, panel: ReturnPanel, *, window: int =
     out_cov = ((day0 < 0) | (day0 < panel.first_row[col]) | (day0 + window > panel.last_row[col])
                | (day0 < panel.market_first_row) | (day0 + window > panel.market_last_row))
     flag(out_cov, "outside_price_coverage")
-    # nothing is read for these events: the placeholder ticker and day below only keep the arrays aligned
-    unplaced = reason != None  # noqa: E711 (elementwise on object array)
     day0 = np.clip(day0, 0, max(T - 1, 0))
 
     ew = window_sums(panel, day0, col, 1, window)
@@ -434,13 +433,16 @@ def labels_from_panel(events: pd.DataFrame, panel: ReturnPanel, *, window: int =
     out = pd.DataFrame({
         "report_id": ev["report_id"].to_numpy(),
         "car": car * nan, "alpha": alpha * nan, "beta": beta * nan,
-        "n_obs": np.where(unplaced, 0, n_obs).astype("int64"),
+        "n_obs": n_obs.astype("int64"),
     })
     if method == "mackinlay":
-        out["n_est_obs"] = np.where(unplaced, 0, est["n"]).astype("int64")
+        out["n_est_obs"] = est["n"].astype("int64")
     out["label"] = pd.Series(assign_year_buckets(out["car"], ev["date"].fillna(pd.Timestamp(0)),
                                                  out["report_id"], tuple(opt["quantiles"])), dtype=object)
     out["excluded_reason"] = pd.Series(reason, dtype=object)
+    # nothing is read for an event that cannot be placed: the placeholder firm and day above only keep the
+    # arrays aligned, so its pair counts are 0, not counts read there
+    out.loc[out["excluded_reason"].isin(UNPLACED).to_numpy(), [c for c in ("n_obs", "n_est_obs") if c in out]] = 0
     return out
 
 
