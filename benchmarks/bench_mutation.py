@@ -12,17 +12,20 @@ modified. Every mutant runs pytest again, so the run takes CPU time proportional
 
     .venv/bin/python benchmarks/bench_mutation.py --scope stats --max-children 1 --keep
     .venv/bin/python benchmarks/bench_mutation.py --scope stats --rerun-survivors /tmp/finlib-mutation-XXXX
+    .venv/bin/python benchmarks/bench_mutation.py --scope metrics --check-survivors /tmp/finlib-mutation-XXXX
     .venv/bin/python benchmarks/bench_mutation.py --scope metrics --summarise /tmp/finlib-mutation-XXXX
 
-`--summarise` writes the verdicts a kept copy holds without running anything: a pass stopped before
-its end (the machine is shared; a whole scope takes hours on two loaded cores) is written with
-`complete: false` and its mutants not yet run counted as "not checked", outside the kill rate.
+`--check-survivors COPY` runs a finished pass's unexplained survivors against the test files changed since
+(they passed every other test). `--summarise` writes the verdicts a kept copy holds without running
+anything: a pass stopped before its end is written with `complete: false` and its mutants not yet run
+counted as "not checked", outside the kill rate.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -216,12 +219,22 @@ def main() -> int:
         "survivors again (the mutants already killed stay killed)",
     )
     ap.add_argument(
+        "--check-survivors",
+        type=Path,
+        metavar="COPY",
+        help="a copy kept by --keep whose mutated files equal the checkout's: run each survivor not named "
+        "equivalent against the scope's test files that changed since the pass (it passed every other "
+        "test then); a failing test kills it",
+    )
+    ap.add_argument(
         "--summarise",
         type=Path,
         metavar="COPY",
         help="a copy kept by --keep (its run finished, stopped or still going): write its verdicts, run nothing",
     )
     args = ap.parse_args()
+    if args.check_survivors:
+        return check_survivors(args.scope, args.check_survivors, args.max_children)
     if args.summarise:
         data = summary(args.scope, statuses(args.summarise), args.max_children, float("nan"))
         return write_summary(
@@ -258,6 +271,51 @@ def main() -> int:
             shutil.rmtree(work, ignore_errors=True)
     data = summary(args.scope, verdict, args.max_children, wall)
     return write_summary({**data, "rerun_of_survivors": bool(args.rerun_survivors)}, before)
+
+
+def _unfenced(path: Path) -> str:
+    return "\n".join(line for line in path.read_text(encoding="utf-8").split("\n")
+                     if line not in ("# pragma: no mutate start", "# pragma: no mutate end"))
+
+
+def check_survivors(scope: str, work: Path, max_children: int) -> int:
+    """Run the pass's unexplained survivors against the scope's test files changed since the pass.
+
+    A survivor passed every test of the pass, so a test file unchanged since cannot kill it; each changed
+    file is run with the survivor switched on (mutmut's MUTANT_UNDER_TEST) and a failure kills it. The copy
+    must hold the checkout's code: a survivor is a change of the code the checkout has."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    files, tests = SCOPES[scope]
+    stale = [f for f in files if _unfenced(work / f) != (ROOT / f).read_text(encoding="utf-8")]
+    if stale:
+        raise SystemExit(f"{work}: the copy's {stale} differ from the checkout; run the pass again")
+    changed = [t for t in tests if (work / t).read_text(encoding="utf-8") != (ROOT / t).read_text(encoding="utf-8")]
+    for t in changed:
+        shutil.copy2(ROOT / t, work / "mutants" / t)
+    equivalents = read_equivalents()
+    verdict = statuses(work)
+    names = sorted(k for k, v in verdict.items() if v == "survived" and k not in equivalents
+                   and k.rsplit("__mutmut_", 1)[0] not in RUN_AT_IMPORT)
+    before = machine()
+
+    def run_one(name: str) -> tuple[str, int]:
+        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow", *changed]
+        env = {**os.environ, "MUTANT_UNDER_TEST": name}
+        return name, subprocess.run(cmd, cwd=work / "mutants", env=env, capture_output=True).returncode
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_children) as pool:
+        codes = dict(pool.map(run_one, names)) if changed else {n: 0 for n in names}
+    odd = {n: c for n, c in codes.items() if c not in (0, 1)}
+    if odd:
+        raise SystemExit(f"pytest did not run to a verdict for {odd} (exit codes other than 0 and 1)")
+    killed = sorted(n for n, c in codes.items() if c == 1)
+    verdict.update({n: "killed" for n in killed})
+    data = summary(scope, verdict, max_children, time.perf_counter() - t0)
+    return write_summary({**data, "wall_s": None, "tests": copy_tests(work), "rerun_of_survivors": False,
+                          "survivors_checked_against": changed, "killed_by_tests_changed_since_the_pass": killed},
+                         before)
 
 
 def copy_tests(work: Path) -> list[str]:

@@ -734,7 +734,8 @@ def test_stage_tables_are_written_by_name_with_their_formats(tmp_run):
 
 
 @pytest.mark.parametrize(("quantiles", "split"), [((0.3, 0.7), "30/40/30"), ((0.25, 0.8), "25/55/20"),
-                                                  ((0.1234567, 0.5), "12.3457/37.6543/50")])
+                                                  ((0.1234567, 0.5), "12.3457/37.6543/50"),
+                                                  ((0.01234567, 0.5), "1.2346/48.7654/50")])
 def test_bucket_split_prints_percent_to_four_decimals(quantiles, split):
     assert L.bucket_split(quantiles) == split
 

@@ -202,6 +202,8 @@ def test_kl_divergence_of_a_vector_of_counts_and_of_a_zero_probability():
     assert float(kl_divergence(p, q)) == pytest.approx(entropy(p / 4, q / 4), abs=1e-12)
     rows = kl_divergence(np.array([[2.0, 1.0, 1.0], [1.0, 0.0, 0.0]]), np.array([[1.0, 1.0, 2.0], [2.0, 1.0, 1.0]]))
     assert rows == pytest.approx([entropy([0.5, 0.25, 0.25], [0.25, 0.25, 0.5]), np.log(2.0)], abs=1e-9)
+    # a zero in Q where P is zero too: eps on both sides keeps the term at 0 instead of 0 * log(0 / 0)
+    assert float(kl_divergence(np.array([1.0, 0.0, 0.0]), np.array([0.5, 0.5, 0.0]))) == pytest.approx(np.log(2.0))
 
 
 # --------------------------------------------------------------------------- confusion, macro-F1, parse rates
