@@ -637,6 +637,7 @@ def _stage_inputs(tmp_run, seed: int = 9, n: int = 60):
     p = 20 * np.cumprod(1 + betas * rm[:, None] + rng.normal(0.0, 0.02, (len(cal), len(tickers))), axis=0)
     prices = pd.DataFrame({"date": np.repeat(cal, len(tickers)), "ticker": np.tile(tickers, len(cal)),
                            "adj_close": p.ravel()})
+    prices = prices[rng.random(len(prices)) > 0.03].reset_index(drop=True)   # missing days: n_obs varies
     days = list(rng.integers(300, 800, n - 6)) + list(rng.integers(820, 1000, 5)) + [len(cal) - 5]
     reports = pd.DataFrame({
         "report_id": [f"R{i:03d}" for i in range(n)],
@@ -699,6 +700,10 @@ def test_stage_report_every_key_by_hand(tmp_run):
     assert [g[:3] for g in got] == [w[:3] for w in want]
     assert [g[3:] for g in got] == [pytest.approx(w[3:], abs=1e-12) for w in want]
     assert read_json(tmp_run, "labels_report") == rep
+    assert lab["n_obs"].nunique() > 1   # alpha and CAR / n_obs differ for the paper's method
+    pd.testing.assert_frame_equal(res.truth.reset_index(drop=True), truth.reset_index(drop=True), check_dtype=False)
+    assert set(res.figures) == {"labels_car_by_year", "labels_beta_distribution"}
+    assert all(f is not None for f in res.figures.values())
 
 
 def test_stage_tables_are_written_by_name_with_their_formats(tmp_run):
@@ -728,7 +733,11 @@ def test_stage_tables_are_written_by_name_with_their_formats(tmp_run):
 
     assert re.search(r"\| *-?\d+\.\d{4} *\|", car_md) and not re.search(r"\d\.\d{5}", car_md)
     assert re.search(r"\| *-?\d+\.\d{3} *\|", beta_md) and not re.search(r"\d\.\d{4}", beta_md)
-    assert "XX" not in car_md + beta_md
+    rec_md = (tmp_run.tables_dir / "labels_synthetic_recovery.md").read_text(encoding="utf-8")
+    assert re.search(r"\| *-?\d+\.\d{3} *\|", rec_md) and not re.search(r"\d\.\d{4}", rec_md)
+    assert "XX" not in car_md + beta_md + rec_md
+    assert (tmp_run.tables_dir / "labels_synthetic_recovery.csv").read_text(encoding="utf-8").startswith(
+        "# Recovery of the planted signal")
     rec = read_table_csv(tmp_run.tables_dir / "labels_synthetic_recovery.csv")
     assert rec["pearson"].tolist() == pytest.approx([r["pearson"] for r in res.report["synthetic_recovery"]])
 
@@ -788,3 +797,38 @@ def test_recovery_table_of_a_run_without_truth_says_why(tmp_run):
     assert L.write_recovery_table(tmp_run, {"stage": "01_labels"}) == \
         "No truth.parquet in this run (real data): there is no planted signal to recover."
     assert not (tmp_run.tables_dir / "labels_synthetic_recovery.csv").exists()
+
+
+def test_the_run_reads_its_own_bucket_quantiles(tmp_run, tmp_path):
+    """labels.quantiles [0.2, 0.8]: the result, the report, the year shares and the caption use them."""
+    import yaml
+
+    from finlib.core.config import load_run
+
+    (tmp_run.root / "params" / "q.yaml").write_text(yaml.safe_dump({"extends": "smoke.yaml",
+                                                                    "labels": {"quantiles": [0.2, 0.8]}}))
+    cfg = load_run("q", root=tmp_run.root)
+    _stage_inputs(cfg)
+    res = L.run(cfg)
+    assert res.quantiles == (0.2, 0.8) and res.report["options"]["quantiles"] == [0.2, 0.8]
+    caption = (cfg.tables_dir / "table3_return_ratings.csv").read_text(encoding="utf-8").split("\n", 1)[0]
+    assert "year-specific 20/60/20 buckets" in caption
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_recovery_correlations_need_three_pairs(n):
+    """A correlation of two points is +-1 whatever the estimates: the recovery table leaves it out (NaN)."""
+    rng = np.random.default_rng(n)
+    ids = [f"r{i}" for i in range(n)]
+    labels = pd.DataFrame({"report_id": ids, "car": rng.normal(size=n), "alpha": rng.normal(size=n),
+                           "beta": rng.normal(size=n), "n_obs": [60] * n, "car_mackinlay": rng.normal(size=n),
+                           "beta_mackinlay": rng.normal(size=n), "n_obs_mackinlay": [58] * n})
+    truth = pd.DataFrame({"report_id": ids, "q": rng.normal(size=n), "drift": rng.normal(size=n),
+                          "beta": rng.normal(size=n)})
+    got = L.synthetic_recovery(labels, truth, "paper")
+    assert (got["n"] == n).all() and len(got) == 6
+    if n == 2:
+        assert got["pearson"].isna().all() and got["spearman"].isna().all()
+    else:
+        assert got["pearson"].notna().all() and got["spearman"].notna().all()
+        assert got.loc[0, "pearson"] == pytest.approx(np.corrcoef(labels["car"], truth["q"])[0, 1])
