@@ -474,3 +474,21 @@ def test_paired_rows_without_the_groups_joins_one_model_by_report():
     with pytest.raises(ValueError, match=r"^m1: both original and no_rating have several rows per report; "
                                          r"cannot pair them$"):
         paired_rows(twice, "m1", "original", "no_rating")
+
+
+@pytest.mark.parametrize("kind", ["mcnemar", "stuart_maxwell"])
+def test_paired_tests_of_one_kind_keep_every_column_numeric(kind):
+    """Run alone, McNemar rows or Stuart-Maxwell rows still carry every column, the numeric ones as floats
+    (NaN where a test does not apply), not as None."""
+    from finlib.finbias.scoring.metrics import PAIRED_TESTS, paired_tests
+
+    got = paired_tests(_paired_rows(), tests=[t for t in PAIRED_TESTS if t.kind == kind])
+    assert list(got.columns) == PAIRED_COLUMNS
+    numeric = ["diff", "diff_ci_low", "diff_ci_high", "rate_a", "rate_b", "only_a", "only_b", "statistic", "df",
+               "pvalue", "p_holm"]
+    assert all(got[c].dtype.kind in "fi" for c in numeric), {c: str(got[c].dtype) for c in numeric}
+    assert got["diff"].isna().all()   # no bootstrap by default; Stuart-Maxwell has no paired difference
+    if kind == "stuart_maxwell":
+        assert got[["rate_a", "rate_b", "only_a", "only_b"]].isna().all().all()
+    else:
+        assert got["df"].isna().all()
