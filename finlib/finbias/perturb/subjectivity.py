@@ -3,7 +3,7 @@
 Three matching policies (params `perturb.mpqa_pos`, rules in `finlib.finbias.perturb.lexicon`): `respect` (the
 default) reads each word's part of speech off spaCy's tagger (`finlib.finbias.perturb.postag`, cached),
 honours the lexicon's (word, POS) entries and matches a stemmed clue's inflections only;
-`respect_porter` (the earlier default) matches Porter-stem relatives instead; `ignore` is the
+`respect_porter` matches Porter-stem relatives instead; `ignore` is the
 POS-blind matcher. Stage 02 writes the configured policy's text and, for comparison, every
 policy's per-report counts and triggers, and the sentences and trigger words where they differ.
 
