@@ -29,7 +29,7 @@ def test_disk_full_writing_a_stage_03_part_names_it_and_leaves_no_truncated_part
     with ThreadedStub() as stub:
         _stage_on(tmp_run, stub.base_url)
         monkeypatch.setattr(pd.DataFrame, "to_parquet", to_parquet)
-        with pytest.raises(OSError, match=r"cannot write .*\.predictions-parts/000\.parquet: No space left"):
+        with pytest.raises(OSError, match=r"cannot write .*\.predictions-parts/000-00000\.parquet: No space left"):
             run_inference(tmp_run)
     assert [p.name for p in parts.iterdir()] == []  # no truncated part a later join would read
     assert not (tmp_run.processed_dir / "predictions.parquet").exists()

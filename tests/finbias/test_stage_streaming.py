@@ -143,3 +143,79 @@ def test_plan_without_messages_keys_as_the_plan_with_them():
     built = stage.with_messages(slim, texts, spec, inf, len, 10)
     assert isinstance(built, collections.abc.Iterator)
     assert list(built) == full
+
+
+def test_artifact_texts_subset_reads_each_group_once_in_file_order_whatever_the_ids_order(tmp_run):
+    df = conditions()
+    write_frame(tmp_run, "conditions", df, row_group_size=3)
+    texts = ArtifactTexts(artifact_path(tmp_run, "conditions"))
+    reads = []
+    real = texts._file.read_row_group
+    texts._file.read_row_group = lambda g, **kw: reads.append(g) or real(g, **kw)
+    wanted = ["R4:no_rating", "R0:original", "R1:no_rating", "R2:original", "R0:no_rating", "nowhere"]
+    got = texts.subset(wanted)
+    text_of = {k: t for k, t in zip(df["item_id"], df["text"]) if isinstance(t, str)}
+    assert got == {k: text_of[k] for k in wanted if k in text_of}  # the null text and the unknown id absent
+    assert "R1:no_rating" not in got and reads == [0, 1, 3]  # groups 0, 1 and 3, once each, in file order
+
+
+@pytest.mark.slow
+def test_rows_read_back_in_chunks_write_the_artifact_and_report_of_one_pass(tmp_run, monkeypatch):
+    """A model's rows are read back, parsed and written `ROWS_PER_CHUNK` at a time: any chunk size,
+    down to one row, gives the predictions, draws and report that reading every row at once gives."""
+    two_models(tmp_run)
+    monkeypatch.setenv("STREAM_KEY", "dummy")
+    write_frame(tmp_run, "conditions", conditions(7), row_group_size=4)
+    monkeypatch.setattr(stage, "send_pending", fake_sender([]))
+    monkeypatch.setattr(stage, "check_error_share", lambda *a: None)
+    runs = {}
+    for size in (10_000, 3, 1):
+        monkeypatch.setattr(stage, "ROWS_PER_CHUNK", size)
+        report = stage.run(tmp_run).report
+        for m in report["models"].values():  # the first run sends, the others read the store
+            for k in ("wall_s", "cached", "sent"):
+                m.pop(k)
+        for k in ("wall_s", "peak_rss_mb", "peak_rss_mb_sending", "budget_spent_this_run_usd"):
+            report.pop(k)
+        runs[size] = (pd.read_parquet(artifact_path(tmp_run, "predictions")),
+                      pd.read_parquet(artifact_path(tmp_run, "draws")), report)
+    whole, *chunked = runs.values()
+    assert len(whole[0]) == 2 * 14 and whole[0]["raw_text"].notna().sum() == 2 * 13 - 2
+    for pred, draws, report in chunked:
+        pd.testing.assert_frame_equal(pred, whole[0])
+        pd.testing.assert_frame_equal(draws, whole[1])
+        assert report == whole[2]
+
+
+@pytest.mark.slow
+def test_the_summary_frame_gives_the_report_and_tables_of_the_plain_columns(tmp_run, monkeypatch):
+    """The report and notebook 03's tables read predictions' text columns as sorted categoricals:
+    the same counts, groups and order as the plain text columns (errors, skipped rows and an
+    all-null column included)."""
+    two_models(tmp_run)
+    monkeypatch.setenv("STREAM_KEY", "dummy")
+    write_frame(tmp_run, "conditions", conditions(6), row_group_size=4)
+    monkeypatch.setattr(stage, "send_pending", fake_sender([]))
+    monkeypatch.setattr(stage, "check_error_share", lambda *a: None)
+    stage.run(tmp_run)
+    plain = pd.read_parquet(artifact_path(tmp_run, "predictions"), columns=stage.SUMMARY_COLUMNS)
+    summary = stage.read_summary_frame(tmp_run)
+    assert isinstance(summary["model"].dtype, pd.CategoricalDtype) and list(summary["model"].cat.categories) == [
+        "alpha", "zeta"]
+    assert (plain["status"] == "error").sum() == 2 and (plain["status"] == "skipped").sum() == 2
+    assert stage.summarise(summary, {}) == stage.summarise(plain, {})
+    for table in (stage.status_summary, stage.probability_summary):
+        pd.testing.assert_frame_equal(table(summary).astype(object), table(plain).astype(object))
+    plain["error"] = None  # an all-null text column is read as it is
+    write_frame(tmp_run, "predictions", plain)
+    assert stage.summarise(stage.read_summary_frame(tmp_run), {}) == stage.summarise(plain, {})
+
+
+def test_starts_with_reads_a_categorical_as_its_text():
+    values = ["context refused: 9000 > 8192", None, "HTTP 500", "context refused: x", "", None]
+    col = pd.Series(values, dtype="string")
+    want = [isinstance(v, str) and v.startswith("context refused") for v in values]
+    assert stage.starts_with(col, "context refused").tolist() == want
+    assert stage.starts_with(col.astype("category"), "context refused").tolist() == want
+    assert stage.starts_with(pd.Series([None, None], dtype="category"), "x").tolist() == [False, False]
+    assert stage.starts_with(pd.Series(values, dtype=object), "HTTP").tolist() == [False, False, True, False, False, False]

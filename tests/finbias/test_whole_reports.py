@@ -107,7 +107,7 @@ def test_the_estimate_is_a_named_fallback(monkeypatch):
     assert how == "estimate"
 
 
-def test_a_tokenizer_that_is_not_cached_is_never_downloaded(monkeypatch):
+def test_a_tokenizer_that_is_not_cached_is_never_downloaded(monkeypatch, tmp_path):
     from finlib.finbias.inference import stage as inference
 
     calls = []
@@ -119,9 +119,30 @@ def test_a_tokenizer_that_is_not_cached_is_never_downloaded(monkeypatch):
             raise OSError("not in the cache")
 
     import transformers
+    from huggingface_hub import constants
+
     monkeypatch.setattr(transformers, "AutoTokenizer", Auto)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    snapshot = tmp_path / "models--org--cached" / "snapshots" / "abc123"  # the cache's own layout
+    snapshot.mkdir(parents=True)
+    (snapshot / "tokenizer_config.json").write_text("{}")
+    (tmp_path / "models--org--cached" / "refs").mkdir()
+    (tmp_path / "models--org--cached" / "refs" / "main").write_text("abc123")
     inference.hub_tokenizer.cache_clear()
-    assert inference.hub_tokenizer("org/not-cached") is None and calls == [{"local_files_only": True}]
-    assert inference.hub_tokenizer("org/not-cached") is None and len(calls) == 1     # cached: asked once
+    assert inference.hub_tokenizer("org/not-cached") is None and calls == []          # nothing on disk: not asked
+    assert inference.hub_tokenizer("org/cached") is None and calls == [{"local_files_only": True}]
+    assert inference.hub_tokenizer("org/cached") is None and len(calls) == 1          # cached: asked once
     assert inference.hub_tokenizer("gpt-4.1") is None and len(calls) == 1            # no Hub id: not asked
     inference.hub_tokenizer.cache_clear()
+
+
+def test_looking_for_a_tokenizer_that_is_not_on_disk_imports_no_transformers(tmp_path):
+    """The check runs before transformers (and torch) would be imported: ~0.2 GB of memory."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from finlib.finbias.inference.stage import hub_tokenizer; "
+            "assert hub_tokenizer('org/not-cached') is None; print('transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "HF_HUB_CACHE": str(tmp_path)})
+    assert out.stdout.strip() == "False"
