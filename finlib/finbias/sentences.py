@@ -136,17 +136,29 @@ MAX_WRAP_WIDTH = 120
 MIN_WRAP_WIDTH = 40  # a block of a few short lines (a headline over a one-line sentence) is not wrapped prose
 
 
-def _soft_wrap(prev: str, line: str, width: int) -> bool:
+def _first_word_misses(line: str, nxt: str, width: int) -> bool:
+    """Would the first word of `nxt` not have fitted on `line` at this width (why a wrap breaks there)?"""
+    first_word = nxt.split()[0] if nxt.split() else ""
+    return len(line.rstrip()) + 1 + len(first_word) > width
+
+
+def _soft_wrap(prev: str, line: str, width: int, nxt: str | None = None) -> bool:
     """Is `prev` a prose line broken at the wrap width, so `line` continues its sentence? The first word of
-    `line` must not have fitted on `prev` (that is why the line was broken there)."""
+    `line` must not have fitted on `prev` (that is why the line was broken there), and `line` must end a
+    sentence or be wrapped itself (the first word of `nxt`, the line after it, did not fit on it either):
+    in a run of unpunctuated one-sentence lines of about the same length ("upgrading X to overweight; target
+    up to $57" over "In Q3, investment increased 6.8%" over "We find ..."), the second line is not the
+    first's continuation, since it ends without a period and the next line's first word would have fitted."""
     prev = prev.rstrip()
-    first_word = line.split()[0] if line.split() else ""
     if not prev or not MIN_WRAP_WIDTH <= width <= MAX_WRAP_WIDTH or len(prev) < WRAP_SHARE * width or _TERMINAL.search(prev) \
-            or len(prev) + 1 + len(first_word) <= width:
+            or not _first_word_misses(prev, line, width):
         return False
     words = re.findall(r"[A-Za-z][\w'\u2019-]*", prev)
     line = line.rstrip()
-    return len(words) >= 5 and (len(line) >= WRAP_SHARE * width or bool(_TERMINAL.search(line)))
+    if _TERMINAL.search(line):
+        return len(words) >= 5
+    wrapped = nxt is None or not nxt.strip() or _first_word_misses(line, nxt, width)
+    return len(words) >= 5 and len(line) >= WRAP_SHARE * width and wrapped
 
 
 _FIELD_LINE = re.compile(r"[ \t]*[A-Z][\w .&/-]{0,30}:[ \t]+\S")  # "Price target: $40", "Analyst: J. Doe"
@@ -159,9 +171,9 @@ def _is_short_heading(line: str) -> bool:
     return len(line.split()) <= 3 and not _TERMINAL.search(line) and not _CONTINUATION.search(line)
 
 
-def _break_between(prev: str, line: str, width: int = MAX_WRAP_WIDTH + 1) -> bool:
+def _break_between(prev: str, line: str, width: int = MAX_WRAP_WIDTH + 1, nxt: str | None = None) -> bool:
     """Does a single line break between `prev` and `line` end a sentence (module docstring)? ``width``: the
-    paragraph's longest line (soft wraps)."""
+    paragraph's longest line, ``nxt``: the line after `line` (soft wraps)."""
     if not line.strip() or not prev.strip():
         return False
     if _LIST_ITEM.match(line) or _is_table_row(line) or _is_table_row(prev):
@@ -170,7 +182,7 @@ def _break_between(prev: str, line: str, width: int = MAX_WRAP_WIDTH + 1) -> boo
         return True
     if (_is_short_heading(line) and next((c for c in line if c.isalpha()), "").isupper()) or _FIELD_LINE.match(line):
         return True
-    if _soft_wrap(prev, line, width):
+    if _soft_wrap(prev, line, width, nxt):
         return False
     if _is_title(prev):
         return True
@@ -192,6 +204,14 @@ def _line_width(text: str, start: int, end: int, lines: int = 60) -> int:
     return width
 
 
+def _line_after(text: str, line_end: int, end: int) -> str | None:
+    """The line that follows the one ending at `line_end` (None at the end of text[:end])."""
+    if line_end >= end:
+        return None
+    nl = text.find("\n", line_end + 1, end)
+    return text[line_end + 1:end if nl < 0 else nl]
+
+
 def structural_breaks(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
     """(start, end) of each run of lines in text[start:end] between structural boundaries (module
     docstring), lazily: a report's first run is found without reading the rest."""
@@ -201,7 +221,7 @@ def structural_breaks(text: str, start: int, end: int) -> Iterator[tuple[int, in
         nl = text.find("\n", line_start, end)
         line_end = end if nl < 0 else nl
         line = text[line_start:line_end]
-        if prev is not None and _break_between(prev, line, width):
+        if prev is not None and _break_between(prev, line, width, _line_after(text, line_end, end)):
             yield seg_start, line_start
             seg_start = line_start
         prev = line

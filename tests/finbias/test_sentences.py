@@ -156,3 +156,26 @@ def test_without_structure_punkt_reads_the_list_into_the_rating_sentence():
     text = "We maintain our BUY rating on Oracle (ORCL) with a $150 target\nKey points:\n- Revenue rose 4%"
     a, b = first_sentence_span(text, structure=False)
     assert text[a:b] == text
+
+
+def test_unpunctuated_one_sentence_lines_of_similar_length_are_not_read_as_a_wrap():
+    """A broker's run of lines without periods, the longest first: the second line is as long as a wrapped
+    line, but it ends without a period and the third line's first word would have fitted on it, so the
+    first line is a sentence of its own (the rating line the authors' removal takes alone)."""
+    rating = "upgrading quinisridge water to overweight (from underweight) after cost cuts; target up to $57"
+    lines = [rating,
+             "In Q3, grid investment increased 6.8% y/y, while pricing added approx. 2.6 points",
+             "We find the capital allocation record brilliant relative to the sector",
+             "We consider the product pipeline exceptional for the next two years"]
+    text = "\n".join(lines) + "\n\nRevenue grew 6.3% y/y to $850 mn in Q4."
+    assert split_sentences(text)[:4] == lines
+    assert first_sentence(text) == rating
+
+
+def test_prose_wrapped_at_a_width_still_reads_as_one_sentence_across_capitalised_line_starts():
+    """The same lengths wrapped from one sentence: every line but the last is broken where the next word
+    did not fit, and the last ends with a period, so the lines join (a capital at a line start included)."""
+    text = ("We raise our target after a quarter in which grid investment rose faster than at peers\n"
+            "Quinisridge Water tracks, and pricing added more to margins than the sector reported\n"
+            "Management expected.")
+    assert split_sentences(text) == [text]

@@ -388,8 +388,8 @@ def _match_job(job: tuple) -> list[SubjectivityStats]:
     return _match_local(lexicon, policies, job)
 
 
-RESULT_VERSION = "mpqa-filter-3"
-PARALLEL_MIN_TEXTS = 32    # fewer texts in a batch: split in this process (worker start-up would dominate)   # bump when the matching rules change: cached results are then misses
+RESULT_VERSION = "mpqa-filter-4"  # bump when the matching or splitting rules change: cached results are then misses
+PARALLEL_MIN_TEXTS = 32    # fewer texts in a batch: split in this process (worker start-up would dominate)
 
 
 class ResultCache:
