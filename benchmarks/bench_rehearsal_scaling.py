@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         row = measure(f)
         rows.append(row)
         print(json.dumps(row), flush=True)
+        write_rows([row])  # each fraction as it finishes: a later fraction that fails keeps the earlier ones
         if not args.keep:
             clean(row["run"])
     stages = sorted({s for r in rows for s in r["stages"]})
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  stage {s}: " + ", ".join(f"{r['fraction']}: {p:.1f} s ({p / max(per[0], 1e-9):.2f}x)"
                                           for r, p in zip(rows, per)))
     shutil.rmtree(WORK / "params", ignore_errors=True)
-    print("written:", write_rows(rows))
+    print("written:", RESULTS / "rehearsal_scaling.json")
     return 0 if all(r["checks"] == "passed" for r in rows) and base else 1
 
 
