@@ -129,11 +129,12 @@ def existing_artifact(cfg: RunConfig, name: str) -> Path:
     return path
 
 
-def read_frame(cfg: RunConfig, name: str, columns: list[str] | None = None) -> pd.DataFrame:
-    """Read a parquet artifact (`columns`: only these), or explain which stage to run to make it."""
+def read_frame(cfg: RunConfig, name: str, columns: list[str] | None = None, **arrow: Any) -> pd.DataFrame:
+    """Read a parquet artifact (`columns`: only these; `arrow`: pyarrow's reading options, such as
+    `read_dictionary` for categoricals), or explain which stage to run to make it."""
     path = existing_artifact(cfg, name)
     try:
-        return pd.read_parquet(path, columns=columns)
+        return pd.read_parquet(path, columns=columns, **arrow)
     except (pa.ArrowException, OSError) as exc:  # pyarrow's own message names no file
         stage = producer(name)
         raise UnreadableArtifactError(

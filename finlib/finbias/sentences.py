@@ -204,28 +204,31 @@ def _line_width(text: str, start: int, end: int, lines: int = 60) -> int:
     return width
 
 
-def _line_after(text: str, line_end: int, end: int) -> str | None:
-    """The line that follows the one ending at `line_end` (None at the end of text[:end])."""
-    if line_end >= end:
-        return None
-    nl = text.find("\n", line_end + 1, end)
-    return text[line_end + 1:end if nl < 0 else nl]
+def _lines(text: str, start: int, end: int) -> Iterator[tuple[int, str]]:
+    """(start offset, text) of each line of text[start:end], lazily."""
+    line_start = start
+    while line_start < end:
+        nl = text.find("\n", line_start, end)
+        line_end = end if nl < 0 else nl
+        yield line_start, text[line_start:line_end]
+        line_start = line_end + 1
 
 
 def structural_breaks(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
     """(start, end) of each run of lines in text[start:end] between structural boundaries (module
-    docstring), lazily: a report's first run is found without reading the rest."""
-    seg_start, line_start, prev = start, start, None
+    docstring), lazily: a report's first run is found without reading the rest (one line ahead: a
+    soft wrap looks at the line after the one it joins)."""
+    seg_start, prev = start, None
     width = _line_width(text, start, end)
-    while line_start < end:
-        nl = text.find("\n", line_start, end)
-        line_end = end if nl < 0 else nl
-        line = text[line_start:line_end]
-        if prev is not None and _break_between(prev, line, width, _line_after(text, line_end, end)):
+    lines = _lines(text, start, end)
+    here = next(lines, None)
+    while here is not None:
+        after = next(lines, None)
+        line_start, line = here
+        if prev is not None and _break_between(prev, line, width, None if after is None else after[1]):
             yield seg_start, line_start
             seg_start = line_start
-        prev = line
-        line_start = line_end + 1
+        prev, here = line, after
     yield seg_start, end
 
 

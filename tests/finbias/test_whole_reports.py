@@ -138,11 +138,12 @@ def test_a_tokenizer_that_is_not_cached_is_never_downloaded(monkeypatch, tmp_pat
 
 def test_looking_for_a_tokenizer_that_is_not_on_disk_imports_no_transformers(tmp_path):
     """The check runs before transformers (and torch) would be imported: ~0.2 GB of memory."""
+    import os
     import subprocess
     import sys
 
     code = ("import sys; from finlib.finbias.inference.stage import hub_tokenizer; "
             "assert hub_tokenizer('org/not-cached') is None; print('transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**__import__("os").environ, "HF_HUB_CACHE": str(tmp_path)})
+                         env={**os.environ, "HF_HUB_CACHE": str(tmp_path)})
     assert out.stdout.strip() == "False"

@@ -75,6 +75,7 @@ SORT_KEYS = ["model", "mode", "item_id"]  # the predictions artifact's row order
 # paper's size every column but the text took ~0.4 GB as a frame, these about half of that)
 SUMMARY_COLUMNS = ["item_id", "condition", "model", "mode", "p_bullish", "p_neutral", "p_bearish", "status", "error",
                    "input_tokens", "output_tokens", "cost_usd", "truncated_output", "parsed", "parse_note", "answered"]
+SUMMARY_TEXT_COLUMNS = ("item_id", "condition", "model", "mode", "status", "error", "parse_note")  # read as categoricals
 CONDITION_COLUMNS = ("item_id", "report_id", "condition", "text", "status", "skip_reason")
 API_CHARS_PER_TOKEN = 4.0  # `prompt_length_by: estimate` (or no tokenizer on disk): characters per token
 
@@ -328,6 +329,7 @@ class ModelCalls:
     model: Any
     counted: str
     t0: float
+    draw_ids: set[str]  # the reports answered `inference.samples_per_item` times (empty: not an extension model)
 
 
 def _send_model(cfg: RunConfig, spec: ModelSpec, texts: ArtifactTexts, inf: dict, store: ResponseStore,
@@ -374,7 +376,7 @@ def _send_model(cfg: RunConfig, spec: ModelSpec, texts: ArtifactTexts, inf: dict
                          model_cache=cfg.path(inf["model_cache"]), log_dir=cfg.run_dir)
         finally:
             progress.close()
-    return ModelCalls(spec, primary, requests, unique, answered, pending, model, counted, t0)
+    return ModelCalls(spec, primary, requests, unique, answered, pending, model, counted, t0, set(draw_ids))
 
 
 def _artifact_order(requests: list[Request], skipped: list[dict]) -> list[Request | dict]:
@@ -403,11 +405,9 @@ def write_model_rows(run: ModelRun, calls: ModelCalls, store: ResponseStore, par
     Why in chunks: at the paper's size one model's replies, as Python rows and then as a frame, took
     ~0.5 GB; a chunk holds 2,000 of them, and each chunk's condition texts (the parser's echo check)
     are read together, a row group once (`ArtifactTexts.subset`)."""
-    spec, inf = calls.spec, run.inf
-    extension = spec.name in run.ext_models
-    draw_ids = run.draw_ids if extension else set()
+    spec, draw_ids = calls.spec, calls.draw_ids
     primary_generates = calls.primary == "generate"
-    entries = _artifact_order(calls.requests, skipped_rows(run.skipped, [spec], inf, run.subsets))
+    entries = _artifact_order(calls.requests, skipped_rows(run.skipped, [spec], run.inf, run.subsets))
     out = ModelRows([], [], 0, [])
     seen: set[str] = set()
     for start in range(0, len(entries), ROWS_PER_CHUNK):
@@ -428,7 +428,7 @@ def write_model_rows(run: ModelRun, calls: ModelCalls, store: ResponseStore, par
                 continue
             row = next(called)
             out.context_refused += str(row["error"] or "").startswith(CONTEXT_REFUSED)
-            if extension and str(row["report_id"]) in draw_ids and (row["mode"] == "generate") == primary_generates:
+            if str(row["report_id"]) in draw_ids and (row["mode"] == "generate") == primary_generates:
                 out.extension.append(row)
             if row["sample"] == 0 and row["condition"] not in SWEEP_VALUES:
                 paper.append(row)
@@ -853,21 +853,11 @@ def read_summary_frame(cfg: RunConfig) -> pd.DataFrame:
     sorted: a group-by on it gives the groups, their order and the counts of the text column
     (`tests/finbias/test_stage_streaming.py` compares the report and tables), while 674k rows of
     repeated names take a byte or two each instead of a string each (~0.1 GB less at the paper's size)."""
-    existing_artifact(cfg, "predictions")
-    path = artifact_path(cfg, "predictions")
-    names = set(pq.read_schema(path).names)
-    text = [c for c in SUMMARY_COLUMNS if c in SUMMARY_TEXT_COLUMNS and c in names]
-    try:
-        pred = pq.read_table(path, columns=SUMMARY_COLUMNS, read_dictionary=text).to_pandas()
-    except (pa.ArrowException, OSError):  # read_frame names the file and the stage to run again
-        return read_frame(cfg, "predictions", SUMMARY_COLUMNS)
-    for c in text:
+    pred = read_frame(cfg, "predictions", SUMMARY_COLUMNS, read_dictionary=list(SUMMARY_TEXT_COLUMNS))
+    for c in SUMMARY_TEXT_COLUMNS:
         if isinstance(pred[c].dtype, pd.CategoricalDtype):  # an all-null column stays as it is read
             pred[c] = pred[c].cat.set_categories(sorted(pred[c].cat.categories))
     return pred
-
-
-SUMMARY_TEXT_COLUMNS = ("item_id", "condition", "model", "mode", "status", "error", "parse_note")
 
 
 def read_predictions(cfg: RunConfig, text: bool = True) -> pd.DataFrame:
