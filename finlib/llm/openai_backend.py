@@ -60,22 +60,25 @@ class Breaker:
     (429 insufficient_quota), "timeout" (every attempt timing out) -- or, for the GRACE_KINDS
     ("refused", "5xx" from a gateway or a dead upstream, "429" without Retry-After, "429ra" with
     it), once the streak has also lasted `grace_s`. A rate limit that lets answers through ends
-    its streak with each answer; one that answers nothing but 429 (whatever Retry-After it asks)
-    is a server that cannot serve this run: left alone it would retry every attempt of every call
-    for hours. A Retry-After that would carry the streak past `grace_s` opens the breaker at once
-    (no wait ends sooner than the server asked, and none would end inside the grace). Any other
-    outcome (an answer, a reset) ends the streak: transient faults keep their backoff.
-    threshold 0 = never opens.
+    its streak with each answer; one that answers nothing but 429 is a server that cannot serve
+    this run: left alone it would retry every attempt of every call for hours. A Retry-After of up
+    to `retry_after_max_s` is waited out: the streak then opens only once it has lasted `grace_s`
+    beyond the longest such wait (a per-minute limit refuses every call until its window ends, then
+    answers again). A longer one that would carry the streak past `grace_s` opens the breaker at
+    once (no wait ends sooner than the server asked: a daily limit). Any other outcome (an answer,
+    a reset) ends the streak: transient faults keep their backoff. threshold 0 = never opens.
 
     Shared by every run in the process (`breaker_for`): stages that send in small batches
     (judges, IteraJudge) see one streak, not a fresh one per batch. Thread-safe: batches may run
     on their own event loops; each loop waits on its own event, set when the breaker opens."""
 
-    def __init__(self, threshold: int, grace_s: float, clock=None):
+    def __init__(self, threshold: int, grace_s: float, clock=None, retry_after_max_s: float = 0.0):
         self.threshold, self.grace_s = int(threshold), float(grace_s)
+        self.retry_after_max_s = float(retry_after_max_s)
         self._clock = clock
         self.kind: str | None = None
         self.n, self.t0 = 0, 0.0
+        self.asked_s = 0.0  # the longest Retry-After of the streak that is waited out
         self.cause: str | None = None
         self.next_probe = 0.0
         self._lock = threading.Lock()
@@ -164,15 +167,18 @@ class Breaker:
             if self.cause is not None or self.threshold <= 0:
                 return
             if kind is None:
-                self.kind, self.n = None, 0
+                self.kind, self.n, self.asked_s = None, 0, 0.0
                 return
             if kind != self.kind:
-                self.kind, self.n, self.t0 = kind, 0, self.now()
+                self.kind, self.n, self.t0, self.asked_s = kind, 0, self.now(), 0.0
             self.n += 1
             lasted = self.now() - self.t0
-            if self.n >= self.threshold and (kind not in GRACE_KINDS or lasted + wait_s >= self.grace_s):
+            if 0 < wait_s <= self.retry_after_max_s:  # waited out: the grace starts after it
+                self.asked_s, wait_s = max(self.asked_s, wait_s), 0.0
+            if self.n >= self.threshold and (kind not in GRACE_KINDS
+                                             or lasted + wait_s >= self.grace_s + self.asked_s):
                 what = _WHAT[kind] + (f" for {lasted:.0f} s" if kind in GRACE_KINDS else "")
-                if kind in GRACE_KINDS and lasted < self.grace_s:  # opened by the wait the server asked for
+                if kind in GRACE_KINDS and lasted < self.grace_s + self.asked_s:  # opened by the wait asked
                     what += f" (the server asks to wait {wait_s:g} s more)"
                 self._open(f"{self.n} consecutive {what}; last: {reason}")
 
@@ -227,8 +233,9 @@ def breaker_for(spec: ModelSpec) -> Breakers:
     process: rerun (a new process, or `reset_breakers()` in a kernel) once the cause is fixed."""
     scope = (spec.base_url or "", spec.api_key_env or "")
     with _BREAKERS_LOCK:
-        endpoint = _BREAKERS.setdefault(scope, Breaker(spec.breaker_failures, spec.breaker_grace_s))
-        model = _BREAKERS.setdefault((*scope, spec.model_id), Breaker(spec.breaker_failures, spec.breaker_grace_s))
+        args = (spec.breaker_failures, spec.breaker_grace_s)
+        endpoint = _BREAKERS.setdefault(scope, Breaker(*args, retry_after_max_s=spec.retry_after_max_s))
+        model = _BREAKERS.setdefault((*scope, spec.model_id), Breaker(*args, retry_after_max_s=spec.retry_after_max_s))
     return Breakers(endpoint, model)
 
 

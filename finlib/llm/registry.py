@@ -33,6 +33,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "hf_path": (str, type(None)), "paper_name": (str, type(None)), "plumbing": (bool,),
     "gguf_parts": (list, type(None)), "gguf_sha256": (str, type(None)), "threads": (int, type(None)), "thinks": (bool,),
     "max_new_tokens": (int,), "breaker_failures": (int,), "breaker_grace_s": (int, float),
+    "retry_after_max_s": (int, float),
     "stall_s": (int, float),
     "sends_sampling": (bool,), "reasoning_tokens": (int,),
     "dtype": (str, type(None)), "parameters_b": (int, float, type(None)),
@@ -83,7 +84,7 @@ def validate_record(rec: Any, path: Path, index: int) -> ModelSpec:
     for key in ("concurrency", "max_attempts", "max_new_tokens"):
         if rec.get(key, 1) < 1:
             raise _fail(path, where, key, "must be >= 1")
-    for key in ("breaker_failures", "breaker_grace_s", "stall_s", "reasoning_tokens"):
+    for key in ("breaker_failures", "breaker_grace_s", "retry_after_max_s", "stall_s", "reasoning_tokens"):
         if rec.get(key, 0) < 0:
             raise _fail(path, where, key, "must be >= 0")
     if rec.get("dtype") is not None and (not backend.http_endpoint or rec["dtype"] not in VLLM_DTYPES):
@@ -116,7 +117,8 @@ def validate_record(rec: Any, path: Path, index: int) -> ModelSpec:
             raise _fail(path, where, "api_key_env", f"must be an environment variable NAME, got {env[:4]!r}...")
     if isinstance(rec.get("gguf_parts"), list):
         rec = {**rec, "gguf_parts": tuple(rec["gguf_parts"])}
-    return ModelSpec(**{k: (float(v) if k.startswith("price") or k in ("timeout_s", "breaker_grace_s", "stall_s") else v) for k, v in rec.items()})
+    seconds = ("timeout_s", "breaker_grace_s", "retry_after_max_s", "stall_s")
+    return ModelSpec(**{k: (float(v) if k.startswith("price") or k in seconds else v) for k, v in rec.items()})
 
 
 def load_registry(path: Path) -> dict[str, ModelSpec]:

@@ -49,6 +49,9 @@ class ModelSpec:
     # timeout; refused, 5xx, 429 without Retry-After once the streak lasted breaker_grace_s); 0 = never
     breaker_failures: int = 10
     breaker_grace_s: float = 20.0  # refused / 5xx / 429 must also have lasted this long (a restart heals)
+    # a 429's Retry-After up to this long is waited out (a per-minute window ends within 60 s): a streak of
+    # them opens the breaker only after the grace beyond that wait; a longer one (a daily limit) opens it
+    retry_after_max_s: float = 90.0
     # a stalled endpoint (accepts, never answers): no response to any call in flight for this long and no
     # answer to a GET /models probe either stops the model, whatever timeout_s is; 0 = off
     stall_s: float = 30.0

@@ -234,7 +234,7 @@ def _registry_default_spec(base_url: str):
     from finlib.llm.spec import ModelSpec
 
     defaults = {f.name: f.default for f in dataclasses.fields(ModelSpec)
-                if f.name in ("max_attempts", "timeout_s", "breaker_failures", "breaker_grace_s")}
+                if f.name in ("max_attempts", "timeout_s", "breaker_failures", "breaker_grace_s", "retry_after_max_s")}
     return dataclasses.replace(STUB_SPEC, base_url=base_url, concurrency=16, **defaults)
 
 
@@ -286,13 +286,25 @@ def test_breaker_drill_failures_that_cannot_heal(scenario, directive, what, tmp_
     assert got["calls"] <= DRILL_GOAL_CALLS and got["seconds"] <= DRILL_GOAL_S, got
 
 
+async def _send_on_clock(spec, requests, store, clock) -> dict:
+    """run_openai through a client whose calls hold the simulated clock (waits cost no wall time)."""
+    from llm_helpers import ClockedClient
+
+    from finlib.llm.openai_backend import make_client
+
+    client = ClockedClient(make_client(spec), clock)
+    try:
+        return await run_openai(spec, requests, store, client=client, seed=0)
+    finally:
+        await client.close()
+
+
 def test_a_rate_limit_that_lets_answers_through_heals(tmp_path, monkeypatch, simulated_clock):
     """Drill: a rate-limited server (three attempts in ten 429 with `Retry-After: 2`) answers every call at registry defaults.
 
     Answers between the refusals end each streak, so the breaker never opens however long the run."""
-    from llm_helpers import ClockedClient, hold_clock_during_threads
+    from llm_helpers import hold_clock_during_threads
 
-    from finlib.llm.openai_backend import make_client
     from finlib.rehearsal.stub_server import FaultPlan
 
     monkeypatch.setenv("STUB_TEST_KEY", "k")
@@ -302,18 +314,51 @@ def test_a_rate_limit_that_lets_answers_through_heals(tmp_path, monkeypatch, sim
         spec = _registry_default_spec(stub.base_url)
         requests = [req(f"limited {i}", spec=spec) for i in range(DRILL_ITEMS)]
 
-        async def send() -> dict:
-            client = ClockedClient(make_client(spec), simulated_clock)
-            try:
-                return await run_openai(spec, requests, s, client=client, seed=0)
-            finally:
-                await client.close()
-
         with ResponseStore(tmp_path / "r.sqlite") as s:
-            counts = asyncio.run(send())
+            counts = asyncio.run(_send_on_clock(spec, requests, s, simulated_clock))
         refused = stub.stub.stats()["faults"].get("429", 0)
     assert counts["ok"] == DRILL_ITEMS and counts["error"] == 0
     assert refused > 10  # more refusals than the breaker's threshold, spread between answers
+
+
+def test_a_per_minute_window_is_waited_out(tmp_path, monkeypatch, simulated_clock):
+    """Drill: a spent per-minute limit (every call 429 with the rest of its window as Retry-After) is waited out at registry defaults.
+
+    The window's rest (up to 60 s) is longer than the grace. A Retry-After within `retry_after_max_s` is waited out, so the streak of refusals until the window ends
+    never opens the breaker; with that wait not honoured (0) the same server stops the model."""
+    from llm_helpers import hold_clock_during_threads
+
+    from finlib.llm.openai_backend import reset_breakers
+    from finlib.rehearsal.simulated_servers import Profile, SimulatedServer
+
+    monkeypatch.setenv("STUB_TEST_KEY", "k")
+    hold_clock_during_threads(monkeypatch, simulated_clock)
+    per_minute, n_calls = 30, 100
+
+    def send(retry_after_max_s: float, tag: str) -> tuple[dict, int]:
+        reset_breakers()
+        with ThreadedStub() as stub:
+            asyncio.run_coroutine_threadsafe(stub.stub.stop(), stub.loop).result(10)
+            server = SimulatedServer(Profile(name="w", model_id=STUB_SPEC.model_id, context_length=100_000, rpm=per_minute,
+                                             unparsed=0.0, runaway=0.0, latency_s=0.0),
+                                     time_scale=0.0, clock=simulated_clock)
+            stub.stub = server
+            asyncio.run_coroutine_threadsafe(server.start(), stub.loop).result(10)
+            spec = dataclasses.replace(_registry_default_spec(stub.base_url), retry_after_max_s=retry_after_max_s)
+            requests = [req(f"window {tag} {i}", spec=spec) for i in range(n_calls)]
+            with ResponseStore(tmp_path / f"{tag}.sqlite") as s:
+                try:
+                    counts = asyncio.run(_send_on_clock(spec, requests, s, simulated_clock))
+                except CircuitOpen:
+                    counts = {"ok": -1}
+            return counts, server.books.rate_429
+
+    counts, refused = send(90.0, "honoured")
+    assert counts["ok"] == n_calls and counts["error"] == 0
+    assert refused > 10  # more refusals than the breaker's threshold, in streaks with no answer between
+    assert simulated_clock.now >= 60.0 * (n_calls // per_minute)  # one window per 30 answers, waited out
+    counts, _ = send(0.0, "not-honoured")
+    assert counts["ok"] == -1  # the same refusals open the breaker when the wait is not honoured
 
 
 def test_breaker_drill_host_not_found(tmp_path, monkeypatch, simulated_clock):
