@@ -129,8 +129,9 @@ def _is_title(line: str) -> bool:
 
 
 # A line wrapped at a fixed width: at least this share of the paragraph's longest line, which is at most
-# MAX_WRAP_WIDTH characters (a paragraph on one long line is not wrapped) and at least MIN_WRAP_WIDTH, with >= 5 words; the next line's
-# first word would not have fitted, and that line is as long, or ends the sentence (the paragraph's last line).
+# MAX_WRAP_WIDTH characters (a paragraph on one long line is not wrapped) and at least MIN_WRAP_WIDTH, with
+# >= 5 words; the next line's first word would not have fitted, and the run of such lines ends a sentence
+# (or is as long up to the paragraph's end): `_WrapRuns`.
 WRAP_SHARE = 0.85
 MAX_WRAP_WIDTH = 120
 MIN_WRAP_WIDTH = 40  # a block of a few short lines (a headline over a one-line sentence) is not wrapped prose
@@ -142,23 +143,76 @@ def _first_word_misses(line: str, nxt: str, width: int) -> bool:
     return len(line.rstrip()) + 1 + len(first_word) > width
 
 
-def _soft_wrap(prev: str, line: str, width: int, nxt: str | None = None) -> bool:
-    """Is `prev` a prose line broken at the wrap width, so `line` continues its sentence? The first word of
-    `line` must not have fitted on `prev` (that is why the line was broken there), and `line` must end a
-    sentence or be wrapped itself (the first word of `nxt`, the line after it, did not fit on it either):
-    in a run of unpunctuated one-sentence lines of about the same length ("upgrading X to overweight; target
-    up to $57" over "In Q3, investment increased 6.8%" over "We find ..."), the second line is not the
-    first's continuation, since it ends without a period and the next line's first word would have fitted."""
+def _wrap_pair(prev: str, line: str, width: int) -> bool:
+    """Was `prev` broken at the wrap width before `line`: a long prose line of >= 5 words, no sentence end,
+    and the first word of `line` would not have fitted on it (why the line was broken there)?"""
     prev = prev.rstrip()
-    if not prev or not MIN_WRAP_WIDTH <= width <= MAX_WRAP_WIDTH or len(prev) < WRAP_SHARE * width or _TERMINAL.search(prev) \
-            or not _first_word_misses(prev, line, width):
+    if not prev or not MIN_WRAP_WIDTH <= width <= MAX_WRAP_WIDTH or len(prev) < WRAP_SHARE * width \
+            or _TERMINAL.search(prev) or not _first_word_misses(prev, line, width):
         return False
-    words = re.findall(r"[A-Za-z][\w'\u2019-]*", prev)
+    return len(re.findall(r"[A-Za-z][\w'\u2019-]*", prev)) >= 5
+
+
+def _soft_wrap(prev: str, line: str, width: int, goes_on: bool | None) -> bool:
+    """Is `prev` a prose line broken at the wrap width, so `line` continues its sentence (`_wrap_pair`)?
+    `line` must also end a sentence, or be long and end the paragraph (`goes_on` None), or go on itself as
+    wrapped prose (`goes_on`: the same question one line down, so a run of wrapped lines is prose only if it
+    ends a sentence): in a run of unpunctuated one-sentence lines of about the same length ("upgrading X to
+    overweight; target up to $57" over "U.S. sales rose 10.4% in the quarter" over "The shares trade at 17.6x
+    forward earnings"), no line is the one before's continuation, since the run ends without a period."""
+    if not _wrap_pair(prev, line, width):
+        return False
     line = line.rstrip()
     if _TERMINAL.search(line):
-        return len(words) >= 5
-    wrapped = nxt is None or not nxt.strip() or _first_word_misses(line, nxt, width)
-    return len(words) >= 5 and len(line) >= WRAP_SHARE * width and wrapped
+        return True
+    return len(line) >= WRAP_SHARE * width and goes_on is not False
+
+
+class _WrapRuns:
+    """Which lines of one block go on into the next as wrapped prose (`_soft_wrap`), reading lines only
+    as far as a run of wrapped lines reaches: each line is read once and each verdict made once."""
+
+    def __init__(self, lines: Iterator[tuple[int, str]], width: int):
+        self._lines, self.width = lines, width
+        self._read: list[tuple[int, str]] = []
+        self._goes_on: dict[int, bool] = {}
+
+    def line(self, i: int) -> tuple[int, str] | None:
+        """Line i of the block ((start offset, text)), None past its end."""
+        while len(self._read) <= i:
+            here = next(self._lines, None)
+            if here is None:
+                return None
+            self._read.append(here)
+        return self._read[i]
+
+    def _text(self, i: int) -> str | None:
+        """Line i's text, None past the block's end or at a blank line (a paragraph's end)."""
+        here = self.line(i)
+        return here[1] if here is not None and here[1].strip() else None
+
+    def goes_on(self, i: int) -> bool | None:
+        """Does line i continue into line i + 1 as wrapped prose (None: line i ends the block)?"""
+        if self._text(i) is None or self._text(i + 1) is None:
+            return None
+        run = [i]  # lines whose verdict waits on the next line's
+        while True:
+            j = run[-1]
+            if j in self._goes_on:
+                verdict = self._goes_on[j]
+                break
+            prev, line = self._text(j), self._text(j + 1)
+            if not _wrap_pair(prev, line, self.width) or _TERMINAL.search(line.rstrip()) \
+                    or self._text(j + 2) is None:
+                verdict = _soft_wrap(prev, line, self.width, None)
+                break
+            if len(line.rstrip()) < WRAP_SHARE * self.width:
+                verdict = False
+                break
+            run.append(j + 1)
+        for j in run:
+            self._goes_on[j] = verdict
+        return verdict
 
 
 _FIELD_LINE = re.compile(r"[ \t]*[A-Z][\w .&/-]{0,30}:[ \t]+\S")  # "Price target: $40", "Analyst: J. Doe"
@@ -171,9 +225,9 @@ def _is_short_heading(line: str) -> bool:
     return len(line.split()) <= 3 and not _TERMINAL.search(line) and not _CONTINUATION.search(line)
 
 
-def _break_between(prev: str, line: str, width: int = MAX_WRAP_WIDTH + 1, nxt: str | None = None) -> bool:
+def _break_between(prev: str, line: str, width: int = MAX_WRAP_WIDTH + 1, wrapped: bool = False) -> bool:
     """Does a single line break between `prev` and `line` end a sentence (module docstring)? ``width``: the
-    paragraph's longest line, ``nxt``: the line after `line` (soft wraps)."""
+    paragraph's longest line, ``wrapped``: `prev` goes on into `line` as wrapped prose (`_WrapRuns`)."""
     if not line.strip() or not prev.strip():
         return False
     if _LIST_ITEM.match(line) or _is_table_row(line) or _is_table_row(prev):
@@ -182,7 +236,7 @@ def _break_between(prev: str, line: str, width: int = MAX_WRAP_WIDTH + 1, nxt: s
         return True
     if (_is_short_heading(line) and next((c for c in line if c.isalpha()), "").isupper()) or _FIELD_LINE.match(line):
         return True
-    if _soft_wrap(prev, line, width, nxt):
+    if wrapped:
         return False
     if _is_title(prev):
         return True
@@ -216,19 +270,16 @@ def _lines(text: str, start: int, end: int) -> Iterator[tuple[int, str]]:
 
 def structural_breaks(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
     """(start, end) of each run of lines in text[start:end] between structural boundaries (module
-    docstring), lazily: a report's first run is found without reading the rest (one line ahead: a
-    soft wrap looks at the line after the one it joins)."""
-    seg_start, prev = start, None
-    width = _line_width(text, start, end)
-    lines = _lines(text, start, end)
-    here = next(lines, None)
-    while here is not None:
-        after = next(lines, None)
+    docstring), lazily: a report's first run is found without reading the rest (lines are read ahead
+    only as far as a run of wrapped prose lines reaches, `_WrapRuns`)."""
+    runs = _WrapRuns(_lines(text, start, end), _line_width(text, start, end))
+    seg_start, i = start, 1
+    while runs.line(i - 1) is not None and (here := runs.line(i)) is not None:
         line_start, line = here
-        if prev is not None and _break_between(prev, line, width, None if after is None else after[1]):
+        if _break_between(runs.line(i - 1)[1], line, runs.width, bool(runs.goes_on(i - 1))):
             yield seg_start, line_start
             seg_start = line_start
-        prev, here = line, after
+        i += 1
     yield seg_start, end
 
 

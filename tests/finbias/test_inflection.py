@@ -177,6 +177,28 @@ def test_sentence_split_on_two_cores_equals_one(mpqa: Lexicon) -> None:
 
 
 @needs_spacy
+def test_the_pos_aware_filter_on_two_cores_equals_one(mpqa: Lexicon, tmp_path) -> None:
+    """The sentences read in forked workers (spans, needs and tag windows in one job per text) give the
+    same filtered texts, stats and counts as one process reading them all."""
+    from finlib.finbias.perturb.postag import PosTagger
+
+    texts = [f"Report {i}. We will concern ourselves with costs.\nMargins might improve; we are worried about "
+             f"debt. Sales rose {i}%. The outlook is excellent." for i in range(40)]
+    one = SubjectivityFilter(mpqa, "respect", tagger=PosTagger(tmp_path / "one"), compare=True)
+    two = SubjectivityFilter(mpqa, "respect", tagger=PosTagger(tmp_path / "two"), processes=2, compare=True)
+    try:
+        got = two.run(texts)
+        assert two._pool is not None                                # 40 texts >= PARALLEL_MIN_TEXTS: workers read
+        assert got == one.run(texts)
+        assert two.summary() == one.summary() and two.summary()["sentences_tagged"] > 0
+        assert any(out != text for (out, _), text in zip(got, texts))  # something was removed
+    finally:
+        for f in (one, two):
+            f.close()
+            f.tagger.close()
+
+
+@needs_spacy
 def test_the_strongsubj_recheck_on_two_cores_equals_one(mpqa: Lexicon, tmp_path) -> None:
     """The validation's re-match in forked workers (tags read from the cache the filter filled,
     through the workers' own connections) gives each text's clean sentences exactly as one process."""

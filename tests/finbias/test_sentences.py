@@ -158,18 +158,37 @@ def test_without_structure_punkt_reads_the_list_into_the_rating_sentence():
     assert text[a:b] == text
 
 
-def test_unpunctuated_one_sentence_lines_of_similar_length_are_not_read_as_a_wrap():
-    """A broker's run of lines without periods, the longest first: the second line is as long as a wrapped
-    line, but it ends without a period and the third line's first word would have fitted on it, so the
-    first line is a sentence of its own (the rating line the authors' removal takes alone)."""
-    rating = "upgrading quinisridge water to overweight (from underweight) after cost cuts; target up to $57"
-    lines = [rating,
-             "In Q3, grid investment increased 6.8% y/y, while pricing added approx. 2.6 points",
-             "We find the capital allocation record brilliant relative to the sector",
-             "We consider the product pipeline exceptional for the next two years"]
+@pytest.mark.parametrize("lines", [
+    # the longest line first; the second is as long as a wrapped line, but ends without a period and the
+    # third line's first word would have fitted on it
+    ["upgrading quinisridge water to overweight (from underweight) after cost cuts; target up to $57",
+     "In Q3, grid investment increased 6.8% y/y, while pricing added approx. 2.6 points",
+     "We find the capital allocation record brilliant relative to the sector",
+     "We consider the product pipeline exceptional for the next two years"],
+    # the second line is as long as the first and the third's first word would not have fitted on it either,
+    # so each line looks broken at the width; but the run ends in a short line without a period
+    ["We Move Helisnova Logistics (HLSN) From Sector Perform To Sector Outperform And Lower Our Target To $54",
+     "U.S. sales accounted for approx. 69% of the total, and international sales increased 10.4% in the quarter",
+     "The shares trade at 17.6x forward earnings vs. a peer median of 16.3x",
+     "Net debt stood at $6.5 bn at quarter end, or 2.5x trailing EBITDA, vs. 2.0x a year earlier"],
+])
+def test_a_run_of_unpunctuated_one_sentence_lines_is_not_read_as_a_wrap(lines):
+    """A broker's run of lines without periods, of about the same length: not wrapped prose, since the run
+    of lines does not end a sentence, so each line is a sentence of its own (the rating line the authors'
+    removal takes alone)."""
     text = "\n".join(lines) + "\n\nRevenue grew 6.3% y/y to $850 mn in Q4."
     assert split_sentences(text)[:4] == lines
-    assert first_sentence(text) == rating
+    assert first_sentence(text) == lines[0]
+
+
+def test_a_wrapped_run_is_prose_when_its_last_line_ends_the_sentence():
+    """Four lines wrapped at one width, the last ending with a period: one sentence, however many full
+    lines the run has before its end (the verdict waits on the run's last line)."""
+    text = ("We raise our target after a quarter in which grid investment rose faster than at peers\n"
+            "Quinisridge Water tracks, and pricing added more to margins than the sector reported\n"
+            "while the regulator approved the rate case that management had filed in the late spring\n"
+            "of the prior year.\nNext line.")
+    assert split_sentences(text) == [text[:text.index("\nNext")], "Next line."]
 
 
 def test_prose_wrapped_at_a_width_still_reads_as_one_sentence_across_capitalised_line_starts():

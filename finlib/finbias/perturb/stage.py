@@ -81,6 +81,7 @@ from finlib.finbias.perturb.statement import (
     RatingReading,
     RatingStatement,
     find_rating_statement,
+    remembered_statements,
     remove_statement,
     rewrite_statement,
 )
@@ -571,15 +572,17 @@ def run(cfg: RunConfig) -> PerturbResult:
     import matplotlib.pyplot as plt
 
     params = perturb_params(cfg)
-    result = perturb_run(cfg, params)
-    write_artifacts(cfg, params, result)
-    result.tables = write_tables(cfg, params, result)
-    fig = subjectivity.removal_figure(cfg, result.lexicon_stats)
-    if fig is not None:
-        plt.close(fig)  # drawn once, shown where the notebook tells the story
-    result.figures = {"fig_strongsubj_removed": fig}
-    if (result.conditions["status"] == "ok").any():  # else no report to show: `example_note` says so
-        result.example = save_example(cfg, result.conditions, params["example_report"], reading_from_params(params))
+    with remembered_statements(reading_from_params(params)):
+        result = perturb_run(cfg, params)
+        write_artifacts(cfg, params, result)
+        result.tables = write_tables(cfg, params, result)
+        fig = subjectivity.removal_figure(cfg, result.lexicon_stats)
+        if fig is not None:
+            plt.close(fig)  # drawn once, shown where the notebook tells the story
+        result.figures = {"fig_strongsubj_removed": fig}
+        if (result.conditions["status"] == "ok").any():  # else no report to show: `example_note` says so
+            result.example = save_example(cfg, result.conditions, params["example_report"],
+                                          reading_from_params(params))
     if result.checks is not None:
         raise_on_failures(result.checks)
     return result

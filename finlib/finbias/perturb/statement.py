@@ -28,7 +28,10 @@ words, provider points and move verb inside the statement (`finlib.finbias.pertu
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from itertools import islice
 
@@ -107,7 +110,35 @@ _MARKER = re.compile(
 )
 
 
+_REMEMBERED: tuple[RatingReading, dict[bytes, RatingStatement]] | None = None  # `remembered_statements`
+
+
+@contextmanager
+def remembered_statements(reading: RatingReading) -> Iterator[None]:
+    """Within the block, each text's statement under `reading` is found once and then read from memory
+    (keyed by a digest of the text): stage 02 reads every report's statement in several passes (the
+    conditions, the sweep, the validation, the examples), and finding one splits the report's front."""
+    global _REMEMBERED
+    outer, _REMEMBERED = _REMEMBERED, (reading, {})
+    try:
+        yield
+    finally:
+        _REMEMBERED = outer
+
+
 def find_rating_statement(text: str, reading: RatingReading = DEFAULT_READING) -> RatingStatement:
+    """The report's rating statement (`_find_rating_statement`), from memory inside `remembered_statements`."""
+    memo = _REMEMBERED
+    if memo is None or not isinstance(text, str) or memo[0] != reading:
+        return _find_rating_statement(text, reading)
+    key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    found = memo[1].get(key)
+    if found is None:
+        found = memo[1][key] = _find_rating_statement(text, reading)
+    return found
+
+
+def _find_rating_statement(text: str, reading: RatingReading) -> RatingStatement:
     """The report's rating statement (module docstring): the first sentence when it states a rating, else
     the first field or sentence of the front matter that does; UNREAD with the reason otherwise. A prose
     sentence (one ending in . ! ? or an ellipsis) that states no rating ends the front matter of its

@@ -110,6 +110,19 @@ def tag_windows(text: str, span: tuple[int, int], lexicon: Lexicon, margin: int 
     return out
 
 
+Reading = tuple[list[tuple[int, int]], list[int], list[list[tuple[int, int]]] | None]
+
+
+def read_sentences(text: str, lexicon: Lexicon, windows: bool, spans: list[tuple[int, int]] | None = None) -> Reading:
+    """One text's sentence spans (``spans`` when already split), what each sentence needs (`sentence_need`)
+    and, with ``windows``, the parts of each the tagger must see (`tag_windows`; none for a KEEP sentence):
+    everything the filter reads of a text before tagging, in one job so that a worker process does all of it."""
+    spans = sentence_spans(text) if spans is None else spans
+    needs = [sentence_need(text, a, b, lexicon) for a, b in spans]
+    parts = [tag_windows(text, s, lexicon) if n != KEEP else [] for s, n in zip(spans, needs)] if windows else None
+    return spans, needs, parts
+
+
 def _has_pos_candidate(text: str, start: int, end: int, lexicon: Lexicon) -> bool:
     return any(lexicon.candidates(w) == "pos" for w in TOKEN.findall(text, start, end))
 
@@ -251,7 +264,7 @@ class SubjectivityFilter:
             import multiprocessing as mp
             from concurrent.futures import ProcessPoolExecutor
 
-            _WORKER = (self.lexicon, self.policies)
+            _WORKER = (self.lexicon, self.policies, self.tagger is not None)
             self._pool = ProcessPoolExecutor(self.processes, mp_context=mp.get_context("fork"))
 
     def close(self) -> None:
@@ -270,15 +283,22 @@ class SubjectivityFilter:
     def prepare(self, texts: Sequence[str]) -> tuple[list[list[tuple[int, int]]], list[list[int]], list[Tagged | None]]:
         """Sentence spans of each text, what each sentence needs, and the tags of every sentence with a
         POS-dependent word (one tagger stream for all texts; None where nothing needs tags)."""
-        spans = self._split(texts)
-        needs = [[sentence_need(t, a, b, self.lexicon) for a, b in sp] for t, sp in zip(texts, spans)]
+        todo = [t for t in dict.fromkeys(texts) if t not in self._spans]
+        fresh: dict[str, Reading] = {}
+        if self.processes > 1 and len(todo) >= PARALLEL_MIN_TEXTS:
+            self._start_pool()
+            fresh = dict(zip(todo, self._pool.map(_read_job, todo, chunksize=8)))
+        read = [fresh[t] if t in fresh else read_sentences(t, self.lexicon, self.tagger is not None, self._spans.get(t))
+                for t in texts]
+        spans = [r[0] for r in read]
+        needs = [r[1] for r in read]
+        self._spans.update(zip(texts, spans))
         self.sentences += sum(map(len, needs))
         self.sentences_always += sum(n.count(ALWAYS) for n in needs)
         tags: list[Tagged | None] = [None] * len(texts)
         if self.tagger is not None:
             # ALWAYS sentences too: their removal needs no tags, their POS-dependent triggers do
-            windows = [[tag_windows(texts[k], s, self.lexicon) if n != KEEP else [] for s, n in zip(sp, nd)]
-                       for k, (sp, nd) in enumerate(zip(spans, needs))]
+            windows = [r[2] for r in read]
             todo = [(k, [w for ws in per for w in ws]) for k, per in enumerate(windows)]
             todo = [(k, sub) for k, sub in todo if sub]
             self.sentences_decided_by_tags += sum(n.count(TAG) for n in needs)
@@ -359,7 +379,13 @@ class SubjectivityFilter:
                     self.sentences - self.sentences_decided_by_tags - self.sentences_always}
 
 
-_WORKER: tuple | None = None   # (lexicon, policies) of the filter whose pool forked this process
+_WORKER: tuple | None = None   # (lexicon, policies, windows?) of the filter whose pool forked this process
+
+
+def _read_job(text: str) -> Reading:
+    """`read_sentences` in a worker process (the lexicon inherited by fork)."""
+    lexicon, _, windows = _WORKER
+    return read_sentences(text, lexicon, windows)
 
 
 def _match_local(lexicon: Lexicon, policies: Sequence[str], job: tuple) -> list[SubjectivityStats]:
@@ -384,11 +410,11 @@ def _clean_job(text: str) -> list[str]:
 
 def _match_job(job: tuple) -> list[SubjectivityStats]:
     """One text's stats under every policy, in a worker process (lexicon and policies inherited by fork)."""
-    lexicon, policies = _WORKER
+    lexicon, policies, _ = _WORKER
     return _match_local(lexicon, policies, job)
 
 
-RESULT_VERSION = "mpqa-filter-4"  # bump when the matching or splitting rules change: cached results are then misses
+RESULT_VERSION = "mpqa-filter-5"  # bump when the matching or splitting rules change: cached results are then misses
 PARALLEL_MIN_TEXTS = 32    # fewer texts in a batch: split in this process (worker start-up would dominate)
 
 
