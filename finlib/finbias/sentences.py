@@ -32,8 +32,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
+if TYPE_CHECKING:
+    from nltk.tokenize.punkt import PunktSentenceTokenizer
 
 # Lowercase, without the final period (Punkt's convention). Internal periods stay ("u.s").
 FINANCIAL_ABBREVIATIONS: frozenset[str] = frozenset(
@@ -91,6 +93,11 @@ def join_lines(text: str) -> str:
 
 @lru_cache(maxsize=4)
 def _tokenizer(extra_abbreviations: frozenset[str] = frozenset()) -> PunktSentenceTokenizer:
+    """Punkt with the financial abbreviations and sentence starters. nltk is imported here, on the first
+    split: importing it loads scipy and scikit-learn (~110 MB), which a stage that never splits (stage 03
+    without a length cap) should not carry."""
+    from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
+
     params = PunktParameters()
     params.abbrev_types = set(FINANCIAL_ABBREVIATIONS | extra_abbreviations)
     params.sent_starters = set(SENTENCE_STARTERS)

@@ -147,3 +147,16 @@ def test_looking_for_a_tokenizer_that_is_not_on_disk_imports_no_transformers(tmp
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "HF_HUB_CACHE": str(tmp_path)})
     assert out.stdout.strip() == "False"
+
+
+def test_stage_03_imports_no_sentence_splitter_until_a_report_is_cut():
+    """Importing stage 03 loads no nltk (which loads scipy and scikit-learn, ~0.1 GB); the first sentence
+    kept by a length cap then loads it and splits as ever."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import finlib.finbias.inference.stage; print(sorted({'nltk', 'scipy', 'sklearn'} & "
+            "set(sys.modules))); from finlib.finbias.sentences import first_sentence_span; "
+            "print(first_sentence_span('We rate Gamma Buy. Sales rose.'), 'nltk' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:2] == ["[]", "(0, 18) True"]
