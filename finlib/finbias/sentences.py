@@ -209,12 +209,10 @@ class _WrapRuns:
                 verdict = self._goes_on[j]
                 break
             prev, line = self._text(j), self._text(j + 1)
-            if not _wrap_pair(prev, line, self.width) or _TERMINAL.search(line.rstrip()) \
-                    or self._text(j + 2) is None:
-                verdict = _soft_wrap(prev, line, self.width, None)
-                break
-            if len(line.rstrip()) < WRAP_SHARE * self.width:
-                verdict = False
+            last = self._text(j + 2) is None
+            if last or not _wrap_pair(prev, line, self.width) or _TERMINAL.search(line.rstrip()) \
+                    or len(line.rstrip()) < WRAP_SHARE * self.width:  # the run ends at `line`
+                verdict = _soft_wrap(prev, line, self.width, None if last else False)
                 break
             run.append(j + 1)
         for j in run:
@@ -281,7 +279,7 @@ def structural_breaks(text: str, start: int, end: int) -> Iterator[tuple[int, in
     only as far as a run of wrapped prose lines reaches, `_WrapRuns`)."""
     runs = _WrapRuns(_lines(text, start, end), _line_width(text, start, end))
     seg_start, i = start, 1
-    while runs.line(i - 1) is not None and (here := runs.line(i)) is not None:
+    while (here := runs.line(i)) is not None:  # line i exists: so does line i - 1
         line_start, line = here
         if _break_between(runs.line(i - 1)[1], line, runs.width, bool(runs.goes_on(i - 1))):
             yield seg_start, line_start

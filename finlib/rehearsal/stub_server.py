@@ -234,8 +234,9 @@ class StubServer:
 class ThreadedStub:
     """The stub on its own event loop in a daemon thread (for tests): `with ThreadedStub() as s:`."""
 
-    def __init__(self, require_key: str | None = None, faults: FaultPlan | None = None):
-        self.stub = StubServer(require_key, faults)
+    def __init__(self, require_key: str | None = None, faults: FaultPlan | None = None,
+                 server: StubServer | None = None):
+        self.stub = server if server is not None else StubServer(require_key, faults)  # e.g. a SimulatedServer
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 

@@ -337,13 +337,10 @@ def test_a_per_minute_window_is_waited_out(tmp_path, monkeypatch, simulated_cloc
 
     def send(retry_after_max_s: float, tag: str) -> tuple[dict, int]:
         reset_breakers()
-        with ThreadedStub() as stub:
-            asyncio.run_coroutine_threadsafe(stub.stub.stop(), stub.loop).result(10)
-            server = SimulatedServer(Profile(name="w", model_id=STUB_SPEC.model_id, context_length=100_000, rpm=per_minute,
-                                             unparsed=0.0, runaway=0.0, latency_s=0.0),
-                                     time_scale=0.0, clock=simulated_clock)
-            stub.stub = server
-            asyncio.run_coroutine_threadsafe(server.start(), stub.loop).result(10)
+        server = SimulatedServer(Profile(name="w", model_id=STUB_SPEC.model_id, context_length=100_000, rpm=per_minute,
+                                         unparsed=0.0, runaway=0.0, latency_s=0.0),
+                                 time_scale=0.0, clock=simulated_clock)
+        with ThreadedStub(server=server) as stub:
             spec = dataclasses.replace(_registry_default_spec(stub.base_url), retry_after_max_s=retry_after_max_s)
             requests = [req(f"window {tag} {i}", spec=spec) for i in range(n_calls)]
             with ResponseStore(tmp_path / f"{tag}.sqlite") as s:

@@ -572,7 +572,8 @@ def run(cfg: RunConfig) -> PerturbResult:
     import matplotlib.pyplot as plt
 
     params = perturb_params(cfg)
-    with remembered_statements(reading_from_params(params)):
+    reading = reading_from_params(params)
+    with remembered_statements(reading):
         result = perturb_run(cfg, params)
         write_artifacts(cfg, params, result)
         result.tables = write_tables(cfg, params, result)
@@ -581,8 +582,7 @@ def run(cfg: RunConfig) -> PerturbResult:
             plt.close(fig)  # drawn once, shown where the notebook tells the story
         result.figures = {"fig_strongsubj_removed": fig}
         if (result.conditions["status"] == "ok").any():  # else no report to show: `example_note` says so
-            result.example = save_example(cfg, result.conditions, params["example_report"],
-                                          reading_from_params(params))
+            result.example = save_example(cfg, result.conditions, params["example_report"], reading)
     if result.checks is not None:
         raise_on_failures(result.checks)
     return result

@@ -249,13 +249,25 @@ class SubjectivityFilter:
         cache_dir = None if tagger is None or tagger.cache_path is None else tagger.cache_path.parent
         self.results = ResultCache(cache_dir, self._fingerprint()) if cache_dir is not None else None
 
-    def _split(self, texts: Sequence[str]) -> list[list[tuple[int, int]]]:
-        """Sentence spans of each text; a long batch is split on `processes` cores (Punkt is pure Python)."""
-        todo = [t for t in texts if t not in self._spans]
+    def _read(self, texts: Sequence[str]) -> list[Reading]:
+        """`read_sentences` of each text: texts not yet split are read whole, on `processes` cores for a long
+        batch (Punkt is pure Python); the spans of the others come from memory."""
+        windows = self.tagger is not None
+        todo = [t for t in dict.fromkeys(texts) if t not in self._spans]
+        fresh: dict[str, Reading] = {}
         if self.processes > 1 and len(todo) >= PARALLEL_MIN_TEXTS:
             self._start_pool()
-            self._spans.update(zip(todo, self._pool.map(sentence_spans, todo, chunksize=8)))
-        return [self._spans.get(t) or sentence_spans(t) for t in texts]
+            fresh = dict(zip(todo, self._pool.map(_read_job, todo, chunksize=8)))
+        read = [fresh[t] if t in fresh else read_sentences(t, self.lexicon, windows, self._spans.get(t)) for t in texts]
+        self._spans.update((t, r[0]) for t, r in zip(texts, read))
+        return read
+
+    def _split(self, texts: Sequence[str]) -> list[list[tuple[int, int]]]:
+        """Sentence spans of each text (from memory when already read)."""
+        todo = [t for t in texts if t not in self._spans]
+        if todo:
+            self._read(todo)
+        return [self._spans[t] for t in texts]
 
     def _start_pool(self) -> None:
         """Worker processes forked with this filter's lexicon and policies (read by `_match_job`)."""
@@ -283,16 +295,9 @@ class SubjectivityFilter:
     def prepare(self, texts: Sequence[str]) -> tuple[list[list[tuple[int, int]]], list[list[int]], list[Tagged | None]]:
         """Sentence spans of each text, what each sentence needs, and the tags of every sentence with a
         POS-dependent word (one tagger stream for all texts; None where nothing needs tags)."""
-        todo = [t for t in dict.fromkeys(texts) if t not in self._spans]
-        fresh: dict[str, Reading] = {}
-        if self.processes > 1 and len(todo) >= PARALLEL_MIN_TEXTS:
-            self._start_pool()
-            fresh = dict(zip(todo, self._pool.map(_read_job, todo, chunksize=8)))
-        read = [fresh[t] if t in fresh else read_sentences(t, self.lexicon, self.tagger is not None, self._spans.get(t))
-                for t in texts]
+        read = self._read(texts)
         spans = [r[0] for r in read]
         needs = [r[1] for r in read]
-        self._spans.update(zip(texts, spans))
         self.sentences += sum(map(len, needs))
         self.sentences_always += sum(n.count(ALWAYS) for n in needs)
         tags: list[Tagged | None] = [None] * len(texts)
