@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from results import ROOT, machine, write_result
 
 sys.path.insert(0, str(ROOT))
 
+from finlib.core.memory import peak_rss_mb
 from finlib.llm.spec import ModelSpec
 from finlib.llm.store import Request, ResponseStore, Result, make_key
 from finlib.rehearsal.stub_server import stub_spec
@@ -103,7 +103,7 @@ def child(variant: str, base_url: str, n: int, concurrency: int) -> None:
         done = asyncio.run(fn(spec(base_url, concurrency), n, store))
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         stored = store.count("ok")
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_mb = peak_rss_mb()
     print(json.dumps({"variant": variant, "n": n, "done": done, "stored": stored, "wall_s": wall, "cpu_s": cpu,
                       "req_per_s": done / wall, "peak_rss_mb": rss_mb}), flush=True)
 

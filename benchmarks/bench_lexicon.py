@@ -27,7 +27,6 @@ import argparse
 import hashlib
 import random
 import re
-import resource
 import sys
 import time
 from collections import Counter
@@ -43,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from nltk.stem import PorterStemmer
 
+from finlib.core.memory import peak_rss_mb
 from finlib.finbias.perturb.lexicon import TOKEN, Lexicon, load_lexicon
 from finlib.finbias.perturb.postag import PosTagger, compound_pos, mpqa_pos
 from finlib.finbias.perturb.subjectivity import SubjectivityFilter, _join_kept
@@ -201,7 +201,7 @@ class Tally:
 
 def print_results(args: argparse.Namespace, tally: Tally, path: Path, load_s: float, before_machine: dict) -> None:
     tg, k = tally.tagger, tally
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mb = peak_rss_mb()
     print(f"workload: {args.reports} synthetic reports, ~{args.words} words, {k.words_all:,} words; policy "
           f"{args.policy}; lexicon {path.name}" + (f"; tagger {tg.id} (loaded in {load_s:.1f} s)" if tg else ""))
     print(f"fast, whole workload:        {k.t_fast:8.1f} s  {k.words_all / k.t_fast:10,.0f} words/s"

@@ -75,10 +75,11 @@ def measure(fraction: Fraction) -> dict:
     return {"fraction": str(fraction), "reports": round(FULL_REPORTS * fraction), "wall_s": round(wall),
             "cpu_s": round((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)),
             "checks": "passed" if outcome["checks"]["ok"] else "FAILED: " + "; ".join(outcome["checks"]["problems"]),
-            "stages": outcome["stage_seconds"], "answers_sent": sent,
+            "stages": outcome["stage_seconds"], "stage_peak_rss_mb": outcome["stage_peak_rss_mb"], "answers_sent": sent,
             "stage03_answers_per_s": round(sent / max(outcome["stage_seconds"].get("03", 0), 1), 1),
             "stage03_peak_rss_mb": inference.get("peak_rss_mb"),
-            "stage03_peak_rss_mb_sending": inference.get("peak_rss_mb_sending"), "run": run,
+            "stage03_peak_rss_mb_sending": inference.get("peak_rss_mb_sending"),
+            "servers_peak_rss_mb": outcome["peak_rss_mb"], "run": run,
             "machine_before": machine_before, "machine_after": machine()}
 
 

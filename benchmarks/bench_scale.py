@@ -37,11 +37,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import ROOT, machine, write_result
 
+from finlib.core.memory import peak_rss_mb
+
 FULL_REPORTS = 8_868
-
-
-def _rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _vm_kb(field: str) -> float:
@@ -94,7 +92,7 @@ def child_04(n_reports: int, reps: int) -> dict:
     n, cpu = len(f["predictions"]), _cpu_s() - c0
     return {"answers": n, "wall_s": wall, "cpu_s": cpu, "answers_per_cpu_s": n / cpu, "parse_s": sum(parse_s),
             "parse_cpu_s": sum(parse_cpu), "answers_per_cpu_s_parse": n / sum(parse_cpu),
-            "rss_inputs_mb": rss_inputs, "peak_rss_mb": _vm_kb("VmHWM") / 1024, "metric_rows": len(res.metrics)}
+            "rss_inputs_mb": rss_inputs, "peak_rss_mb": peak_rss_mb(), "metric_rows": len(res.metrics)}
 
 
 def _make_store(path: Path, n_keys: int) -> list[str]:
@@ -120,7 +118,7 @@ def child_store(path: str, n_keys: int) -> dict:
         t0, c0 = time.perf_counter(), _cpu_s()
         done = store.answered(keys)
         wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
-    return {"keys": n_keys, "answered": len(done), "wall_s": wall, "cpu_s": cpu, "peak_rss_mb": _rss_mb(),
+    return {"keys": n_keys, "answered": len(done), "wall_s": wall, "cpu_s": cpu, "peak_rss_mb": peak_rss_mb(),
             "store_mb": Path(path).stat().st_size / 1e6}
 
 
@@ -160,7 +158,7 @@ def child_03(n_requests: int, base_url: str) -> dict:
         wall = time.perf_counter() - t0
     cpu = _cpu_s() - c0
     return {"requests": n_requests, "ok": state["ok"], "wall_s": wall, "cpu_s": cpu, "answers_per_s": n_requests / wall,
-            "answers_per_cpu_s": n_requests / cpu, "peak_rss_mb": _rss_mb()}
+            "answers_per_cpu_s": n_requests / cpu, "peak_rss_mb": peak_rss_mb()}
 
 
 def _run_child(variant: str, args: list[str], base_dir: Path) -> dict:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from results import ROOT, machine, write_result
 sys.path.insert(0, str(ROOT))
 
 from finlib.core.config import load_run
+from finlib.core.memory import peak_rss_mb
 from finlib.finbias.prompts import build_messages
 from finlib.llm.llamacpp import gguf_path, serve, server_config, server_pid
 from finlib.llm.registry import load_registry
@@ -90,7 +90,7 @@ def run_transformers(n: int, max_new: int, threads: int | None) -> dict:
             total = time.perf_counter() - t
             p_tok, p_s = p_tok + ids.shape[1], p_s + prefill
             g_tok, g_s = g_tok + out.shape[1] - ids.shape[1], g_s + max(total - prefill, 1e-9)
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss = peak_rss_mb()
     return {"engine": f"transformers ({dtype})", "load_s": load_s, "prompt_tok_s": p_tok / p_s,
             "gen_tok_s": g_tok / g_s, "prompt_tokens": p_tok, "gen_tokens": g_tok, "peak_rss_mb": rss}
 

@@ -27,6 +27,16 @@ def track(manager) -> None:
     _KERNELS.add(manager)
 
 
+def kernel_pids() -> list[int]:
+    """The process ids of the live kernels this process started (the runner watches their memory)."""
+    pids = []
+    for manager in list(_KERNELS):
+        process = getattr(getattr(manager, "provisioner", None), "process", None)
+        if process is not None and process.poll() is None:
+            pids.append(process.pid)
+    return pids
+
+
 def interrupt_kernels() -> int:
     """Send SIGINT to every live kernel's process group; returns how many were signalled."""
     n = 0

@@ -30,7 +30,15 @@ from typing import Any
 
 from finlib.core.artifacts import load_manifest, write_manifest
 from finlib.core.config import RunConfig, load_run, repo_root, split_run_arg
-from finlib.core.kernel_interrupt import SigintForwarder, StageInterrupted, interrupted_line, is_interrupt, track
+from finlib.core.kernel_interrupt import (
+    SigintForwarder,
+    StageInterrupted,
+    interrupted_line,
+    is_interrupt,
+    kernel_pids,
+    track,
+)
+from finlib.core.memory import PeakWatch
 from finlib.core.params import empty_model_lists, raise_errors
 from finlib.core.progress_feed import FeedTail
 from finlib.pipeline.report import publishable_notebook
@@ -339,6 +347,7 @@ def execute_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str
     # the kernel's progress lines (finlib.core.progress_feed) reach this terminal while the stage runs
     feed = FeedTail(cfg.run_dir / "progress" / f"{stage}.log", prefix=f"[{cfg.name}] stage {stage}: ").start()
     sigint = SigintForwarder().install()  # Ctrl-C: the kernel stops sending, then the stage says so
+    memory = PeakWatch(kernel_pids).start()  # the kernel's own peak (its children's not included)
     try:
         pm.execute_notebook(
             str(notebook), str(partial),
@@ -364,6 +373,7 @@ def execute_stage(cfg: RunConfig, stage: str, notebook: Path, manifest: dict[str
     finally:
         sigint.restore()
         feed.stop()
+        entry["peak_rss_mb"] = memory.stop()
         if (problem := finish_notebook(partial, output, cfg.root)) is not None:
             entry["notebook_error"] = problem
             if entry.get("status") == "ok":

@@ -49,6 +49,7 @@ import pandas as pd
 
 from finlib.bizfin.tasks import task_order
 from finlib.core.config import RunConfig, load_run, repo_root
+from finlib.core.memory import peak_rss_mb
 from finlib.finbias.vocab import POOLED, SECTORS
 
 # Fin-Bias Tables 2-7 and BizFinBench Tables 3, 4, 6: (our table file, the published table it mirrors)
@@ -465,7 +466,9 @@ def write_outcome(cfg: RunConfig, outcome: dict) -> Path:
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
     (cfg.run_dir / "rehearsal.json").write_text(json.dumps(outcome, indent=2, default=str))
     lines = [f"# Rehearsal `{cfg.name}`: {'all checks passed' if outcome['checks']['ok'] else 'FAILED'}", "",
-             f"Wall time {outcome['wall_s']:.0f} s; stages {outcome['stage_seconds']}.", ""]
+             f"Wall time {outcome['wall_s']:.0f} s; stages {outcome['stage_seconds']}.",
+             f"Peak resident memory of each stage's kernel (MB): {outcome.get('stage_peak_rss_mb', {})}; "
+             f"of the process holding the servers: {outcome.get('peak_rss_mb')} MB.", ""]
     lines += [f"- {p}" for p in outcome["checks"]["problems"]]
     lab, iv = outcome["checks"].get("labels"), outcome["checks"].get("intervals")
     if lab:
@@ -512,8 +515,10 @@ def rehearse(run: str, params: str | None = None) -> dict:
         books = pool.books()
     outcome = {"run": run, "wall_s": time.perf_counter() - t0, "servers": books,
                "stage_seconds": {k: round(v["seconds"]) for k, v in sorted(manifest.get("stages", {}).items())},
+               "stage_peak_rss_mb": {k: v.get("peak_rss_mb") for k, v in sorted(manifest.get("stages", {}).items())},
                "profiles": {n: vars(p) for n, p in profiles.items()}}
     outcome["checks"] = rehearsal_checks(cfg, profiles, planted, books)
+    outcome["peak_rss_mb"] = peak_rss_mb()  # this process: the servers, the runner and the checks
     write_outcome(cfg, outcome)
     return outcome
 

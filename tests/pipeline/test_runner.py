@@ -90,6 +90,15 @@ def test_pipeline_then_stage_alone_reads_previous_artifacts(mini_repo: Path):
 
 
 @pytest.mark.slow
+def test_the_manifest_records_each_kernels_own_peak_memory(mini_repo: Path):
+    """The kernel's peak, read by the runner: at least what the notebook held, and not the runner's."""
+    _notebook(mini_repo / "notebooks" / "00_write.ipynb",
+              WRITER + "held = bytearray(300 * 2**20)\nfor i in range(0, len(held), 4096):\n    held[i] = 1\n")
+    manifest = run_pipeline("smoke")
+    peaks = {k: v["peak_rss_mb"] for k, v in manifest["stages"].items()}
+    assert peaks["00"] >= 300 and peaks["01"] < 300, peaks
+
+
 def test_stage_alone_without_predecessor_fails_and_says_which_stage(mini_repo: Path):
     with pytest.raises(Exception, match="run stage 00 first"):
         run_pipeline("smoke", stages=["01"])

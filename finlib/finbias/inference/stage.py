@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import resource
 import shutil
 import time
 from collections import Counter
@@ -38,6 +37,7 @@ from finlib.core.artifacts import (
     write_json,
 )
 from finlib.core.config import ConfigError, RunConfig
+from finlib.core.memory import peak_rss_mb
 from finlib.finbias.answers import TRUNCATED, TRUNCATED_READ, parse_predictions
 from finlib.finbias.inference.draws import (
     SWEEP_VALUES,
@@ -821,11 +821,6 @@ def return_freed_memory() -> None:
     trim = getattr(ctypes.CDLL(libc), "malloc_trim", None) if libc else None
     if trim is not None:
         trim(0)
-
-
-def peak_rss_mb() -> float:
-    """The largest resident memory of this process so far (MB): the stage reports what it took."""
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def join_parts(parts: list[Path], path: Path) -> None:
