@@ -6,7 +6,7 @@ rerun from the response store; writes benchmarks/results/reproduce_<run>.json.
 The first run starts from empty caches of its own (response store, model cache, POS-tag cache, under
 runs/bench-<run>/), as on a fresh clone after `make venv`; the second run reruns every stage with the
 store the first one filled. Each stage's wall and CPU seconds (the kernel and what it waited for,
-`cpu_seconds` in the run's manifest) are copied from the manifest. CPU seconds barely move with other
+`cpu_seconds` in the run's manifest) and its kernel's peak RSS (`peak_rss_mb`) are copied from the manifest. CPU seconds barely move with other
 load on the machine; wall seconds do: the file records the load average before and after, and
 `machine_before.idle` says whether the machine was idle.
 """
@@ -47,7 +47,7 @@ def run_once(name: str, params: Path) -> dict:
                    cwd=ROOT, check=True)
     wall = time.time() - t0
     manifest = json.loads((ROOT / "runs" / name / "manifest.json").read_text(encoding="utf-8"))
-    stages = {k: {"seconds": v["seconds"], "cpu_seconds": v.get("cpu_seconds")}
+    stages = {k: {"seconds": v["seconds"], "cpu_seconds": v.get("cpu_seconds"), "peak_rss_mb": v.get("peak_rss_mb")}
               for k, v in sorted(manifest["stages"].items())}
     return {"wall_seconds": round(wall, 1), "wall_minutes": round(wall / 60, 1),
             "cpu_seconds": round(sum(s["cpu_seconds"] or 0 for s in stages.values()), 1),

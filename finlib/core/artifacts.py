@@ -143,6 +143,33 @@ def read_frame(cfg: RunConfig, name: str, columns: list[str] | None = None, **ar
             f"(`{stage_command(cfg, stage)}`)") from exc
 
 
+def read_frame_head(cfg: RunConfig, name: str, n: int, columns: list[str] | None = None) -> tuple[pd.DataFrame, int]:
+    """(the first `n` rows of a parquet artifact, its number of rows): read a batch at a time and
+    stopped once `n` rows are in, so a view of a few rows of a paper-size artifact (674k answers)
+    does not hold the whole file. Errors as `read_frame`'s."""
+    path = existing_artifact(cfg, name)
+    try:
+        file = pq.ParquetFile(path)
+        batches, got = [], 0
+        for batch in file.iter_batches(batch_size=max(min(n, 65_536), 1), columns=columns):
+            if got >= n:
+                break
+            batches.append(batch)
+            got += batch.num_rows
+        if batches:
+            table = pa.Table.from_batches(batches)
+        else:
+            table = file.schema_arrow.empty_table()
+            table = table.select(columns) if columns else table
+        return table.to_pandas().head(n), file.metadata.num_rows
+    except (pa.ArrowException, OSError) as exc:
+        stage = producer(name)
+        raise UnreadableArtifactError(
+            f"run '{cfg.name}': {path} is not a readable Parquet file ({type(exc).__name__}: {exc}); it may have "
+            f"been cut short (a full disk, an interrupted copy): run stage {stage} again "
+            f"(`{stage_command(cfg, stage)}`)") from exc
+
+
 def use_returning_arrow_pool() -> str:
     """Set Arrow's allocator to jemalloc with its decay time 0, so that pages freed by a row group
     read (or a frame converted) go back to the system at once; returns the pool's name.

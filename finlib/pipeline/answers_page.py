@@ -12,7 +12,7 @@ import json
 
 import pandas as pd
 
-from finlib.core.artifacts import MissingArtifactError, read_frame
+from finlib.core.artifacts import ArtifactTexts, MissingArtifactError, existing_artifact, read_frame, read_frame_head
 from finlib.core.config import RunConfig
 
 MAX_ROWS = 3000
@@ -40,12 +40,13 @@ document.querySelectorAll('select[data-col]').forEach(s=>s.addEventListener('cha
 
 
 def answer_rows(cfg: RunConfig) -> tuple[pd.DataFrame, int]:
-    """(rows shown, rows in the run): predictions joined to their condition's text and report's sector."""
-    pred = read_frame(cfg, "predictions")
-    total = len(pred)
+    """(rows shown, rows in the run): the first `MAX_ROWS` predictions joined to their condition's
+    text and report's sector. Only the rows shown are read, and only their texts: at the paper's size
+    the whole predictions joined to every prompt would take tens of GB for a page of 3,000 rows."""
+    pred, total = read_frame_head(cfg, "predictions", MAX_ROWS)
     try:
-        cond = read_frame(cfg, "conditions", ["item_id", "text"])
-        pred = pred.merge(cond.rename(columns={"text": "prompt"}), on="item_id", how="left")
+        texts = ArtifactTexts(existing_artifact(cfg, "conditions")).subset(pred["item_id"])
+        pred["prompt"] = pred["item_id"].map(texts)
     except MissingArtifactError:
         pred["prompt"] = ""
     try:
@@ -58,7 +59,7 @@ def answer_rows(cfg: RunConfig) -> tuple[pd.DataFrame, int]:
         if col not in pred.columns:
             pred[col] = ""
     pred["prompt"] = pred["prompt"].fillna("").astype(str).str.slice(0, PROMPT_CHARS)
-    return pred[list(COLUMNS)].head(MAX_ROWS), total
+    return pred[list(COLUMNS)], total
 
 
 def _cell(v) -> str:

@@ -434,7 +434,7 @@ def rehearsal_checks(cfg: RunConfig, profiles: dict, planted: pd.DataFrame | Non
             out["problems"].append(f"table {t['table']}: exists={t['exists']}, missing rows {t['missing_rows'][:5]}, "
                                    f"empty cells {t['empty_cells']}")
     if "03" in stages or not stages:
-        pred = read_frame(cfg, "predictions")
+        pred = read_frame(cfg, "predictions", ["truncated", "answered"])  # not the replies: 674k at full size
         inf_report = read_json(cfg, "inference_report")
         cut = int(pred["truncated"].sum())
         not_sent = {m: r.get("not_sent_context", 0) for m, r in inf_report["models"].items()}

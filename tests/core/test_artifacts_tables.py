@@ -4,7 +4,15 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from finlib.core.artifacts import MissingArtifactError, read_frame, read_json, write_frame, write_json
+from finlib.core.artifacts import (
+    MissingArtifactError,
+    UnreadableArtifactError,
+    read_frame,
+    read_frame_head,
+    read_json,
+    write_frame,
+    write_json,
+)
 from finlib.core.tables import PAPER_TABLES, SYNTHETIC_CAVEAT, latex_escape, paper_table, read_table_csv, write_table
 
 
@@ -13,6 +21,31 @@ def test_frame_roundtrip_and_no_temp_files_left(tmp_run):
     write_frame(tmp_run, "labels", df)
     pd.testing.assert_frame_equal(read_frame(tmp_run, "labels"), df)
     assert not [p for p in tmp_run.processed_dir.iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 250, 1000, 5000])
+def test_the_head_of_an_artifact_equals_pandas_reading_it_whole(tmp_run, n):
+    """Row groups and batches cut anywhere: the first n rows, with the dtypes pandas' own reader gives."""
+    rows = 1000
+    df = pd.DataFrame({"item_id": [f"i{i:04d}" for i in range(rows)],
+                       "room": pd.array([None if i % 7 == 0 else i for i in range(rows)], dtype="Int64"),
+                       "ok": pd.array([None if i % 5 == 0 else i % 2 == 0 for i in range(rows)], dtype="boolean"),
+                       "p": [i / 3 for i in range(rows)], "text": [None if i % 11 == 0 else "x" * i for i in range(rows)]})
+    write_frame(tmp_run, "predictions", df, row_group_size=97)  # groups that do not divide the batches
+    head, total = read_frame_head(tmp_run, "predictions", n)
+    assert total == rows
+    pd.testing.assert_frame_equal(head, read_frame(tmp_run, "predictions").head(n))
+    cols, _ = read_frame_head(tmp_run, "predictions", n, ["item_id", "room"])
+    pd.testing.assert_frame_equal(cols, read_frame(tmp_run, "predictions", ["item_id", "room"]).head(n))
+
+
+def test_the_head_of_a_missing_or_broken_artifact_says_which_stage(tmp_run):
+    with pytest.raises(MissingArtifactError, match=r"run stage 03 first"):
+        read_frame_head(tmp_run, "predictions", 5)
+    tmp_run.processed_dir.mkdir(parents=True, exist_ok=True)
+    (tmp_run.processed_dir / "predictions.parquet").write_bytes(b"PAR1 cut short")
+    with pytest.raises(UnreadableArtifactError, match=r"predictions.parquet is not a readable Parquet file"):
+        read_frame_head(tmp_run, "predictions", 5)
 
 
 def test_missing_artifact_names_the_producing_stage(tmp_run):

@@ -71,6 +71,25 @@ def test_a_large_run_says_how_many_it_shows(run: RunConfig, monkeypatch):
     assert "5 of 12 answers (the first 5; all in predictions.parquet)" in answers_page.answers_html(run)
 
 
+@pytest.mark.parametrize("shown", [5, 12])
+def test_the_rows_shown_are_the_first_predictions_joined_whole(run: RunConfig, monkeypatch, shown):
+    """Equal to pandas joining every prediction to every text and sector, then taking the head; only
+    the texts of the rows shown are read."""
+    monkeypatch.setattr(answers_page, "MAX_ROWS", shown)
+    asked: list[str] = []
+    subset = answers_page.ArtifactTexts.subset
+    monkeypatch.setattr(answers_page.ArtifactTexts, "subset", lambda self, keys: subset(self, asked.extend(keys) or asked))
+    rows, total = answers_page.answer_rows(run)
+    pred = pd.read_parquet(run.processed_dir / "predictions.parquet")
+    cond = pd.read_parquet(run.processed_dir / "conditions.parquet")
+    whole = (pred.merge(cond.rename(columns={"text": "prompt"}), on="item_id", how="left")
+             .merge(pd.read_parquet(run.processed_dir / "reports.parquet"), on="report_id", how="left")
+             .rename(columns={"raw_text": "reply"}).head(shown))
+    assert total == 12 and len(rows) == shown and sorted(set(asked)) == sorted(set(whole["item_id"]))
+    for col in ("model", "condition", "sector", "item_id", "prompt", "reply", "answer", "input_tokens"):
+        assert rows[col].tolist() == whole[col].tolist(), col
+
+
 def test_no_predictions_no_page(tmp_path: Path):
     cfg = RunConfig(name="e", params={}, root=tmp_path, params_file=tmp_path / "e.yaml")
     assert answers_page.answers_html(cfg) is None
