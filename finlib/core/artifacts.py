@@ -136,11 +136,16 @@ def read_frame(cfg: RunConfig, name: str, columns: list[str] | None = None, **ar
     try:
         return pd.read_parquet(path, columns=columns, **arrow)
     except (pa.ArrowException, OSError) as exc:  # pyarrow's own message names no file
-        stage = producer(name)
-        raise UnreadableArtifactError(
-            f"run '{cfg.name}': {path} is not a readable Parquet file ({type(exc).__name__}: {exc}); it may have "
-            f"been cut short (a full disk, an interrupted copy): run stage {stage} again "
-            f"(`{stage_command(cfg, stage)}`)") from exc
+        raise unreadable(cfg, name, path, exc) from exc
+
+
+def unreadable(cfg: RunConfig, name: str, path: Path, exc: Exception) -> UnreadableArtifactError:
+    """The error for an artifact pyarrow cannot read: the file, pyarrow's reason and the stage to rerun."""
+    stage = producer(name)
+    return UnreadableArtifactError(
+        f"run '{cfg.name}': {path} is not a readable Parquet file ({type(exc).__name__}: {exc}); it may have "
+        f"been cut short (a full disk, an interrupted copy): run stage {stage} again "
+        f"(`{stage_command(cfg, stage)}`)")
 
 
 def read_frame_head(cfg: RunConfig, name: str, n: int, columns: list[str] | None = None) -> tuple[pd.DataFrame, int]:
@@ -163,11 +168,7 @@ def read_frame_head(cfg: RunConfig, name: str, n: int, columns: list[str] | None
             table = table.select(columns) if columns else table
         return table.to_pandas().head(n), file.metadata.num_rows
     except (pa.ArrowException, OSError) as exc:
-        stage = producer(name)
-        raise UnreadableArtifactError(
-            f"run '{cfg.name}': {path} is not a readable Parquet file ({type(exc).__name__}: {exc}); it may have "
-            f"been cut short (a full disk, an interrupted copy): run stage {stage} again "
-            f"(`{stage_command(cfg, stage)}`)") from exc
+        raise unreadable(cfg, name, path, exc) from exc
 
 
 def use_returning_arrow_pool() -> str:

@@ -40,12 +40,9 @@ def kernel_pids() -> list[int]:
 def interrupt_kernels() -> int:
     """Send SIGINT to every live kernel's process group; returns how many were signalled."""
     n = 0
-    for manager in list(_KERNELS):
-        process = getattr(getattr(manager, "provisioner", None), "process", None)
-        if process is None or process.poll() is not None:
-            continue
+    for pid in kernel_pids():
         try:
-            os.killpg(os.getpgid(process.pid), signal.SIGINT)
+            os.killpg(os.getpgid(pid), signal.SIGINT)
         except OSError:
             continue
         n += 1

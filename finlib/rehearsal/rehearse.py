@@ -467,8 +467,8 @@ def write_outcome(cfg: RunConfig, outcome: dict) -> Path:
     (cfg.run_dir / "rehearsal.json").write_text(json.dumps(outcome, indent=2, default=str))
     lines = [f"# Rehearsal `{cfg.name}`: {'all checks passed' if outcome['checks']['ok'] else 'FAILED'}", "",
              f"Wall time {outcome['wall_s']:.0f} s; stages {outcome['stage_seconds']}.",
-             f"Peak resident memory of each stage's kernel (MB): {outcome.get('stage_peak_rss_mb', {})}; "
-             f"of the process holding the servers: {outcome.get('peak_rss_mb')} MB.", ""]
+             f"Peak resident memory of each stage's kernel (MB): {outcome['stage_peak_rss_mb']}; "
+             f"of the process holding the servers: {outcome['peak_rss_mb']} MB.", ""]
     lines += [f"- {p}" for p in outcome["checks"]["problems"]]
     lab, iv = outcome["checks"].get("labels"), outcome["checks"].get("intervals")
     if lab:

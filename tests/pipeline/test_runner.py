@@ -89,7 +89,6 @@ def test_pipeline_then_stage_alone_reads_previous_artifacts(mini_repo: Path):
     assert "run_name = \"smoke\"" in injected[0].source and "params_file" in injected[0].source
 
 
-@pytest.mark.slow
 def test_the_manifest_records_each_kernels_own_peak_memory(mini_repo: Path):
     """The kernel's peak, read by the runner: at least what the notebook held, and not the runner's."""
     _notebook(mini_repo / "notebooks" / "00_write.ipynb",
@@ -99,6 +98,7 @@ def test_the_manifest_records_each_kernels_own_peak_memory(mini_repo: Path):
     assert peaks["00"] >= 300 and peaks["01"] < 300, peaks
 
 
+@pytest.mark.slow
 def test_stage_alone_without_predecessor_fails_and_says_which_stage(mini_repo: Path):
     with pytest.raises(Exception, match="run stage 00 first"):
         run_pipeline("smoke", stages=["01"])
